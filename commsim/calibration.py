@@ -1,0 +1,625 @@
+"""Calibration: measured all-reduce cost per link level, fitted and tabulated.
+
+A calibration file records what a real cluster did: for each link level (``intra_node``,
+``inter_node``, or a single ``flat`` level when the measurement has no topology to split)
+the all-reduce times measured over a size sweep, and the ring alpha-beta model fitted to
+them. Predictions use the measured curve where it exists and the model elsewhere.
+
+The model (DESIGN.md, "Ring all-reduce"): a ring of n ranks takes 2(n-1) steps, each moving
+S/n bytes over one hop of latency alpha and bandwidth B:
+
+    T(S, n) = 2(n-1) * alpha + 2(n-1)/n * S / B
+
+Bandwidth conventions are nccl-tests' (doc/PERFORMANCE.md in NVIDIA/nccl-tests):
+algbw = S / t, and for all-reduce busbw = algbw * 2(n-1)/n, the rate each hop of a ring must
+sustain. So for the ring model busbw tends to B as S grows, and B is what busbw measures.
+
+Pure module: numpy and yaml only (no torch, no SimPy). Quantities are in base units:
+bytes, seconds, bytes per second.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import math
+import os
+import tempfile
+from dataclasses import dataclass
+from typing import Any, Dict, Iterable, Mapping, Optional, Sequence, Tuple, Union
+
+import numpy as np
+import yaml
+
+try:  # the lead's error type, once it exists; a ValueError subclass either way
+    from commsim.errors import ScenarioError as _BaseError
+except ImportError:  # pragma: no cover - depends on the branch state
+    _BaseError = ValueError
+
+
+class CalibrationError(_BaseError):
+    """A calibration file, or data to fit one from, is unusable (one-line message)."""
+
+
+FORMAT = "commsim-calibration/1"
+LEVELS = ("intra_node", "inter_node", "flat")
+# The fit error is quoted for sizes >= 1 MiB: below that all-reduce time is latency-bound and
+# busbw is a tiny, noisy number (nccl-tests prints 0.00 there); 1 MiB is also the first
+# power-of-two size of an nccl-tests sweep that is >= 1 MB, so both readings agree.
+FIT_ERROR_MIN_SIZE = 1 << 20
+
+Number = Union[int, float]
+
+
+# --------------------------------------------------------------------------------------------
+# nccl-tests bandwidth conventions
+# --------------------------------------------------------------------------------------------
+
+
+def algbw(size: Number, time: Number) -> float:
+    """Algorithm bandwidth in bytes/s: size / time (nccl-tests doc/PERFORMANCE.md)."""
+    if time <= 0:
+        raise ValueError(f"time must be > 0 seconds, got {time!r}")
+    return float(size) / float(time)
+
+
+def busbw_factor(n: int) -> float:
+    """All-reduce bus-bandwidth factor 2(n-1)/n (nccl-tests doc/PERFORMANCE.md)."""
+    if n < 1:
+        raise ValueError(f"world size must be >= 1, got {n!r}")
+    return 2.0 * (n - 1) / n
+
+
+def busbw(size: Number, time: Number, n: int) -> float:
+    """All-reduce bus bandwidth in bytes/s: algbw * 2(n-1)/n (nccl-tests doc/PERFORMANCE.md)."""
+    return algbw(size, time) * busbw_factor(n)
+
+
+# --------------------------------------------------------------------------------------------
+# records
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One measured all-reduce: `size_bytes` per rank over `world_size` ranks took `time_s`.
+
+    algbw/busbw are derived from size and time (not copied from a log, whose columns are
+    rounded to 0.01 GB/s)."""
+
+    size_bytes: int
+    time_s: float
+    world_size: int
+
+    def __post_init__(self) -> None:
+        if self.size_bytes <= 0:
+            raise ValueError(f"size_bytes must be > 0, got {self.size_bytes!r}")
+        if not (self.time_s > 0 and math.isfinite(self.time_s)):
+            raise ValueError(f"time_s must be a finite number > 0, got {self.time_s!r}")
+        if self.world_size < 2:
+            raise ValueError(f"world_size must be >= 2 for an all-reduce, got {self.world_size!r}")
+
+    @property
+    def algbw(self) -> float:
+        return algbw(self.size_bytes, self.time_s)
+
+    @property
+    def busbw(self) -> float:
+        return busbw(self.size_bytes, self.time_s, self.world_size)
+
+
+@dataclass(frozen=True)
+class FitError:
+    """How well the fitted alpha-beta model reproduces the measured busbw (in %),
+    over the `points` measurements with size >= `min_size_bytes`."""
+
+    median_pct: float
+    max_pct: float
+    min_size_bytes: int
+    points: int
+
+
+@dataclass(frozen=True)
+class LinkCalibration:
+    """One link level: fitted alpha (s per ring step), beta (= per-hop bandwidth B, bytes/s),
+    the measurements (sorted by world size, then size) and the fit's own error."""
+
+    level: str
+    alpha_s: float
+    beta_Bps: float
+    table: Tuple[Measurement, ...]
+    fit_error: FitError
+
+    def rows_for(self, n: int) -> Tuple[Measurement, ...]:
+        """The measurements taken at world size `n`, by increasing size."""
+        return tuple(m for m in self.table if m.world_size == n)
+
+
+@dataclass(frozen=True)
+class RankCompute:
+    """Measured forward/backward time of one rank (medians over timed iterations)."""
+
+    rank: int
+    forward_s: float
+    backward_s: float
+
+
+@dataclass(frozen=True)
+class ComputeTiming:
+    """Forward/backward of a synthetic model of `parameters` parameters at `batch_size`;
+    forward_s/backward_s are the medians over ranks."""
+
+    parameters: int
+    batch_size: int
+    forward_s: float
+    backward_s: float
+    per_rank: Tuple[RankCompute, ...] = ()
+
+
+@dataclass(frozen=True)
+class SourceFile:
+    """An input the calibration was derived from (a log file), with its benchmark command."""
+
+    path: str
+    sha256: Optional[str] = None
+    command: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """Where the numbers come from. Unknown fields are None (never guessed)."""
+
+    backend: str
+    world_size: int
+    hostnames: Tuple[str, ...] = ()
+    torch_version: Optional[str] = None
+    nccl_version: Optional[str] = None
+    gloo_version: Optional[str] = None
+    date: Optional[str] = None
+    command: Optional[str] = None
+    sources: Tuple[SourceFile, ...] = ()
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """A complete calibration: link levels (in file order), optional compute timing, provenance."""
+
+    levels: Tuple[LinkCalibration, ...]
+    provenance: Provenance
+    compute: Optional[ComputeTiming] = None
+
+    def __post_init__(self) -> None:
+        names = [lv.level for lv in self.levels]
+        if not names:
+            raise ValueError("a calibration needs at least one link level")
+        if len(set(names)) != len(names):
+            raise ValueError(f"duplicate link levels in {names}")
+        if "flat" in names and len(names) > 1:
+            raise ValueError("level 'flat' cannot be combined with intra_node/inter_node")
+
+    @property
+    def level_names(self) -> Tuple[str, ...]:
+        return tuple(lv.level for lv in self.levels)
+
+    def level(self, name: Optional[str] = None) -> LinkCalibration:
+        """The named level; with None, the default level (see :func:`default_level`)."""
+        name = name or default_level(self)
+        for lv in self.levels:
+            if lv.level == name:
+                return lv
+        raise CalibrationError(
+            f"calibration has no link level {name!r} (it has {', '.join(self.level_names)})"
+        )
+
+
+def default_level(cal: Calibration) -> str:
+    """The level used when none is named: the only one, else ``inter_node``, because a ring
+    that spans nodes is paced by its slowest hops, the ones between nodes."""
+    names = cal.level_names
+    if len(names) == 1:
+        return names[0]
+    return "inter_node" if "inter_node" in names else names[0]
+
+
+# --------------------------------------------------------------------------------------------
+# fitting
+# --------------------------------------------------------------------------------------------
+
+
+def fit_alpha_beta(
+    sizes: Sequence[Number], times: Sequence[Number], n: Union[int, Sequence[int]]
+) -> Tuple[float, float]:
+    """Fit the ring model T(S) = 2(n-1) alpha + 2(n-1)/n S / B; return (alpha_s, B in bytes/s).
+
+    `n` is one world size or one per measurement (a joint fit over several ring sizes: the
+    model is linear in alpha and 1/B for any mix of n).
+
+    Weighting: least squares on the *relative* residual (T_model - T)/T, i.e. weights 1/T^2.
+    A sweep spans 8 B to GBs, times from microseconds to seconds; unweighted least squares
+    would let the few largest sizes dominate (their absolute residuals are 10^5 times bigger),
+    leaving alpha determined by noise, while a fit in log-time is not linear. The relative
+    residual is linear in the parameters and is exactly what a busbw error measures
+    (busbw is proportional to 1/T), so every size counts equally, small and large.
+
+    Constraints: alpha >= 0 (if the free fit goes negative, alpha is pinned at 0 and B refit);
+    B must come out > 0, otherwise the times do not grow with size and there is no bandwidth
+    to fit (CalibrationError).
+    """
+    s = np.asarray(sizes, dtype=float)
+    t = np.asarray(times, dtype=float)
+    ns = np.broadcast_to(np.asarray(n, dtype=float), s.shape).astype(float)
+    if s.shape != t.shape or s.ndim != 1:
+        raise CalibrationError(f"sizes and times must be 1-D and equally long, got {s.shape} and {t.shape}")
+    if len(s) < 2 or len(np.unique(s)) < 2:
+        raise CalibrationError("an alpha-beta fit needs measurements at two or more distinct sizes")
+    if np.any(~np.isfinite(t)) or np.any(t <= 0) or np.any(s <= 0):
+        raise CalibrationError("an alpha-beta fit needs sizes and times > 0")
+    if np.any(ns < 2):
+        raise CalibrationError("an alpha-beta fit needs world sizes >= 2 (one rank does not communicate)")
+    x_alpha = 2.0 * (ns - 1.0)  # coefficient of alpha
+    x_inv_b = 2.0 * (ns - 1.0) / ns * s  # coefficient of 1/B
+    w = 1.0 / t  # relative residuals
+    a = np.column_stack([x_alpha * w, x_inv_b * w])
+    y = np.ones_like(t)  # t * w
+    (alpha, inv_b), *_ = np.linalg.lstsq(a, y, rcond=None)
+    if alpha < 0:
+        alpha = 0.0
+        col = a[:, 1]
+        inv_b = float(col @ y / (col @ col))
+    if not inv_b > 0:
+        raise CalibrationError(
+            "all-reduce times do not grow with size: no bandwidth term to fit (check the data)"
+        )
+    return float(alpha), float(1.0 / inv_b)
+
+
+def model_time(alpha_s: float, beta_Bps: float, size: Number, n: int) -> float:
+    """Ring all-reduce time of the alpha-beta model: 2(n-1) alpha + 2(n-1)/n S/B (DESIGN.md)."""
+    if n <= 1:
+        return 0.0
+    return 2.0 * (n - 1) * alpha_s + 2.0 * (n - 1) / n * float(size) / beta_Bps
+
+
+def fit_error(alpha_s: float, beta_Bps: float, table: Iterable[Measurement],
+              min_size: int = FIT_ERROR_MIN_SIZE) -> FitError:
+    """Median and max |busbw_model - busbw_measured| / busbw_measured in %, sizes >= min_size.
+
+    With no measurement that large the figures are NaN and `points` is 0."""
+    errs = [
+        abs(m.time_s / model_time(alpha_s, beta_Bps, m.size_bytes, m.world_size) - 1.0) * 100.0
+        for m in table
+        if m.size_bytes >= min_size
+    ]
+    if not errs:
+        return FitError(float("nan"), float("nan"), int(min_size), 0)
+    return FitError(float(np.median(errs)), float(np.max(errs)), int(min_size), len(errs))
+
+
+def _merge_duplicates(measurements: Iterable[Measurement]) -> Tuple[Measurement, ...]:
+    """Sort by (world size, size); repeated (world size, size) pairs become their median time."""
+    groups: Dict[Tuple[int, int], list] = {}
+    for m in measurements:
+        groups.setdefault((m.world_size, m.size_bytes), []).append(m.time_s)
+    return tuple(
+        Measurement(size, float(np.median(ts)), n) for (n, size), ts in sorted(groups.items())
+    )
+
+
+def fit_link(level: str, measurements: Iterable[Measurement]) -> LinkCalibration:
+    """Fit one link level from its measurements (any mix of world sizes >= 2)."""
+    if level not in LEVELS:
+        raise CalibrationError(f"unknown link level {level!r}; expected one of {', '.join(LEVELS)}")
+    table = _merge_duplicates(measurements)
+    alpha, beta = fit_alpha_beta(
+        [m.size_bytes for m in table], [m.time_s for m in table], [m.world_size for m in table]
+    )
+    return LinkCalibration(level, alpha, beta, table, fit_error(alpha, beta, table))
+
+
+# --------------------------------------------------------------------------------------------
+# prediction
+# --------------------------------------------------------------------------------------------
+
+
+def interpolate_busbw(rows: Sequence[Measurement], size: Number) -> Optional[float]:
+    """busbw at `size` from measurements of one world size, linear in log(size) between the
+    neighbouring measured sizes; None when `size` lies outside the measured range."""
+    if not rows:
+        return None
+    sizes = np.array([m.size_bytes for m in rows], dtype=float)
+    if size < sizes[0] or size > sizes[-1]:
+        return None
+    bws = np.array([m.busbw for m in rows], dtype=float)
+    return float(np.interp(math.log(size), np.log(sizes), bws))
+
+
+def predict_allreduce_time(cal: Calibration, size: Number, n: int, level: Optional[str] = None) -> float:
+    """Predicted all-reduce time (s) of `size` bytes over `n` ranks on link level `level`.
+
+    The measured curve when `n` equals a measured world size and `size` lies inside that
+    table (busbw interpolated in log-size, then t = S / (busbw * n / (2(n-1)))); otherwise
+    the fitted alpha-beta model. One rank, or zero bytes, costs nothing."""
+    if n < 1:
+        raise ValueError(f"world size must be >= 1, got {n!r}")
+    if size < 0:
+        raise ValueError(f"size must be >= 0 bytes, got {size!r}")
+    if n == 1 or size == 0:
+        return 0.0
+    link = cal.level(level)
+    bw = interpolate_busbw(link.rows_for(n), size)
+    if bw is not None and bw > 0:
+        return float(size) / (bw / busbw_factor(n))
+    return model_time(link.alpha_s, link.beta_Bps, size, n)
+
+
+def hop_time(cal: Calibration, size: Number, n: int, level: Optional[str] = None) -> float:
+    """Time of one of the 2(n-1) ring steps (each moving size/n bytes over one hop) that makes
+    a uniform ring take :func:`predict_allreduce_time`: the per-hop time t_i of DESIGN.md's
+    max-plus recurrence for a healthy hop on this level."""
+    if n <= 1:
+        return 0.0
+    return predict_allreduce_time(cal, size, n, level) / (2.0 * (n - 1))
+
+
+# --------------------------------------------------------------------------------------------
+# file format
+# --------------------------------------------------------------------------------------------
+
+TABLE_COLUMNS = ["size_bytes", "time_s", "algbw_Bps", "busbw_Bps", "world_size"]
+
+
+def utc_now_iso() -> str:
+    """Current UTC time, ISO 8601; honours SOURCE_DATE_EPOCH for reproducible files."""
+    epoch = os.environ.get("SOURCE_DATE_EPOCH")
+    when = (
+        _dt.datetime.fromtimestamp(int(epoch), _dt.timezone.utc)
+        if epoch and epoch.isdigit()
+        else _dt.datetime.now(_dt.timezone.utc)
+    )
+    return when.replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+def _finite(x: float) -> Optional[float]:
+    return float(x) if math.isfinite(x) else None
+
+
+def calibration_to_dict(cal: Calibration) -> Dict[str, Any]:
+    """The YAML mapping of a calibration (see docs/validator.md for every key)."""
+    p = cal.provenance
+    doc: Dict[str, Any] = {
+        "format": FORMAT,
+        "provenance": {
+            "backend": p.backend,
+            "world_size": p.world_size,
+            "hostnames": list(p.hostnames),
+            "torch_version": p.torch_version,
+            "nccl_version": p.nccl_version,
+            "gloo_version": p.gloo_version,
+            "date": p.date,
+            "command": p.command,
+            "sources": [
+                {"path": s.path, "sha256": s.sha256, "command": s.command} for s in p.sources
+            ],
+        },
+        "levels": {},
+    }
+    for lv in cal.levels:
+        doc["levels"][lv.level] = {
+            "alpha_s": lv.alpha_s,
+            "beta_Bps": lv.beta_Bps,
+            "fit": {
+                "model": "T = 2(n-1)*alpha + 2(n-1)/n * S/beta",
+                "weighting": "relative",
+                "min_size_bytes": lv.fit_error.min_size_bytes,
+                "points": lv.fit_error.points,
+                "busbw_error_median_pct": _finite(lv.fit_error.median_pct),
+                "busbw_error_max_pct": _finite(lv.fit_error.max_pct),
+            },
+            "table": {
+                "columns": list(TABLE_COLUMNS),
+                "rows": [
+                    [m.size_bytes, m.time_s, m.algbw, m.busbw, m.world_size] for m in lv.table
+                ],
+            },
+        }
+    if cal.compute is not None:
+        c = cal.compute
+        doc["compute"] = {
+            "parameters": c.parameters,
+            "batch_size": c.batch_size,
+            "forward_s": c.forward_s,
+            "backward_s": c.backward_s,
+            "per_rank": [
+                {"rank": r.rank, "forward_s": r.forward_s, "backward_s": r.backward_s}
+                for r in c.per_rank
+            ],
+        }
+    return doc
+
+
+def atomic_write_text(path: Union[str, os.PathLike], text: str) -> None:
+    """Write `text` to `path` atomically: a temp file in the same folder, then os.replace."""
+    path = os.fspath(path)
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=os.path.basename(path), dir=folder)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def dump_calibration(cal: Calibration) -> str:
+    """The calibration as YAML text (table rows one per line)."""
+    header = (
+        "# commsim calibration: all-reduce alpha/beta per link level + measured table.\n"
+        "# Units: bytes, seconds, bytes/s. Format documented in docs/validator.md.\n"
+    )
+    return header + yaml.safe_dump(calibration_to_dict(cal), sort_keys=False, default_flow_style=None, width=120)
+
+
+def save_calibration(cal: Calibration, path: Union[str, os.PathLike]) -> None:
+    """Write `cal` as YAML to `path` (atomically)."""
+    atomic_write_text(path, dump_calibration(cal))
+
+
+class _Reader:
+    """Strict reading of the YAML mapping: every error names the file and the key path."""
+
+    def __init__(self, source: str):
+        self.source = source
+
+    def fail(self, where: str, expected: str, got: Any) -> CalibrationError:
+        return CalibrationError(f"{self.source}: {where}: expected {expected}, got {got!r}")
+
+    def mapping(self, value: Any, where: str, required: Sequence[str], optional: Sequence[str] = ()) -> Mapping:
+        if not isinstance(value, Mapping):
+            raise self.fail(where, "a mapping", value)
+        unknown = [k for k in value if k not in required and k not in optional]
+        if unknown:
+            allowed = ", ".join(list(required) + list(optional))
+            raise CalibrationError(f"{self.source}: {where}: unknown key {unknown[0]!r} (allowed: {allowed})")
+        missing = [k for k in required if k not in value]
+        if missing:
+            raise CalibrationError(f"{self.source}: {where}: missing key {missing[0]!r}")
+        return value
+
+    def number(self, value: Any, where: str, minimum: float = 0.0, strict: bool = False) -> float:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        ok = ok and (value > minimum if strict else value >= minimum)
+        if not ok:
+            raise self.fail(where, f"a finite number {'>' if strict else '>='} {minimum:g}", value)
+        return float(value)
+
+    def integer(self, value: Any, where: str, minimum: int) -> int:
+        if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+            raise self.fail(where, f"an integer >= {minimum}", value)
+        return int(value)
+
+    def opt_str(self, value: Any, where: str) -> Optional[str]:
+        if value is None:
+            return None
+        if not isinstance(value, (str, int, float)) or isinstance(value, bool):
+            raise self.fail(where, "a string or null", value)
+        return str(value)
+
+    def str_list(self, value: Any, where: str) -> Tuple[str, ...]:
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise self.fail(where, "a list of strings", value)
+        return tuple(value)
+
+
+def calibration_from_dict(doc: Any, source: str = "<calibration>") -> Calibration:
+    """Validate a parsed YAML mapping and build the Calibration (CalibrationError on any defect)."""
+    r = _Reader(source)
+    top = r.mapping(doc, "(top level)", ["format", "provenance", "levels"], ["compute"])
+    if top["format"] != FORMAT:
+        raise r.fail("format", repr(FORMAT), top["format"])
+
+    pv = r.mapping(
+        top["provenance"], "provenance", ["backend", "world_size"],
+        ["hostnames", "torch_version", "nccl_version", "gloo_version", "date", "command", "sources"],
+    )
+    sources = []
+    for i, s in enumerate(pv.get("sources") or []):
+        where = f"provenance.sources[{i}]"
+        s = r.mapping(s, where, ["path"], ["sha256", "command"])
+        sources.append(SourceFile(str(s["path"]), r.opt_str(s.get("sha256"), where + ".sha256"),
+                                  r.opt_str(s.get("command"), where + ".command")))
+    backend = r.opt_str(pv["backend"], "provenance.backend")
+    if not backend:
+        raise r.fail("provenance.backend", "a non-empty string", pv["backend"])
+    prov = Provenance(
+        backend=backend,
+        world_size=r.integer(pv["world_size"], "provenance.world_size", 1),
+        hostnames=r.str_list(pv.get("hostnames") or [], "provenance.hostnames"),
+        torch_version=r.opt_str(pv.get("torch_version"), "provenance.torch_version"),
+        nccl_version=r.opt_str(pv.get("nccl_version"), "provenance.nccl_version"),
+        gloo_version=r.opt_str(pv.get("gloo_version"), "provenance.gloo_version"),
+        date=r.opt_str(pv.get("date"), "provenance.date"),
+        command=r.opt_str(pv.get("command"), "provenance.command"),
+        sources=tuple(sources),
+    )
+
+    levels_doc = top["levels"]
+    if not isinstance(levels_doc, Mapping) or not levels_doc:
+        raise r.fail("levels", f"a non-empty mapping with keys among {', '.join(LEVELS)}", levels_doc)
+    levels = []
+    for name, body in levels_doc.items():
+        where = f"levels.{name}"
+        if name not in LEVELS:
+            raise r.fail("levels", f"level names among {', '.join(LEVELS)}", name)
+        body = r.mapping(body, where, ["alpha_s", "beta_Bps", "table"], ["fit"])
+        alpha = r.number(body["alpha_s"], where + ".alpha_s")
+        beta = r.number(body["beta_Bps"], where + ".beta_Bps", strict=True)
+        table = _read_table(r, body["table"], where + ".table")
+        if "fit" in body:  # informative; recomputed from alpha, beta and the table
+            r.mapping(body["fit"], where + ".fit", [], ["model", "weighting", "min_size_bytes", "points",
+                                                        "busbw_error_median_pct", "busbw_error_max_pct"])
+        levels.append(LinkCalibration(name, alpha, beta, table, fit_error(alpha, beta, table)))
+    if "flat" in levels_doc and len(levels_doc) > 1:
+        raise CalibrationError(f"{source}: levels: 'flat' cannot be combined with intra_node/inter_node")
+
+    compute = None
+    if top.get("compute") is not None:
+        c = r.mapping(top["compute"], "compute", ["parameters", "batch_size", "forward_s", "backward_s"], ["per_rank"])
+        per_rank = []
+        for i, pr in enumerate(c.get("per_rank") or []):
+            w = f"compute.per_rank[{i}]"
+            pr = r.mapping(pr, w, ["rank", "forward_s", "backward_s"])
+            per_rank.append(RankCompute(r.integer(pr["rank"], w + ".rank", 0),
+                                        r.number(pr["forward_s"], w + ".forward_s"),
+                                        r.number(pr["backward_s"], w + ".backward_s")))
+        compute = ComputeTiming(
+            parameters=r.integer(c["parameters"], "compute.parameters", 1),
+            batch_size=r.integer(c["batch_size"], "compute.batch_size", 1),
+            forward_s=r.number(c["forward_s"], "compute.forward_s"),
+            backward_s=r.number(c["backward_s"], "compute.backward_s"),
+            per_rank=tuple(per_rank),
+        )
+    return Calibration(tuple(levels), prov, compute)
+
+
+def _read_table(r: _Reader, doc: Any, where: str) -> Tuple[Measurement, ...]:
+    t = r.mapping(doc, where, ["columns", "rows"])
+    if t["columns"] != TABLE_COLUMNS:
+        raise r.fail(where + ".columns", str(TABLE_COLUMNS), t["columns"])
+    rows = t["rows"]
+    if not isinstance(rows, list) or not rows:
+        raise r.fail(where + ".rows", "a non-empty list of rows", rows)
+    out = []
+    for i, row in enumerate(rows):
+        w = f"{where}.rows[{i}]"
+        if not isinstance(row, list) or len(row) != len(TABLE_COLUMNS):
+            raise r.fail(w, f"a list of {len(TABLE_COLUMNS)} numbers {TABLE_COLUMNS}", row)
+        size = r.integer(row[0], w + "[0] (size_bytes)", 1)
+        time = r.number(row[1], w + "[1] (time_s)", strict=True)
+        n = r.integer(row[4], w + "[4] (world_size)", 2)
+        m = Measurement(size, time, n)
+        # the bandwidth columns are for readers; a hand edit that breaks them is caught here
+        for col, value, want in ((2, row[2], m.algbw), (3, row[3], m.busbw)):
+            got = r.number(value, f"{w}[{col}] ({TABLE_COLUMNS[col]})")
+            if abs(got - want) > 1e-6 * want:
+                raise r.fail(f"{w}[{col}] ({TABLE_COLUMNS[col]})", f"{want!r} (from size, time, world_size)", value)
+        out.append(m)
+    keys = [(m.world_size, m.size_bytes) for m in out]
+    if keys != sorted(set(keys)):
+        raise CalibrationError(f"{r.source}: {where}.rows: rows must be sorted by (world_size, size_bytes) without repeats")
+    return tuple(out)
+
+
+def load_calibration(path: Union[str, os.PathLike]) -> Calibration:
+    """Read and validate a calibration YAML file (CalibrationError with a one-line message)."""
+    source = os.fspath(path)
+    try:
+        with open(source, encoding="utf-8") as fh:
+            doc = yaml.safe_load(fh)
+    except OSError as exc:
+        raise CalibrationError(f"{source}: cannot read calibration file: {exc.strerror or exc}") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f" (line {mark.line + 1})" if mark is not None else ""
+        raise CalibrationError(f"{source}: not valid YAML{at}") from None
+    return calibration_from_dict(doc, source)

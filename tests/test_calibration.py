@@ -1,0 +1,234 @@
+"""Tests for commsim.calibration: conventions, the alpha-beta fit, prediction, the file format."""
+
+import math
+
+import numpy as np
+import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from commsim import calibration as cal_mod
+from commsim.calibration import (
+    Calibration,
+    CalibrationError,
+    Measurement,
+    Provenance,
+    algbw,
+    busbw,
+    fit_alpha_beta,
+    fit_link,
+    hop_time,
+    load_calibration,
+    model_time,
+    predict_allreduce_time,
+    save_calibration,
+)
+
+SIZES = [8 * 2**k for k in range(28)]  # 8 B .. 1 GiB, an nccl-tests sweep
+
+
+def synthetic(alpha, beta, n, sizes=SIZES, noise=None):
+    times = np.array([model_time(alpha, beta, s, n) for s in sizes])
+    if noise is not None:
+        times = times * noise
+    return [Measurement(int(s), float(t), n) for s, t in zip(sizes, times)]
+
+
+def make_cal(levels):
+    return Calibration(tuple(levels), Provenance(backend="test", world_size=8))
+
+
+def test_nccl_tests_factors():
+    # A100 log row: 134217728 B in 1295.41 us -> algbw 103.61 GB/s, busbw 181.32 GB/s (n=8)
+    assert algbw(134217728, 1295.41e-6) / 1e9 == pytest.approx(103.61, abs=0.005)
+    assert busbw(134217728, 1295.41e-6, 8) / 1e9 == pytest.approx(181.32, abs=0.005)
+    # two ranks: busbw equals algbw; one rank: no traffic
+    assert busbw(1000, 1.0, 2) == algbw(1000, 1.0)
+    assert busbw(1000, 1.0, 1) == 0.0
+
+
+def test_fit_recovers_exact_parameters():
+    alpha, beta = 5e-6, 25e9
+    ms = synthetic(alpha, beta, 8)
+    a, b = fit_alpha_beta([m.size_bytes for m in ms], [m.time_s for m in ms], 8)
+    assert a == pytest.approx(alpha, rel=1e-9)
+    assert b == pytest.approx(beta, rel=1e-9)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    alpha=st.floats(1e-7, 1e-3),
+    beta=st.floats(1e8, 1e12),
+    n=st.integers(2, 1024),
+)
+def test_fit_recovers_parameters_property(alpha, beta, n):
+    ms = synthetic(alpha, beta, n)
+    a, b = fit_alpha_beta([m.size_bytes for m in ms], [m.time_s for m in ms], n)
+    assert a == pytest.approx(alpha, rel=1e-6)
+    assert b == pytest.approx(beta, rel=1e-6)
+
+
+def test_joint_fit_over_several_world_sizes():
+    alpha, beta = 2e-6, 10e9
+    ms = synthetic(alpha, beta, 4) + synthetic(alpha, beta, 16)
+    a, b = fit_alpha_beta([m.size_bytes for m in ms], [m.time_s for m in ms], [m.world_size for m in ms])
+    assert (a, b) == (pytest.approx(alpha), pytest.approx(beta))
+
+
+def test_relative_weighting_fits_small_sizes_too():
+    # 10% multiplicative noise that is large at the top sizes: an unweighted fit would follow the
+    # big absolute residuals there and get alpha wrong by orders of magnitude; relative does not.
+    rng = np.random.default_rng(1)
+    noise = 1.0 + 0.05 * rng.standard_normal(len(SIZES))
+    ms = synthetic(10e-6, 5e9, 8, noise=noise)
+    a, b = fit_alpha_beta([m.size_bytes for m in ms], [m.time_s for m in ms], 8)
+    assert a == pytest.approx(10e-6, rel=0.1)
+    assert b == pytest.approx(5e9, rel=0.1)
+    small = [m for m in ms if m.size_bytes <= 1024]
+    for m in small:  # latency-bound sizes are predicted in relative terms too
+        assert model_time(a, b, m.size_bytes, 8) == pytest.approx(m.time_s, rel=0.2)
+
+
+def test_negative_alpha_is_pinned_to_zero():
+    # times that are pure bandwidth minus a little: the free fit would give alpha < 0
+    sizes = [2**20, 2**21, 2**22]
+    times = [s / 1e9 - 1e-6 for s in sizes]
+    a, b = fit_alpha_beta(sizes, times, 2)
+    assert a == 0.0 and b > 0
+
+
+@pytest.mark.parametrize(
+    "sizes,times,n,msg",
+    [
+        ([8], [1e-5], 2, "two or more distinct sizes"),
+        ([8, 8], [1e-5, 1e-5], 2, "two or more distinct sizes"),
+        ([8, 16], [1e-5, 0.0], 2, "> 0"),
+        ([8, 16], [1e-5, 1e-5], 1, "world sizes >= 2"),
+        ([2**20, 2**30], [1e-3, 1e-4], 4, "do not grow with size"),
+    ],
+)
+def test_fit_rejects_bad_input(sizes, times, n, msg):
+    with pytest.raises(CalibrationError, match=msg):
+        fit_alpha_beta(sizes, times, n)
+
+
+def test_fit_error_is_zero_for_exact_model_and_positive_otherwise():
+    link = fit_link("flat", synthetic(3e-6, 20e9, 8))
+    assert link.fit_error.median_pct == pytest.approx(0.0, abs=1e-6)
+    assert link.fit_error.points == sum(1 for s in SIZES if s >= 2**20)
+    # a plateau the line cannot follow: busbw halves above 64 MiB
+    ms = [Measurement(m.size_bytes, m.time_s * (2 if m.size_bytes > 2**26 else 1), 8)
+          for m in synthetic(3e-6, 20e9, 8)]
+    assert fit_link("flat", ms).fit_error.max_pct > 10
+
+
+def test_predict_uses_table_inside_and_model_outside():
+    alpha, beta = 5e-6, 10e9
+    # a measured curve that wanders 0..20% off the model line: distinguishes the two paths
+    ms = [Measurement(m.size_bytes, m.time_s * (1.0 + 0.1 * (1 + math.sin(i))), 8)
+          for i, m in enumerate(synthetic(alpha, beta, 8, sizes=SIZES[:20]))]
+    link = fit_link("intra_node", ms)
+    cal = make_cal([link])
+    for m in ms:  # exactly the measured time at a measured size
+        assert predict_allreduce_time(cal, m.size_bytes, 8) == pytest.approx(m.time_s, rel=1e-12)
+    # between two measured sizes: busbw interpolated in log-size
+    s0, s1 = ms[10], ms[11]
+    mid = int(math.sqrt(s0.size_bytes * s1.size_bytes))
+    w = math.log(mid / s0.size_bytes) / math.log(s1.size_bytes / s0.size_bytes)
+    bw = (1 - w) * s0.busbw + w * s1.busbw
+    assert 0.4 < w < 0.6
+    assert predict_allreduce_time(cal, mid, 8) == pytest.approx(mid / (bw * 8 / 14), rel=1e-6)
+    # outside the table, or another world size: the fitted model
+    big = SIZES[25]
+    assert predict_allreduce_time(cal, big, 8) == model_time(link.alpha_s, link.beta_Bps, big, 8)
+    assert predict_allreduce_time(cal, 4096, 16) == model_time(link.alpha_s, link.beta_Bps, 4096, 16)
+    assert predict_allreduce_time(cal, 4096, 1) == 0.0
+    assert predict_allreduce_time(cal, 0, 8) == 0.0
+    # and the two paths really differ here
+    assert predict_allreduce_time(cal, ms[5].size_bytes, 8) != model_time(link.alpha_s, link.beta_Bps, ms[5].size_bytes, 8)
+
+
+def test_hop_time_times_steps_is_allreduce_time():
+    cal = make_cal([fit_link("flat", synthetic(5e-6, 10e9, 4))])
+    for size in (1000, 2**20, 2**31):
+        assert hop_time(cal, size, 4) * 6 == pytest.approx(predict_allreduce_time(cal, size, 4))
+
+
+def test_levels_and_default_level():
+    intra = fit_link("intra_node", synthetic(1e-6, 100e9, 8))
+    inter = fit_link("inter_node", synthetic(10e-6, 10e9, 16))
+    cal = make_cal([intra, inter])
+    assert cal_mod.default_level(cal) == "inter_node"
+    assert predict_allreduce_time(cal, 2**30, 8, "intra_node") < predict_allreduce_time(cal, 2**30, 8)
+    with pytest.raises(CalibrationError, match="no link level 'flat'"):
+        cal.level("flat")
+    with pytest.raises(ValueError, match="cannot be combined"):
+        make_cal([intra, fit_link("flat", synthetic(1e-6, 1e9, 2))])
+
+
+def test_duplicate_measurements_are_merged_by_median():
+    ms = [Measurement(2**20, t, 4) for t in (1e-3, 2e-3, 9e-3)] + [Measurement(2**21, 3e-3, 4)]
+    link = fit_link("flat", ms)
+    assert [(m.size_bytes, m.time_s) for m in link.table] == [(2**20, 2e-3), (2**21, 3e-3)]
+
+
+def full_cal():
+    from commsim.calibration import ComputeTiming, RankCompute, SourceFile
+
+    prov = Provenance(
+        backend="gloo", world_size=2, hostnames=("h1",), torch_version="2.13.0", nccl_version=None,
+        gloo_version="gloo (torch 2.13.0)", date="2026-11-30T08:00:00Z", command="commsim calibrate --backend gloo",
+        sources=(SourceFile("a.txt", "ab" * 32, "./all_reduce_perf -b 8"),),
+    )
+    compute = ComputeTiming(1000, 4, 0.01, 0.02, (RankCompute(0, 0.01, 0.02), RankCompute(1, 0.011, 0.021)))
+    return Calibration((fit_link("intra_node", synthetic(2e-6, 3e9, 2)),), prov, compute)
+
+
+def test_save_load_round_trip(tmp_path):
+    cal = full_cal()
+    path = tmp_path / "cal.yaml"
+    save_calibration(cal, path)
+    assert load_calibration(path) == cal
+    # the file is plain YAML with the documented top-level keys, and no temp file is left
+    doc = yaml.safe_load(path.read_text())
+    assert list(doc) == ["format", "provenance", "levels", "compute"]
+    assert [p.name for p in tmp_path.iterdir()] == ["cal.yaml"]
+
+
+def _write(tmp_path, doc):
+    p = tmp_path / "bad.yaml"
+    p.write_text(yaml.safe_dump(doc) if not isinstance(doc, str) else doc)
+    return p
+
+
+@pytest.mark.parametrize(
+    "mutate,msg",
+    [
+        (lambda d: d.update(format="other/1"), "format: expected"),
+        (lambda d: d.update(extra=1), "unknown key 'extra'"),
+        (lambda d: d["levels"]["intra_node"].update(alpha_s=-1.0), r"levels.intra_node.alpha_s: expected a finite number >= 0"),
+        (lambda d: d["levels"]["intra_node"].update(beta_Bps="fast"), r"levels.intra_node.beta_Bps"),
+        (lambda d: d["levels"].update(nvlink=d["levels"]["intra_node"]), r"levels: expected level names"),
+        (lambda d: d["levels"]["intra_node"]["table"]["rows"][0].__setitem__(1, 0), r"rows\[0\]\[1\] \(time_s\)"),
+        (lambda d: d["levels"]["intra_node"]["table"]["rows"][3].__setitem__(3, 1.0), r"rows\[3\]\[3\] \(busbw_Bps\)"),
+        (lambda d: d["levels"]["intra_node"]["table"]["rows"].reverse(), "must be sorted"),
+        (lambda d: d["provenance"].pop("backend"), "missing key 'backend'"),
+        (lambda d: d["compute"].update(forward_s=None), "compute.forward_s"),
+    ],
+)
+def test_bad_files_raise_one_line_errors(tmp_path, mutate, msg):
+    doc = cal_mod.calibration_to_dict(full_cal())
+    mutate(doc)
+    with pytest.raises(CalibrationError, match=msg) as exc:
+        load_calibration(_write(tmp_path, doc))
+    assert "\n" not in str(exc.value) and str(tmp_path) in str(exc.value)
+
+
+def test_unreadable_and_non_yaml_files(tmp_path):
+    with pytest.raises(CalibrationError, match="cannot read"):
+        load_calibration(tmp_path / "missing.yaml")
+    with pytest.raises(CalibrationError, match="not valid YAML"):
+        load_calibration(_write(tmp_path, "a: [1, 2\n"))
+    with pytest.raises(CalibrationError, match="expected a mapping"):
+        load_calibration(_write(tmp_path, "- 1\n"))
