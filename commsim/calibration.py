@@ -25,7 +25,7 @@ import math
 import os
 import tempfile
 from dataclasses import dataclass
-from typing import Any, Dict, Iterable, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import yaml
@@ -119,19 +119,53 @@ class FitError:
 
 
 @dataclass(frozen=True)
+class SizeRange:
+    """Alpha-beta parameters that apply from `min_size_bytes` up to the next range's start
+    (the first range also covers smaller sizes, the last one larger sizes)."""
+
+    min_size_bytes: int
+    alpha_s: float
+    beta_Bps: float
+
+
+@dataclass(frozen=True)
 class LinkCalibration:
-    """One link level: fitted alpha (s per ring step), beta (= per-hop bandwidth B, bytes/s),
-    the measurements (sorted by world size, then size) and the fit's own error."""
+    """One link level.
+
+    - alpha_s, beta_Bps: the ring model fitted to the whole sweep (alpha in s per ring step,
+      beta the per-hop bandwidth B in bytes/s: what busbw tends to for large sizes);
+    - ranges: the same model fitted per size range (at most MAX_RANGES, "protocol ranges":
+      NCCL switches protocol and channel count with size, so one line rarely fits a whole
+      sweep); this is the model predictions use off the measured table;
+    - table: the measurements, sorted by (world size, size);
+    - fit_error: busbw error of `ranges` on the table, sizes >= 1 MiB;
+      line_fit_error: the same for the single alpha_s/beta_Bps line.
+    """
 
     level: str
     alpha_s: float
     beta_Bps: float
     table: Tuple[Measurement, ...]
+    ranges: Tuple[SizeRange, ...]
     fit_error: FitError
+    line_fit_error: FitError
 
     def rows_for(self, n: int) -> Tuple[Measurement, ...]:
         """The measurements taken at world size `n`, by increasing size."""
         return tuple(m for m in self.table if m.world_size == n)
+
+    def range_for(self, size: Number) -> SizeRange:
+        """The size range whose parameters apply to `size`."""
+        chosen = self.ranges[0]
+        for r in self.ranges[1:]:
+            if size >= r.min_size_bytes:
+                chosen = r
+        return chosen
+
+    def model_time(self, size: Number, n: int) -> float:
+        """All-reduce time of the per-range alpha-beta model."""
+        r = self.range_for(size)
+        return model_time(r.alpha_s, r.beta_Bps, size, n)
 
 
 @dataclass(frozen=True)
@@ -279,19 +313,88 @@ def model_time(alpha_s: float, beta_Bps: float, size: Number, n: int) -> float:
     return 2.0 * (n - 1) * alpha_s + 2.0 * (n - 1) / n * float(size) / beta_Bps
 
 
-def fit_error(alpha_s: float, beta_Bps: float, table: Iterable[Measurement],
+def fit_error(predict: Callable[[int, int], float], table: Iterable[Measurement],
               min_size: int = FIT_ERROR_MIN_SIZE) -> FitError:
-    """Median and max |busbw_model - busbw_measured| / busbw_measured in %, sizes >= min_size.
-
-    With no measurement that large the figures are NaN and `points` is 0."""
+    """Median and max |busbw_model - busbw_measured| / busbw_measured in %, sizes >= min_size,
+    for a model `predict(size, n) -> seconds`. busbw is proportional to 1/t, so this is
+    |t_measured / t_model - 1|. With no measurement that large: NaN and `points` 0."""
     errs = [
-        abs(m.time_s / model_time(alpha_s, beta_Bps, m.size_bytes, m.world_size) - 1.0) * 100.0
+        abs(m.time_s / predict(m.size_bytes, m.world_size) - 1.0) * 100.0
         for m in table
         if m.size_bytes >= min_size
     ]
     if not errs:
         return FitError(float("nan"), float("nan"), int(min_size), 0)
     return FitError(float(np.median(errs)), float(np.max(errs)), int(min_size), len(errs))
+
+
+MAX_RANGES = 3
+MIN_SIZES_PER_RANGE = 3
+# Relative residuals below 0.05% are below what a log resolves (nccl-tests prints times with
+# 4 significant digits): the range count is not raised to chase them.
+RESIDUAL_FLOOR = 5e-4
+
+
+def _segment_cost(table: Sequence[Measurement]) -> Tuple[float, Optional[Tuple[float, float]]]:
+    """Sum of squared relative residuals of the best alpha-beta line (inf if none fits)."""
+    try:
+        a, b = fit_alpha_beta([m.size_bytes for m in table], [m.time_s for m in table],
+                              [m.world_size for m in table])
+    except CalibrationError:
+        return math.inf, None
+    res = [model_time(a, b, m.size_bytes, m.world_size) / m.time_s - 1.0 for m in table]
+    return float(np.dot(res, res)), (a, b)
+
+
+def fit_ranges(table: Sequence[Measurement], max_ranges: int = MAX_RANGES) -> Tuple[SizeRange, ...]:
+    """Split the sweep into at most `max_ranges` contiguous size ranges (each >= 3 distinct
+    sizes) and fit alpha-beta in each with the relative weighting of :func:`fit_alpha_beta`.
+
+    The split minimises the summed squared relative residuals for each number of ranges K
+    (exhaustive dynamic programming over the cut points: a sweep has a few dozen sizes); K is
+    chosen by the Bayesian information criterion N ln(RSS/N) + 2K ln N, so a clean line
+    (PCIe, sockets) stays one range and an NVLink sweep, whose busbw ramps up with size as
+    NCCL changes protocol and channel count, gets two or three."""
+    sizes = sorted({m.size_bytes for m in table})
+    groups = [[m for m in table if m.size_bytes == s] for s in sizes]
+    k_max = min(max_ranges, len(sizes) // MIN_SIZES_PER_RANGE)
+    cost: Dict[Tuple[int, int], Tuple[float, Optional[Tuple[float, float]]]] = {}
+
+    def seg(i: int, j: int):  # sizes[i:j]
+        if (i, j) not in cost:
+            cost[(i, j)] = _segment_cost([m for g in groups[i:j] for m in g])
+        return cost[(i, j)]
+
+    n_sizes = len(sizes)
+    # best[k][j]: (rss, cuts) covering sizes[0:j] with k ranges
+    best: Dict[int, Dict[int, Tuple[float, Tuple[int, ...]]]] = {1: {}}
+    for j in range(MIN_SIZES_PER_RANGE, n_sizes + 1):
+        best[1][j] = (seg(0, j)[0], ())
+    for k in range(2, max(k_max, 1) + 1):
+        best[k] = {}
+        for j in range(k * MIN_SIZES_PER_RANGE, n_sizes + 1):
+            options = [
+                (best[k - 1][i][0] + seg(i, j)[0], best[k - 1][i][1] + (i,))
+                for i in range((k - 1) * MIN_SIZES_PER_RANGE, j - MIN_SIZES_PER_RANGE + 1)
+                if i in best[k - 1]
+            ]
+            if options:
+                best[k][j] = min(options)
+    npts = len(table)
+    chosen, chosen_score = None, math.inf
+    for k in sorted(best):
+        if n_sizes not in best[k] or not math.isfinite(best[k][n_sizes][0]):
+            continue
+        rss, cuts = best[k][n_sizes]
+        score = npts * math.log(max(rss / npts, RESIDUAL_FLOOR**2)) + 2 * k * math.log(npts)
+        if score < chosen_score - 1e-9:
+            chosen, chosen_score = cuts, score
+    if chosen is None:  # too few sizes to split, or no split fits: one range over everything
+        a, b = fit_alpha_beta([m.size_bytes for m in table], [m.time_s for m in table],
+                              [m.world_size for m in table])
+        return (SizeRange(sizes[0], a, b),)
+    bounds = (0,) + chosen + (n_sizes,)
+    return tuple(SizeRange(sizes[i], *seg(i, j)[1]) for i, j in zip(bounds, bounds[1:]))
 
 
 def _merge_duplicates(measurements: Iterable[Measurement]) -> Tuple[Measurement, ...]:
@@ -309,10 +412,17 @@ def fit_link(level: str, measurements: Iterable[Measurement]) -> LinkCalibration
     if level not in LEVELS:
         raise CalibrationError(f"unknown link level {level!r}; expected one of {', '.join(LEVELS)}")
     table = _merge_duplicates(measurements)
-    alpha, beta = fit_alpha_beta(
+    return make_link(level, *fit_alpha_beta(
         [m.size_bytes for m in table], [m.time_s for m in table], [m.world_size for m in table]
-    )
-    return LinkCalibration(level, alpha, beta, table, fit_error(alpha, beta, table))
+    ), table, fit_ranges(table))
+
+
+def make_link(level: str, alpha_s: float, beta_Bps: float, table: Tuple[Measurement, ...],
+              ranges: Tuple[SizeRange, ...]) -> LinkCalibration:
+    """A LinkCalibration with its fit errors computed from the parameters and the table."""
+    line = fit_error(lambda size, n: model_time(alpha_s, beta_Bps, size, n), table)
+    link = LinkCalibration(level, alpha_s, beta_Bps, table, ranges, line, line)
+    return LinkCalibration(level, alpha_s, beta_Bps, table, ranges, fit_error(link.model_time, table), line)
 
 
 # --------------------------------------------------------------------------------------------
@@ -332,23 +442,31 @@ def interpolate_busbw(rows: Sequence[Measurement], size: Number) -> Optional[flo
     return float(np.interp(math.log(size), np.log(sizes), bws))
 
 
-def predict_allreduce_time(cal: Calibration, size: Number, n: int, level: Optional[str] = None) -> float:
-    """Predicted all-reduce time (s) of `size` bytes over `n` ranks on link level `level`.
-
-    The measured curve when `n` equals a measured world size and `size` lies inside that
-    table (busbw interpolated in log-size, then t = S / (busbw * n / (2(n-1)))); otherwise
-    the fitted alpha-beta model. One rank, or zero bytes, costs nothing."""
+def predict_with_source(
+    cal: Calibration, size: Number, n: int, level: Optional[str] = None
+) -> Tuple[float, str]:
+    """:func:`predict_allreduce_time` and where the figure came from: "table" (measured
+    curve), "model" (alpha-beta) or "none" (one rank or zero bytes: nothing to do)."""
     if n < 1:
         raise ValueError(f"world size must be >= 1, got {n!r}")
     if size < 0:
         raise ValueError(f"size must be >= 0 bytes, got {size!r}")
     if n == 1 or size == 0:
-        return 0.0
+        return 0.0, "none"
     link = cal.level(level)
     bw = interpolate_busbw(link.rows_for(n), size)
     if bw is not None and bw > 0:
-        return float(size) / (bw / busbw_factor(n))
-    return model_time(link.alpha_s, link.beta_Bps, size, n)
+        return float(size) / (bw / busbw_factor(n)), "table"
+    return link.model_time(size, n), "model"
+
+
+def predict_allreduce_time(cal: Calibration, size: Number, n: int, level: Optional[str] = None) -> float:
+    """Predicted all-reduce time (s) of `size` bytes over `n` ranks on link level `level`.
+
+    The measured curve when `n` equals a measured world size and `size` lies inside that
+    table (busbw interpolated in log-size, then t = S / (busbw * n / (2(n-1)))); otherwise
+    the alpha-beta model of the size range `size` falls in. One rank, or zero bytes, costs nothing."""
+    return predict_with_source(cal, size, n, level)[0]
 
 
 def hop_time(cal: Calibration, size: Number, n: int, level: Optional[str] = None) -> float:
@@ -406,6 +524,10 @@ def calibration_to_dict(cal: Calibration) -> Dict[str, Any]:
         doc["levels"][lv.level] = {
             "alpha_s": lv.alpha_s,
             "beta_Bps": lv.beta_Bps,
+            "ranges": [
+                {"min_size_bytes": r.min_size_bytes, "alpha_s": r.alpha_s, "beta_Bps": r.beta_Bps}
+                for r in lv.ranges
+            ],
             "fit": {
                 "model": "T = 2(n-1)*alpha + 2(n-1)/n * S/beta",
                 "weighting": "relative",
@@ -413,11 +535,13 @@ def calibration_to_dict(cal: Calibration) -> Dict[str, Any]:
                 "points": lv.fit_error.points,
                 "busbw_error_median_pct": _finite(lv.fit_error.median_pct),
                 "busbw_error_max_pct": _finite(lv.fit_error.max_pct),
+                "line_busbw_error_median_pct": _finite(lv.line_fit_error.median_pct),
+                "line_busbw_error_max_pct": _finite(lv.line_fit_error.max_pct),
             },
             "table": {
-                "columns": list(TABLE_COLUMNS),
+                "columns": _Flow(TABLE_COLUMNS),
                 "rows": [
-                    [m.size_bytes, m.time_s, m.algbw, m.busbw, m.world_size] for m in lv.table
+                    _Flow([m.size_bytes, m.time_s, m.algbw, m.busbw, m.world_size]) for m in lv.table
                 ],
             },
         }
@@ -434,6 +558,17 @@ def calibration_to_dict(cal: Calibration) -> Dict[str, Any]:
             ],
         }
     return doc
+
+
+class _Flow(list):
+    """A list written in YAML flow style ([a, b, c]): one table row per line."""
+
+
+class _Dumper(yaml.SafeDumper):
+    pass
+
+
+_Dumper.add_representer(_Flow, lambda d, v: d.represent_sequence("tag:yaml.org,2002:seq", v, flow_style=True))
 
 
 def atomic_write_text(path: Union[str, os.PathLike], text: str) -> None:
@@ -457,7 +592,7 @@ def dump_calibration(cal: Calibration) -> str:
         "# commsim calibration: all-reduce alpha/beta per link level + measured table.\n"
         "# Units: bytes, seconds, bytes/s. Format documented in docs/validator.md.\n"
     )
-    return header + yaml.safe_dump(calibration_to_dict(cal), sort_keys=False, default_flow_style=None, width=120)
+    return header + yaml.dump(calibration_to_dict(cal), Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=120)
 
 
 def save_calibration(cal: Calibration, path: Union[str, os.PathLike]) -> None:
@@ -551,14 +686,16 @@ def calibration_from_dict(doc: Any, source: str = "<calibration>") -> Calibratio
         where = f"levels.{name}"
         if name not in LEVELS:
             raise r.fail("levels", f"level names among {', '.join(LEVELS)}", name)
-        body = r.mapping(body, where, ["alpha_s", "beta_Bps", "table"], ["fit"])
+        body = r.mapping(body, where, ["alpha_s", "beta_Bps", "table"], ["ranges", "fit"])
         alpha = r.number(body["alpha_s"], where + ".alpha_s")
         beta = r.number(body["beta_Bps"], where + ".beta_Bps", strict=True)
         table = _read_table(r, body["table"], where + ".table")
-        if "fit" in body:  # informative; recomputed from alpha, beta and the table
-            r.mapping(body["fit"], where + ".fit", [], ["model", "weighting", "min_size_bytes", "points",
-                                                        "busbw_error_median_pct", "busbw_error_max_pct"])
-        levels.append(LinkCalibration(name, alpha, beta, table, fit_error(alpha, beta, table)))
+        ranges = _read_ranges(r, body.get("ranges"), where + ".ranges", alpha, beta, table)
+        if "fit" in body:  # informative; recomputed from the parameters and the table
+            r.mapping(body["fit"], where + ".fit", [], [
+                "model", "weighting", "min_size_bytes", "points", "busbw_error_median_pct",
+                "busbw_error_max_pct", "line_busbw_error_median_pct", "line_busbw_error_max_pct"])
+        levels.append(make_link(name, alpha, beta, table, ranges))
     if "flat" in levels_doc and len(levels_doc) > 1:
         raise CalibrationError(f"{source}: levels: 'flat' cannot be combined with intra_node/inter_node")
 
@@ -580,6 +717,26 @@ def calibration_from_dict(doc: Any, source: str = "<calibration>") -> Calibratio
             per_rank=tuple(per_rank),
         )
     return Calibration(tuple(levels), prov, compute)
+
+
+def _read_ranges(r: _Reader, doc: Any, where: str, alpha: float, beta: float,
+                 table: Tuple[Measurement, ...]) -> Tuple[SizeRange, ...]:
+    """Size ranges; absent means one range with the level's alpha/beta from the smallest size."""
+    if doc is None:
+        return (SizeRange(min(m.size_bytes for m in table), alpha, beta),)
+    if not isinstance(doc, list) or not doc:
+        raise r.fail(where, "a non-empty list of {min_size_bytes, alpha_s, beta_Bps}", doc)
+    out = []
+    for i, item in enumerate(doc):
+        w = f"{where}[{i}]"
+        item = r.mapping(item, w, ["min_size_bytes", "alpha_s", "beta_Bps"])
+        out.append(SizeRange(r.integer(item["min_size_bytes"], w + ".min_size_bytes", 1),
+                             r.number(item["alpha_s"], w + ".alpha_s"),
+                             r.number(item["beta_Bps"], w + ".beta_Bps", strict=True)))
+    starts = [x.min_size_bytes for x in out]
+    if starts != sorted(set(starts)):
+        raise r.fail(where, "ranges in increasing min_size_bytes order", starts)
+    return tuple(out)
 
 
 def _read_table(r: _Reader, doc: Any, where: str) -> Tuple[Measurement, ...]:

@@ -1,5 +1,6 @@
 """Tests for commsim.calibration: conventions, the alpha-beta fit, prediction, the file format."""
 
+import json
 import math
 
 import numpy as np
@@ -116,11 +117,32 @@ def test_fit_rejects_bad_input(sizes, times, n, msg):
 def test_fit_error_is_zero_for_exact_model_and_positive_otherwise():
     link = fit_link("flat", synthetic(3e-6, 20e9, 8))
     assert link.fit_error.median_pct == pytest.approx(0.0, abs=1e-6)
+    assert link.line_fit_error.median_pct == pytest.approx(0.0, abs=1e-6)
     assert link.fit_error.points == sum(1 for s in SIZES if s >= 2**20)
-    # a plateau the line cannot follow: busbw halves above 64 MiB
+    assert len(link.ranges) == 1  # a clean line stays one range
+    # a plateau the single line cannot follow: busbw halves above 64 MiB
     ms = [Measurement(m.size_bytes, m.time_s * (2 if m.size_bytes > 2**26 else 1), 8)
           for m in synthetic(3e-6, 20e9, 8)]
-    assert fit_link("flat", ms).fit_error.max_pct > 10
+    link = fit_link("flat", ms)
+    assert link.line_fit_error.max_pct > 10
+    assert link.fit_error.max_pct < 1  # ... but the size ranges do
+
+
+def test_ranges_recover_piecewise_model():
+    # three "protocols": low latency / low bandwidth, then two higher-bandwidth regimes
+    small = synthetic(2e-6, 2e9, 8, sizes=SIZES[:10])
+    mid = synthetic(8e-6, 40e9, 8, sizes=SIZES[10:19])
+    large = synthetic(30e-6, 120e9, 8, sizes=SIZES[19:])
+    link = fit_link("intra_node", small + mid + large)
+    got = [(r.min_size_bytes, r.alpha_s, r.beta_Bps) for r in link.ranges]
+    want = [(SIZES[0], 2e-6, 2e9), (SIZES[10], 8e-6, 40e9), (SIZES[19], 30e-6, 120e9)]
+    assert len(got) == 3
+    for g, w in zip(got, want):
+        assert g[0] == w[0] and g[1] == pytest.approx(w[1], rel=1e-6) and g[2] == pytest.approx(w[2], rel=1e-6)
+    assert link.fit_error.max_pct == pytest.approx(0.0, abs=1e-6)
+    # the model path picks the range by size, at any world size
+    assert link.range_for(1) is link.ranges[0] and link.range_for(2**40) is link.ranges[2]
+    assert link.model_time(2**31, 64) == model_time(30e-6, 120e9, 2**31, 64)
 
 
 def test_predict_uses_table_inside_and_model_outside():
@@ -141,12 +163,12 @@ def test_predict_uses_table_inside_and_model_outside():
     assert predict_allreduce_time(cal, mid, 8) == pytest.approx(mid / (bw * 8 / 14), rel=1e-6)
     # outside the table, or another world size: the fitted model
     big = SIZES[25]
-    assert predict_allreduce_time(cal, big, 8) == model_time(link.alpha_s, link.beta_Bps, big, 8)
-    assert predict_allreduce_time(cal, 4096, 16) == model_time(link.alpha_s, link.beta_Bps, 4096, 16)
+    assert predict_allreduce_time(cal, big, 8) == link.model_time(big, 8)
+    assert predict_allreduce_time(cal, 4096, 16) == link.model_time(4096, 16)
     assert predict_allreduce_time(cal, 4096, 1) == 0.0
     assert predict_allreduce_time(cal, 0, 8) == 0.0
     # and the two paths really differ here
-    assert predict_allreduce_time(cal, ms[5].size_bytes, 8) != model_time(link.alpha_s, link.beta_Bps, ms[5].size_bytes, 8)
+    assert predict_allreduce_time(cal, ms[5].size_bytes, 8) != link.model_time(ms[5].size_bytes, 8)
 
 
 def test_hop_time_times_steps_is_allreduce_time():
@@ -198,7 +220,7 @@ def test_save_load_round_trip(tmp_path):
 
 def _write(tmp_path, doc):
     p = tmp_path / "bad.yaml"
-    p.write_text(yaml.safe_dump(doc) if not isinstance(doc, str) else doc)
+    p.write_text(yaml.safe_dump(json.loads(json.dumps(doc))) if not isinstance(doc, str) else doc)
     return p
 
 
@@ -215,6 +237,8 @@ def _write(tmp_path, doc):
         (lambda d: d["levels"]["intra_node"]["table"]["rows"].reverse(), "must be sorted"),
         (lambda d: d["provenance"].pop("backend"), "missing key 'backend'"),
         (lambda d: d["compute"].update(forward_s=None), "compute.forward_s"),
+        (lambda d: d["levels"]["intra_node"]["ranges"][0].update(beta_Bps=0), r"ranges\[0\].beta_Bps"),
+        (lambda d: d["levels"]["intra_node"].update(ranges=[]), r"levels.intra_node.ranges: expected a non-empty list"),
     ],
 )
 def test_bad_files_raise_one_line_errors(tmp_path, mutate, msg):

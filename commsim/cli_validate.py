@@ -1,0 +1,321 @@
+"""CLI commands of the validator: ``calibrate``, ``collective`` (and ``validate``).
+
+Thin wrappers: parse, call a library function, print, return an exit code. Bad input ends
+with one line on stderr and exit code 2, never a traceback. Nothing here imports torch or
+validate/ at module import: the commands that run real processes import them inside the
+command function, so ``commsim run`` stays fast and torch-free.
+
+Wire into the main group with ``register(main)``.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import math
+import re
+import shlex
+import sys
+from typing import Callable, List, Optional, Sequence, Tuple
+
+import click
+
+from commsim import calibration as calib
+from commsim.calibration import (
+    Calibration,
+    CalibrationError,
+    Measurement,
+    Provenance,
+    SourceFile,
+    fit_link,
+    load_calibration,
+    save_calibration,
+)
+
+LEVEL_CHOICES = ("auto",) + calib.LEVELS
+
+
+def _fail(message: str) -> None:
+    click.echo(f"error: {message}", err=True)
+    raise SystemExit(2)
+
+
+def one_line_errors(fn: Callable) -> Callable:
+    """Turn the project's input errors (ValueError subclasses) into one stderr line + exit 2."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except (CalibrationError, ValueError, OSError) as exc:
+            text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            _fail(text)
+
+    return wrapper
+
+
+def command_line() -> str:
+    """The exact command as typed (for provenance)."""
+    return " ".join(shlex.quote(a) for a in ["commsim"] + sys.argv[1:])
+
+
+# --------------------------------------------------------------------------------------------
+# sizes: "8:1G" as nccl-tests reads -b/-e
+# --------------------------------------------------------------------------------------------
+
+_NCCL_SIZE = re.compile(r"^\s*(\d+)\s*([KMGT]?)\s*$", re.IGNORECASE)
+
+
+def parse_bench_size(text: str) -> int:
+    """A size in bytes. Bare numbers with a K/M/G/T suffix are binary, as nccl-tests reads
+    its -b/-e options (1G = 2**30); strings with a unit ("25 MB", "1 GiB") go through
+    commsim.units.parse_size when that module exists."""
+    m = _NCCL_SIZE.match(text)
+    if m:
+        return int(m.group(1)) * 1024 ** " KMGT".index((m.group(2) or " ").upper())
+    try:
+        from commsim.units import parse_size  # the lead's unit parser
+    except ImportError:
+        raise ValueError(f"size {text!r}: expected a number of bytes with an optional K/M/G/T suffix") from None
+    value = parse_size(text)
+    if value != int(value):
+        raise ValueError(f"size {text!r} is not a whole number of bytes")
+    return int(value)
+
+
+def parse_size_range(text: str) -> List[int]:
+    """"MIN:MAX[:FACTOR]" -> MIN, MIN*FACTOR, ... <= MAX (factor 2 by default, as nccl-tests -f 2)."""
+    parts = text.split(":")
+    if len(parts) not in (2, 3):
+        raise ValueError(f"--sizes {text!r}: expected MIN:MAX or MIN:MAX:FACTOR, e.g. 8:1G")
+    lo, hi = parse_bench_size(parts[0]), parse_bench_size(parts[1])
+    factor = int(parts[2]) if len(parts) == 3 and parts[2].strip().isdigit() else (2 if len(parts) == 2 else 0)
+    if lo < 1 or hi < lo or factor < 2:
+        raise ValueError(f"--sizes {text!r}: expected 1 <= MIN <= MAX and an integer FACTOR >= 2")
+    sizes = []
+    s = lo
+    while s <= hi:
+        sizes.append(s)
+        s *= factor
+    return sizes
+
+
+# --------------------------------------------------------------------------------------------
+# calibrate --from-nccl-tests
+# --------------------------------------------------------------------------------------------
+
+
+def _sha256(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def auto_level(hostnames: Sequence[str]) -> str:
+    """One host: intra_node; several: inter_node (the ring crosses nodes); unknown: flat."""
+    if not hostnames:
+        return "flat"
+    return "intra_node" if len(hostnames) == 1 else "inter_node"
+
+
+def calibration_from_nccl_logs(
+    paths: Sequence[str], level: str = "auto", ranks: Optional[int] = None,
+    in_place: bool = False, command: Optional[str] = None,
+) -> Tuple[Calibration, list]:
+    """Parse every log, group its measurements by link level, fit each level.
+
+    Returns the calibration and the parsed logs (for reporting)."""
+    from commsim.nccl_log import check_allreduce, load_nccl_log
+
+    if not paths:
+        raise CalibrationError("no nccl-tests log given")
+    by_level: dict = {}
+    logs = []
+    for path in paths:
+        log = load_nccl_log(path, world_size=ranks)
+        check_allreduce(log)
+        lv = auto_level(log.hostnames) if level == "auto" else level
+        by_level.setdefault(lv, []).extend(
+            Measurement(size, t, log.world_size) for size, t in log.times(in_place=in_place)
+        )
+        logs.append((path, log, lv))
+    if "flat" in by_level and len(by_level) > 1:
+        raise CalibrationError(
+            "some logs have no host information (level 'flat') and others do: pass --level for a consistent split"
+        )
+    levels = tuple(fit_link(lv, ms) for lv, ms in sorted(by_level.items(), key=lambda kv: calib.LEVELS.index(kv[0])))
+    versions = sorted({log.nccl_version for _, log, _ in logs if log.nccl_version})
+    prov = Provenance(
+        backend="nccl-tests",
+        world_size=max(log.world_size for _, log, _ in logs),
+        hostnames=tuple(sorted({h for _, log, _ in logs for h in log.hostnames})),
+        nccl_version=",".join(versions) or None,
+        date=calib.utc_now_iso(),
+        command=command,
+        sources=tuple(SourceFile(str(p), _sha256(p), log.command) for p, log, _ in logs),
+    )
+    return Calibration(levels, prov), logs
+
+
+def _print_fit(cal: Calibration) -> None:
+    for lv in cal.levels:
+        fe = lv.fit_error
+        ns = sorted({m.world_size for m in lv.table})
+        err = "n/a (no size >= 1 MiB)" if fe.points == 0 else f"median {fe.median_pct:.1f}%, max {fe.max_pct:.1f}%"
+        click.echo(
+            f"{lv.level}: alpha = {lv.alpha_s * 1e6:.3f} us/step, beta = {lv.beta_Bps / 1e9:.3f} GB/s, "
+            f"{len(lv.table)} sizes at n = {','.join(map(str, ns))}; alpha-beta busbw error (>= 1 MiB): {err}"
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# collective: the predicted nccl-tests table
+# --------------------------------------------------------------------------------------------
+
+ELEMENT_BYTES = 4  # the table is for dtype float, as all_reduce_perf's default
+
+
+def _time_cell(us: float) -> str:
+    """nccl-tests' time format: 2 decimals below 100 us, 1 below 10 ms, none above."""
+    if us >= 10000.0:
+        return f"{us:7.0f}"
+    if us >= 100.0:
+        return f"{us:7.1f}"
+    return f"{us:7.2f}"
+
+
+def predicted_rows(cal: Calibration, n: int, sizes: Sequence[int], level: Optional[str]) -> List[dict]:
+    """One dict per size: size_bytes, count, type, redop, root, time_us, algbw_GBps, busbw_GBps, source."""
+    rows = []
+    for size in sizes:
+        t, source = calib.predict_with_source(cal, size, n, level)
+        alg = size / t / 1e9 if t > 0 else float("inf")
+        rows.append({
+            "size_bytes": int(size),
+            "count": int(size // ELEMENT_BYTES),
+            "type": "float",
+            "redop": "sum",
+            "root": -1,
+            "time_us": t * 1e6,
+            "algbw_GBps": alg,
+            "busbw_GBps": alg * calib.busbw_factor(n),
+            "source": source,
+        })
+    return rows
+
+
+def format_nccl_table(rows: Sequence[dict]) -> str:
+    """The rows in all_reduce_perf's out-of-place columns."""
+    out = [
+        "#                                                              out-of-place",
+        "#       size         count      type   redop    root     time   algbw   busbw",
+        "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)",
+    ]
+    for r in rows:
+        out.append(
+            f"{r['size_bytes']:12d}  {r['count']:12d}  {r['type']:>8s}  {r['redop']:>6s}  {r['root']:6d}  "
+            f"{_time_cell(r['time_us'])}  {r['algbw_GBps']:6.2f}  {r['busbw_GBps']:6.2f}"
+        )
+    return "\n".join(out)
+
+
+def _json_text(obj) -> str:
+    return json.dumps(obj, indent=2, sort_keys=False, allow_nan=False) + "\n"
+
+
+# --------------------------------------------------------------------------------------------
+# click commands
+# --------------------------------------------------------------------------------------------
+
+
+@click.command("calibrate")
+@click.argument("logs", nargs=-1, type=click.Path(dir_okay=False))
+@click.option("--from-nccl-tests", "from_nccl", is_flag=True,
+              help="Fit from nccl-tests all_reduce_perf logs (the LOG arguments) instead of measuring.")
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Calibration YAML to write.")
+@click.option("--level", type=click.Choice(LEVEL_CHOICES), default="auto", show_default=True,
+              help="Link level of the measurements; auto: one host intra_node, several inter_node, unknown flat.")
+@click.option("--ranks", type=click.IntRange(min=2), default=None,
+              help="World size of the logs, when their headers do not say.")
+@click.option("--in-place", is_flag=True, help="Use the in-place columns of the logs (default: out-of-place).")
+@click.option("--backend", type=click.Choice(["gloo", "nccl"]), default=None,
+              help="Measure on this machine with torch.distributed (needs the validate extra).")
+@click.option("--nprocs", type=click.IntRange(min=2), default=2, show_default=True,
+              help="Local processes to launch when measuring.")
+@click.option("--max-size", default="64M", show_default=True,
+              help="Largest all-reduce size of the sweep (from 8 B, doubling); K/M/G are binary.")
+@click.option("--iters", type=click.IntRange(min=1), default=10, show_default=True, help="Timed iterations per size.")
+@click.option("--warmup", type=click.IntRange(min=0), default=3, show_default=True, help="Untimed warm-up iterations per size.")
+@click.option("--compute-params", default="4M", show_default=True,
+              help="Parameters of the synthetic model timed for compute (0 to skip); K/M/G are binary.")
+@click.option("--timeout", "timeout_s", type=float, default=300.0, show_default=True,
+              help="Seconds before a hung or dead rank fails the run.")
+@one_line_errors
+def calibrate_cmd(logs, from_nccl, output, level, ranks, in_place, backend, nprocs, max_size, iters, warmup,
+                  compute_params, timeout_s):
+    """Write a calibration file: fit alpha/beta per link level and keep the measured table.
+
+    \b
+    From published or local nccl-tests output:
+      commsim calibrate --from-nccl-tests LOG [LOG ...] -o CAL.yaml
+    Measuring this machine (launches NPROCS local processes):
+      commsim calibrate --backend gloo --nprocs 2 --max-size 16M -o CAL.yaml
+    """
+    if from_nccl == (backend is not None):
+        raise click.UsageError("give either --from-nccl-tests LOG [LOG ...] or --backend gloo|nccl")
+    if from_nccl:
+        cal, parsed = calibration_from_nccl_logs(list(logs), level, ranks, in_place, command_line())
+        for path, log, lv in parsed:
+            notes = f", {len(log.notes)} note(s)" if log.notes else ""
+            click.echo(f"{path}: {len(log.rows)} rows, n = {log.world_size} (from {log.world_size_from}), level {lv}{notes}")
+    else:
+        if logs:
+            raise click.UsageError("LOG arguments are only read with --from-nccl-tests")
+        from validate.calibrate import measure_calibration  # torch only here
+
+        cal = measure_calibration(
+            backend=backend, nprocs=nprocs, max_size=parse_bench_size(max_size), iters=iters, warmup=warmup,
+            compute_params=parse_bench_size(compute_params), level=None if level == "auto" else level,
+            timeout_s=timeout_s, command=command_line(), echo=click.echo,
+        )
+    save_calibration(cal, output)
+    _print_fit(cal)
+    click.echo(f"wrote {output}")
+
+
+@click.command("collective")
+@click.option("--calibration", "cal_path", required=True, type=click.Path(dir_okay=False), help="Calibration YAML.")
+@click.option("--ranks", type=click.IntRange(min=2), required=True, help="World size of the all-reduce.")
+@click.option("--sizes", default="8:1G", show_default=True, help="MIN:MAX[:FACTOR] in bytes (K/M/G binary), doubling by default.")
+@click.option("--level", type=click.Choice(calib.LEVELS), default=None,
+              help="Link level to use (default: the only one, else inter_node).")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None, help="Also write the rows as JSON.")
+@one_line_errors
+def collective_cmd(cal_path, ranks, sizes, level, json_path):
+    """Print the predicted all-reduce table in nccl-tests' own columns.
+
+    Each time comes from the calibration's measured curve when RANKS equals a measured world
+    size and the size lies inside the table, otherwise from its fitted alpha-beta model.
+    """
+    cal = load_calibration(cal_path)
+    lv = cal.level(level)
+    size_list = parse_size_range(sizes)
+    rows = predicted_rows(cal, ranks, size_list, lv.level)
+    n_table = sum(r["source"] == "table" for r in rows)
+    click.echo(f"# commsim collective: all_reduce, {ranks} ranks, level {lv.level}, calibration {cal_path}")
+    click.echo(f"# {n_table} of {len(rows)} sizes from the measured table, the rest from alpha = "
+               f"{lv.alpha_s * 1e6:.3f} us, beta = {lv.beta_Bps / 1e9:.3f} GB/s")
+    click.echo(format_nccl_table(rows))
+    finite = [r["busbw_GBps"] for r in rows if math.isfinite(r["busbw_GBps"])]
+    click.echo(f"# Avg bus bandwidth    : {sum(finite) / len(finite):g}" if finite else "#")
+    if json_path:
+        calib.atomic_write_text(json_path, _json_text(rows))
+
+
+def register(group: click.Group) -> None:
+    """Add the validator's commands to the main CLI group."""
+    group.add_command(calibrate_cmd)
+    group.add_command(collective_cmd)
