@@ -1,0 +1,63 @@
+"""Tests for validate.launch: gloo ranks on CPU, failures and hangs named, nothing left behind."""
+
+import os
+import time
+
+import pytest
+
+pytest.importorskip("torch")
+
+from tests import workers_launch as w  # noqa: E402
+from validate.launch import LaunchError, launch  # noqa: E402
+
+
+def alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie is not running: read its state
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split()[2] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_results_from_every_rank(tmp_path):
+    out = launch(w.sum_ranks, 2, "gloo", timeout_s=60, args=(10,), result_dir=str(tmp_path))
+    assert [r["rank"] for r in out] == [0, 1]
+    assert all(r["sum"] == 21.0 for r in out)  # (0+10) + (1+10)
+    assert not any(alive(r["pid"]) for r in out)
+
+
+def test_dead_rank_is_named_and_partial_results_kept(tmp_path):
+    t0 = time.monotonic()
+    with pytest.raises(LaunchError, match=r"rank 1 failed: RuntimeError: injected failure at iteration 2") as exc:
+        launch(w.die_on_rank, 2, "gloo", timeout_s=30, args=(1, 2), result_dir=str(tmp_path))
+    assert time.monotonic() - t0 < 30
+    assert exc.value.partial[0][:2] == [{"iteration": 0}, {"iteration": 1}]
+    assert exc.value.partial[1] == [{"iteration": 0}, {"iteration": 1}]
+
+
+def test_hung_rank_is_named_within_timeout_and_killed(tmp_path):
+    pidfile = tmp_path / "pids"
+    t0 = time.monotonic()
+    with pytest.raises(LaunchError, match=r"rank 0 hung: no progress for 3 s"):
+        launch(w.hang_on_rank, 2, "gloo", timeout_s=3, args=(0, 2, str(pidfile)), result_dir=str(tmp_path))
+    elapsed = time.monotonic() - t0
+    pids = [int(x) for x in pidfile.read_text().split()]
+    assert len(pids) == 2 and not any(alive(p) for p in pids)
+    assert elapsed < 60  # start-up + 3 s + teardown
+
+
+def test_silent_death_is_named(tmp_path):
+    with pytest.raises(LaunchError, match=r"rank 1 failed: exit code 7 \(died without reporting an error\)"):
+        launch(w.hard_exit, 2, "gloo", timeout_s=20, result_dir=str(tmp_path))
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="backend"):
+        launch(w.sum_ranks, 2, "mpi")
+    with pytest.raises(ValueError, match="nprocs"):
+        launch(w.sum_ranks, 0)
