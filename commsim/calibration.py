@@ -496,6 +496,10 @@ def utc_now_iso() -> str:
     return when.replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
 
+def _opt_str(x: Any) -> Optional[str]:
+    return None if x is None else str(x)  # plain str: version objects are str subclasses
+
+
 def _finite(x: float) -> Optional[float]:
     return float(x) if math.isfinite(x) else None
 
@@ -509,9 +513,9 @@ def calibration_to_dict(cal: Calibration) -> Dict[str, Any]:
             "backend": p.backend,
             "world_size": p.world_size,
             "hostnames": list(p.hostnames),
-            "torch_version": p.torch_version,
-            "nccl_version": p.nccl_version,
-            "gloo_version": p.gloo_version,
+            "torch_version": _opt_str(p.torch_version),
+            "nccl_version": _opt_str(p.nccl_version),
+            "gloo_version": _opt_str(p.gloo_version),
             "date": p.date,
             "command": p.command,
             "sources": [

@@ -101,6 +101,25 @@ def parse_size_range(text: str) -> List[int]:
     return sizes
 
 
+def import_validate(name: str):
+    """Import validate.<name> (and so torch) inside a command, with a one-line error if torch
+    is missing."""
+    import importlib
+
+    try:
+        return importlib.import_module(f"validate.{name}")
+    except ImportError as exc:
+        _fail(f"this command needs torch (pip install 'commsim[validate]'): {exc}")
+
+
+def save_partial(output: str, exc) -> None:
+    """A run failed: keep the measurements taken so far next to OUTPUT, and fail in one line."""
+    partial_path = f"{output}.partial.json"
+    calib.atomic_write_text(partial_path, _json_text(
+        {"error": str(exc), "partial": {str(r): recs for r, recs in sorted(exc.partial.items())}}))
+    _fail(f"{exc} (saved to {partial_path})")
+
+
 # --------------------------------------------------------------------------------------------
 # calibrate --from-nccl-tests
 # --------------------------------------------------------------------------------------------
@@ -274,13 +293,16 @@ def calibrate_cmd(logs, from_nccl, output, level, ranks, in_place, backend, npro
     else:
         if logs:
             raise click.UsageError("LOG arguments are only read with --from-nccl-tests")
-        from validate.calibrate import measure_calibration  # torch only here
-
-        cal = measure_calibration(
-            backend=backend, nprocs=nprocs, max_size=parse_bench_size(max_size), iters=iters, warmup=warmup,
-            compute_params=parse_bench_size(compute_params), level=None if level == "auto" else level,
-            timeout_s=timeout_s, command=command_line(), echo=click.echo,
-        )
+        validate_mod = import_validate("calibrate")
+        launch_mod = import_validate("launch")
+        try:
+            cal = validate_mod.measure_calibration(
+                backend=backend, nprocs=nprocs, max_size=parse_bench_size(max_size), iters=iters, warmup=warmup,
+                compute_params=parse_bench_size(compute_params), level=None if level == "auto" else level,
+                timeout_s=timeout_s, command=command_line(), echo=click.echo,
+            )
+        except launch_mod.LaunchError as exc:
+            save_partial(output, exc)
     save_calibration(cal, output)
     _print_fit(cal)
     click.echo(f"wrote {output}")

@@ -230,6 +230,7 @@ def _first_failure(procs, errors: Dict[int, Path]) -> str:
 
 def _stop(procs) -> None:
     """Terminate, then kill, every child still alive; reap them all."""
+    procs = [p for p in procs if p.pid is not None]  # started ones only
     for p in procs:
         if p.is_alive():
             p.terminate()

@@ -1,0 +1,97 @@
+"""Tests for validate.collective_bench, validate.compute_timing and validate.calibrate (gloo, 2 CPU ranks)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from commsim import calibration as calib  # noqa: E402
+from validate import collective_bench, compute_timing  # noqa: E402
+from validate.calibrate import measure_calibration  # noqa: E402
+from validate.launch import launch  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_sweep_sizes():
+    assert collective_bench.sweep_sizes(8, 100) == [8, 16, 32, 64]
+    with pytest.raises(ValueError):
+        collective_bench.sweep_sizes(2, 100)
+
+
+def check_rows(rows, n, sizes):
+    assert [r["size_bytes"] for r in rows] == sizes
+    for r in rows:
+        for g in ("out_of_place", "in_place"):
+            t = r[g]
+            assert t["time_s"] > 0 and t["time_median_s"] > 0
+            assert t["algbw_Bps"] == pytest.approx(r["size_bytes"] / t["time_s"])
+            assert t["busbw_Bps"] == pytest.approx(t["algbw_Bps"] * 2 * (n - 1) / n)
+
+
+def test_sweep_on_two_gloo_ranks(tmp_path, capfd):
+    sizes = [8, 64, 512, 4096]
+    out = launch(collective_bench.rank_sweep, 2, "gloo", timeout_s=60, args=(sizes, 1, 3, True),
+                 result_dir=str(tmp_path))
+    rows = out[0]
+    assert out[1] is None  # only rank 0 returns the table
+    check_rows(rows, 2, sizes)
+    assert all(r[g]["wrong"] == 0 for r in rows for g in ("out_of_place", "in_place"))
+    printed = capfd.readouterr().out
+    assert "#       size         count      type   redop    root     time   algbw   busbw #wrong" in printed
+    assert "# Avg bus bandwidth" in printed
+
+
+def test_torchrun_entry_point(tmp_path):
+    js = tmp_path / "rows.json"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "-m", "validate.collective_bench",
+           "--backend", "gloo", "--max-size", "1024", "--iters", "2", "--warmup", "1", "--check", "--json", str(js)]
+    res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr[-2000:]
+    check_rows(json.loads(js.read_text()), 2, [8, 16, 32, 64, 128, 256, 512, 1024])
+
+
+def test_synthetic_model_size():
+    for p in (1000, 10**5, 4 * 10**6):
+        model = compute_timing.synthetic_model(p)
+        got = sum(q.numel() for q in model.parameters())
+        assert abs(got - p) / p < 0.35
+    assert compute_timing.layer_shape(4 * 1024 * 1024) == (1024, 4)
+
+
+def test_forward_backward_timing_scales_with_batch():
+    model = compute_timing.synthetic_model(1 << 20)
+    small = compute_timing.time_forward_backward(model, 8, torch.device("cpu"), warmup=1, iters=3)
+    big = compute_timing.time_forward_backward(model, 512, torch.device("cpu"), warmup=1, iters=3)
+    assert 0 < small["forward_s"] < big["forward_s"] and 0 < small["backward_s"] < big["backward_s"]
+
+
+def test_measured_calibration_end_to_end(tmp_path):
+    cal = measure_calibration("gloo", 2, max_size=1 << 20, iters=2, warmup=1, compute_params=1 << 16,
+                              timeout_s=60, command="test", echo=lambda s: None, result_dir=str(tmp_path))
+    p = cal.provenance
+    assert (p.backend, p.world_size, p.command) == ("gloo", 2, "test")
+    assert p.torch_version == str(torch.__version__) and "bundled" in p.gloo_version
+    link = cal.level("intra_node")
+    assert [m.size_bytes for m in link.table] == collective_bench.sweep_sizes(8, 1 << 20)
+    assert link.alpha_s >= 0 and link.beta_Bps > 0
+    assert cal.compute.forward_s > 0 and len(cal.compute.per_rank) == 2
+    path = tmp_path / "cal.yaml"
+    calib.save_calibration(cal, path)
+    assert calib.load_calibration(path) == cal
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 1, reason="needs a CUDA GPU")
+def test_nccl_sweep_on_gpus(tmp_path):
+    n = min(torch.cuda.device_count(), 2)
+    if n < 2:
+        pytest.skip("nccl all-reduce test needs 2 GPUs")
+    sizes = [8, 1 << 20, 1 << 24]
+    rows = launch(collective_bench.rank_sweep, n, "nccl", timeout_s=120, args=(sizes, 2, 5, True),
+                  result_dir=str(tmp_path))[0]
+    check_rows(rows, n, sizes)
