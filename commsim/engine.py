@@ -19,7 +19,7 @@ process per rank and an event per ring chunk is the reference model
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, Optional
+from typing import Callable, Dict, Optional
 
 import numpy as np
 import simpy
@@ -43,6 +43,9 @@ class RunResult:
     step_start: np.ndarray  # (steps,) when the step began: the previous step's end (0 first)
     step_end: np.ndarray  # (steps,) when the last rank finished the step
     rank_end: np.ndarray  # (steps, n) when each rank finished its optimizer
+    rank_backward_end: np.ndarray  # (steps, n) when each rank finished its last backward
+    rank_comm_end: np.ndarray  # (steps, n) when each rank's last all-reduce finished
+    rank_stall: np.ndarray  # (steps, n) stall before the step's forward
     rank_busy: np.ndarray  # (steps, n) compute + stall time of each rank (the rest is waiting)
     last_rank: np.ndarray  # (steps, buckets) rank whose bucket was ready last; -1 if all tied
     comm_time: np.ndarray  # (buckets,) duration of each all-reduce in the last step simulated
@@ -77,8 +80,14 @@ class _Ranks:
 class Engine:
     """Simulates one scenario. Use :func:`simulate` unless you need the SimPy environment."""
 
-    def __init__(self, scenario: Scenario, perturb: Optional[Perturbations] = None):
+    def __init__(
+        self,
+        scenario: Scenario,
+        perturb: Optional[Perturbations] = None,
+        on_step: Optional[Callable[[int, int], None]] = None,
+    ):
         self.scenario = scenario
+        self.on_step = on_step  # called as on_step(steps_done, steps) after every step
         self.n = scenario.world_size
         self.perturb = perturb if perturb is not None else perturbations(scenario)
         self.env = simpy.Environment()
@@ -97,6 +106,8 @@ class Engine:
         sc = self.scenario
         steps, n, nb = sc.steps, self.n, len(self.buckets)
         self._rank_end = np.zeros((steps, n))
+        self._rank_backward_end = np.zeros((steps, n))
+        self._rank_comm_end = np.zeros((steps, n))
         self._rank_busy = np.zeros((steps, n))
         self._last_rank = np.full((steps, nb), -1, dtype=np.int64)
         self._comm_time = np.zeros(nb)
@@ -111,6 +122,9 @@ class Engine:
             step_start=step_start,
             step_end=step_end,
             rank_end=self._rank_end,
+            rank_backward_end=self._rank_backward_end,
+            rank_comm_end=self._rank_comm_end,
+            rank_stall=self.perturb.stall,
             rank_busy=self._rank_busy,
             last_rank=self._last_rank,
             comm_time=self._comm_time,
@@ -146,8 +160,12 @@ class Engine:
                 finish = backward_end
             end = self.ranks.finish(np.maximum(finish, backward_end), f * c.optimizer)
             self._rank_end[s] = end
+            self._rank_backward_end[s] = backward_end
+            self._rank_comm_end[s] = finish
             self._rank_busy[s] = (backward_end - t0) + (end - np.maximum(finish, backward_end)) + self.perturb.stall[s]
             self._steps_simulated = s + 1
+            if self.on_step is not None:
+                self.on_step(s + 1, steps)
             yield env.timeout(max(end.max() - env.now, 0.0))
             if steady_possible and s >= 1 and self._is_steady(s):
                 self._repeat_steady_state(s)
@@ -176,11 +194,12 @@ class Engine:
         """Fill steps s+1.. with the steady step (exact: the system is deterministic and periodic)."""
         duration = self._rank_end[s].max() - self._rank_end[s - 1].max()
         k = np.arange(1, self.scenario.steps - s)[:, None]
-        self._rank_end[s + 1 :] = self._rank_end[s] + k * duration
+        for times in (self._rank_end, self._rank_backward_end, self._rank_comm_end):
+            times[s + 1 :] = times[s] + k * duration
         self._rank_busy[s + 1 :] = self._rank_busy[s]
         self._last_rank[s + 1 :] = self._last_rank[s]
 
 
-def simulate(scenario: Scenario) -> RunResult:
-    """Run the scenario and return its per-step records."""
-    return Engine(scenario).run()
+def simulate(scenario: Scenario, on_step: Optional[Callable[[int, int], None]] = None) -> RunResult:
+    """Run the scenario and return its per-step records (`on_step(done, total)` reports progress)."""
+    return Engine(scenario, on_step=on_step).run()

@@ -67,7 +67,7 @@ class ReferenceModel:
         """Time to do `work` full-clock seconds starting now on `rank` (its thermal clock, if any)."""
         clock = self.perturb.clocks.get(rank)
         now = self.env.now
-        return (float(clock.finish(now, work)) - now) if clock else work
+        return max(float(clock.finish(now, work)) - now, 0.0) if clock else work
 
     def _compute(self, r: int):
         sc, env = self.sc, self.env

@@ -33,7 +33,7 @@ def jitter_draws(rng: np.random.Generator, distribution: str, cv: float, size: i
     gamma: shape 1/cv^2, scale cv^2. exponential: 1 - cv + cv * Exp(1) (mean 1, sd cv;
     needs cv <= 1). normal: 1 + cv * Z, floored at NORMAL_JITTER_FLOOR.
     """
-    if cv == 0:
+    if cv * cv == 0.0:  # no spread (also a cv so small its square underflows)
         return np.ones(size)
     if distribution == "lognormal":
         sigma2 = np.log1p(cv * cv)
