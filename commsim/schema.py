@@ -358,9 +358,17 @@ def _throttle(m: _Mapping, cluster: spec.Cluster) -> spec.Throttle:
 
 
 def _jitter(m: _Mapping, cluster: spec.Cluster) -> spec.Jitter:
+    distribution = m.get("distribution", _choice(JITTER_DISTRIBUTIONS), spec.Jitter.distribution)
+    if distribution == "exponential":
+        # Mean 1 and spread cv from a shifted exponential, 1 - cv + cv * Exp(1), which would go
+        # negative for cv > 1 (commsim.stragglers.jitter_draws).
+        cv = m.get("cv", _ranged(0, 1, low_open=False, high_open=False,
+                                 what="a coefficient of variation (exponential jitter)"))
+    else:
+        cv = m.get("cv", _at_least(0, "a coefficient of variation"))
     return spec.Jitter(
-        cv=m.get("cv", _at_least(0, "a coefficient of variation")),
-        distribution=m.get("distribution", _choice(JITTER_DISTRIBUTIONS), spec.Jitter.distribution),
+        cv=cv,
+        distribution=distribution,
         ranks=_ranks(m, cluster, all_is_none=True) if m.has("ranks") else None,
     )
 
@@ -450,7 +458,22 @@ def _stragglers(source: str, value: Any, cluster: spec.Cluster) -> Tuple[Any, ..
         raise ScenarioError(
             source, "stragglers", f"expected a list of mappings, each with a kind, got {describe(value)}"
         )
-    return tuple(_straggler(source, f"stragglers[{i}]", item, cluster) for i, item in enumerate(value))
+    stragglers = []
+    throttled: Dict[int, int] = {}  # rank -> index of the throttle entry that holds it
+    for i, item in enumerate(value):
+        straggler = _straggler(source, f"stragglers[{i}]", item, cluster)
+        if isinstance(straggler, spec.Throttle):
+            # A GPU has one thermal clock; two cycles on one rank have no meaning.
+            for rank in straggler.ranks:
+                if rank in throttled:
+                    raise ScenarioError(
+                        source, f"stragglers[{i}].ranks",
+                        f"expected each rank in at most one throttle entry, got rank {rank}, "
+                        f"already in stragglers[{throttled[rank]}]",
+                    )
+                throttled[rank] = i
+        stragglers.append(straggler)
+    return tuple(stragglers)
 
 
 # --------------------------------------------------------------------------------------------

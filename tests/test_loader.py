@@ -621,3 +621,23 @@ def test_arbitrary_files_and_overrides(tmp_path, text, overrides):
         assert "\n" not in str(err)
     else:
         assert isinstance(result, spec.Scenario)
+
+
+def test_exponential_jitter_needs_cv_at_most_one():
+    doc = mutate("stragglers[2].distribution", "exponential")
+    assert parse_scenario(doc, SRC).stragglers[2] == spec.Jitter(cv=0.05, distribution="exponential")
+    doc["stragglers"][2]["cv"] = 1.5
+    assert_message(
+        error_of(doc),
+        f"{SRC}: stragglers[2].cv: expected a coefficient of variation (exponential jitter) in [0, 1]",
+        "got 1.5",
+    )
+
+
+def test_a_rank_in_two_throttle_entries():
+    doc = full_doc()
+    doc["stragglers"].append({"kind": "throttle", "ranks": [0, 6], "heat_up": 1, "throttled_time": 1, "clock_fraction": 0.5})
+    assert_message(
+        error_of(doc),
+        f"{SRC}: stragglers[7].ranks: expected each rank in at most one throttle entry, got rank 6, already in stragglers[1]",
+    )
