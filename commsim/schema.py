@@ -26,6 +26,13 @@ __all__ = [
     "DEFAULT_INTRA_NODE_LATENCY",
     "DEFAULT_INTER_NODE_LATENCY",
     "MAX_WORLD_SIZE",
+    "MAX_RANK_STEPS",
+    "MAX_BUCKETS",
+    "MAX_TIME",
+    "MIN_RATE",
+    "MIN_FRACTION",
+    "MAX_SLOWDOWN",
+    "MAX_CV",
 ]
 # The allowed choices live in spec.py's Literal types: adding "tree" to spec.Algorithm is all it
 # takes for the loader to accept it.
@@ -39,9 +46,16 @@ JITTER_DISTRIBUTIONS: Tuple[str, ...] = get_args(spec.JitterDistribution)
 DEFAULT_INTRA_NODE_LATENCY = 3.4e-6
 DEFAULT_INTER_NODE_LATENCY = 14.0e-6
 
-# Guards against a typo (nodes: 1e9) that would make every per-rank vector exhaust memory.
-# About 64 times the largest jobs run today.
-MAX_WORLD_SIZE = 2**20
+# Plausibility limits. Far beyond any real job, they turn a typo (nodes: 1e9, bandwidth: 1e-300)
+# into an input error instead of an engine that overflows to inf, runs out of memory or never ends.
+MAX_WORLD_SIZE = 2**20  # ranks; about 64 times the largest jobs run today
+MAX_RANK_STEPS = 2**30  # steps x world size: the engine keeps per-rank, per-step records
+MAX_BUCKETS = 1_000_000  # gradient buckets per step (gradient bytes / bucket_cap)
+MAX_TIME = 1e6  # seconds (11.6 days), for every duration in a scenario
+MIN_RATE = 1.0  # bytes/s
+MIN_FRACTION = 1e-6  # clock_fraction and slow_link factor: a million times slower is dead
+MAX_SLOWDOWN = 1e6  # slow_rank factor
+MAX_CV = 10.0  # jitter's coefficient of variation
 
 _MISSING = object()
 
@@ -85,15 +99,21 @@ def _size(value: Any) -> float:
 
 
 def _rate(value: Any) -> float:
-    return parse_rate(value)
+    rate = parse_rate(value)
+    if rate < MIN_RATE:
+        raise ValueError(f"expected a rate of at least {MIN_RATE:g} B/s, got {describe(value)}")
+    return rate
 
 
-def _time(value: Any) -> float:
-    return parse_time(value)
+def _time(value: Any, allow_zero: bool = False) -> float:
+    seconds = parse_time(value, allow_zero=allow_zero)
+    if seconds > MAX_TIME:
+        raise ValueError(f"expected a time up to {MAX_TIME:g} s (11.6 days), got {describe(value)}")
+    return seconds
 
 
 def _time_or_zero(value: Any) -> float:
-    return parse_time(value, allow_zero=True)
+    return _time(value, allow_zero=True)
 
 
 def _count(value: Any) -> int:
@@ -117,19 +137,6 @@ def _ranged(low: float, high: float, *, low_open: bool, high_open: bool, what: s
             number >= high if high_open else number > high
         ):
             raise ValueError(f"expected {what} in {interval}, got {describe(value)}")
-        return number
-
-    return parse
-
-
-def _at_least(low: float, what: str) -> Parser:
-    def parse(value: Any) -> float:
-        try:
-            number = parse_number(value)
-        except ValueError:
-            number = None
-        if number is None or number < low:
-            raise ValueError(f"expected {what} >= {low:g}, got {describe(value)}")
         return number
 
     return parse
@@ -335,7 +342,11 @@ def _ranks(m: _Mapping, cluster: spec.Cluster, *, all_is_none: bool = False) -> 
 
 
 _RANKS_HINT = "a rank, a list of ranks, or 'all'"
-_FRACTION = _ranged(0, 1, low_open=True, high_open=False, what="a fraction")
+def _fraction(value: Any) -> float:
+    number = _ranged(0, 1, low_open=True, high_open=False, what="a fraction")(value)
+    if number < MIN_FRACTION:
+        raise ValueError(f"expected a fraction in (0, 1] of at least {MIN_FRACTION:g}, got {describe(value)}")
+    return number
 
 
 def _slow_rank(m: _Mapping, cluster: spec.Cluster) -> spec.SlowRank:
@@ -343,7 +354,8 @@ def _slow_rank(m: _Mapping, cluster: spec.Cluster) -> spec.SlowRank:
         ranks=_ranks(m, cluster),
         # A factor below 1 would make the rank faster; it is almost always a clock fraction
         # written where a slowdown belongs.
-        factor=m.get("factor", _at_least(1, "a slowdown factor (compute time is multiplied by it)")),
+        factor=m.get("factor", _ranged(1, MAX_SLOWDOWN, low_open=False, high_open=False,
+                                       what="a slowdown factor (compute time is multiplied by it)")),
     )
 
 
@@ -352,7 +364,7 @@ def _throttle(m: _Mapping, cluster: spec.Cluster) -> spec.Throttle:
         ranks=_ranks(m, cluster),
         heat_up=m.get("heat_up", _time),
         throttled_time=m.get("throttled_time", _time),
-        clock_fraction=m.get("clock_fraction", _FRACTION),
+        clock_fraction=m.get("clock_fraction", _fraction),
         phase=m.get("phase", _time_or_zero, spec.Throttle.phase),
     )
 
@@ -365,7 +377,7 @@ def _jitter(m: _Mapping, cluster: spec.Cluster) -> spec.Jitter:
         cv = m.get("cv", _ranged(0, 1, low_open=False, high_open=False,
                                  what="a coefficient of variation (exponential jitter)"))
     else:
-        cv = m.get("cv", _at_least(0, "a coefficient of variation"))
+        cv = m.get("cv", _ranged(0, MAX_CV, low_open=False, high_open=False, what="a coefficient of variation"))
     return spec.Jitter(
         cv=cv,
         distribution=distribution,
@@ -402,7 +414,7 @@ def _slow_link(m: _Mapping, cluster: spec.Cluster) -> spec.SlowLink:
                 m.source, m.child("node"), f"expected a node in 0..{top} ({cluster.nodes} nodes), got {describe(value)}"
             )
         node = value
-    return spec.SlowLink(factor=m.get("factor", _FRACTION), rank=rank, node=node)
+    return spec.SlowLink(factor=m.get("factor", _fraction), rank=rank, node=node)
 
 
 # kind -> (keys besides `kind`, required keys, hints for missing keys, builder)
@@ -504,7 +516,21 @@ def parse_scenario(doc: Any, source: str) -> spec.Scenario:
     compute = _compute(source, doc["compute"])
     ddp = _ddp(source, doc.get("ddp", {}))  # an absent section means every default
     collective = _collective(source, doc.get("collective", {}))
+    buckets = model.grad_bytes / ddp.bucket_cap
+    if buckets > MAX_BUCKETS:
+        raise ScenarioError(
+            source, "ddp.bucket_cap",
+            f"expected at most {MAX_BUCKETS} buckets per step (gradient bytes / bucket_cap), "
+            f"got {model.grad_bytes:g} B / {ddp.bucket_cap:g} B = {buckets:.3g} buckets",
+        )
     stragglers = _stragglers(source, doc["stragglers"], cluster) if "stragglers" in doc else ()
+    steps = top.get("steps", _count, spec.Scenario.steps)
+    if steps * cluster.world_size > MAX_RANK_STEPS:
+        raise ScenarioError(
+            source, "steps",
+            f"expected steps x world size up to {MAX_RANK_STEPS} (the engine keeps per-rank, per-step "
+            f"records), got {steps} x {cluster.world_size}",
+        )
     return spec.Scenario(
         cluster=cluster,
         model=model,
@@ -512,7 +538,7 @@ def parse_scenario(doc: Any, source: str) -> spec.Scenario:
         name=top.get("name", _name, _default_name(source)),
         description=top.get("description", _text, spec.Scenario.description),
         seed=top.get("seed", _count_or_zero, spec.Scenario.seed),
-        steps=top.get("steps", _count, spec.Scenario.steps),
+        steps=steps,
         ddp=ddp,
         collective=collective,
         stragglers=stragglers,

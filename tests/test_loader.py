@@ -450,13 +450,23 @@ BAD = [
     ("stragglers[4].probability", 1.5, "stragglers[4].probability", "expected a probability in [0, 1]", "got 1.5"),
     ("stragglers[4].probability", -0.1, "stragglers[4].probability", "expected a probability in [0, 1]", "got -0.1"),
     ("stragglers[4].probability", "often", "stragglers[4].probability", "expected a probability in [0, 1]", "got 'often'"),
-    ("stragglers[2].cv", -0.1, "stragglers[2].cv", "expected a coefficient of variation >= 0", "got -0.1"),
-    ("stragglers[2].cv", ".nan", "stragglers[2].cv", "expected a coefficient of variation >= 0", "got '.nan'"),
+    ("stragglers[2].cv", -0.1, "stragglers[2].cv", "expected a coefficient of variation in [0, 10]", "got -0.1"),
+    ("stragglers[2].cv", ".nan", "stragglers[2].cv", "expected a coefficient of variation in [0, 10]", "got '.nan'"),
     ("stragglers[1].clock_fraction", 0, "stragglers[1].clock_fraction", "expected a fraction in (0, 1]", "got 0"),
     ("stragglers[1].clock_fraction", 1.2, "stragglers[1].clock_fraction", "expected a fraction in (0, 1]", "got 1.2"),
     ("stragglers[5].factor", 0, "stragglers[5].factor", "expected a fraction in (0, 1]", "got 0"),
     ("stragglers[5].factor", 2, "stragglers[5].factor", "expected a fraction in (0, 1]", "got 2"),
-    ("stragglers[0].factor", 0.5, "stragglers[0].factor", "expected a slowdown factor", ">= 1, got 0.5"),
+    ("stragglers[0].factor", 0.5, "stragglers[0].factor", "expected a slowdown factor", "in [1, 1e+06], got 0.5"),
+    # plausibility limits: a typo must not overflow the engine or exhaust memory
+    ("cluster.inter_node.bandwidth", "1e-300", "cluster.inter_node.bandwidth", "expected a rate of at least 1 B/s", "got '1e-300'"),
+    ("compute.forward", "1e300", "compute.forward", "expected a time up to 1e+06 s", "got '1e300'"),
+    ("cluster.intra_node.latency", "2e6 s", "cluster.intra_node.latency", "expected a time up to 1e+06 s", "got '2e6 s'"),
+    ("stragglers[5].factor", 1e-9, "stragglers[5].factor", "expected a fraction in (0, 1] of at least 1e-06", "got 1e-09"),
+    ("stragglers[1].clock_fraction", "1e-320", "stragglers[1].clock_fraction", "of at least 1e-06", "got '1e-320'"),
+    ("stragglers[0].factor", 1e7, "stragglers[0].factor", "in [1, 1e+06]", "got 10000000.0"),
+    ("stragglers[2].cv", 11, "stragglers[2].cv", "expected a coefficient of variation in [0, 10]", "got 11"),
+    ("ddp.bucket_cap", 1, "ddp.bucket_cap", "expected at most 1000000 buckets per step", "got 2e+09 B / 1 B = 2e+09 buckets"),
+    ("steps", "1e9", "steps", "expected steps x world size up to 1073741824", "got 1000000000 x 32"),
     # exactly one of two keys
     ("stragglers[3].probability", 0.5, "stragglers[3]", "expected exactly one of every or probability", "got both"),
     ("stragglers[3].every", DELETE, "stragglers[3]", "expected exactly one of every or probability", "got neither"),
@@ -641,3 +651,64 @@ def test_a_rank_in_two_throttle_entries():
         error_of(doc),
         f"{SRC}: stragglers[7].ranks: expected each rank in at most one throttle entry, got rank 6, already in stragglers[1]",
     )
+
+
+# --- property: whatever the loader accepts, the engine runs --------------------------------------
+
+SMALL = {
+    "steps": 3,
+    "cluster": {
+        "nodes": 2,
+        "gpus_per_node": 2,
+        "intra_node": {"bandwidth": "300 GB/s"},
+        "inter_node": {"bandwidth": "100 Gbps"},
+    },
+    "model": {"parameters": "1e7"},
+    "compute": {"forward": "10 ms", "backward": "20 ms"},
+    "ddp": {"bucket_cap": "4 MB"},
+    "stragglers": [
+        {"kind": "slow_rank", "ranks": 1, "factor": 1.5},
+        {"kind": "throttle", "ranks": [2], "heat_up": "20 ms", "throttled_time": "10 ms", "clock_fraction": 0.5},
+        {"kind": "jitter", "cv": 0.1},
+        {"kind": "stall", "ranks": "all", "duration": "5 ms", "every": 2},
+        {"kind": "slow_link", "node": 1, "factor": 0.5},
+    ],
+}
+
+# Edge values for every kind of field: the extremes the loader accepts and a few it rejects.
+_EDGE_VALUES = st.one_of(
+    st.sampled_from([
+        0, 1, 2, 3, -1, 0.5, 1.0, 1e-6, 1e-9, 10, 1e6, 2e6, "1e-300", "1e300", True, None, [], "all",
+        "1 B", "1 B/s", "1 ns", "0 s", "1e6 s", "1000000 s", "25 MiB", "4 GB", "10 Gbps", "1e-6",
+        "lognormal", "normal", "gamma", "exponential", "fp16", "bf16", [0, 1], [3],
+    ]),
+    st.floats(min_value=-2, max_value=20),
+    st.integers(min_value=-1, max_value=5),
+)
+
+
+@pytest.mark.slow
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_the_engine_runs_whatever_the_loader_accepts(data):
+    from commsim.engine import simulate
+
+    doc = copy.deepcopy(SMALL)
+    leaves = [p for p in _paths(doc) if p and not isinstance(_get(doc, p), (dict, list))]
+    for _ in range(data.draw(st.integers(min_value=1, max_value=3))):
+        target = data.draw(st.sampled_from(leaves))
+        _get(doc, target[:-1])[target[-1]] = data.draw(_EDGE_VALUES)
+    try:
+        scenario = parse_scenario(doc, SRC)
+    except ScenarioError:
+        return
+    if scenario.steps * scenario.world_size > 64 or scenario.model.grad_bytes / scenario.ddp.bucket_cap > 1000:
+        return  # valid, just too big for a quick test
+    simulate(scenario)
+    simulate(scenario.without_stragglers())
+
+
+def _get(doc, path):
+    for tok in path:
+        doc = doc[tok]
+    return doc
