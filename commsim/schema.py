@@ -34,6 +34,7 @@ __all__ = [
     "MAX_SLOWDOWN",
     "MAX_CV",
 ]
+
 # The allowed choices live in spec.py's Literal types: adding "tree" to spec.Algorithm is all it
 # takes for the loader to accept it.
 ALGORITHMS: Tuple[str, ...] = get_args(spec.Algorithm)
@@ -220,7 +221,6 @@ def _elsewhere(key: Any, path: str) -> str:
 # --------------------------------------------------------------------------------------------
 # Sections
 
-_SIZE_HINT = "a size like '25 MB'"
 _RATE_HINT = "a rate like '100 Gbps' or '12.5 GB/s'"
 _TIME_HINT = "a time like '5 us' or '0.5 s'"
 _COUNT_HINT = "a whole number like 8"
