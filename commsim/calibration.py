@@ -30,14 +30,18 @@ from typing import Any, Callable, Dict, Iterable, Mapping, Optional, Sequence, T
 import numpy as np
 import yaml
 
-try:  # the lead's error type, once it exists; a ValueError subclass either way
-    from commsim.errors import ScenarioError as _BaseError
-except ImportError:  # pragma: no cover - depends on the branch state
-    _BaseError = ValueError
+from commsim.errors import ScenarioError
 
+class CalibrationError(ScenarioError, ValueError):
+    """A calibration file, or data to fit one from, is unusable (one-line message).
 
-class CalibrationError(_BaseError):
-    """A calibration file, or data to fit one from, is unusable (one-line message)."""
+    A ScenarioError, so the CLI reports it like any bad input (exit 2, one line); the text
+    names the file and key path where there is one."""
+
+    def __init__(self, message: str):
+        text = " ".join(str(message).splitlines())
+        Exception.__init__(self, text)
+        self.source, self.path, self.message = "", None, text
 
 
 FORMAT = "commsim-calibration/1"
