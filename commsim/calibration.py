@@ -25,7 +25,7 @@ import math
 import os
 import tempfile
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Iterable, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import yaml
@@ -480,6 +480,46 @@ def hop_time(cal: Calibration, size: Number, n: int, level: Optional[str] = None
     if n <= 1:
         return 0.0
     return predict_allreduce_time(cal, size, n, level) / (2.0 * (n - 1))
+
+
+def hop_level_names(cal: Calibration, crosses: np.ndarray) -> List[str]:
+    """Level of each ring hop: inter_node where the hop crosses nodes, intra_node elsewhere;
+    a calibration with a single level (flat, or only one of the two) uses it for every hop."""
+    names = cal.level_names
+    if len(names) == 1:
+        return [names[0]] * len(crosses)
+    out = []
+    for c in crosses:
+        want = "inter_node" if c else "intra_node"
+        if want not in names:
+            raise CalibrationError(f"calibration has no {want} level for the ring's {want.replace('_', '-')} hops")
+        out.append(want)
+    return out
+
+
+def calibrated_hop_times(cal: Calibration, crosses: Sequence[bool], size_bytes: Number,
+                         bandwidth_factors: Optional[Sequence[float]] = None) -> np.ndarray:
+    """Per-hop step times t_i of a ring all-reduce of `size_bytes` over n = len(crosses) ranks,
+    for DESIGN.md's max-plus recurrence (hop i enters rank i from rank i-1).
+
+    A healthy hop of level L takes predict_allreduce_time(cal, S, n, L) / (2(n-1)): with every
+    hop on one level the ring then takes exactly the calibrated all-reduce time (measured
+    curve or model). `crosses[i]` says whether hop i crosses nodes (see
+    commsim.costs.ring_hop_links). A bandwidth factor f_i < 1 (a slow link) stretches the
+    transfer part of the hop, t - alpha, by 1/f_i and leaves its latency alpha alone.
+    """
+    crosses = np.asarray(crosses, dtype=bool)
+    n = len(crosses)
+    if n <= 1:
+        return np.zeros(n)
+    levels = hop_level_names(cal, crosses)
+    per_level = {lv: hop_time(cal, size_bytes, n, lv) for lv in set(levels)}
+    t = np.array([per_level[lv] for lv in levels], dtype=np.float64)
+    if bandwidth_factors is not None:
+        f = np.asarray(bandwidth_factors, dtype=np.float64)
+        alpha = np.array([min(cal.level(lv).range_for(size_bytes).alpha_s, per_level[lv]) for lv in levels])
+        t = alpha + (t - alpha) / f
+    return t
 
 
 # --------------------------------------------------------------------------------------------

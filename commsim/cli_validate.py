@@ -22,6 +22,7 @@ from typing import Callable, List, Optional, Sequence, Tuple
 import click
 
 from commsim import calibration as calib
+from commsim.errors import ScenarioError
 from commsim.calibration import (
     Calibration,
     CalibrationError,
@@ -36,9 +37,17 @@ from commsim.calibration import (
 LEVEL_CHOICES = ("auto",) + calib.LEVELS
 
 
+class _Failure(click.ClickException):
+    """One line on stderr, exit code 2 (the same shape as commsim.cli's errors)."""
+
+    exit_code = 2
+
+    def show(self, file=None) -> None:
+        click.echo(f"commsim: error: {self.format_message()}", err=True)
+
+
 def _fail(message: str) -> None:
-    click.echo(f"error: {message}", err=True)
-    raise SystemExit(2)
+    raise _Failure(" ".join(str(message).splitlines()))
 
 
 def one_line_errors(fn: Callable) -> Callable:
@@ -48,7 +57,7 @@ def one_line_errors(fn: Callable) -> Callable:
     def wrapper(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
-        except (CalibrationError, ValueError, OSError) as exc:
+        except (ScenarioError, ValueError, OSError) as exc:
             text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             _fail(text)
 
@@ -337,7 +346,108 @@ def collective_cmd(cal_path, ranks, sizes, level, json_path):
         calib.atomic_write_text(json_path, _json_text(rows))
 
 
+def _json_safe(obj):
+    """inf/nan -> strings, numpy scalars -> Python (strict JSON out)."""
+    if isinstance(obj, dict):
+        return {k: _json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_json_safe(v) for v in obj]
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return str(obj)
+    if hasattr(obj, "item") and not isinstance(obj, (str, bytes)):
+        return _json_safe(obj.item())
+    return obj
+
+
+def run_numerics(backend: str, nprocs: int, timeout_s: float, json_path: Optional[str]) -> int:
+    launch_mod = import_validate("launch")
+    numerics = import_validate("numerics")
+    try:
+        results = launch_mod.launch(numerics.rank_numerics, nprocs, backend, timeout_s)[0]
+    except launch_mod.LaunchError as exc:
+        _fail(str(exc))
+    for r in results:
+        click.echo(numerics.format_result(r))
+    passed = sum(r["passed"] for r in results)
+    click.echo(f"{passed} passed, {len(results) - passed} failed")
+    if json_path:
+        calib.atomic_write_text(json_path, _json_text(_json_safe({"backend": backend, "world_size": nprocs, "checks": results})))
+    return 0 if passed == len(results) else 1
+
+
+def run_replay_measurement(scenario, backend: str, nprocs: int, warmup_steps: int, timeout_s: float, echo):
+    """Launch the replay of `scenario` and return measured_summary."""
+    from commsim.validation import measured_summary, replay_plan
+
+    launch_mod = import_validate("launch")
+    replay = import_validate("replay")
+    plan = replay_plan(scenario, warmup_steps, timeout_s)
+    echo(f"# replay {scenario.name}: {len(plan['bucket_bytes'])} buckets, {scenario.steps} steps "
+         f"(+{warmup_steps} warm-up) on {nprocs} x {backend}")
+    try:
+        results = launch_mod.launch(replay.rank_replay, nprocs, backend, timeout_s, args=(plan,))
+    except launch_mod.LaunchError as exc:
+        _fail(str(exc))
+    arrays = replay.assemble(results)
+    return measured_summary(arrays["start"], arrays["rank_end"], arrays["bucket_launch"], arrays["bucket_finish"])
+
+
+@click.command("validate")
+@click.argument("scenario", required=False, type=click.Path(dir_okay=False))
+@click.option("--calibration", "cal_path", type=click.Path(dir_okay=False),
+              help="Calibration YAML the prediction uses (from `commsim calibrate`).")
+@click.option("--backend", type=click.Choice(["gloo", "nccl"]), default="gloo", show_default=True)
+@click.option("--nprocs", type=click.IntRange(min=1), default=None,
+              help="Local ranks to launch (default: the scenario's world size; 2 for --numerics).")
+@click.option("--steps", type=click.IntRange(min=1), default=None, help="Timed steps (overrides the scenario's `steps`).")
+@click.option("--warmup-steps", type=click.IntRange(min=0), default=2, show_default=True, help="Untimed steps first.")
+@click.option("--mode", type=click.Choice(["replay"]), default="replay", show_default=True,
+              help="replay: the scenario's durations and buckets on real all-reduces.")
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a scenario key (as in `run`).")
+@click.option("--numerics", is_flag=True, help="Run the four numerics checks instead of a scenario.")
+@click.option("--timeout", "timeout_s", type=float, default=120.0, show_default=True,
+              help="Seconds without progress before a hung or dead rank fails the run.")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None, help="Write the report as JSON.")
+@one_line_errors
+def validate_cmd(scenario, cal_path, backend, nprocs, steps, warmup_steps, mode, overrides, numerics, timeout_s, json_path):
+    """Run SCENARIO's sync-SGD job for real and compare it with its simulation.
+
+    \b
+    commsim validate SCENARIO --calibration CAL.yaml --backend gloo --nprocs 2 [--steps K] [--json PATH]
+    commsim validate --numerics --backend gloo --nprocs 2
+    """
+    if numerics:
+        if scenario:
+            raise click.UsageError("--numerics takes no SCENARIO")
+        raise SystemExit(run_numerics(backend, nprocs or 2, timeout_s, json_path))
+    if not scenario or not cal_path:
+        raise click.UsageError("give SCENARIO and --calibration CAL.yaml (or --numerics)")
+    from commsim.loader import load_scenario
+    from commsim.validation import compare, format_comparison, predicted_summary
+
+    sc = load_scenario(scenario, overrides=overrides, steps=steps)
+    cal = load_calibration(cal_path)
+    n = nprocs or sc.world_size
+    if n != sc.world_size:
+        raise ScenarioError(scenario, "cluster", f"the scenario has {sc.world_size} ranks but --nprocs is {n}; "
+                            f"set cluster.nodes/gpus_per_node with --set to match")
+    predicted = predicted_summary(sc, cal)
+    measured = run_replay_measurement(sc, backend, n, warmup_steps, timeout_s, click.echo)
+    baseline = None
+    if sc.stragglers:
+        baseline = run_replay_measurement(sc.without_stragglers(), backend, n, warmup_steps, timeout_s, click.echo)
+        measured["comm_time_s"] = baseline.get("comm_time_s")  # as predicted: the baseline's
+    report = compare(measured, predicted, baseline)
+    report = {"scenario": sc.name, "mode": mode, "backend": backend, "world_size": n, "steps": sc.steps,
+              "calibration": cal_path, **report}
+    click.echo(f"# {sc.name}: {n} ranks, {sc.steps} steps, calibration {cal_path}")
+    click.echo(format_comparison(report))
+    if json_path:
+        calib.atomic_write_text(json_path, _json_text(_json_safe(report)))
+
+
 def register(group: click.Group) -> None:
     """Add the validator's commands to the main CLI group."""
     group.add_command(calibrate_cmd)
     group.add_command(collective_cmd)
+    group.add_command(validate_cmd)
