@@ -1,0 +1,81 @@
+"""End-to-end: `commsim validate SCENARIO` (replay on 2 gloo ranks) and `--numerics` through the CLI."""
+
+import json
+
+import click
+import pytest
+
+pytest.importorskip("torch")
+
+from click.testing import CliRunner  # noqa: E402
+
+from commsim import calibration as calib  # noqa: E402
+from commsim.cli_validate import register  # noqa: E402
+
+SCENARIO = """\
+name: replay_test
+steps: 4
+cluster:
+  nodes: 1
+  gpus_per_node: 2
+  intra_node: {bandwidth: 1 GB/s, latency: 100 us}
+  inter_node: {bandwidth: 1 GB/s, latency: 100 us}
+model:
+  parameters: 1e6
+compute:
+  forward: 30 ms
+  backward: 60 ms
+  optimizer: 5 ms
+ddp:
+  bucket_cap: 1 MiB
+"""
+
+
+@click.group()
+def cli():
+    """Stand-in for commsim.cli:main."""
+
+
+register(cli)
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    d = tmp_path_factory.mktemp("replay")
+    (d / "sc.yaml").write_text(SCENARIO)
+    # a calibration with plain numbers (the test checks the pipeline, not this machine)
+    ms = [calib.Measurement(s, calib.model_time(200e-6, 0.5e9, s, 2), 2) for s in (1024, 2**20, 2**22)]
+    calib.save_calibration(calib.Calibration((calib.fit_link("intra_node", ms),), calib.Provenance("test", 2)), d / "cal.yaml")
+    return d
+
+
+def test_validate_replay_report(files):
+    js = files / "r.json"
+    r = CliRunner().invoke(cli, ["validate", str(files / "sc.yaml"), "--calibration", str(files / "cal.yaml"),
+                                 "--backend", "gloo", "--nprocs", "2", "--warmup-steps", "1", "--json", str(js),
+                                 "--set", "stragglers=[{kind: slow_rank, ranks: [1], factor: 2.0}]"])
+    assert r.exit_code == 0, r.output
+    assert "step time mean" in r.output and "straggler cost" in r.output
+    rep = json.loads(js.read_text())
+    m, p, e = rep["measured"], rep["predicted"], rep["error_pct"]
+    compute = 0.030 + 0.060 + 0.005
+    # the slow rank computes twice as long: every step takes at least its compute
+    assert 2 * compute <= m["step_time_s"]["mean"] < 2 * compute + 1.0
+    assert m["step_time_s"]["p95"] >= m["step_time_s"]["p50"] > 0
+    assert compute <= m["baseline_step_time_s"] < m["step_time_s"]["mean"]
+    assert p["step_time_s"]["mean"] > 2 * compute and p["straggler_cost_s"] > 0.05
+    assert e["step_time_mean"] == pytest.approx((p["step_time_s"]["mean"] / m["step_time_s"]["mean"] - 1) * 100)
+
+
+def test_validate_needs_matching_world_size(files):
+    r = CliRunner().invoke(cli, ["validate", str(files / "sc.yaml"), "--calibration", str(files / "cal.yaml"), "--nprocs", "3"])
+    assert r.exit_code == 2 and "the scenario has 2 ranks but --nprocs is 3" in r.output
+
+
+def test_validate_numerics_cli(tmp_path):
+    js = tmp_path / "n.json"
+    r = CliRunner().invoke(cli, ["validate", "--numerics", "--backend", "gloo", "--nprocs", "2", "--json", str(js)])
+    assert r.exit_code == 0, r.output
+    assert r.output.count("PASS") == 4 and "4 passed, 0 failed" in r.output
+    checks = json.loads(js.read_text())["checks"]
+    assert checks[2]["large"]["sum_then_divide"] == "inf"  # strict JSON: inf as a string
