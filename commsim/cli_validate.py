@@ -375,23 +375,6 @@ def run_numerics(backend: str, nprocs: int, timeout_s: float, json_path: Optiona
     return 0 if passed == len(results) else 1
 
 
-def run_replay_measurement(scenario, backend: str, nprocs: int, warmup_steps: int, timeout_s: float, echo):
-    """Launch the replay of `scenario` and return measured_summary."""
-    from commsim.validation import measured_summary, replay_plan
-
-    launch_mod = import_validate("launch")
-    replay = import_validate("replay")
-    plan = replay_plan(scenario, warmup_steps, timeout_s)
-    echo(f"# replay {scenario.name}: {len(plan['bucket_bytes'])} buckets, {scenario.steps} steps "
-         f"(+{warmup_steps} warm-up) on {nprocs} x {backend}")
-    try:
-        results = launch_mod.launch(replay.rank_replay, nprocs, backend, timeout_s, args=(plan,))
-    except launch_mod.LaunchError as exc:
-        _fail(str(exc))
-    arrays = replay.assemble(results)
-    return measured_summary(arrays["start"], arrays["rank_end"], arrays["bucket_launch"], arrays["bucket_finish"])
-
-
 @click.command("validate")
 @click.argument("scenario", required=False, type=click.Path(dir_okay=False))
 @click.option("--calibration", "cal_path", type=click.Path(dir_okay=False),
@@ -423,7 +406,7 @@ def validate_cmd(scenario, cal_path, backend, nprocs, steps, warmup_steps, mode,
     if not scenario or not cal_path:
         raise click.UsageError("give SCENARIO and --calibration CAL.yaml (or --numerics)")
     from commsim.loader import load_scenario
-    from commsim.validation import compare, format_comparison, predicted_summary
+    from commsim.validation import format_comparison
 
     sc = load_scenario(scenario, overrides=overrides, steps=steps)
     cal = load_calibration(cal_path)
@@ -431,13 +414,12 @@ def validate_cmd(scenario, cal_path, backend, nprocs, steps, warmup_steps, mode,
     if n != sc.world_size:
         raise ScenarioError(scenario, "cluster", f"the scenario has {sc.world_size} ranks but --nprocs is {n}; "
                             f"set cluster.nodes/gpus_per_node with --set to match")
-    predicted = predicted_summary(sc, cal)
-    measured = run_replay_measurement(sc, backend, n, warmup_steps, timeout_s, click.echo)
-    baseline = None
-    if sc.stragglers:
-        baseline = run_replay_measurement(sc.without_stragglers(), backend, n, warmup_steps, timeout_s, click.echo)
-        measured["comm_time_s"] = baseline.get("comm_time_s")  # as predicted: the baseline's
-    report = compare(measured, predicted, baseline)
+    replay = import_validate("replay")
+    launch_mod = import_validate("launch")
+    try:
+        report = replay.validate_scenario(sc, cal, backend, n, warmup_steps, timeout_s, click.echo)
+    except launch_mod.LaunchError as exc:
+        _fail(str(exc))
     report = {"scenario": sc.name, "mode": mode, "backend": backend, "world_size": n, "steps": sc.steps,
               "calibration": cal_path, **report}
     click.echo(f"# {sc.name}: {n} ranks, {sc.steps} steps, calibration {cal_path}")

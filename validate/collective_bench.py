@@ -3,20 +3,21 @@
 Conventions (NVIDIA/nccl-tests, src/common.cu and doc/PERFORMANCE.md):
 
 - sizes from `min_size` to `max_size`, doubling; float32 elements (count = size / 4);
-- untimed warm-up iterations, then timed iterations;
-- each timed iteration is timed on every rank, and the iteration's time is the maximum over
-  ranks (the collective is done when the last rank is done); we report the mean of those
-  maxima (what nccl-tests prints) and keep the median;
+- untimed warm-up iterations, then timed iterations, back to back after a barrier;
+- each timed iteration is timed on every rank (from the previous iteration's end), and the
+  iteration's time is the maximum over ranks (the collective is done when the last rank is
+  done); we report the mean of those maxima (what nccl-tests prints) and keep the median;
+- CPU tensors cycle through enough buffers to defeat the caches (see buffer_count);
 - algbw = size / time, busbw = algbw * 2(n-1)/n;
 - out-of-place: torch's all_reduce works in place, so out-of-place is timed as copying the
   send buffer into the receive buffer and all-reducing that (the cost of out-of-place
   semantics in torch); in-place times the all_reduce alone (what DDP does to a bucket);
 - an optional correctness check (rank r contributes r+1 in every element; the sum must be
-  n(n+1)/2): the #wrong column counts wrong elements.
+  n(n+1)/2, times n for every further in-place reduction): the #wrong column counts wrong
+  elements.
 
-Timing: CPU tensors (gloo) with time.perf_counter; CUDA tensors (nccl) with CUDA events
-around each iteration, after torch.cuda.synchronize, so the host clock never reads an
-unfinished kernel. A barrier before each timed iteration starts the ranks together.
+Timing: CPU tensors (gloo) with time.perf_counter; CUDA tensors (nccl) with a CUDA event
+after each iteration, read after torch.cuda.synchronize.
 
 Run under torchrun: ``torchrun --nproc-per-node 2 -m validate.collective_bench --backend gloo``.
 """
@@ -35,6 +36,8 @@ import torch
 import torch.distributed as dist
 
 ELEMENT_BYTES = 4
+COLD_BYTES = 64 * 1024 * 1024
+MAX_BUFFERS = 64
 
 
 def sweep_sizes(min_size: int, max_size: int) -> List[int]:
@@ -48,26 +51,29 @@ def sweep_sizes(min_size: int, max_size: int) -> List[int]:
     return out
 
 
-class _Timer:
-    """Times one region on this rank: perf_counter on CPU, CUDA events on GPU."""
+class _Clock:
+    """Timestamps after each back-to-back iteration: perf_counter on CPU, CUDA events on GPU
+    (the host clock never reads an unfinished kernel)."""
 
-    def __init__(self, device: torch.device):
+    def __init__(self, device: torch.device, count: int):
         self.cuda = device.type == "cuda"
+        self.marks: list = []
         if self.cuda:
-            self.start_ev = torch.cuda.Event(enable_timing=True)
-            self.end_ev = torch.cuda.Event(enable_timing=True)
+            self.events = [torch.cuda.Event(enable_timing=True) for _ in range(count + 1)]
 
-    def time(self, fn: Callable[[], None]) -> float:
+    def mark(self) -> None:
+        if self.cuda:
+            self.events[len(self.marks)].record()
+            self.marks.append(None)
+        else:
+            self.marks.append(time.perf_counter())
+
+    def intervals(self) -> List[float]:
         if self.cuda:
             torch.cuda.synchronize()
-            self.start_ev.record()
-            fn()
-            self.end_ev.record()
-            torch.cuda.synchronize()
-            return self.start_ev.elapsed_time(self.end_ev) / 1e3
-        t0 = time.perf_counter()
-        fn()
-        return time.perf_counter() - t0
+            ev = self.events[: len(self.marks)]
+            return [a.elapsed_time(b) / 1e3 for a, b in zip(ev, ev[1:])]
+        return [b - a for a, b in zip(self.marks, self.marks[1:])]
 
 
 def _max_over_ranks(values: List[float], device: torch.device) -> List[float]:
@@ -76,42 +82,61 @@ def _max_over_ranks(values: List[float], device: torch.device) -> List[float]:
     return t.tolist()
 
 
+def buffer_count(size: int, device: torch.device, cold_bytes: int = COLD_BYTES) -> int:
+    """How many buffers a size cycles through. CPU: enough to exceed `cold_bytes` (at most
+    MAX_BUFFERS), because DDP reduces each bucket from its own memory, cold in the caches,
+    and a 1 MiB all-reduce from a cache-hot buffer is about twice as fast on a CPU. CUDA:
+    one, as nccl-tests does."""
+    if device.type == "cuda":
+        return 1
+    return max(1, min(MAX_BUFFERS, -(-cold_bytes // max(size, 1))))
+
+
 def bench_size(size: int, warmup: int, iters: int, check: bool, device: torch.device,
                progress: Optional[Callable] = None) -> dict:
-    """One row: out-of-place and in-place timings of an all-reduce of `size` bytes."""
+    """One row: out-of-place and in-place timings of an all-reduce of `size` bytes.
+
+    Iterations run back to back after a barrier, as nccl-tests times them (a pipeline of
+    collectives, like DDP's buckets); iteration i lasts from the end of iteration i-1 (the
+    barrier for the first) to its own end on each rank, and its time is the max over ranks."""
     n, rank = dist.get_world_size(), dist.get_rank()
     count = size // ELEMENT_BYTES
-    send = torch.full((count,), float(rank + 1), dtype=torch.float32, device=device)
-    recv = torch.empty_like(send)
-    timer = _Timer(device)
+    k = buffer_count(size, device)
+    sends = [torch.full((count,), float(rank + 1), dtype=torch.float32, device=device) for _ in range(k)]
+    recvs = [torch.empty_like(sends[0]) for _ in range(k)]
     row = {"size_bytes": count * ELEMENT_BYTES, "count": count, "type": "float", "redop": "sum",
-           "root": -1, "world_size": n}
+           "root": -1, "world_size": n, "buffers": k}
     expected = n * (n + 1) / 2
 
-    def out_of_place():
-        recv.copy_(send)
-        dist.all_reduce(recv)
+    def out_of_place(i):
+        recvs[i % k].copy_(sends[i % k])
+        dist.all_reduce(recvs[i % k])
 
-    def in_place():
-        dist.all_reduce(recv)
+    def in_place(i):
+        dist.all_reduce(recvs[i % k])
 
-    for name, op, reset in (("out_of_place", out_of_place, None), ("in_place", in_place, True)):
-        for _ in range(warmup):
-            if reset:
-                recv.copy_(send)
-            op()
-        times = []
+    for name, op in (("out_of_place", out_of_place), ("in_place", in_place)):
+        for i in range(warmup):
+            op(i)
         wrong = 0
-        for _ in range(iters):
-            if reset:
-                recv.copy_(send)
-            if progress:
-                progress()
-            dist.barrier()
-            times.append(timer.time(op))
-            if check:
-                wrong += int((recv != expected).sum().item())
-        per_iter = _max_over_ranks(times, device)
+        if name == "in_place":
+            for b in range(k):
+                recvs[b].copy_(sends[b])
+        if progress:
+            progress()
+        clock = _Clock(device, iters)
+        dist.barrier()
+        clock.mark()
+        for i in range(iters):
+            op(i)
+            clock.mark()
+        per_iter = _max_over_ranks(clock.intervals(), device)
+        if check:  # after the timed loop: each buffer was reduced a known number of times
+            for b in range(k):
+                times_reduced = len(range(b, iters, k)) if name == "in_place" else min(1, len(range(b, iters, k)))
+                if times_reduced:
+                    want = expected * (n ** (times_reduced - 1)) if name == "in_place" else expected
+                    wrong += int((recvs[b] != want).sum().item())
         mean = statistics.fmean(per_iter)
         alg = row["size_bytes"] / mean
         row[name] = {

@@ -145,3 +145,34 @@ def assemble(results: List[Dict]) -> Dict[str, np.ndarray]:
             launch[s, :, r] = st["start"]
             finish[s, :, r] = st["finish"]
     return {"start": float(results[0]["start"]), "rank_end": rank_end, "bucket_launch": launch, "bucket_finish": finish}
+
+
+def measure(scenario, backend: str, nprocs: int, warmup_steps: int = 2, timeout_s: float = 120.0,
+            echo=print) -> Dict:
+    """Replay `scenario` on `nprocs` local ranks; return commsim.validation.measured_summary.
+
+    Raises validate.launch.LaunchError if a rank dies or hangs, CalibrationError if the
+    scenario cannot be replayed."""
+    from commsim.validation import measured_summary, replay_plan
+    from validate.launch import launch
+
+    plan = replay_plan(scenario, warmup_steps, timeout_s)
+    echo(f"# replay {scenario.name}: {len(plan['bucket_bytes'])} buckets, {scenario.steps} steps "
+         f"(+{warmup_steps} warm-up) on {nprocs} x {backend}")
+    arrays = assemble(launch(rank_replay, nprocs, backend, timeout_s, args=(plan,)))
+    return measured_summary(arrays["start"], arrays["rank_end"], arrays["bucket_launch"], arrays["bucket_finish"])
+
+
+def validate_scenario(scenario, calibration, backend: str, nprocs: int, warmup_steps: int = 2,
+                      timeout_s: float = 120.0, echo=print) -> Dict:
+    """Measure the scenario (and, with stragglers, its straggler-free baseline) and compare it
+    with its calibrated simulation: the `commsim validate` report (without its header keys)."""
+    from commsim.validation import compare, predicted_summary
+
+    predicted = predicted_summary(scenario, calibration)
+    measured = measure(scenario, backend, nprocs, warmup_steps, timeout_s, echo)
+    baseline = None
+    if scenario.stragglers:
+        baseline = measure(scenario.without_stragglers(), backend, nprocs, warmup_steps, timeout_s, echo)
+        measured["comm_time_s"] = baseline.get("comm_time_s")  # predicted comm is the baseline's too
+    return compare(measured, predicted, baseline)

@@ -1,0 +1,62 @@
+"""How close are predictions to this machine? Six replays of a scenario (DDP bucket caps
+1 MB / 25 MB / 100 MB, each without and with a slow rank) against their calibrated
+simulations; prints each case and the median |error| of the mean step time.
+
+    python -m validate.accuracy --calibration CAL.yaml [--scenario scenarios/validate_gloo_2rank.yaml]
+        [--nprocs 2] [--backend gloo] [--slow-factor 1.5] [--json PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+
+from commsim.calibration import atomic_write_text, load_calibration
+from commsim.loader import load_scenario
+from validate.replay import validate_scenario
+
+BUCKETS = ("1 MB", "25 MB", "100 MB")
+
+
+def cases(slow_factor: float):
+    for cap in BUCKETS:
+        yield cap, None, [f"ddp.bucket_cap={cap}", "stragglers=[]"]
+        yield cap, slow_factor, [f"ddp.bucket_cap={cap}",
+                                 f"stragglers=[{{kind: slow_rank, ranks: [1], factor: {slow_factor}}}]"]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m validate.accuracy", description=__doc__.splitlines()[0])
+    ap.add_argument("--calibration", required=True)
+    ap.add_argument("--scenario", default=os.path.join("scenarios", "validate_gloo_2rank.yaml"))
+    ap.add_argument("--nprocs", type=int, default=2)
+    ap.add_argument("--backend", default="gloo")
+    ap.add_argument("--steps", type=int, default=None)
+    ap.add_argument("--slow-factor", type=float, default=1.5)
+    ap.add_argument("--json", default=None)
+    a = ap.parse_args(argv)
+    cal = load_calibration(a.calibration)
+    rows = []
+    for cap, slow, overrides in cases(a.slow_factor):
+        sc = load_scenario(a.scenario, overrides=overrides, steps=a.steps)
+        rep = validate_scenario(sc, cal, a.backend, a.nprocs, echo=lambda s: None)
+        m, p, e = rep["measured"], rep["predicted"], rep["error_pct"]
+        rows.append({"bucket_cap": cap, "slow_rank_factor": slow, **rep})
+        print(f"bucket {cap:>6s}  slow rank {'-' if slow is None else slow:>4}  "
+              f"measured {m['step_time_s']['mean'] * 1e3:8.1f} ms  predicted {p['step_time_s']['mean'] * 1e3:8.1f} ms  "
+              f"error {e['step_time_mean']:+6.1f} %  (p95 {e['step_time_p95']:+6.1f} %, comm "
+              f"{e['comm_time'] if e['comm_time'] is None else round(e['comm_time'], 1)} %)", flush=True)
+    errs = [abs(r["error_pct"]["step_time_mean"]) for r in rows]
+    summary = {"median_abs_error_pct": statistics.median(errs), "max_abs_error_pct": max(errs), "cases": rows}
+    print(f"median |error| of the mean step time over {len(rows)} cases: {summary['median_abs_error_pct']:.1f} % "
+          f"(max {summary['max_abs_error_pct']:.1f} %)")
+    if a.json:
+        atomic_write_text(a.json, json.dumps(summary, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
