@@ -384,8 +384,9 @@ def run_numerics(backend: str, nprocs: int, timeout_s: float, json_path: Optiona
               help="Local ranks to launch (default: the scenario's world size; 2 for --numerics).")
 @click.option("--steps", type=click.IntRange(min=1), default=None, help="Timed steps (overrides the scenario's `steps`).")
 @click.option("--warmup-steps", type=click.IntRange(min=0), default=2, show_default=True, help="Untimed steps first.")
-@click.option("--mode", type=click.Choice(["replay"]), default="replay", show_default=True,
-              help="replay: the scenario's durations and buckets on real all-reduces.")
+@click.option("--mode", type=click.Choice(["replay", "ddp"]), default="replay", show_default=True,
+              help="replay: the scenario's durations and buckets on real all-reduces; "
+                   "ddp: a real model under DistributedDataParallel, its measured compute fed to the prediction.")
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a scenario key (as in `run`).")
 @click.option("--numerics", is_flag=True, help="Run the four numerics checks instead of a scenario.")
 @click.option("--timeout", "timeout_s", type=float, default=120.0, show_default=True,
@@ -414,10 +415,10 @@ def validate_cmd(scenario, cal_path, backend, nprocs, steps, warmup_steps, mode,
     if n != sc.world_size:
         raise ScenarioError(scenario, "cluster", f"the scenario has {sc.world_size} ranks but --nprocs is {n}; "
                             f"set cluster.nodes/gpus_per_node with --set to match")
-    replay = import_validate("replay")
+    job = import_validate("replay" if mode == "replay" else "ddp_job")
     launch_mod = import_validate("launch")
     try:
-        report = replay.validate_scenario(sc, cal, backend, n, warmup_steps, timeout_s, click.echo)
+        report = job.validate_scenario(sc, cal, backend, n, warmup_steps, timeout_s, click.echo)
     except launch_mod.LaunchError as exc:
         _fail(str(exc))
     report = {"scenario": sc.name, "mode": mode, "backend": backend, "world_size": n, "steps": sc.steps,

@@ -79,3 +79,22 @@ def test_validate_numerics_cli(tmp_path):
     assert r.output.count("PASS") == 4 and "4 passed, 0 failed" in r.output
     checks = json.loads(js.read_text())["checks"]
     assert checks[2]["large"]["sum_then_divide"] == "inf"  # strict JSON: inf as a string
+
+
+def test_validate_ddp_mode(files):
+    js = files / "ddp.json"
+    r = CliRunner().invoke(cli, ["validate", str(files / "sc.yaml"), "--calibration", str(files / "cal.yaml"),
+                                 "--nprocs", "2", "--mode", "ddp", "--steps", "3", "--warmup-steps", "1", "--json", str(js)])
+    assert r.exit_code == 0, r.output
+    rep = json.loads(js.read_text())
+    comp = rep["measured"]["compute_s"]
+    assert comp["forward_s"] > 0 and comp["backward_s"] > 0
+    # a step is at least the measured compute of a rank, and the prediction starts from it
+    assert rep["measured"]["step_time_s"]["mean"] >= 0.8 * (comp["forward_s"] + comp["backward_s"])
+    assert rep["predicted"]["step_time_s"]["mean"] >= comp["forward_s"] + comp["backward_s"] + comp["optimizer_s"]
+
+
+def test_ddp_mode_refuses_slow_rank(files):
+    r = CliRunner().invoke(cli, ["validate", str(files / "sc.yaml"), "--calibration", str(files / "cal.yaml"),
+                                 "--mode", "ddp", "--set", "stragglers=[{kind: slow_rank, ranks: [1], factor: 2.0}]"])
+    assert r.exit_code == 2 and "--mode ddp injects only stalls" in r.output

@@ -1,0 +1,143 @@
+"""A real DistributedDataParallel job (``commsim validate --mode ddp``).
+
+Every rank trains the synthetic model of the scenario's parameter count
+(:func:`validate.compute_timing.synthetic_model`) under torch DDP with the scenario's bucket
+cap, at the scenario's batch size. First the compute is measured as it really runs (forward,
+backward under ``no_sync`` so that no all-reduce runs, optimizer step; medians), then the
+timed DDP steps. The prediction is the scenario with those measured durations, so what is
+compared is how DDP's communication and its overlap with backward behave.
+
+Only stalls are injected here (a sleep before the forward, exactly the simulator's stall);
+slowing a real rank's kernels by a factor is the replay mode's job.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Dict
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from validate.compute_timing import synthetic_model
+
+
+def _measure_compute(model: nn.Module, x, y, opt, iters: int) -> Dict[str, float]:
+    fwd, bwd, step = [], [], []
+    for _ in range(iters):
+        opt.zero_grad(set_to_none=True)
+        t0 = time.monotonic()
+        with model.no_sync():
+            loss = nn.functional.mse_loss(model(x), y)
+            t1 = time.monotonic()
+            loss.backward()
+        t2 = time.monotonic()
+        opt.step()
+        t3 = time.monotonic()
+        fwd.append(t1 - t0)
+        bwd.append(t2 - t1)
+        step.append(t3 - t2)
+    return {"forward_s": statistics.median(fwd), "backward_s": statistics.median(bwd),
+            "optimizer_s": statistics.median(step)}
+
+
+def rank_ddp(ctx, plan: Dict) -> Dict:
+    """validate.launch entry point. plan: parameters, batch_size, bucket_cap_bytes, steps,
+    warmup_steps, compute_iters, stall (steps x n)."""
+    torch.manual_seed(0)
+    module = synthetic_model(plan["parameters"])
+    width = module[0].in_features
+    model = DDP(module, bucket_cap_mb=plan["bucket_cap_bytes"] / 2**20)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-6)
+    g = torch.Generator().manual_seed(1 + ctx.rank)
+    x = torch.randn(plan["batch_size"], width, generator=g)
+    y = torch.randn(plan["batch_size"], width, generator=g)
+    ctx.progress()
+    compute = _measure_compute(model, x, y, opt, plan["compute_iters"])
+    ctx.progress(compute if ctx.rank == 0 else None)
+
+    def step(stall: float) -> float:
+        if stall:
+            time.sleep(stall)
+        opt.zero_grad(set_to_none=True)
+        nn.functional.mse_loss(model(x), y).backward()  # returns once DDP's all-reduces are done
+        opt.step()
+        return time.monotonic()
+
+    for _ in range(plan["warmup_steps"]):
+        ctx.progress()
+        step(0.0)
+    dist.barrier()
+    left = torch.tensor([time.monotonic()], dtype=torch.float64)
+    dist.all_reduce(left, op=dist.ReduceOp.MAX)
+    start = float(left.item()) + 0.02
+    while time.monotonic() < start:
+        time.sleep(max(0.0, start - time.monotonic()))
+    ends = []
+    for s in range(plan["steps"]):
+        ctx.progress()
+        ends.append(step(plan["stall"][s][ctx.rank]))
+    ctx.progress()
+    dist.barrier()
+    return {"rank": ctx.rank, "start": start, "ends": ends, "compute": compute,
+            "parameters": sum(p.numel() for p in module.parameters())}
+
+
+def _plan(scenario, warmup_steps: int, compute_iters: int = 5) -> Dict:
+    from commsim.calibration import CalibrationError
+    from commsim.spec import Stall
+    from commsim.stragglers import perturbations
+
+    bad = sorted({type(s).__name__ for s in scenario.stragglers if not isinstance(s, Stall)})
+    if bad:
+        raise CalibrationError(f"scenario {scenario.name!r}: --mode ddp injects only stalls, not {', '.join(bad)}; "
+                               "use --mode replay for those")
+    if scenario.model.grad_dtype != "fp32":
+        raise CalibrationError(f"scenario {scenario.name!r}: --mode ddp trains in fp32, the scenario says "
+                               f"grad_dtype {scenario.model.grad_dtype}")
+    if scenario.ddp.gradient_accumulation != 1:
+        raise CalibrationError(f"scenario {scenario.name!r}: --mode ddp runs one micro-batch per step")
+    return {"parameters": int(scenario.model.parameters), "batch_size": scenario.compute.batch_size,
+            "bucket_cap_bytes": float(scenario.ddp.bucket_cap), "steps": scenario.steps,
+            "warmup_steps": warmup_steps, "compute_iters": compute_iters,
+            "stall": perturbations(scenario).stall.tolist()}
+
+
+def measure(scenario, backend: str, nprocs: int, warmup_steps: int, timeout_s: float, echo=print):
+    """Run the DDP job; return (measured_summary, per-rank results)."""
+    import numpy as np
+
+    from commsim.validation import measured_summary
+    from validate.launch import launch
+
+    plan = _plan(scenario, warmup_steps)
+    echo(f"# ddp {scenario.name}: {plan['parameters']:.3g} parameters, bucket cap {plan['bucket_cap_bytes']:.3g} B, "
+         f"{scenario.steps} steps (+{warmup_steps} warm-up) on {nprocs} x {backend}")
+    results = launch(rank_ddp, nprocs, backend, timeout_s, args=(plan,))
+    rank_end = np.array([r["ends"] for r in results]).T  # (steps, n)
+    return measured_summary(results[0]["start"], rank_end), results
+
+
+def validate_scenario(scenario, calibration, backend: str, nprocs: int, warmup_steps: int = 2,
+                      timeout_s: float = 120.0, echo=print) -> Dict:
+    """Real DDP vs the calibrated simulation of the scenario with the measured compute."""
+    from dataclasses import replace
+
+    from commsim.validation import compare, predicted_summary
+
+    measured, results = measure(scenario, backend, nprocs, warmup_steps, timeout_s, echo)
+    comp = {k: statistics.median(r["compute"][k] for r in results) for k in ("forward_s", "backward_s", "optimizer_s")}
+    fed = replace(
+        scenario,
+        compute=replace(scenario.compute, forward=comp["forward_s"], backward=comp["backward_s"], optimizer=comp["optimizer_s"]),
+        model=replace(scenario.model, parameters=results[0]["parameters"]),
+    )
+    baseline = None
+    if scenario.stragglers:
+        baseline, _ = measure(scenario.without_stragglers(), backend, nprocs, warmup_steps, timeout_s, echo)
+    report = compare(measured, predicted_summary(fed, calibration), baseline)
+    report["measured"]["compute_s"] = comp
+    return report
