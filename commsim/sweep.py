@@ -217,8 +217,13 @@ def parse_grid_args(args: Iterable[str]) -> Grid:
     """Each ``--grid`` argument is a grid YAML file if such a file exists, else ``KEY=V1,V2,...``."""
     grids = []
     for arg in args:
-        is_file = "=" not in arg or Path(arg).is_file()
-        grids.append(load_grid_file(arg) if is_file else parse_grid_option(arg))
+        if Path(arg).is_file():
+            grids.append(load_grid_file(arg))
+        elif "=" in arg:
+            grids.append(parse_grid_option(arg))
+        else:
+            raise SweepError(f"--grid {arg}", None,
+                             "expected KEY=V1,V2,... or an existing grid YAML file, got neither")
     return combine_grids(grids)
 
 
