@@ -14,7 +14,8 @@ from commsim.errors import ScenarioError
 
 
 def _fail(message: str, code: int = 2) -> None:
-    click.echo(f"error: {message}", err=True)
+    # The same one-line shape as `commsim run`'s errors.
+    click.echo(f"commsim: error: {message}", err=True)
     sys.exit(code)
 
 
@@ -36,7 +37,7 @@ def _fail(message: str, code: int = 2) -> None:
 @click.option("--resume", is_flag=True,
               help="Skip points already finished in the output directory and run the rest.")
 @click.option("--plot", "make_plots", is_flag=True, help="Write the plots (commsim plot) when done.")
-@click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar (it is shown only on a terminal anyway).")
 def sweep_command(scenario: Path, grids: Tuple[str, ...], out_dir: Path, overrides: Tuple[str, ...],
                   steps: Optional[int], seed: Optional[int], jobs: Optional[int],
                   dask_scheduler: Optional[str], resume: bool, make_plots: bool, quiet: bool) -> None:
@@ -53,7 +54,7 @@ def sweep_command(scenario: Path, grids: Tuple[str, ...], out_dir: Path, overrid
         grid = parse_grid_args(grids)
         result = run_sweep(scenario, grid, out_dir, overrides=overrides, steps=steps, seed=seed,
                            jobs=jobs, dask_scheduler=dask_scheduler, resume=resume,
-                           progress=not quiet)
+                           progress=not quiet and sys.stderr.isatty())
     except ScenarioError as exc:
         _fail(str(exc))
     except SweepInterrupted as exc:

@@ -30,10 +30,9 @@ import json
 import math
 import os
 import re
-import tempfile
 import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
@@ -41,6 +40,7 @@ import yaml
 
 from commsim.errors import ScenarioError
 from commsim.loader import load_document, load_scenario
+from commsim.outputs import atomic_write_text
 from commsim.spec import Scenario
 
 JOURNAL = "points.jsonl"
@@ -314,23 +314,6 @@ def run_point(scenario: Scenario) -> Dict[str, Any]:
 # ---------------------------------------------------------------------------------------
 # Output files
 # ---------------------------------------------------------------------------------------
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write to a temporary file in the same directory, then rename over `path`."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", newline="") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
 
 
 def _flatten_summary(summary: Mapping[str, Any], prefix: str = "") -> Dict[str, Any]:

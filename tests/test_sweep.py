@@ -304,7 +304,7 @@ def test_cli_bad_grid_exits_2_with_one_line(scenario, tmp_path, grid):
     r = CliRunner().invoke(cli(), ["sweep", str(scenario), "-o", str(tmp_path / "o"), "--grid", grid])
     assert r.exit_code == 2
     err = r.stderr if hasattr(r, "stderr") else r.output
-    assert err.startswith("error: ") and err.count("\n") == 1 and "Traceback" not in err
+    assert err.startswith("commsim: error: ") and err.count("\n") == 1 and "Traceback" not in err
     assert not (tmp_path / "o").exists()
 
 
