@@ -34,7 +34,7 @@ try:  # matplotlib is the `plot` extra; the rest of commsim runs without it
     import matplotlib
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
-    from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator, PercentFormatter
+    from matplotlib.ticker import FixedLocator, FuncFormatter, MaxNLocator, NullLocator, PercentFormatter
 except ImportError:  # pragma: no cover - exercised only without the extra
     matplotlib = None
 
@@ -553,6 +553,88 @@ def plot_validation(files: Sequence[Path], out_dir: Path, band: float = 0.10) ->
     right.grid(axis="x", alpha=0.3)
     fig.suptitle("Predicted vs measured step time (commsim validate)")
     return save_figure(fig, out_dir, "predicted_vs_measured")
+
+
+# ---------------------------------------------------------------------------------------
+# A single run (`commsim run --plot PATH`)
+# ---------------------------------------------------------------------------------------
+
+RUN_PLOT_FORMATS = ("png", "svg", "pdf")
+
+
+def plot_run(run_result, summary: Mapping[str, Any], path: os.PathLike | str) -> Path:
+    """Step time per step, and the per-rank distribution of waiting time, of one run.
+
+    `run_result` is the :class:`commsim.engine.RunResult` (``step_time``: (steps,), ``rank_wait``:
+    (steps, n), the time each rank spent blocked on others), `summary` its ``summarize`` dict.
+    The format follows PATH's suffix (.png, .svg or .pdf). Returns the path written."""
+    path = Path(path)
+    fmt = path.suffix.lower().lstrip(".")
+    _require_matplotlib(str(path))
+    if fmt not in RUN_PLOT_FORMATS:
+        raise PlotError(str(path), f"expected a .png, .svg or .pdf path, got {path.suffix or 'no suffix'!r}")
+    step = np.asarray(run_result.step_time, dtype=float)
+    wait = np.asarray(run_result.rank_wait, dtype=float)
+    n = wait.shape[1]
+    scale, unit = _seconds_unit(np.concatenate([step, wait.ravel()]))
+    fig = _figure(11.0, 7.6)
+    top, bottom = fig.subfigures(2, 1, height_ratios=[1, 1.1])
+    ax = top.subplots()
+    steps = np.arange(len(step))
+    ax.plot(steps, step * scale, color=COLORS["compute"], linewidth=1.2, marker="." if len(step) <= 200 else None,
+            label="step time")
+    # Zoom on the step times (and the baseline): the per-step variation is what this panel is
+    # for. The ideal line is drawn when it falls in that view, else only named in the legend.
+    shown = np.concatenate([step, [summary.get("baseline_step_time_s", step.mean())]]) * scale
+    pad = max(0.08 * (shown.max() - shown.min()), 0.01 * shown.max())
+    view = (shown.min() - pad, shown.max() + pad)
+    refs = [("baseline_step_time_s", "straggler-free baseline", "#2ca02c", "--"),
+            ("compute_time_s", "ideal (compute only)", COLORS["ideal"], ":")]
+    for key, label, color, style in refs:
+        if key in summary:
+            value = summary[key] * scale
+            note = "" if view[0] <= value <= view[1] else " (below this view)"
+            ax.axhline(value, color=color, linestyle=style, linewidth=1.2, label=f"{label}: {value:.4g} {unit}{note}")
+    ax.axhline(step.mean() * scale, color=COLORS["straggler"], linewidth=1.2,
+               label=f"mean: {step.mean() * scale:.4g} {unit} (slowdown {summary.get('slowdown', float('nan')):.3f}×)")
+    ax.set_ylim(*view)
+    ax.set_xlabel("step")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_ylabel(f"step time ({unit})")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
+    ax.set_title(f"{summary.get('scenario', 'run')}: step time per step ({n:,} ranks)")
+
+    left, right = bottom.subplots(1, 2, width_ratios=[2.2, 1])
+    ranks = np.arange(n)
+    mean_wait = wait.mean(axis=0) * scale
+    lo, hi = np.percentile(wait, [5, 95], axis=0) * scale
+    left.fill_between(ranks, lo, hi, step="mid", color="#9ecae1", alpha=0.6, label="5th-95th percentile over steps")
+    left.plot(ranks, mean_wait, drawstyle="steps-mid", color=COLORS["compute"], linewidth=1, label="mean over steps")
+    top_ranks = [int(t["rank"]) for t in summary.get("stragglers_top", [])]
+    if top_ranks:
+        text = ", ".join(f"{t['rank']} ({t['fraction']:.0%})" for t in summary["stragglers_top"])
+        left.plot(top_ranks, mean_wait[top_ranks], linestyle="none", marker="v", color=COLORS["straggler"],
+                  markersize=8, label=f"most often last: rank {text}")
+    left.set_xlabel("rank")
+    left.set_ylabel(f"waiting time per step ({unit})")
+    left.set_xlim(-0.5, n - 0.5)
+    left.xaxis.set_major_locator(MaxNLocator(integer=True))
+    # Not from zero: when communication dominates every rank waits about as long, and the
+    # differences between ranks (who waits less: the stragglers) are what this panel is for.
+    left.grid(alpha=0.3)
+    left.legend(loc="upper left", bbox_to_anchor=(0.0, -0.16), fontsize="small", ncols=1)
+    left.set_title("Waiting on other ranks, per rank", fontsize="medium")
+    right.hist(mean_wait, bins=min(40, max(5, n // 4)), orientation="horizontal", color=COLORS["compute"])
+    right.set_ylim(left.get_ylim())
+    right.set_xlabel("ranks")
+    right.xaxis.set_major_locator(MaxNLocator(integer=True))
+    right.set_ylabel(f"mean waiting time ({unit})")
+    right.set_title("Distribution over ranks", fontsize="medium")
+    right.grid(alpha=0.3)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _atomic_savefig(fig, path, fmt)
+    return path
 
 
 # ---------------------------------------------------------------------------------------

@@ -166,3 +166,25 @@ def test_only_plots_imports_matplotlib():
     offenders = [p.name for p in root.glob("*.py")
                  if p.name != "plots.py" and re.search(r"^\s*(import|from)\s+matplotlib", p.read_text(), re.M)]
     assert offenders == []
+
+
+def test_plot_run_writes_step_and_waiting_plot(scenario, tmp_path):
+    from commsim.engine import simulate
+    from commsim.loader import load_scenario
+    from commsim.report import summarize
+
+    sc = load_scenario(scenario, overrides=["stragglers=[{kind: slow_rank, ranks: [1], factor: 1.5}]"], steps=6)
+    result = simulate(sc)
+    summary = summarize(sc, result)
+    png = plots.plot_run(result, summary, tmp_path / "sub" / "run.png")
+    assert_image_png_only(png)
+    svg = plots.plot_run(result, summary, tmp_path / "run.svg").read_text()
+    # The slow rank is the one everyone waits for: named in the legend as most often last.
+    assert "most often last: rank 1" in svg and "step time per step" in svg
+    with pytest.raises(plots.PlotError, match="png"):
+        plots.plot_run(result, summary, tmp_path / "run.txt")
+
+
+def assert_image_png_only(path: Path):
+    img = imread(path)
+    assert path.stat().st_size > 5_000 and img.shape[0] > 200 and img[..., :3].std() > 0.05
