@@ -181,23 +181,25 @@ class RingAllReduce:
         g = self._g
         np.maximum(L[1:], L[:-1], out=g[1:])
         g[0] = max(L[0], L[-1])
-        g_max = g.max()
         best = None
-        for cls in self._classes:
-            if best is not None and g_max + self.steps * cls.v <= best_min:
+        for k, cls in enumerate(self._classes):
+            if k == 1:  # bounds for skipping classes, needed only when there is more than one
+                g_max = g.max()
+            if k >= 1 and g_max + self.steps * cls.v <= best.min():
                 continue  # no window whose max is v can reach the current answer
             h = g + cls.base
             f = self._fast(cls, h) if cls.fast else self._general(cls, h)
             f += cls.const
             best = f if best is None else np.maximum(best, f, out=best)
-            best_min = best.min()
         return best
 
     @staticmethod
     def _fast(cls: _Class, h: np.ndarray) -> np.ndarray:
         seg = np.maximum.reduceat(h, cls.seg_starts)
         prefix = np.maximum.accumulate(seg)
-        suffix = np.append(np.maximum.accumulate(seg[::-1])[::-1], NEG_INF)
+        suffix = np.empty(len(seg) + 1)  # suffix maxima, then -inf for "nothing"
+        suffix[-1] = NEG_INF
+        np.maximum.accumulate(seg[::-1], out=suffix[-2::-1])
         per_window = np.maximum(prefix[cls.pre_seg] + cls.off_pre, suffix[cls.suf_seg] + cls.off_suf)
         return per_window[cls.key_of_rank]
 
