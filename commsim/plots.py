@@ -210,6 +210,11 @@ def _by_gpus(rows: Sequence[Mapping[str, Any]]) -> List[Mapping[str, Any]]:
     return [seen[k] for k in sorted(seen)]
 
 
+def _truncation_note(table: SweepTable, keys: Sequence[str]) -> str:
+    total = len(table.groups(keys))
+    return f" (first {MAX_PANELS} of {total} combinations)" if total > MAX_PANELS else ""
+
+
 def _panel_grid(fig: "Figure", count: int, sharey: bool = True):
     ncols = min(3, count)
     nrows = math.ceil(count / ncols)
@@ -264,7 +269,7 @@ def plot_step_breakdown(table: SweepTable, out_dir: Path) -> List[Path]:
         if others:
             ax.set_title(_group_label(others, combo) if len(others) > 1
                          else f"{_short_key(others[0])} = {_value_text(combo[0])}", fontsize="medium")
-    fig.suptitle("Step time by GPU count: where it goes")
+    fig.suptitle("Step time by GPU count: where it goes" + _truncation_note(table, others))
     return save_figure(fig, out_dir, "step_time_breakdown")
 
 
@@ -296,42 +301,61 @@ def knee(gpus: Sequence[int], efficiency: Sequence[float], threshold: float) -> 
 
 
 def plot_scaling_efficiency(table: SweepTable, out_dir: Path, threshold: float = 0.85) -> List[Path]:
-    """Scaling efficiency vs GPU count, one line per combination of the other swept values."""
+    """Scaling efficiency vs GPU count, one line per other swept value.
+
+    With two or more other swept keys, one panel per value of the first of them and one line
+    per combination of the rest, so that no panel holds more than a handful of lines."""
     others = table.other_keys()
-    groups = table.groups(others)
-    fig = _figure(7.6, 5.4 + 0.22 * max(0, len(groups) - 2))
-    ax = fig.add_subplot()
-    markers = itertools.cycle("osD^v<>ph")
-    lowest = 1.0
-    for combo, rows in groups:
-        rows = _by_gpus(rows)
-        n = [int(r["world_size"]) for r in rows]
-        eff = [float(r["scaling_efficiency"]) for r in rows]
-        lowest = min(lowest, *eff)
-        at = knee(n, eff, threshold)
-        where = f"below {threshold:.0%} from {at:,} GPUs" if at else f"≥ {threshold:.0%} throughout"
-        name = _group_label(others, combo, with_keys=False) if others else "efficiency"
-        (line,) = ax.plot(n, eff, marker=next(markers), label=f"{name}: {where}")
-        if at:
-            # The knee: a ring around the first point below the threshold (its text is in the legend,
-            # where labels of several lines cannot overlap).
-            ax.plot([at], [eff[n.index(at)]], marker="o", markersize=15, markerfacecolor="none",
-                    markeredgecolor=line.get_color(), markeredgewidth=1.8, linestyle="none")
-    ax.axhline(threshold, color="#888888", linestyle="--", linewidth=1)
-    # Left end, under the line: the small GPU counts there sit near 100%, clear of the label.
-    ax.text(0.005, threshold, f"{threshold:.0%} threshold", transform=ax.get_yaxis_transform(),
-            ha="left", va="top", fontsize="small", color="#555555")
-    _gpu_axis(ax, table.gpu_counts())
-    ax.yaxis.set_major_formatter(PercentFormatter(1.0))
-    ax.set_ylim(max(0.0, min(lowest, threshold) - 0.08), 1.02)
-    ax.set_ylabel("scaling efficiency (compute / step time)")
-    ax.grid(alpha=0.3)
-    ax.set_title("Scaling efficiency vs GPU count")
-    keys = ", ".join(_short_key(k) for k in others) if others else "scenario"
-    fig.legend(title=f"{keys}  (circled: the knee, the first GPU count below {threshold:.0%})",
-               loc="outside lower center", ncols=1 if len(groups) > 3 else 2, fontsize="small",
-               title_fontsize="small")
+    panel_keys, line_keys = (others[:1], others[1:]) if len(others) >= 2 else ([], others)
+    panels = table.groups(panel_keys)[:MAX_PANELS]
+    lines_per_panel = max(len(table.groups(line_keys)), 1)
+    ncols = min(3, len(panels))
+    fig = _figure(max(7.6, 5.4 * ncols), (4.6 + 0.22 * lines_per_panel) * math.ceil(len(panels) / ncols))
+    axes = _panel_grid(fig, len(panels))
+    lowest = min(float(r["scaling_efficiency"]) for r in table.rows)
+    for i, (ax, (panel_combo, panel_rows)) in enumerate(zip(axes, panels)):
+        markers = itertools.cycle("osD^v<>ph")
+        for combo, rows in _subgroups(table, line_keys, panel_rows):
+            rows = _by_gpus(rows)
+            n = [int(r["world_size"]) for r in rows]
+            eff = [float(r["scaling_efficiency"]) for r in rows]
+            at = knee(n, eff, threshold)
+            where = f"below {threshold:.0%} from {at:,} GPUs" if at else f"≥ {threshold:.0%} throughout"
+            name = _group_label(line_keys, combo, with_keys=False) if line_keys else "efficiency"
+            (line,) = ax.plot(n, eff, marker=next(markers), label=f"{name}: {where}")
+            if at:
+                # The knee: a ring around the first point below the threshold; its text is in the
+                # legend, where the labels of several lines cannot overlap.
+                ax.plot([at], [eff[n.index(at)]], marker="o", markersize=15, markerfacecolor="none",
+                        markeredgecolor=line.get_color(), markeredgewidth=1.8, linestyle="none")
+        ax.axhline(threshold, color="#888888", linestyle="--", linewidth=1)
+        # Left end, under the line: small GPU counts usually sit near 100%, clear of the label.
+        ax.text(0.005, threshold, f"{threshold:.0%} threshold", transform=ax.get_yaxis_transform(),
+                ha="left", va="top", fontsize="small", color="#555555")
+        _gpu_axis(ax, table.gpu_counts())
+        ax.yaxis.set_major_formatter(PercentFormatter(1.0))
+        ax.set_ylim(max(0.0, min(lowest, threshold) - 0.08), 1.02)
+        if i % ncols == 0:  # the panels of a row share the y axis
+            ax.set_ylabel("scaling efficiency (compute / step time)")
+        ax.grid(alpha=0.3)
+        title = f"{_short_key(panel_keys[0])} = {_value_text(panel_combo[0])}" if panel_keys else None
+        if title:
+            ax.set_title(title, fontsize="medium")
+        legend_title = ", ".join(_short_key(k) for k in line_keys) if line_keys else None
+        ax.legend(title=legend_title, loc="upper center", bbox_to_anchor=(0.5, -0.16), fontsize="small",
+                  title_fontsize="small")
+    fig.suptitle(f"Scaling efficiency vs GPU count (circled: the knee, the first GPU count below {threshold:.0%})")
     return save_figure(fig, out_dir, "scaling_efficiency")
+
+
+def _subgroups(table: SweepTable, keys: Sequence[str], rows: Sequence[Dict[str, Any]]):
+    """`rows` grouped by their values of `keys`, in grid order."""
+    out = []
+    for combo in itertools.product(*[table.grid[k] for k in keys]):
+        sub = [r for r in rows if all(_same(r.get(k), v) for k, v in zip(keys, combo))]
+        if sub:
+            out.append((combo, sub))
+    return out
 
 
 def plot_straggler_heatmap(table: SweepTable, severity_key: str, out_dir: Path) -> List[Path]:
@@ -369,7 +393,7 @@ def plot_straggler_heatmap(table: SweepTable, severity_key: str, out_dir: Path) 
         if others:
             ax.set_title(_group_label(others, combo), fontsize="medium")
     fig.colorbar(image, ax=list(axes), label="slowdown (mean step time / straggler-free)")
-    fig.suptitle(f"Straggler sensitivity: slowdown by {severity_key} and GPU count")
+    fig.suptitle(f"Straggler sensitivity: slowdown by {severity_key} and GPU count" + _truncation_note(table, others))
     return save_figure(fig, out_dir, "straggler_heatmap")
 
 
