@@ -403,20 +403,21 @@ def plot_straggler_heatmap(table: SweepTable, severity_key: str, out_dir: Path) 
 def predicted_busbw(cluster, sizes: np.ndarray) -> np.ndarray:
     """Predicted all-reduce busbw (bytes/s) of the node-major ring over `cluster`, per size.
 
-    All ranks launching together, the ring's max-plus recurrence (DESIGN.md) gives every rank
-    the finish time T = 2(n-1) * max_i t_i with t_i = alpha_i + (S/n)/B_i: a walk that
-    stays on the slowest hop for all 2(n-1) steps is the heaviest. busbw = S/T * 2(n-1)/n
-    (nccl-tests doc/PERFORMANCE.md), which simplifies to S / (n * max_i t_i)."""
+    The engine's own model: per-hop links from :func:`commsim.costs.ring_hop_links`, step
+    times from :func:`commsim.ring.hop_times`, every rank launching at 0 through the ring's
+    max-plus recurrence (:class:`commsim.ring.RingAllReduce`, DESIGN.md); T is the last finish
+    and busbw = S/T * 2(n-1)/n (nccl-tests doc/PERFORMANCE.md)."""
+    from commsim.costs import ring_hop_links
+    from commsim.ring import RingAllReduce, hop_times
+
     n = cluster.world_size
     if n < 2:
         return np.full(len(sizes), np.nan)
-    hops = []
-    if cluster.gpus_per_node > 1:
-        hops.append(cluster.intra_node)
-    if cluster.nodes > 1:
-        hops.append(cluster.inter_node)
-    t = np.max([[h.latency + (s / n) / h.bandwidth for s in sizes] for h in hops], axis=0)
-    return sizes / (n * t)
+    alpha, bandwidth = ring_hop_links(cluster)
+    launch = np.zeros(n)
+    t = np.array([RingAllReduce(hop_times(float(s), alpha, bandwidth)).finish_times(launch).max()
+                  for s in sizes])
+    return sizes / t * 2 * (n - 1) / n
 
 
 def _calibration_points(path: Path) -> List[Tuple[str, np.ndarray, np.ndarray]]:
