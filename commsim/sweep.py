@@ -357,7 +357,7 @@ class _Writer:
     def record(self, point: Point, summary: Dict[str, Any]) -> None:
         line = json.dumps(
             {"key": point.key, "params": dict(point.params), "summary": summary},
-            separators=(",", ":"),
+            separators=(",", ":"), default=str,  # YAML may give dates; keep them as text
         )
         self._journal.write(line + "\n")
         self._journal.flush()
@@ -417,7 +417,7 @@ def write_results(out_dir: Path, points: Sequence[Point], done: Mapping[str, Dic
             elif v is None:
                 cells.append("")
             elif isinstance(v, (list, dict, bool)):
-                cells.append(json.dumps(v, separators=(",", ":")))
+                cells.append(json.dumps(v, separators=(",", ":"), default=str))
             else:
                 cells.append(v)
         writer.writerow(cells)
