@@ -450,17 +450,22 @@ def plot_busbw(curves: Sequence[Tuple[str, Any]], out_dir: Path, calibration: Op
                sizes: Optional[np.ndarray] = None) -> List[Path]:
     """Predicted busbw vs message size, one curve per (label, Cluster); measured points of a
     calibration overlaid when given (and commsim.calibration is available)."""
-    sizes = sizes if sizes is not None else 2.0 ** np.arange(3, 33)  # 8 B .. 4 GiB, doubling
+    measured = _calibration_points(calibration) if calibration is not None else []
+    if sizes is None:
+        # 8 B .. 4 GiB doubling, widened to every measured size so the curves cover the points
+        lo, hi = 3, 32
+        for _, s, _ in measured:
+            lo, hi = min(lo, int(np.floor(np.log2(s.min())))), max(hi, int(np.ceil(np.log2(s.max()))))
+        sizes = 2.0 ** np.arange(lo, hi + 1)
     fig = _figure(8.8, 4.8)
     ax = fig.add_subplot()
     for label, cluster in curves:
         ax.plot(sizes, predicted_busbw(cluster, sizes) / 1e9, label=f"predicted: {label}")
-    measured = _calibration_points(calibration) if calibration is not None else []
     for (label, s, bw), marker in zip(measured, itertools.cycle("o^sDv")):
         ax.plot(s, bw / 1e9, linestyle="none", marker=marker, markerfacecolor="none", label=label)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
-    ax.xaxis.set_major_locator(FixedLocator([2.0 ** k for k in range(3, 34, 4)]))
+    ax.xaxis.set_major_locator(FixedLocator([2.0 ** k for k in range(3, int(np.log2(sizes.max())) + 2, 4)]))
     ax.xaxis.set_minor_locator(NullLocator())
     ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: _size_text(x)))
     ax.set_xlabel("message size per rank (bytes, binary prefixes)")
