@@ -124,13 +124,17 @@ def _short_key(key: str) -> str:
 
 
 def _value_text(value: Any) -> str:
+    """A swept value as a short label: `jitter cv=0.05` for a straggler, `none` for []."""
     if isinstance(value, str):
         return value
     if isinstance(value, dict):
-        return ", ".join(f"{k}={_value_text(v)}" for k, v in value.items())
+        rest = ", ".join(f"{k}={_value_text(v)}" for k, v in value.items() if k != "kind")
+        return f"{value['kind']} {rest}".strip() if "kind" in value else rest
+    if isinstance(value, list):
+        return "; ".join(_value_text(v) for v in value) if value else "none"
     if isinstance(value, float):
         return f"{value:g}"
-    return json.dumps(value, separators=(",", ":"))
+    return json.dumps(value, separators=(",", ":"), default=str)
 
 
 def _seconds_unit(values: Iterable[float]) -> Tuple[float, str]:
