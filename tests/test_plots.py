@@ -200,3 +200,24 @@ def test_plot_run_writes_step_and_waiting_plot(scenario, tmp_path):
 def assert_image_png_only(path: Path):
     img = imread(path)
     assert path.stat().st_size > 5_000 and img.shape[0] > 200 and img[..., :3].std() > 0.05
+
+
+def test_cli_sweep_plot_and_plot_command(scenario, tmp_path):
+    import click
+    from click.testing import CliRunner
+
+    from commsim.cli_sweep import register
+
+    @click.group()
+    def main():
+        pass
+
+    register(main)
+    out = tmp_path / "out"
+    r = CliRunner().invoke(main, ["sweep", str(scenario), "-o", str(out), "--grid", "cluster.nodes=1,2",
+                                  "--jobs", "1", "--plot"])
+    assert r.exit_code == 0, r.output
+    assert (out / "scaling_efficiency.png").stat().st_size > 5_000
+    assert str(out / "step_time_breakdown.svg") in r.output
+    r = CliRunner().invoke(main, ["plot", str(tmp_path / "empty")])
+    assert r.exit_code == 2 and "commsim: error:" in r.output and "Traceback" not in r.output
