@@ -84,3 +84,16 @@ def test_console_script_runs_and_fails_cleanly():
     assert ok.returncode == 0 and "slowdown" in ok.stdout
     bad = subprocess.run([sys.executable, "-m", "commsim.cli", "run", "nope.yaml"], capture_output=True, text=True)
     assert bad.returncode == 2 and "Traceback" not in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_run_plot_writes_a_png(tmp_path):
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "run.png"
+    assert run_cli(["run", SCENARIO, "-q", "--steps", "5", "--plot", str(out)]) == 0
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_run_plot_with_bad_suffix_is_bad_input(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    assert run_cli(["run", SCENARIO, "-q", "--steps", "2", "--plot", str(tmp_path / "run.txt")]) == 2
+    assert ".png" in capsys.readouterr().err
