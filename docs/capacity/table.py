@@ -1,4 +1,4 @@
-"""Print the 256- and 1,024-GPU rows of a sweep's results.csv (docs/capacity_planning.md).
+"""Print the 256- and 1,024-GPU rows of a sweep's results.csv (README.md, "Capacity planning").
 
 Usage: python docs/capacity/table.py out/capacity/network [GPU_COUNT ...]
 """
