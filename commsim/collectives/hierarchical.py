@@ -1,0 +1,55 @@
+"""Hierarchical all-reduce: intra-node reduce-scatter, inter-node all-reduce, intra-node all-gather.
+
+1. Inside each node, a ring reduce-scatter over its g GPUs: g-1 steps of S/g bytes; local rank
+   j ends with the node's sum of shard j.
+2. Every local rank j runs a ring all-reduce of its S/g shard with local rank j of every other
+   node: 2(N-1) steps of S/(gN) bytes. These g rings run at once, one per rail (NIC): each
+   gets 1/g of the node's ``inter_bandwidth`` (with one NIC per GPU: one NIC each).
+3. Inside each node, a ring all-gather: g-1 steps of S/g bytes.
+
+Closed form (all ranks launch together), from the ring recurrence of each stage:
+
+    T = 2(g-1) (alpha_i + S/(g B_i)) + 2(N-1) (alpha_e + S/(N B_e))
+
+The bandwidth terms add up to the flat ring's (2(g-1)/g S/B_i + 2(N-1)/N S/B_e, each level at
+its own speed rather than all at the slowest); the network latency is paid 2(N-1) times
+instead of 2(gN-1) times. DESIGN.md, "Hierarchical"; NCCL's CollNet/NVLS-Tree and Horovod's
+hierarchical all-reduce follow this pattern.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .fabric import Fabric
+from .maxplus import ring_steps
+
+NAME = "hierarchical"
+COLLECTIVE = "all_reduce"
+
+
+def _stage_hops(fabric: Fabric, size: float) -> tuple[float, float]:
+    g, N = fabric.gpus_per_node, fabric.nodes
+    intra = fabric.intra_latency + (size / g) / fabric.intra_bandwidth
+    rail_bandwidth = fabric.inter_bandwidth / g
+    inter = fabric.inter_latency + (size / (g * N)) / rail_bandwidth
+    return intra, inter
+
+
+def time(fabric: Fabric, size: float) -> float:
+    """Closed form for simultaneous launch."""
+    g, N = fabric.gpus_per_node, fabric.nodes
+    intra, inter = _stage_hops(fabric, size)
+    return 2 * (g - 1) * intra + 2 * (N - 1) * inter
+
+
+def finish_times(fabric: Fabric, launch: np.ndarray, size: float) -> np.ndarray:
+    """Per-rank finish times: the three stages' ring recurrences, each rank starting a stage
+    as soon as it has finished the previous one."""
+    g, N = fabric.gpus_per_node, fabric.nodes
+    intra, inter = _stage_hops(fabric, size)
+    f = np.asarray(launch, dtype=float).reshape(N, g)  # row = node, column = local rank
+    f = ring_steps(f, np.full(g, intra), g - 1)          # reduce-scatter within each node
+    f = ring_steps(f.T, np.full(N, inter), 2 * (N - 1)).T  # one ring per local rank (rail)
+    f = ring_steps(f, np.full(g, intra), g - 1)          # all-gather within each node
+    return f.reshape(-1)

@@ -1,0 +1,180 @@
+"""NCCL's double binary tree all-reduce (pipelined reduce up, broadcast down).
+
+Structure (NCCL src/graph/trees.cc, ncclGetBtree / ncclGetDtree, paraphrased):
+
+- Over the *nodes*, tree 0 is a binary tree rooted at node 0 built from the bit pattern of
+  the node index: with b the lowest set bit of r, the parent of r is (r ^ b) | (b << 1), or
+  r ^ b if that is out of range. Its depth is about log2(nodes).
+- Tree 1 mirrors tree 0 (node r plays node N-1-r) when N is even and shifts it by one when N
+  is odd, so that a node that is interior in one tree is (mostly) a leaf in the other.
+- Inside a node the GPUs form a chain below the node's first GPU (local rank 0).
+- Each tree all-reduces half of the buffer; the halves run at the same time.
+
+Cost model (max-plus, per chunk): each half is cut into C chunks of c bytes (``chunk_bytes``,
+default 256 KiB, the chunk NCCL's Tree/Simple latency constant refers to; at most
+``MAX_CHUNKS`` chunks). A chunk on an edge occupies it for o = c / B_edge and arrives a
+latency alpha later. Reduce: a rank forwards chunk k up once it has launched, sent chunk k-1
+and received chunk k from all children. Broadcast: the root's chunk k goes down as soon as it
+is reduced; each edge forwards chunks in order. A late leaf therefore delays the root and,
+through it, everyone.
+
+Edge bandwidth: with reduce and broadcast pipelined, a node that is interior in one tree and a
+leaf in the other sends on four edges at once (up and two down in one tree, up in the other),
+so each edge gets B/4 of its link class. A tree then moves its S/2 in (S/2)/(B/4) = 2S/B,
+which is NCCL's own figure (tuning.cc: Tree algbw = busbw * 0.5, see
+shared/data/nccl_tuning_constants.md).
+
+Closed form (all ranks launch together), per tree with D_e inter-node levels below the root
+node and g GPUs per node:
+
+    T = 2 [D_e (alpha_e + o_e) + (g-1) (alpha_i + o_i)] + (C-1) max(o)
+
+i.e. latency ~ 2 (log2(nodes) alpha_inter + (g-1) alpha_intra), NCCL's Tree latency
+composition (tuning.cc: base + 2((nRanks/nNodes - 1) intraLat + log2(nNodes) interLat)),
+plus a pipelined bandwidth term (C-1) c / (B/4) ~ 2S/B.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .fabric import Fabric
+from .maxplus import pipeline
+
+NAME = "tree"
+COLLECTIVE = "all_reduce"
+
+CHUNK_BYTES = 256 * 1024
+MAX_CHUNKS = 512
+EDGE_SHARE = 4  # concurrent edge flows per node (see module docstring)
+
+
+def btree_parents(m: int) -> np.ndarray:
+    """Parent of each of ``m`` positions in NCCL's binary tree (root 0 has parent -1)."""
+    parent = np.full(m, -1, dtype=np.int64)
+    for r in range(1, m):
+        bit = r & -r
+        up = (r ^ bit) | (bit << 1)
+        if up >= m:
+            up = r ^ bit
+        parent[r] = up
+    return parent
+
+
+def dtree_parents(m: int) -> tuple[np.ndarray, np.ndarray]:
+    """The two trees of NCCL's double binary tree over ``m`` positions (mirror if m even, shift if odd)."""
+    t0 = btree_parents(m)
+    r = np.arange(m)
+    if m % 2 == 1:
+        u = t0[(r - 1) % m]
+        t1 = np.where(u < 0, -1, (u + 1) % m)
+    else:
+        u = t0[m - 1 - r]
+        t1 = np.where(u < 0, -1, m - 1 - u)
+    return t0, t1
+
+
+def depths(parent: np.ndarray) -> np.ndarray:
+    """Depth of every position (root 0), by walking all positions up one level at a time."""
+    parent = np.asarray(parent)
+    d = np.zeros(len(parent), dtype=np.int64)
+    p = parent.copy()
+    while (p >= 0).any():
+        d += p >= 0
+        p = np.where(p >= 0, parent[np.maximum(p, 0)], -1)
+    return d
+
+
+def rank_tree(fabric: Fabric, node_parent: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Parent rank of every rank (-1 for the root) and whether its up-edge crosses the network."""
+    g, n = fabric.gpus_per_node, fabric.world_size
+    ranks = np.arange(n)
+    node, local = ranks // g, ranks % g
+    head_parent = np.where(node_parent[node] < 0, -1, node_parent[node] * g)
+    parent = np.where(local == 0, head_parent, ranks - 1)
+    inter = (local == 0) & (parent >= 0)
+    return parent, inter
+
+
+def chunking(size: float, chunk_bytes: float = CHUNK_BYTES) -> tuple[int, float]:
+    """(number of chunks C, bytes per chunk) for one tree's half ``size / 2``."""
+    half = size / 2.0
+    count = max(1, min(MAX_CHUNKS, math.ceil(half / chunk_bytes))) if half > 0 else 1
+    return count, half / count
+
+
+def _edge_costs(fabric: Fabric, inter: np.ndarray, chunk: float):
+    alpha = np.where(inter, fabric.inter_latency, fabric.intra_latency)
+    occ = np.where(inter, chunk / (fabric.inter_bandwidth / EDGE_SHARE),
+                   chunk / (fabric.intra_bandwidth / EDGE_SHARE))
+    return alpha, occ
+
+
+def tree_finish(parent: np.ndarray, alpha: np.ndarray, occ: np.ndarray,
+                launch: np.ndarray, chunks: int) -> np.ndarray:
+    """Finish times of a pipelined reduce-then-broadcast over one tree.
+
+    ``parent[v]`` is v's parent (-1 at the root); ``alpha[v]``/``occ[v]`` the latency and
+    per-chunk occupancy of the edge between v and its parent (both directions). A rank
+    finishes when it has received the last chunk and forwarded it to all its children.
+    """
+    n = len(parent)
+    launch = np.asarray(launch, dtype=float)
+    depth = depths(parent)
+    levels = [np.flatnonzero(depth == d) for d in range(int(depth.max()) + 1)]
+    root = levels[0][0]
+    C = chunks
+    from_children = np.full((n, C), -np.inf)
+    # Reduce: deepest level first; u[v, k] = end of sending chunk k up.
+    for vs in reversed(levels[1:]):
+        ready = np.maximum(launch[vs][:, None], from_children[vs])
+        up = pipeline(ready, occ[vs])
+        np.maximum.at(from_children, parent[vs], up + alpha[vs][:, None])
+    avail = np.empty((n, C))
+    avail[root] = np.maximum(launch[root], from_children[root])
+    sent_last = np.full(n, -np.inf)
+    # Broadcast: root level first; d[c, k] = end of sending chunk k down the edge into c.
+    for vs in levels[1:]:
+        down = pipeline(avail[parent[vs]], occ[vs])
+        avail[vs] = down + alpha[vs][:, None]
+        np.maximum.at(sent_last, parent[vs], down[:, -1])
+    return np.maximum(avail[:, -1], sent_last)
+
+
+def _trees(fabric: Fabric):
+    return [rank_tree(fabric, p) for p in dtree_parents(fabric.nodes)]
+
+
+def finish_times(fabric: Fabric, launch: np.ndarray, size: float,
+                 chunk_bytes: float = CHUNK_BYTES) -> np.ndarray:
+    """Per-rank finish times: the later of the two trees, each carrying S/2."""
+    launch = np.asarray(launch, dtype=float)
+    if fabric.world_size == 1:
+        return launch.copy()
+    C, chunk = chunking(size, chunk_bytes)
+    out = np.full(fabric.world_size, -np.inf)
+    for parent, inter in _trees(fabric):
+        alpha, occ = _edge_costs(fabric, inter, chunk)
+        out = np.maximum(out, tree_finish(parent, alpha, occ, launch, C))
+    return out
+
+
+def inter_depth(nodes: int) -> int:
+    """Inter-node levels of the deeper of NCCL's two node trees (~ log2(nodes))."""
+    return int(max(depths(p).max() for p in dtree_parents(nodes)))
+
+
+def time(fabric: Fabric, size: float, chunk_bytes: float = CHUNK_BYTES) -> float:
+    """Closed form for simultaneous launch (see module docstring)."""
+    if fabric.world_size == 1:
+        return 0.0
+    g = fabric.gpus_per_node
+    C, chunk = chunking(size, chunk_bytes)
+    o_e = chunk / (fabric.inter_bandwidth / EDGE_SHARE)
+    o_i = chunk / (fabric.intra_bandwidth / EDGE_SHARE)
+    d_e = inter_depth(fabric.nodes)
+    present = ([o_e] if fabric.nodes > 1 else []) + ([o_i] if g > 1 else [])
+    path = d_e * (fabric.inter_latency + o_e) + (g - 1) * (fabric.intra_latency + o_i)
+    return 2.0 * path + (C - 1) * max(present)
