@@ -1,0 +1,132 @@
+"""The `commsim` command line: parse, call the library, print, return an exit code.
+
+Bad input (scenario, overrides, output paths) exits with code 2 and one line on stderr,
+never a traceback.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Optional, Sequence
+
+import click
+
+from . import __version__
+from .errors import ScenarioError
+
+EXIT_BAD_INPUT = 2
+
+
+class UsageFailure(click.ClickException):
+    """A one-line error with exit code 2 (bad input)."""
+
+    exit_code = EXIT_BAD_INPUT
+
+    def show(self, file=None) -> None:  # one line, no usage dump
+        click.echo(f"commsim: error: {self.format_message()}", err=True)
+
+
+def fail(message: str) -> None:
+    raise UsageFailure(message)
+
+
+def write_output(path: str, text: str, what: str) -> None:
+    """Write an output file atomically; an unwritable path is bad input, not a crash."""
+    from .outputs import atomic_write_text
+
+    try:
+        atomic_write_text(path, text)
+    except OSError as exc:
+        fail(f"cannot write {what} to {path}: {exc.strerror or exc}")
+
+
+def load_or_fail(path: str, overrides: Sequence[str], steps: Optional[int], seed: Optional[int]):
+    from .loader import load_scenario
+
+    try:
+        return load_scenario(path, overrides=overrides, steps=steps, seed=seed)
+    except ScenarioError as exc:
+        fail(str(exc))
+
+
+def positive_int(ctx, param, value):
+    if value is not None and value <= 0:
+        raise click.BadParameter(f"expected a positive integer, got {value}")
+    return value
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="commsim")
+def main() -> None:
+    """commsim: predict how synchronous data-parallel training scales.
+
+    A scenario (YAML) describes the cluster, the model, the compute per step, DDP's
+    buckets and the stragglers; `commsim run` simulates it and reports the step time, where
+    it goes, and who everyone waits for. See README.md for the scenario format.
+    """
+
+
+SET_HELP = (
+    "Override a scenario key: --set a.b.c=VALUE (VALUE is YAML: --set stragglers=[], "
+    "--set 'ddp.bucket_cap=4 GB', --set stragglers[0].factor=2). Repeatable; validated like the file."
+)
+
+
+@main.command()
+@click.argument("scenario", type=click.Path(dir_okay=False))
+@click.option("--steps", type=int, callback=positive_int, help="Number of steps (overrides the scenario's `steps`).")
+@click.option("--seed", type=int, help="Random seed (overrides the scenario's `seed`).")
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help=SET_HELP)
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Write the summary as JSON here.")
+@click.option("--csv", "csv_path", type=click.Path(dir_okay=False), help="Write one row per step as CSV here.")
+@click.option("--trace", "trace_path", type=click.Path(dir_okay=False),
+              help="Write a Chrome/Perfetto trace (per-rank stall, compute, wait, optimizer) here.")
+@click.option("--trace-ranks", type=int, default=64, show_default=True, callback=positive_int,
+              help="Ranks included in the trace (the first N).")
+@click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors.")
+def run(scenario, steps, seed, overrides, json_path, csv_path, trace_path, trace_ranks, quiet):
+    """Simulate SCENARIO and print the predicted step time and its breakdown.
+
+    \b
+    Prints step time mean/p50/p95/p99/max, compute, exposed communication and straggler
+    cost, throughput, scaling efficiency and the ranks most often last. --json writes the
+    same summary (field list in README.md), --csv one row per step
+    (step, start_s, end_s, duration_s, last_rank).
+    """
+    from .engine import simulate
+    from .outputs import chrome_trace, steps_csv, summary_json
+    from .progress import step_progress
+    from .report import summarize
+    from .summary_text import print_summary
+
+    sc = load_or_fail(scenario, overrides, steps, seed)
+    with step_progress(sc, enabled=not quiet) as on_step:
+        result = simulate(sc, on_step=on_step("scenario"))
+        baseline = simulate(sc.without_stragglers(), on_step=on_step("baseline"))
+    summary = summarize(sc, result, baseline)
+    if json_path:
+        write_output(json_path, summary_json(summary), "the JSON summary")
+    if csv_path:
+        write_output(csv_path, steps_csv(result), "the step CSV")
+    if trace_path:
+        write_output(trace_path, chrome_trace(result, trace_ranks), "the trace")
+    if not quiet:
+        print_summary(sc, summary)
+
+
+def run_cli(argv: Optional[Sequence[str]] = None) -> int:
+    """Entry point for tests: run the CLI and return its exit code."""
+    try:
+        main.main(args=list(argv) if argv is not None else None, prog_name="commsim", standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        return exc.exit_code
+    except click.ClickException as exc:
+        exc.show()
+        return exc.exit_code
+    except click.exceptions.Abort:
+        return 1
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(run_cli())

@@ -1,0 +1,205 @@
+"""The simulation engine: synchronous data-parallel SGD under a SimPy clock.
+
+Per step and rank (DESIGN.md, "PyTorch DDP"): an optional stall, then the forward and
+backward passes of every micro-batch; during the last backward the gradient buckets become
+ready in DDP order (gradient bytes are produced at a uniform rate through backward); each
+bucket's all-reduce starts on a rank once the bucket is ready there (with overlap; else
+after the whole backward) and the previous bucket's all-reduce is done there (one
+communication stream, buckets in order); the optimizer runs after the last bucket; the
+rank then starts its next step. Gradient accumulation: only the last micro-batch
+all-reduces (no_sync on the others).
+
+Rank state lives in numpy vectors. One SimPy process drives the job: it advances the clock
+to the completion of every collective and of every step, while the finish time of each
+collective on every rank comes from the vectorized ring kernel (:mod:`commsim.ring`). A
+process per rank and an event per ring chunk is the reference model
+(:mod:`commsim.reference`): the same semantics in O(n^2) events per collective.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Dict, Optional
+
+import numpy as np
+import simpy
+
+from .costs import ddp_buckets, ring_hop_links
+from .ring import RingAllReduce, hop_times
+from .spec import Scenario
+from .stragglers import Perturbations, ThermalClock, link_bandwidth_factors, perturbations
+
+# Two ranks whose gradients are ready within this fraction of the step's compute time are
+# tied; a collective where every rank is tied has no "last" rank.
+TIE_TOLERANCE = 1e-9
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """Per-step records of one simulated run. Times in seconds from the job's start."""
+
+    scenario: Scenario
+    bucket_sizes: np.ndarray  # bytes, in all-reduce order
+    step_start: np.ndarray  # (steps,) when the step began: the previous step's end (0 first)
+    step_end: np.ndarray  # (steps,) when the last rank finished the step
+    rank_end: np.ndarray  # (steps, n) when each rank finished its optimizer
+    rank_backward_end: np.ndarray  # (steps, n) when each rank finished its last backward
+    rank_comm_end: np.ndarray  # (steps, n) when each rank's last all-reduce finished
+    rank_stall: np.ndarray  # (steps, n) stall before the step's forward
+    rank_busy: np.ndarray  # (steps, n) compute + stall time of each rank (the rest is waiting)
+    last_rank: np.ndarray  # (steps, buckets) rank whose bucket was ready last; -1 if all tied
+    comm_time: np.ndarray  # (buckets,) duration of each all-reduce in the last step simulated
+    steps_simulated: int  # steps actually stepped through; the rest repeat a steady state
+
+    @property
+    def step_time(self) -> np.ndarray:
+        """Duration of each step: from the previous step's end to this one's."""
+        return self.step_end - self.step_start
+
+    @property
+    def rank_wait(self) -> np.ndarray:
+        """(steps, n) time each rank spent waiting on others (step duration minus own work)."""
+        start = np.vstack([np.zeros((1, self.rank_end.shape[1])), self.rank_end[:-1]])
+        return self.rank_end - start - self.rank_busy
+
+
+class _Ranks:
+    """Turns work (seconds at full clock) into finish times, rank by rank, honoring thermal clocks."""
+
+    def __init__(self, clocks: Dict[int, ThermalClock]):
+        self.clocks = clocks
+        self.throttled = np.array(sorted(clocks), dtype=np.int64)
+
+    def finish(self, start: np.ndarray, work: np.ndarray) -> np.ndarray:
+        end = start + work
+        for r in self.throttled:
+            end[r] = self.clocks[r].finish(start[r], work[r])
+        return end
+
+
+class Engine:
+    """Simulates one scenario. Use :func:`simulate` unless you need the SimPy environment."""
+
+    def __init__(
+        self,
+        scenario: Scenario,
+        perturb: Optional[Perturbations] = None,
+        on_step: Optional[Callable[[int, int], None]] = None,
+    ):
+        self.scenario = scenario
+        self.on_step = on_step  # called as on_step(steps_done, steps) after every step
+        self.n = scenario.world_size
+        self.perturb = perturb if perturb is not None else perturbations(scenario)
+        self.env = simpy.Environment()
+        self.buckets = ddp_buckets(scenario.model.grad_bytes, scenario.ddp.first_bucket, scenario.ddp.bucket_cap)
+        # fraction of backward done when each bucket's gradients are all produced
+        self.ready_fraction = np.cumsum(self.buckets) / max(self.buckets.sum(), 1.0)
+        alpha, bandwidth = ring_hop_links(scenario.cluster, link_bandwidth_factors(scenario))
+        kernels: Dict[float, RingAllReduce] = {}
+        for size in self.buckets:  # a few distinct sizes: first, full, remainder
+            if size not in kernels:
+                kernels[size] = RingAllReduce(hop_times(size, alpha, bandwidth))
+        self.kernels = [kernels[size] for size in self.buckets]
+        self.ranks = _Ranks(self.perturb.clocks)
+
+    def run(self) -> RunResult:
+        sc = self.scenario
+        steps, n, nb = sc.steps, self.n, len(self.buckets)
+        self._rank_end = np.zeros((steps, n))
+        self._rank_backward_end = np.zeros((steps, n))
+        self._rank_comm_end = np.zeros((steps, n))
+        self._rank_busy = np.zeros((steps, n))
+        self._last_rank = np.full((steps, nb), -1, dtype=np.int64)
+        self._comm_time = np.zeros(nb)
+        self._steps_simulated = 0
+        self.env.process(self._job())
+        self.env.run()
+        step_end = self._rank_end.max(axis=1)
+        step_start = np.concatenate(([0.0], step_end[:-1]))
+        return RunResult(
+            scenario=sc,
+            bucket_sizes=self.buckets,
+            step_start=step_start,
+            step_end=step_end,
+            rank_end=self._rank_end,
+            rank_backward_end=self._rank_backward_end,
+            rank_comm_end=self._rank_comm_end,
+            rank_stall=self.perturb.stall,
+            rank_busy=self._rank_busy,
+            last_rank=self._last_rank,
+            comm_time=self._comm_time,
+            steps_simulated=self._steps_simulated,
+        )
+
+    # -- the job: one SimPy process stepping all ranks as vectors ------------------------
+    def _job(self):
+        sc, env = self.scenario, self.env
+        c = sc.compute
+        m = sc.ddp.gradient_accumulation
+        steps = sc.steps
+        start = np.zeros(self.n)
+        # work (full-clock seconds) before the last backward begins, and of that backward
+        work_before = m * c.forward + (m - 1) * c.backward
+        steady_possible = self.perturb.deterministic_steps
+        for s in range(steps):
+            f = self.perturb.factor[s]
+            t0 = start + self.perturb.stall[s]
+            backward_start = self.ranks.finish(t0, f * work_before)
+            finish = None
+            for j, kernel in enumerate(self.kernels):
+                frac = self.ready_fraction[j] if sc.ddp.overlap else 1.0
+                ready = self.ranks.finish(backward_start, f * (c.backward * frac))
+                self._last_rank[s, j] = self._last_to_launch(ready, c)
+                launch = ready if finish is None else np.maximum(ready, finish)
+                finish = kernel.finish_times(launch)
+                done = finish.max()
+                self._comm_time[j] = done - launch.max()  # kept from the last step stepped through
+                yield env.timeout(max(done - env.now, 0.0))
+            backward_end = self.ranks.finish(backward_start, f * c.backward)
+            if finish is None:  # nothing to all-reduce (a single rank or no parameters)
+                finish = backward_end
+            end = self.ranks.finish(np.maximum(finish, backward_end), f * c.optimizer)
+            self._rank_end[s] = end
+            self._rank_backward_end[s] = backward_end
+            self._rank_comm_end[s] = finish
+            self._rank_busy[s] = (backward_end - t0) + (end - np.maximum(finish, backward_end)) + self.perturb.stall[s]
+            self._steps_simulated = s + 1
+            if self.on_step is not None:
+                self.on_step(s + 1, steps)
+            yield env.timeout(max(end.max() - env.now, 0.0))
+            if steady_possible and s >= 1 and self._is_steady(s):
+                self._repeat_steady_state(s)
+                return
+            start = end
+
+    @staticmethod
+    def _last_to_launch(ready: np.ndarray, c) -> int:
+        top = ready.max()
+        if top - ready.min() <= TIE_TOLERANCE * (c.forward + c.backward):
+            return -1
+        return int(ready.argmax())
+
+    def _is_steady(self, s: int) -> bool:
+        """Steps s-1 and s left every rank in the same relative state: all later steps repeat."""
+        end, prev = self._rank_end[s], self._rank_end[s - 1]
+        duration = end.max() - prev.max()
+        prev_duration = prev.max() - (self._rank_end[s - 2].max() if s >= 2 else 0.0)
+        scale = 1e-12 * max(end.max(), 1.0)
+        return (
+            abs(duration - prev_duration) <= scale
+            and np.all(np.abs((end - end.max()) - (prev - prev.max())) <= scale)
+        )
+
+    def _repeat_steady_state(self, s: int) -> None:
+        """Fill steps s+1.. with the steady step (exact: the system is deterministic and periodic)."""
+        duration = self._rank_end[s].max() - self._rank_end[s - 1].max()
+        k = np.arange(1, self.scenario.steps - s)[:, None]
+        for times in (self._rank_end, self._rank_backward_end, self._rank_comm_end):
+            times[s + 1 :] = times[s] + k * duration
+        self._rank_busy[s + 1 :] = self._rank_busy[s]
+        self._last_rank[s + 1 :] = self._last_rank[s]
+
+
+def simulate(scenario: Scenario, on_step: Optional[Callable[[int, int], None]] = None) -> RunResult:
+    """Run the scenario and return its per-step records (`on_step(done, total)` reports progress)."""
+    return Engine(scenario, on_step=on_step).run()

@@ -1,0 +1,87 @@
+"""Writing results: JSON, CSV and Chrome/Perfetto traces, always atomically.
+
+A file is written to a temporary sibling and renamed over the target, so an existing file is
+never left half-written (os.replace is atomic on POSIX and Windows).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Dict
+
+import numpy as np
+
+from .engine import RunResult
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> None:
+    """Write `text` to `path` via a temporary file in the same directory and a rename."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent if str(path.parent) else ".", prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def summary_json(summary: Dict[str, Any]) -> str:
+    """Canonical JSON text of a summary: stable key order, so equal runs give identical bytes."""
+    return json.dumps(summary, indent=2, sort_keys=True) + "\n"
+
+
+def step_last_rank(result: RunResult) -> np.ndarray:
+    """Per step, the rank most often last to be ready among that step's collectives (-1: none)."""
+    out = np.full(len(result.step_time), -1, dtype=np.int64)
+    for s, row in enumerate(result.last_rank):
+        row = row[row >= 0]
+        if row.size:
+            out[s] = int(np.bincount(row).argmax())
+    return out
+
+
+def steps_csv(result: RunResult) -> str:
+    """One row per step: step, start_s, end_s, duration_s, last_rank."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["step", "start_s", "end_s", "duration_s", "last_rank"])
+    last = step_last_rank(result)
+    for s, (a, b) in enumerate(zip(result.step_start, result.step_end)):
+        w.writerow([s, repr(float(a)), repr(float(b)), repr(float(b - a)), int(last[s])])
+    return buf.getvalue()
+
+
+def chrome_trace(result: RunResult, max_ranks: int = 64) -> str:
+    """Chrome trace-event JSON (chrome://tracing, ui.perfetto.dev), one track per rank for the
+    first `max_ranks` ranks: per step a "stall", "forward+backward", "wait for all-reduce" and
+    "optimizer" span. All-reduces overlap backward, so "wait" is only the exposed part.
+    Times in microseconds."""
+    events = []
+    n = min(result.scenario.world_size, max_ranks)
+    start = np.vstack([np.zeros((1, result.rank_end.shape[1])), result.rank_end[:-1]])
+
+    def span(name, rank, step, t0, t1):
+        if t1 > t0:
+            events.append({"name": name, "cat": "step", "ph": "X", "pid": 0, "tid": rank,
+                           "ts": t0 * 1e6, "dur": (t1 - t0) * 1e6, "args": {"step": step}})
+
+    for r in range(n):
+        events.append({"name": "thread_name", "ph": "M", "pid": 0, "tid": r, "args": {"name": f"rank {r}"}})
+        for s in range(result.rank_end.shape[0]):
+            t0 = start[s, r]
+            compute_start = t0 + result.rank_stall[s, r]
+            bwd_end, comm_end = result.rank_backward_end[s, r], result.rank_comm_end[s, r]
+            opt_start = max(bwd_end, comm_end)
+            span("stall", r, s, t0, compute_start)
+            span("forward+backward", r, s, compute_start, bwd_end)
+            span("wait for all-reduce", r, s, bwd_end, opt_start)
+            span("optimizer", r, s, opt_start, result.rank_end[s, r])
+    return json.dumps({"traceEvents": events, "displayTimeUnit": "ms"}) + "\n"

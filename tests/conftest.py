@@ -1,0 +1,49 @@
+"""Shared test helpers: small scenarios built directly from the spec (no YAML)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from commsim.spec import DDP, Cluster, Compute, Link, Model, Scenario
+
+
+def make_scenario(
+    nodes=2,
+    gpus_per_node=4,
+    parameters=10_000_000,
+    grad_dtype="fp32",
+    forward=0.05,
+    backward=0.1,
+    optimizer=0.01,
+    batch_size=8,
+    intra=(300e9, 1e-6),
+    inter=(12.5e9, 5e-6),
+    bucket_cap=25e6,
+    first_bucket=1e6,
+    overlap=True,
+    accumulation=1,
+    steps=5,
+    seed=0,
+    stragglers=(),
+    name="test",
+):
+    return Scenario(
+        name=name,
+        cluster=Cluster(nodes, gpus_per_node, Link(*intra), Link(*inter)),
+        model=Model(parameters, grad_dtype),
+        compute=Compute(forward, backward, optimizer, batch_size),
+        ddp=DDP(bucket_cap=bucket_cap, first_bucket=first_bucket, overlap=overlap, gradient_accumulation=accumulation),
+        steps=steps,
+        seed=seed,
+        stragglers=tuple(stragglers),
+    )
+
+
+@pytest.fixture
+def scenario_factory():
+    return make_scenario
+
+
+__all__ = ["make_scenario", "replace"]

@@ -1,0 +1,97 @@
+"""The vectorized ring kernel against the closed form, the recurrence and the per-chunk SimPy model."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from commsim.costs import ring_allreduce_time
+from commsim.reference import reference_ring_finish
+from commsim.ring import RingAllReduce, hop_times, ring_recurrence, ring_steps
+
+finite_times = st.floats(min_value=0.0, max_value=10.0, allow_nan=False)
+
+
+def test_uniform_ring_equals_closed_form():
+    n, S, alpha, B = 8, 4e9, 5e-6, 12.5e9
+    t = hop_times(S, np.full(n, alpha), np.full(n, B))
+    f = RingAllReduce(t).finish_times(np.zeros(n))
+    expected = ring_allreduce_time(S, n, alpha, B)  # 2*7*5us + 2*7/8*4e9/12.5e9 = 0.56007 s
+    assert expected == pytest.approx(0.56 + 14 * 5e-6, rel=1e-12)
+    np.testing.assert_allclose(f, expected, rtol=1e-12)
+
+
+def test_late_rank_delays_everyone_by_its_delay():
+    n, t = 6, np.full(6, 0.01)
+    launch = np.zeros(n)
+    launch[3] = 0.25
+    f = RingAllReduce(t).finish_times(launch)
+    np.testing.assert_allclose(f, 0.25 + ring_steps(n) * 0.01, rtol=1e-12)
+
+
+def test_one_slow_hop_slows_the_whole_ring():
+    n = 8
+    fast = RingAllReduce(np.full(n, 0.01)).finish_times(np.zeros(n))
+    t = np.full(n, 0.01)
+    t[5] = 0.04
+    slow = RingAllReduce(t).finish_times(np.zeros(n))
+    # every rank's result passes the slow hop: the pipeline runs at its pace
+    assert np.all(slow > fast.max() + (ring_steps(n) - n) * 0.03)
+
+
+def test_single_rank_returns_launch_time():
+    f = RingAllReduce(np.array([0.3])).finish_times(np.array([1.5]))
+    assert f.tolist() == [1.5]
+
+
+def test_rejects_bad_input():
+    with pytest.raises(ValueError):
+        RingAllReduce(np.array([-1.0, 1.0]))
+    with pytest.raises(ValueError):
+        RingAllReduce(np.ones(3)).finish_times(np.zeros(4))
+
+
+@st.composite
+def ring_cases(draw):
+    n = draw(st.integers(min_value=1, max_value=16))
+    style = draw(st.sampled_from(["random", "two-level", "few-values", "uniform"]))
+    if style == "random":
+        t = np.array(draw(st.lists(st.floats(0.001, 5.0), min_size=n, max_size=n)))
+    elif style == "two-level":
+        period = draw(st.integers(1, 4))
+        t = np.where(np.arange(n) % period == 0, draw(st.floats(0.5, 5.0)), draw(st.floats(0.001, 0.5)))
+    elif style == "few-values":
+        t = np.array(draw(st.lists(st.sampled_from([0.2, 0.5, 3.0]), min_size=n, max_size=n)))
+    else:
+        t = np.full(n, draw(st.floats(0.001, 5.0)))
+    scale = draw(st.sampled_from([1e-3, 1.0, 100.0]))
+    launch = np.array(draw(st.lists(st.floats(0.0, 1.0), min_size=n, max_size=n))) * scale
+    return t, launch
+
+
+@settings(max_examples=300, deadline=None)
+@given(ring_cases())
+def test_closed_form_equals_recurrence(case):
+    t, launch = case
+    expected = ring_recurrence(launch, t)
+    for fast in (True, False):
+        got = RingAllReduce(t, use_fast_path=fast).finish_times(launch)
+        np.testing.assert_allclose(got, expected, rtol=1e-9, atol=1e-12)
+
+
+@settings(max_examples=60, deadline=None)
+@given(ring_cases())
+def test_closed_form_equals_per_chunk_simpy_reference(case):
+    t, launch = case
+    got = RingAllReduce(t).finish_times(launch)
+    np.testing.assert_allclose(got, reference_ring_finish(launch, t), rtol=1e-9, atol=1e-12)
+
+
+@settings(max_examples=100, deadline=None)
+@given(ring_cases(), st.integers(0, 15), st.floats(0.0, 2.0))
+def test_launching_later_never_finishes_anyone_earlier(case, who, delay):
+    t, launch = case
+    later = launch.copy()
+    later[who % len(launch)] += delay
+    k = RingAllReduce(t)
+    assert np.all(k.finish_times(later) >= k.finish_times(launch) - 1e-12)
