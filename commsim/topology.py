@@ -211,4 +211,4 @@ def fabric(preset: str, nodes: int):
         resolve_preset(preset)  # raises with the list of names
     return Fabric(nodes=nodes, gpus_per_node=t.gpus_per_node, intra_latency=t.intra_latency,
                   intra_bandwidth=t.intra_bandwidth, inter_latency=t.inter_latency,
-                  inter_bandwidth=t.node_bandwidth, nics_per_node=t.nics_per_node)
+                  inter_bandwidth=t.node_bandwidth, nics_per_node=t.nics_per_node, intra_kind=t.intra_kind)

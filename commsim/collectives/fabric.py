@@ -33,6 +33,7 @@ class Fabric:
     inter_latency: float
     inter_bandwidth: float
     nics_per_node: int = 1
+    intra_kind: str = "nvswitch"  # nvswitch | nvlink | pcie | pcie-nop2p (NCCL's model: NVLINK vs PCI latencies)
 
     def __post_init__(self) -> None:
         if int(self.nodes) != self.nodes or self.nodes < 1:
@@ -70,6 +71,7 @@ class Fabric:
             inter_latency=cluster.inter_node.latency,
             inter_bandwidth=cluster.inter_node.bandwidth,
             nics_per_node=getattr(cluster, "nics_per_node", 1) or 1,
+            intra_kind=getattr(cluster, "intra_kind", "nvswitch") or "nvswitch",
         )
 
 
