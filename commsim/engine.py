@@ -76,6 +76,12 @@ class _Ranks:
             end[r] = self.clocks[r].finish(start[r], work[r])
         return end
 
+    def throttled_ready(self, start: np.ndarray, work: np.ndarray, fractions: np.ndarray):
+        """(throttled ranks, buckets) times at which each fraction of `work` is done, or None."""
+        if not len(self.throttled):
+            return None
+        return np.stack([self.clocks[r].finish(start[r], work[r] * fractions) for r in self.throttled])
+
 
 class Engine:
     """Simulates one scenario. Use :func:`simulate` unless you need the SimPy environment."""
@@ -145,15 +151,21 @@ class Engine:
             f = self.perturb.factor[s]
             t0 = start + self.perturb.stall[s]
             backward_start = self.ranks.finish(t0, f * work_before)
+            backward = f * c.backward
+            fractions = self.ready_fraction if sc.ddp.overlap else np.ones(len(self.kernels))
+            # throttled ranks: every bucket's ready time at once (a thermal clock is not linear)
+            throttled_ready = self.ranks.throttled_ready(backward_start, backward, fractions)
             finish = None
             for j, kernel in enumerate(self.kernels):
-                frac = self.ready_fraction[j] if sc.ddp.overlap else 1.0
-                ready = self.ranks.finish(backward_start, f * (c.backward * frac))
+                ready = backward_start + backward * fractions[j]
+                if throttled_ready is not None:
+                    ready[self.ranks.throttled] = throttled_ready[:, j]
                 self._last_rank[s, j] = self._last_to_launch(ready, c)
                 launch = ready if finish is None else np.maximum(ready, finish)
                 finish = kernel.finish_times(launch)
                 done = finish.max()
-                self._comm_time[j] = done - launch.max()  # kept from the last step stepped through
+                if steady_possible or s == steps - 1:  # comm_time is reported for the last step
+                    self._comm_time[j] = done - launch.max()
                 yield env.timeout(max(done - env.now, 0.0))
             backward_end = self.ranks.finish(backward_start, f * c.backward)
             if finish is None:  # nothing to all-reduce (a single rank or no parameters)
@@ -174,10 +186,10 @@ class Engine:
 
     @staticmethod
     def _last_to_launch(ready: np.ndarray, c) -> int:
-        top = ready.max()
-        if top - ready.min() <= TIE_TOLERANCE * (c.forward + c.backward):
+        last = int(ready.argmax())
+        if ready[last] - ready.min() <= TIE_TOLERANCE * (c.forward + c.backward):
             return -1
-        return int(ready.argmax())
+        return last
 
     def _is_steady(self, s: int) -> bool:
         """Steps s-1 and s left every rank in the same relative state: all later steps repeat."""

@@ -95,3 +95,17 @@ def test_launching_later_never_finishes_anyone_earlier(case, who, delay):
     later[who % len(launch)] += delay
     k = RingAllReduce(t)
     assert np.all(k.finish_times(later) >= k.finish_times(launch) - 1e-12)
+
+
+def test_evenly_spaced_segments_path_equals_recurrence(monkeypatch):
+    import commsim.ring as ring
+
+    monkeypatch.setattr(ring, "REGULAR_MIN_SEGMENTS", 3)
+    rng = np.random.default_rng(7)
+    for n, period in [(24, 8), (30, 3), (64, 4)]:
+        t = np.where(np.arange(n) % period == 0, 0.9, 0.1)
+        k = ring.RingAllReduce(t)
+        assert k._classes[0].regular is not None
+        for _ in range(20):
+            launch = rng.uniform(0, rng.choice([0.01, 10.0]), n)
+            np.testing.assert_allclose(k.finish_times(launch), ring_recurrence(launch, t), rtol=1e-9)
