@@ -1,0 +1,62 @@
+"""Run a scenario with any collective algorithm and cost model (until the engine selects them itself).
+
+:func:`simulate_algorithm` builds the lead's :class:`commsim.engine.Engine` and swaps its
+per-bucket kernels for :func:`commsim.collectives.kernels.make_kernel`'s: the hook the engine
+needs (``kernel.finish_times(launch)`` per bucket) is already the one it uses for the ring.
+Slow-link stragglers are modeled for the ring only; other algorithms use nominal links.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Optional
+
+from .collectives.fabric import Fabric
+from .collectives.kernels import make_kernel
+from .engine import Engine, RunResult
+from .report import summarize
+from .spec import Scenario
+
+
+def simulate_algorithm(scenario: Scenario, algorithm: str = "ring", model: str = "alpha-beta") -> RunResult:
+    """Simulate ``scenario`` with all-reduce ``algorithm`` under cost ``model``."""
+    engine = Engine(scenario)
+    if algorithm != "ring" or model != "alpha-beta":
+        fabric = Fabric.from_cluster(scenario.cluster)
+        by_size = {}
+        for size in engine.buckets:
+            if size not in by_size:
+                by_size[size] = make_kernel(algorithm, fabric, size, model)
+        engine.kernels = [by_size[size] for size in engine.buckets]
+    return engine.run()
+
+
+def summarize_algorithm(scenario: Scenario, algorithm: str = "ring", model: str = "alpha-beta") -> dict:
+    """The `commsim run` summary dict of ``scenario`` run with ``algorithm`` / ``model``."""
+    result = simulate_algorithm(scenario, algorithm, model)
+    baseline = simulate_algorithm(scenario.without_stragglers(), algorithm, model)
+    out = summarize(scenario, result=result, baseline=baseline)
+    out["algorithm"] = algorithm
+    out["model"] = model
+    return out
+
+
+def with_nodes(scenario: Scenario, nodes: int, steps: Optional[int] = None) -> Scenario:
+    """The same scenario on ``nodes`` nodes (stragglers naming ranks beyond the world are dropped)."""
+    cluster = replace(scenario.cluster, nodes=nodes)
+    n = cluster.world_size
+    kept = []
+    for s in scenario.stragglers:
+        ranks = getattr(s, "ranks", None)
+        if ranks is not None:
+            ranks = tuple(r for r in ranks if r < n)
+            if not ranks:
+                continue
+            s = replace(s, ranks=ranks)
+        if getattr(s, "rank", None) is not None and s.rank >= n:
+            continue
+        if getattr(s, "node", None) is not None and s.node >= nodes:
+            continue
+        kept.append(s)
+    return replace(scenario, cluster=cluster, stragglers=tuple(kept),
+                   steps=scenario.steps if steps is None else steps)
