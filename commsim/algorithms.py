@@ -60,3 +60,34 @@ def with_nodes(scenario: Scenario, nodes: int, steps: Optional[int] = None) -> S
         kept.append(s)
     return replace(scenario, cluster=cluster, stragglers=tuple(kept),
                    steps=scenario.steps if steps is None else steps)
+
+
+def compare(scenario: Scenario, nodes: list, algorithms: list, models: list, steps: Optional[int] = None) -> list:
+    """Rows of step time and efficiency for every (node count, algorithm, model) the model covers.
+
+    Each row: nodes, world_size, algorithm, model, step_time_s (mean), comm_time_s (one
+    baseline step's all-reduce time), exposed_comm_s, scaling_efficiency, fastest (the
+    quickest row of its node count).
+    """
+    from .collectives import algorithms_for
+
+    rows = []
+    for count in nodes:
+        sc = with_nodes(scenario, int(count), steps)
+        group = []
+        for model in models:
+            covered = algorithms_for(model)
+            for name in algorithms:
+                if name not in covered:
+                    continue
+                s = summarize_algorithm(sc, name, model)
+                group.append({
+                    "nodes": int(count), "world_size": sc.world_size, "algorithm": name, "model": model,
+                    "step_time_s": s["step_time_s"]["mean"], "comm_time_s": s["comm_time_s"],
+                    "exposed_comm_s": s["exposed_comm_s"], "scaling_efficiency": s["scaling_efficiency"],
+                })
+        best = min((r["step_time_s"] for r in group), default=None)
+        for r in group:
+            r["fastest"] = r["step_time_s"] == best
+        rows.extend(group)
+    return rows

@@ -63,26 +63,51 @@ def finish_times(name: str, fabric: Fabric, launch, size: float) -> np.ndarray:
     return get(name).finish_times(fabric, launch, size)
 
 
-def table(names, fabric: Fabric, sizes) -> list[dict]:
-    """nccl-tests-style rows: one per (size, algorithm) with time, algbw and busbw, and
-    ``fastest`` marking the quickest algorithm of each size (for ``commsim collective``)."""
+def algorithms_for(model: str = "alpha-beta") -> tuple:
+    """Algorithm names a cost model covers, in display order (``--algorithm all``)."""
+    if model == "alpha-beta":
+        return tuple(ALGORITHMS)
+    from .nccl_model import SUPPORTED
+
+    return tuple(name for name in ALGORITHMS if name in SUPPORTED)
+
+
+def table(names, fabric: Fabric, sizes, model: str = "alpha-beta") -> list[dict]:
+    """nccl-tests-style rows, one per (size, algorithm): ``size`` (bytes), ``algorithm``,
+    ``time_s``, ``algbw`` and ``busbw`` (bytes/s, nccl-tests convention for the algorithm's
+    collective), ``chosen`` (what runs: auto's pick, or NCCL's algorithm/protocol under an NCCL
+    model) and ``fastest`` (True on the quickest all-reduce of each size). For
+    ``commsim collective --algorithm NAME|all``."""
+    from .kernels import collective_time
+    from .nccl_model import MODELS, SUPPORTED, NcclModel
+
+    names = list(names)
+    for name in names:
+        get(name)
+        if model != "alpha-beta" and name not in SUPPORTED:
+            raise ValueError(f"collective model {model} covers algorithms {', '.join(algorithms_for(model))}; got {name!r}")
+    nccl = NcclModel.named(model) if model in MODELS else None
     rows = []
     for size in sizes:
         group = []
         for name in names:
             alg = get(name)
-            t = alg.time(fabric, size)
-            row = {"size": int(size), "algorithm": name, "time_s": t,
-                   "algbw": algbw(size, t), "busbw": busbw(alg.COLLECTIVE, size, t, fabric.world_size)}
-            if name == "auto":
-                row["chosen"] = auto.choose(fabric, size)[0]
-            group.append(row)
-        best = min(r["time_s"] for r in group)
+            t = collective_time(name, fabric, size, model)
+            if nccl is not None:
+                algo, collective = SUPPORTED[name]
+                a, p, _ = nccl.choose(fabric, size, collective, algo)
+                chosen = f"{a}/{p}"
+            else:
+                chosen = auto.choose(fabric, size)[0] if name == "auto" else name
+            group.append({"size": int(size), "algorithm": name, "time_s": t, "algbw": algbw(size, t),
+                          "busbw": busbw(alg.COLLECTIVE, size, t, fabric.world_size), "chosen": chosen})
+        reducing = [r["time_s"] for r in group if get(r["algorithm"]).COLLECTIVE == "all_reduce"]
+        best = min(reducing) if reducing else None
         for r in group:
-            r["fastest"] = r["time_s"] == best
+            r["fastest"] = get(r["algorithm"]).COLLECTIVE == "all_reduce" and r["time_s"] == best
         rows.extend(group)
     return rows
 
 
 __all__ = ["ALGORITHMS", "ALL_REDUCE", "Fabric", "flat", "get", "uniform_time", "finish_times",
-           "table", "algbw", "busbw", "busbw_factor"]
+           "table", "algorithms_for", "algbw", "busbw", "busbw_factor"]
