@@ -99,15 +99,13 @@ def tree_reference(fabric: Fabric, launch, size, chunk_bytes=tree.CHUNK_BYTES) -
         return np.asarray(launch, dtype=float).copy()
     C, chunk = tree.chunking(size, chunk_bytes)
     out = np.full(n, -np.inf)
-    for node_parent in tree.dtree_parents(fabric.nodes):
-        parent, inter = tree.rank_tree(fabric, node_parent)
-        alpha = np.where(inter, fabric.inter_latency, fabric.intra_latency)
-        occ = np.where(inter, chunk / (fabric.inter_bandwidth / 4), chunk / (fabric.intra_bandwidth / 4))
-        out = np.maximum(out, _one_tree(parent, alpha, occ, launch, C))
+    trees = [tree.rank_tree(fabric, p) for p in tree.dtree_parents(fabric.nodes)]
+    for (parent, _), (alpha, up, down) in zip(trees, tree.edge_costs(fabric, trees, chunk)):
+        out = np.maximum(out, _one_tree(parent, alpha, up, down, launch, C))
     return out
 
 
-def _one_tree(parent, alpha, occ, launch, C):
+def _one_tree(parent, alpha, occ_up, occ_down, launch, C):
     n = len(parent)
     env = simpy.Environment()
     children = [[c for c in range(n) if parent[c] == v] for v in range(n)]
@@ -123,7 +121,7 @@ def _one_tree(parent, alpha, occ, launch, C):
     def up(v):  # v reduces chunk k with its children's and sends it to its parent
         for k in range(C):
             yield env.all_of([launched[v]] + [arrived_up[c][k] for c in children[v]])
-            yield env.timeout(occ[v])
+            yield env.timeout(occ_up[v])
             env.process(deliver(arrived_up[v][k], alpha[v]))
 
     def root(v):
@@ -135,7 +133,7 @@ def _one_tree(parent, alpha, occ, launch, C):
         p = parent[c]
         for k in range(C):
             yield have[p][k]
-            yield env.timeout(occ[c])
+            yield env.timeout(occ_down[c])
             sent_down_end[p] = max(sent_down_end[p], env.now)
             env.process(deliver(have[c][k], alpha[c]))
 

@@ -19,7 +19,8 @@ odd ones then send the result back (alpha + S/B): 2 more steps and 2 S/B more.
 
 Each exchange is a max-plus step: both partners finish it at max(f_i, f_j) + t_ij.
 Closed form (all launch together): the sum over steps of the slowest pair of the step, exact
-when every pair of a step uses the same link class (e.g. g and p powers of two).
+when every pair of a step uses the same link class (g and n powers of two);
+an upper bound otherwise.
 """
 
 from __future__ import annotations

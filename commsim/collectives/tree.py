@@ -18,20 +18,25 @@ and received chunk k from all children. Broadcast: the root's chunk k goes down 
 is reduced; each edge forwards chunks in order. A late leaf therefore delays the root and,
 through it, everyone.
 
-Edge bandwidth: with reduce and broadcast pipelined, a node that is interior in one tree and a
-leaf in the other sends on four edges at once (up and two down in one tree, up in the other),
-so each edge gets B/4 of its link class. A tree then moves its S/2 in (S/2)/(B/4) = 2S/B,
-which is NCCL's own figure (tuning.cc: Tree algbw = busbw * 0.5, see
-shared/data/nccl_tuning_constants.md).
+Edge bandwidth: with reduce and broadcast pipelined, every edge a rank sends on (its up-edge
+and its down-edges, in both trees) is busy at the same time, so a rank that sends on k edges of
+one link class gives each 1/k of that class's bandwidth (the network's is the node's, used by
+its first GPU only). A node interior in one tree and a leaf in the other sends on 4 network
+edges: each tree then moves its S/2 in about (S/2)/(B/4) = 2S/B, NCCL's own figure for large
+trees (tuning.cc: Tree algbw = busbw x 0.5, shared/data/nccl_tuning_constants.md); with 2 nodes
+each node sends on 2 edges and a tree takes about S/B.
 
-Closed form (all ranks launch together), per tree with D_e inter-node levels below the root
-node and g GPUs per node:
+Closed form (all ranks launch together): the heaviest path goes up from some rank v1 to the
+root and down to some rank v2, collecting latency + occupancy of every edge, and the C-1
+remaining chunks queue at the slowest edge of that path:
 
-    T = 2 [D_e (alpha_e + o_e) + (g-1) (alpha_i + o_i)] + (C-1) max(o)
+    T = max over v1, v2 of  W_up(v1) + W_down(v2) + (C-1) max(M_up(v1), M_down(v2))
 
-i.e. latency ~ 2 (log2(nodes) alpha_inter + (g-1) alpha_intra), NCCL's Tree latency
-composition (tuning.cc: base + 2((nRanks/nNodes - 1) intraLat + log2(nNodes) interLat)),
-plus a pipelined bandwidth term (C-1) c / (B/4) ~ 2S/B.
+(W: sum of alpha + o along the path, M: its largest o). With one occupancy per link class this
+is 2 [D_e (alpha_e + o_e) + (g-1)(alpha_i + o_i)] + (C-1) max(o) for D_e inter-node levels
+(~log2 nodes) and g GPUs per node: latency ~ 2 (log2(nodes) alpha_inter + (g-1) alpha_intra),
+NCCL's Tree latency composition (tuning.cc: base + 2((nRanks/nNodes - 1) intraLat +
+log2(nNodes) interLat)), plus a pipelined bandwidth term.
 """
 
 from __future__ import annotations
@@ -48,7 +53,6 @@ COLLECTIVE = "all_reduce"
 
 CHUNK_BYTES = 256 * 1024
 MAX_CHUNKS = 512
-EDGE_SHARE = 4  # concurrent edge flows per node (see module docstring)
 
 
 def btree_parents(m: int) -> np.ndarray:
@@ -105,19 +109,37 @@ def chunking(size: float, chunk_bytes: float = CHUNK_BYTES) -> tuple[int, float]
     return count, half / count
 
 
-def _edge_costs(fabric: Fabric, inter: np.ndarray, chunk: float):
-    alpha = np.where(inter, fabric.inter_latency, fabric.intra_latency)
-    occ = np.where(inter, chunk / (fabric.inter_bandwidth / EDGE_SHARE),
-                   chunk / (fabric.intra_bandwidth / EDGE_SHARE))
-    return alpha, occ
+def edge_costs(fabric: Fabric, trees, chunk: float):
+    """Per tree: (alpha, up occupancy, down occupancy) of the edge between each rank and its parent.
+
+    ``trees`` is a list of (parent, inter) from :func:`rank_tree`. Occupancy = chunk x (edges
+    the sender sends on in its link class, over all trees) / the class bandwidth.
+    """
+    n = fabric.world_size
+    inter_out = np.zeros(n)
+    intra_out = np.zeros(n)
+    for parent, inter in trees:
+        child = np.flatnonzero(parent >= 0)
+        for senders in (child, parent[child]):  # up-edges are sent by the child, down-edges by the parent
+            np.add.at(inter_out, senders[inter[child]], 1)
+            np.add.at(intra_out, senders[~inter[child]], 1)
+    out = []
+    for parent, inter in trees:
+        p = np.maximum(parent, 0)
+        alpha = np.where(inter, fabric.inter_latency, fabric.intra_latency)
+        per_byte = np.where(inter, 1.0 / fabric.inter_bandwidth, 1.0 / fabric.intra_bandwidth)
+        up = chunk * per_byte * np.where(inter, inter_out, intra_out)
+        down = chunk * per_byte * np.where(inter, inter_out[p], intra_out[p])
+        out.append((alpha, up, down))
+    return out
 
 
-def tree_finish(parent: np.ndarray, alpha: np.ndarray, occ: np.ndarray,
+def tree_finish(parent: np.ndarray, alpha: np.ndarray, occ_up: np.ndarray, occ_down: np.ndarray,
                 launch: np.ndarray, chunks: int) -> np.ndarray:
     """Finish times of a pipelined reduce-then-broadcast over one tree.
 
-    ``parent[v]`` is v's parent (-1 at the root); ``alpha[v]``/``occ[v]`` the latency and
-    per-chunk occupancy of the edge between v and its parent (both directions). A rank
+    ``parent[v]`` is v's parent (-1 at the root); ``alpha[v]`` the latency of the edge between
+    v and its parent, ``occ_up[v]``/``occ_down[v]`` a chunk's occupancy of it going up/down. A rank
     finishes when it has received the last chunk and forwarded it to all its children.
     """
     n = len(parent)
@@ -130,14 +152,14 @@ def tree_finish(parent: np.ndarray, alpha: np.ndarray, occ: np.ndarray,
     # Reduce: deepest level first; u[v, k] = end of sending chunk k up.
     for vs in reversed(levels[1:]):
         ready = np.maximum(launch[vs][:, None], from_children[vs])
-        up = pipeline(ready, occ[vs])
+        up = pipeline(ready, occ_up[vs])
         np.maximum.at(from_children, parent[vs], up + alpha[vs][:, None])
     avail = np.empty((n, C))
     avail[root] = np.maximum(launch[root], from_children[root])
     sent_last = np.full(n, -np.inf)
     # Broadcast: root level first; d[c, k] = end of sending chunk k down the edge into c.
     for vs in levels[1:]:
-        down = pipeline(avail[parent[vs]], occ[vs])
+        down = pipeline(avail[parent[vs]], occ_down[vs])
         avail[vs] = down + alpha[vs][:, None]
         np.maximum.at(sent_last, parent[vs], down[:, -1])
     return np.maximum(avail[:, -1], sent_last)
@@ -154,10 +176,10 @@ def finish_times(fabric: Fabric, launch: np.ndarray, size: float,
     if fabric.world_size == 1:
         return launch.copy()
     C, chunk = chunking(size, chunk_bytes)
+    trees = _trees(fabric)
     out = np.full(fabric.world_size, -np.inf)
-    for parent, inter in _trees(fabric):
-        alpha, occ = _edge_costs(fabric, inter, chunk)
-        out = np.maximum(out, tree_finish(parent, alpha, occ, launch, C))
+    for (parent, _), (alpha, up, down) in zip(trees, edge_costs(fabric, trees, chunk)):
+        out = np.maximum(out, tree_finish(parent, alpha, up, down, launch, C))
     return out
 
 
@@ -166,15 +188,43 @@ def inter_depth(nodes: int) -> int:
     return int(max(depths(p).max() for p in dtree_parents(nodes)))
 
 
+def _path_sums(parent: np.ndarray, cost: np.ndarray):
+    """Sum and max of ``cost`` over the edges from each rank up to the root."""
+    depth = depths(parent)
+    total = np.zeros(len(parent))
+    top = np.full(len(parent), -np.inf)
+    for d in range(1, int(depth.max()) + 1):  # parents before children
+        vs = np.flatnonzero(depth == d)
+        total[vs] = total[parent[vs]] + cost[vs]
+        top[vs] = np.maximum(top[parent[vs]], cost[vs])
+    return total, top
+
+
+def _uniform_one_tree(parent, alpha, up, down, C) -> float:
+    w_up, _ = _path_sums(parent, alpha + up)
+    _, m_up = _path_sums(parent, up)
+    w_down, _ = _path_sums(parent, alpha + down)
+    _, m_down = _path_sums(parent, down)
+    best = 0.0
+    for m in np.unique(np.concatenate([m_up, m_down])):
+        if not np.isfinite(m):
+            continue
+        le_up, eq_up = w_up[m_up <= m], w_up[m_up == m]
+        le_down, eq_down = w_down[m_down <= m], w_down[m_down == m]
+        cands = []
+        if eq_up.size:
+            cands.append(eq_up.max() + le_down.max())
+        if eq_down.size:
+            cands.append(le_up.max() + eq_down.max())
+        best = max(best, max(cands) + (C - 1) * m)
+    return best
+
+
 def time(fabric: Fabric, size: float, chunk_bytes: float = CHUNK_BYTES) -> float:
     """Closed form for simultaneous launch (see module docstring)."""
     if fabric.world_size == 1:
         return 0.0
-    g = fabric.gpus_per_node
     C, chunk = chunking(size, chunk_bytes)
-    o_e = chunk / (fabric.inter_bandwidth / EDGE_SHARE)
-    o_i = chunk / (fabric.intra_bandwidth / EDGE_SHARE)
-    d_e = inter_depth(fabric.nodes)
-    present = ([o_e] if fabric.nodes > 1 else []) + ([o_i] if g > 1 else [])
-    path = d_e * (fabric.inter_latency + o_e) + (g - 1) * (fabric.intra_latency + o_i)
-    return 2.0 * path + (C - 1) * max(present)
+    trees = _trees(fabric)
+    return max(_uniform_one_tree(parent, *costs, C)
+               for (parent, _), costs in zip(trees, edge_costs(fabric, trees, chunk)))
