@@ -1,0 +1,264 @@
+"""Parse human quantities ("25 MB", "100 Gbps", "5 us", "1e9") into base units.
+
+Inside commsim every quantity is in base units: bytes, bytes per second, seconds, plain
+integers. Users write either a plain number (already in the base unit) or a string with a unit.
+
+Prefixes (the IEC 80000-13 convention; see docs/scenario_format.md):
+
+* SI, powers of 1000: k/K, M, G, T, P. ``25 MB`` = 25,000,000 bytes. Link speeds are always SI
+  (a "100 Gb/s" NIC moves 100e9 bits per second).
+* Binary, powers of 1024: Ki, Mi, Gi, Ti, Pi. ``25 MiB`` = 26,214,400 bytes, which is what
+  PyTorch's ``bucket_cap_mb=25`` really means.
+* Lower-case ``b`` is a bit, upper-case ``B`` a byte: ``Gbps`` = ``Gb/s`` = ``Gbit/s`` (bits),
+  ``GBps`` = ``GB/s`` (bytes). Unit names are case-sensitive for exactly that reason.
+
+Strings are parsed with :mod:`decimal`, so ``"0.1 GB"`` is exactly 1e8 and ``"1e9"`` exactly
+10**9. Every parser raises a :class:`UnitError` (a ``ValueError``) whose text says what was
+expected and what was given; the loader adds the file and key path.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import reprlib
+from decimal import Decimal, DecimalException, localcontext
+from typing import Dict, Optional, Tuple, Union
+
+__all__ = [
+    "UnitError",
+    "UnknownUnitError",
+    "WrongUnitKindError",
+    "parse_size",
+    "parse_rate",
+    "parse_time",
+    "parse_count",
+    "parse_number",
+    "describe",
+    "SIZE_UNITS",
+    "RATE_UNITS",
+    "TIME_UNITS",
+]
+
+Number = Union[int, float]
+
+
+class UnitError(ValueError):
+    """A value that is not a valid quantity of the expected kind."""
+
+
+class UnknownUnitError(UnitError):
+    """A string whose unit is not known at all ("25 XB")."""
+
+
+class WrongUnitKindError(UnitError):
+    """A string whose unit is of another kind ("5 us" where a size belongs)."""
+
+
+def _prefixed(base: str, scale: Decimal, *, si: bool = True, binary: bool = True,
+              suffixes: Tuple[str, ...] = ("",)) -> Dict[str, Decimal]:
+    """Unit table for one base symbol: ``B`` -> B, kB, KB, MB, ..., KiB, MiB, ..."""
+    table: Dict[str, Decimal] = {}
+    si_prefixes = {"": 1, "k": 10**3, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15}
+    bin_prefixes = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50}
+    prefixes = dict(si_prefixes if si else {"": 1})
+    if binary:
+        prefixes.update(bin_prefixes)
+    for prefix, factor in prefixes.items():
+        for suffix in suffixes:
+            table[prefix + base + suffix] = scale * factor
+    return table
+
+
+# Bytes.
+SIZE_UNITS: Dict[str, Decimal] = {
+    **_prefixed("B", Decimal(1)),
+    "byte": Decimal(1),
+    "bytes": Decimal(1),
+}
+
+# Bytes per second. Bit rates are SI only (nobody sells a "Gib/s" link); byte rates take both.
+_BIT = Decimal(1) / Decimal(8)
+RATE_UNITS: Dict[str, Decimal] = {
+    **_prefixed("bps", _BIT, binary=False),
+    **_prefixed("b/s", _BIT, binary=False),
+    **_prefixed("bit/s", _BIT, binary=False),
+    **_prefixed("B/s", Decimal(1)),
+    **_prefixed("Bps", Decimal(1)),
+}
+
+# Seconds. "µs" comes in two code points: U+00B5 MICRO SIGN and U+03BC GREEK SMALL LETTER MU.
+TIME_UNITS: Dict[str, Decimal] = {
+    "ns": Decimal("1e-9"),
+    "us": Decimal("1e-6"),
+    "\u00b5s": Decimal("1e-6"),
+    "\u03bcs": Decimal("1e-6"),
+    "ms": Decimal("1e-3"),
+    "s": Decimal(1),
+    "min": Decimal(60),
+    "h": Decimal(3600),
+}
+
+_KINDS = {
+    "size": (SIZE_UNITS, "a size like '25 MB' or '25 MiB' (a plain number is bytes)"),
+    "rate": (RATE_UNITS, "a rate like '100 Gbps' or '12.5 GB/s' (a plain number is bytes/s)"),
+    "time": (TIME_UNITS, "a time like '5 us' or '0.5 s' (a plain number is seconds)"),
+    "count": ({}, "a whole number like 1000 or '1e9'"),
+    "number": ({}, "a plain number like 0.5"),
+}
+
+# A decimal number (underscores between digits allowed, as in Python and YAML), then an optional
+# unit that starts with something that cannot continue the number.
+_QUANTITY = re.compile(
+    r"""^\s*
+    (?P<number>[+-]?(?:\d(?:_?\d)*(?:\.(?:\d(?:_?\d)*)?)?|\.\d(?:_?\d)*)(?:[eE][+-]?\d+)?)
+    \s*(?P<unit>[^\s\d.+\-_].*?)?\s*$""",
+    re.VERBOSE,
+)
+
+# Counts above this are surely a typo, and numpy cannot hold them.
+MAX_COUNT = 2**63 - 1
+
+
+def describe(value: object) -> str:
+    """How a given value reads in an error message: ``'25 XB'``, ``true (a boolean)``, ``null``..."""
+    short = reprlib.Repr()
+    short.maxstring = 60
+    short.maxother = 60
+    short.maxlist = short.maxdict = short.maxtuple = short.maxset = 4
+    short.maxlevel = 2
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return f"{str(value).lower()} (a boolean)"
+    if isinstance(value, dict):
+        return f"{short.repr(value)} (a mapping)"
+    if isinstance(value, (list, tuple)):
+        return f"{short.repr(list(value))} (a list)"
+    if isinstance(value, (str, int, float)):
+        return short.repr(value)
+    return f"{short.repr(value)} (a {type(value).__name__})"
+
+
+def _unit_kind(unit: str) -> Optional[str]:
+    for kind in ("size", "rate", "time"):
+        if unit in _KINDS[kind][0]:
+            return kind
+    return None
+
+
+def _sign_text(allow_zero: bool) -> str:
+    return "non-negative" if allow_zero else "positive"
+
+
+def _to_decimal(value: object, kind: str) -> Tuple[Decimal, Optional[str]]:
+    """Split a value into (number, unit or None); reject what is not a number at all."""
+    expected = _KINDS[kind][1]
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise UnitError(f"expected {expected}, got {describe(value)}")
+    if isinstance(value, str):
+        match = _QUANTITY.match(value)
+        if match is None:
+            raise UnitError(f"expected {expected}, got {describe(value)}")
+        number = Decimal(match.group("number").replace("_", ""))
+        return number, match.group("unit")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise UnitError(f"expected a finite {kind}, got {value!r}")
+    return Decimal(value), None  # exact for int and float
+
+
+def _quantity(value: object, kind: str, allow_zero: bool) -> float:
+    units, expected = _KINDS[kind]
+    number, unit = _to_decimal(value, kind)
+    if unit is None:
+        scale = Decimal(1)
+    elif unit in units:
+        scale = units[unit]
+    else:
+        other = _unit_kind(unit)
+        if other is not None:
+            raise WrongUnitKindError(f"{describe(value)} is a {other}, expected {expected}")
+        hint = _suggest_unit(unit, units)
+        raise UnknownUnitError(
+            f"expected {expected}, got {describe(value)} (unknown unit {unit!r}{hint})"
+        )
+    try:
+        with localcontext() as ctx:
+            ctx.prec = 50
+            result = float(number * scale)
+    except (DecimalException, OverflowError):
+        result = math.inf
+    if not math.isfinite(result):
+        raise UnitError(f"expected a finite {kind}, got {describe(value)} (too large)")
+    _check_sign(result, value, kind, allow_zero)
+    return result
+
+
+def _check_sign(result: Number, value: object, kind: str, allow_zero: bool) -> None:
+    if result < 0 or (result == 0 and not allow_zero):
+        bound = ">= 0" if allow_zero else "> 0"
+        raise UnitError(f"expected a {_sign_text(allow_zero)} {kind} ({bound}), got {describe(value)}")
+
+
+def _suggest_unit(unit: str, units: Dict[str, Decimal]) -> str:
+    """' (did you mean ...?)' for a unit that only differs in case (b vs B matters)."""
+    matches = sorted(u for u in units if u.lower() == unit.lower())
+    if not matches:
+        return ""
+    return "; did you mean " + " or ".join(repr(m) for m in matches) + "?"
+
+
+def parse_size(value: object, *, allow_zero: bool = False) -> float:
+    """Bytes from ``"25 MB"`` (SI, 25e6), ``"25 MiB"`` (binary, 25·2**20) or a plain number of bytes."""
+    return _quantity(value, "size", allow_zero)
+
+
+def parse_rate(value: object, *, allow_zero: bool = False) -> float:
+    """Bytes/s from ``"100 Gbps"`` / ``"100 Gb/s"`` / ``"100 Gbit/s"`` (bits, 12.5e9 B/s),
+    ``"12.5 GB/s"`` / ``"12.5 GBps"`` (bytes), ``"10 GiB/s"`` (binary) or a plain number of bytes/s."""
+    return _quantity(value, "rate", allow_zero)
+
+
+def parse_time(value: object, *, allow_zero: bool = False) -> float:
+    """Seconds from ``"5 us"`` (also ``µs``), ``"3 ns"``, ``"2 ms"``, ``"0.5 s"``, ``"2 min"``, ``"1 h"``
+    or a plain number of seconds."""
+    return _quantity(value, "time", allow_zero)
+
+
+def parse_count(value: object, *, allow_zero: bool = False) -> int:
+    """A whole number from an int, an integral float, or a string such as ``"1e9"``, ``"1.0e9"``
+    or ``"1_000"`` (PyYAML leaves the first two as strings: YAML 1.1 floats need a dot and a
+    signed exponent)."""
+    expected = _KINDS["count"][1]
+    number, unit = _to_decimal(value, "count")
+    if unit is not None:
+        other = _unit_kind(unit)
+        if other is not None:
+            raise WrongUnitKindError(f"{describe(value)} is a {other}, expected {expected}")
+        raise UnitError(f"expected {expected}, got {describe(value)}")
+    if abs(number) > MAX_COUNT:
+        raise UnitError(f"expected a whole number up to 2**63-1, got {describe(value)}")
+    if number != number.to_integral_value():
+        raise UnitError(f"expected {expected}, got {describe(value)} (not a whole number)")
+    result = int(number)
+    _check_sign(result, value, "count", allow_zero)
+    return result
+
+
+def parse_number(value: object) -> float:
+    """A finite dimensionless number (an int, a float, or a numeric string such as ``"1e-3"``).
+    Range checks are the caller's job."""
+    expected = _KINDS["number"][1]
+    number, unit = _to_decimal(value, "number")
+    if unit is not None:
+        other = _unit_kind(unit)
+        if other is not None:
+            raise WrongUnitKindError(f"{describe(value)} is a {other}, expected {expected}")
+        raise UnitError(f"expected {expected}, got {describe(value)}")
+    try:
+        result = float(number)
+    except OverflowError:
+        result = math.inf
+    if not math.isfinite(result):
+        raise UnitError(f"expected a finite number, got {describe(value)}")
+    return result
