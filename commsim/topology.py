@@ -22,6 +22,9 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass
 
+from .errors import ScenarioError
+from .units import parse_count, parse_number, parse_rate
+
 GBIT = 1e9 / 8  # bytes/s in one Gb/s
 GBYTE = 1e9     # bytes/s in one GB/s
 
@@ -145,40 +148,33 @@ PRESETS: dict[str, Topology] = {
 TOPOLOGY_KEYS = ("intra_kind", "nics_per_node", "nic_bandwidth", "oversubscription")
 
 
-class TopologyError(ValueError):
-    """A bad preset name or topology key (the message names the key path)."""
+class TopologyError(ScenarioError, ValueError):
+    """A bad preset name or topology key: ``SOURCE: PATH: MESSAGE`` like every scenario error."""
 
 
-def resolve_preset(name: str) -> dict:
+def resolve_preset(name: str, source: str = "cluster", path: str = "cluster.preset") -> dict:
     """The scenario ``cluster`` keys of preset ``name`` (everything but ``nodes``), base units."""
-    try:
-        return PRESETS[name].cluster_keys()
-    except KeyError:
-        raise TopologyError(f"cluster.preset: expected one of {', '.join(PRESETS)}, got {name!r}") from None
+    if not isinstance(name, str) or name not in PRESETS:
+        raise TopologyError(source, path, f"expected one of {', '.join(PRESETS)}, got {name!r}")
+    return PRESETS[name].cluster_keys()
 
 
-def expand_cluster(cluster: dict, where: str = "cluster") -> dict:
+def expand_cluster(cluster: dict, source: str = "scenario", path: str = "cluster") -> dict:
     """Merge a scenario's ``cluster`` mapping over the preset it names (if any).
 
     Keys the user writes win, one level deep for ``intra_node``/``inter_node``. If the user
     changes ``nics_per_node``, ``nic_bandwidth`` or ``oversubscription`` but not
-    ``inter_node.bandwidth``, the node bandwidth is recomputed from them. Values stay as the
-    user wrote them (strings such as "400 Gbps" are left for the loader's unit parser), except
-    the derived node bandwidth, which needs numbers (bytes/s) in the three keys it uses.
-    Without ``preset`` the mapping is returned unchanged (a copy).
+    ``inter_node.bandwidth``, the node bandwidth is recomputed from them (units as in the
+    scenario: ``nic_bandwidth: 200 Gbps``). Other values stay as written, for the loader to
+    parse. Without ``preset`` the mapping is returned unchanged (a copy). Errors name
+    ``source`` (the file) and the key path under ``path``.
     """
     if not isinstance(cluster, dict):
-        raise TopologyError(f"{where}: expected a mapping, got {type(cluster).__name__}")
+        raise TopologyError(source, path, f"expected a mapping, got {type(cluster).__name__}")
     user = copy.deepcopy(cluster)
-    name = user.pop("preset", None)
-    if name is None:
+    if "preset" not in user:
         return user
-    if not isinstance(name, str):
-        raise TopologyError(f"{where}.preset: expected a preset name, got {name!r}")
-    try:
-        base = resolve_preset(name)
-    except TopologyError as e:
-        raise TopologyError(str(e).replace("cluster.preset", f"{where}.preset")) from None
+    base = resolve_preset(user.pop("preset"), source, f"{path}.preset")
     merged = dict(base)
     for key, value in user.items():
         if key in ("intra_node", "inter_node") and isinstance(value, dict):
@@ -187,19 +183,21 @@ def expand_cluster(cluster: dict, where: str = "cluster") -> dict:
             merged[key] = value
     user_inter = user.get("inter_node") if isinstance(user.get("inter_node"), dict) else {}
     if "bandwidth" not in user_inter and any(k in user for k in ("nics_per_node", "nic_bandwidth", "oversubscription")):
-        try:
-            nics = int(merged["nics_per_node"])
-            nic = float(merged["nic_bandwidth"])
-            over = float(merged["oversubscription"])
-        except (TypeError, ValueError):
-            raise TopologyError(f"{where}: nics_per_node, nic_bandwidth (bytes/s) and oversubscription must be "
-                                f"numbers to derive inter_node.bandwidth; got {merged['nics_per_node']!r}, "
-                                f"{merged['nic_bandwidth']!r}, {merged['oversubscription']!r}") from None
-        if nics < 1 or nic <= 0 or over < 1:
-            raise TopologyError(f"{where}: need nics_per_node >= 1, nic_bandwidth > 0, oversubscription >= 1; got "
-                                f"{nics}, {nic}, {over}")
+        nics = _parsed(parse_count, merged["nics_per_node"], source, f"{path}.nics_per_node")
+        nic = _parsed(parse_rate, merged["nic_bandwidth"], source, f"{path}.nic_bandwidth")
+        over = _parsed(parse_number, merged["oversubscription"], source, f"{path}.oversubscription")
+        if over < 1:
+            raise TopologyError(source, f"{path}.oversubscription",
+                                f"expected a factor >= 1 (1 = non-blocking, 2 = 2:1), got {over:g}")
         merged["inter_node"] = {**merged["inter_node"], "bandwidth": nics * nic / over}
     return merged
+
+
+def _parsed(parse, value, source, path):
+    try:
+        return parse(value)
+    except ValueError as exc:
+        raise TopologyError(source, path, str(exc)) from None
 
 
 def fabric(preset: str, nodes: int):

@@ -1,5 +1,7 @@
 """Topology presets and the merge of a scenario's cluster mapping over a preset."""
 
+from pathlib import Path
+
 import pytest
 
 from commsim import topology
@@ -27,8 +29,8 @@ def test_dgx_h100_numbers():
 def test_unknown_preset_names_the_choices():
     with pytest.raises(TopologyError, match=r"cluster.preset: expected one of dgx-a100, .* got 'dgx-h200'"):
         resolve_preset("dgx-h200")
-    with pytest.raises(TopologyError, match=r"scen.yaml: cluster.preset"):
-        expand_cluster({"preset": "nope", "nodes": 2}, where="scen.yaml: cluster")
+    with pytest.raises(TopologyError, match=r"^scen.yaml: cluster.preset: expected one of"):
+        expand_cluster({"preset": "nope", "nodes": 2}, source="scen.yaml")
 
 
 def test_expand_cluster_user_keys_win():
@@ -41,8 +43,12 @@ def test_expand_cluster_user_keys_win():
 def test_expand_cluster_rederives_node_bandwidth():
     c = expand_cluster({"preset": "dgx-h100", "nodes": 4, "nics_per_node": 4, "oversubscription": 2})
     assert c["inter_node"]["bandwidth"] == 4 * 50e9 / 2
-    with pytest.raises(TopologyError, match="oversubscription >= 1"):
+    c = expand_cluster({"preset": "dgx-h100", "nodes": 4, "nic_bandwidth": "200 Gbps"})
+    assert c["inter_node"]["bandwidth"] == 8 * 25e9
+    with pytest.raises(TopologyError, match=r"cluster.oversubscription: expected a factor >= 1"):
         expand_cluster({"preset": "dgx-h100", "nodes": 4, "oversubscription": 0.5})
+    with pytest.raises(TopologyError, match=r"cluster.nic_bandwidth"):
+        expand_cluster({"preset": "dgx-h100", "nodes": 4, "nic_bandwidth": "fast"})
 
 
 def test_expand_without_preset_is_unchanged():
@@ -57,6 +63,23 @@ def test_design_example_eight_workers_on_ethernet():
     for preset, seconds in (("ethernet-25g", 2.24), ("ethernet-100g", 0.56)):
         f = topology.fabric(preset, nodes=8)
         assert uniform_time("ring", f, S) == pytest.approx(seconds + 14 * 14e-6, rel=1e-9)
+
+
+def test_errors_are_scenario_errors():
+    from commsim.errors import ScenarioError
+
+    with pytest.raises(ScenarioError):
+        expand_cluster([1, 2])
+
+
+def test_scenario_file_matches_the_dgx_h100_preset():
+    from commsim.loader import load_scenario
+
+    sc = load_scenario(Path(__file__).resolve().parent.parent / "scenarios" / "dgx_h100_scaling.yaml")
+    k = resolve_preset("dgx-h100")
+    assert sc.cluster.gpus_per_node == k["gpus_per_node"]
+    assert (sc.cluster.intra_node.bandwidth, sc.cluster.intra_node.latency) == (k["intra_node"]["bandwidth"], k["intra_node"]["latency"])
+    assert (sc.cluster.inter_node.bandwidth, sc.cluster.inter_node.latency) == (k["inter_node"]["bandwidth"], k["inter_node"]["latency"])
 
 
 def test_oversubscription_slows_the_network_level():
