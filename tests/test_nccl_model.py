@@ -92,3 +92,14 @@ def test_named_models_and_errors():
         collective_time("nccl-2.19", "hierarchical", f, MiB)
     k = nccl_model.UniformKernel(2.0)
     assert list(k.finish_times([0.0, 1.0, 3.0])) == [5.0, 5.0, 5.0]
+
+
+def test_channels_default_without_nic_count_matches_the_preset():
+    from dataclasses import replace
+
+    f = topology.fabric("dgx-h100", 32)
+    bare = replace(f, nics_per_node=None)  # as built from a scenario cluster without topology keys
+    m = NcclModel("2.19")
+    assert m.n_channels(f) == m.n_channels(bare) == 16
+    assert m.n_channels(topology.fabric("pcie-8gpu", 1)) == 2
+    assert NcclModel("2.19", channels=4).n_channels(f) == 4

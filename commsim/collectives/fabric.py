@@ -20,6 +20,7 @@ Bandwidth conventions (bytes/s, one direction, full duplex assumed):
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 
 @dataclass(frozen=True)
@@ -32,7 +33,7 @@ class Fabric:
     intra_bandwidth: float
     inter_latency: float
     inter_bandwidth: float
-    nics_per_node: int = 1
+    nics_per_node: Optional[int] = None  # None: not known (only NCCL's channel count uses it)
     intra_kind: str = "nvswitch"  # nvswitch | nvlink | pcie | pcie-nop2p (NCCL's model: NVLINK vs PCI latencies)
 
     def __post_init__(self) -> None:
@@ -46,7 +47,7 @@ class Fabric:
         for name in ("intra_bandwidth", "inter_bandwidth"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"Fabric.{name} must be > 0 bytes/s, got {getattr(self, name)!r}")
-        if int(self.nics_per_node) != self.nics_per_node or self.nics_per_node < 1:
+        if self.nics_per_node is not None and (int(self.nics_per_node) != self.nics_per_node or self.nics_per_node < 1):
             raise ValueError(f"Fabric.nics_per_node must be an integer >= 1, got {self.nics_per_node!r}")
 
     @property
@@ -70,7 +71,7 @@ class Fabric:
             intra_bandwidth=cluster.intra_node.bandwidth,
             inter_latency=cluster.inter_node.latency,
             inter_bandwidth=cluster.inter_node.bandwidth,
-            nics_per_node=getattr(cluster, "nics_per_node", 1) or 1,
+            nics_per_node=getattr(cluster, "nics_per_node", None),
             intra_kind=getattr(cluster, "intra_kind", "nvswitch") or "nvswitch",
         )
 

@@ -77,11 +77,12 @@ class NcclModel:
 
     # -- inputs derived from the fabric ----------------------------------------------------
     def n_channels(self, fabric: Fabric) -> int:
-        """Channels NCCL would open: the given number, else 2 per NIC across nodes, 16 on
-        NVLink/NVSwitch in one node, 2 on PCIe (typical NCCL_DEBUG=INFO counts; an assumption)."""
+        """Channels NCCL would open: the given number, else 2 per NIC across nodes when the NIC
+        count is known, else 16 on NVLink/NVSwitch and 2 on PCIe (typical NCCL_DEBUG=INFO
+        counts; an assumption)."""
         if self.channels:
             return int(self.channels)
-        if fabric.nodes > 1:
+        if fabric.nodes > 1 and fabric.nics_per_node:
             return max(2, 2 * fabric.nics_per_node)
         return 16 if _intra_hw(fabric) == "NVLINK" else 2
 

@@ -226,5 +226,5 @@ def time(fabric: Fabric, size: float, chunk_bytes: float = CHUNK_BYTES) -> float
         return 0.0
     C, chunk = chunking(size, chunk_bytes)
     trees = _trees(fabric)
-    return max(_uniform_one_tree(parent, *costs, C)
-               for (parent, _), costs in zip(trees, edge_costs(fabric, trees, chunk)))
+    return float(max(_uniform_one_tree(parent, *costs, C)
+               for (parent, _), costs in zip(trees, edge_costs(fabric, trees, chunk))))
