@@ -3,7 +3,7 @@
 :func:`simulate_algorithm` builds the lead's :class:`commsim.engine.Engine` and swaps its
 per-bucket kernels for :func:`commsim.collectives.kernels.make_kernel`'s: the hook the engine
 needs (``kernel.finish_times(launch)`` per bucket) is already the one it uses for the ring.
-Slow-link stragglers are modeled for the ring only; other algorithms use nominal links.
+Slow-link stragglers reach every algorithm through :func:`scenario_fabric`.
 """
 
 from __future__ import annotations
@@ -11,18 +11,25 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Optional
 
-from .collectives.fabric import Fabric
+from .collectives.fabric import Fabric, with_slow_links
 from .collectives.kernels import make_kernel
 from .engine import Engine, RunResult
 from .report import summarize
 from .spec import Scenario
 
 
+def scenario_fabric(scenario: Scenario) -> Fabric:
+    """The scenario's cluster as a :class:`Fabric`, with its slow-link stragglers applied
+    (for the other straggler kinds the engine perturbs compute, not links)."""
+    slow = [s for s in scenario.stragglers if getattr(s, "kind", None) == "slow_link"]
+    return with_slow_links(Fabric.from_cluster(scenario.cluster), slow)
+
+
 def simulate_algorithm(scenario: Scenario, algorithm: str = "ring", model: str = "alpha-beta") -> RunResult:
     """Simulate ``scenario`` with all-reduce ``algorithm`` under cost ``model``."""
     engine = Engine(scenario)
     if algorithm != "ring" or model != "alpha-beta":
-        fabric = Fabric.from_cluster(scenario.cluster)
+        fabric = scenario_fabric(scenario)
         by_size = {}
         for size in engine.buckets:
             if size not in by_size:

@@ -73,8 +73,10 @@ def ring_reference(fabric: Fabric, launch, size, steps=None) -> np.ndarray:
 def hierarchical_reference(fabric: Fabric, launch, size) -> np.ndarray:
     """Three chained stages of rings, each rank entering a stage when it left the previous."""
     g, N = fabric.gpus_per_node, fabric.nodes
-    intra = fabric.intra_latency + (size / g) / fabric.intra_bandwidth
-    inter = fabric.inter_latency + (size / (g * N)) / (fabric.inter_bandwidth / g)
+
+    def hop(frm, to, nbytes, share):
+        return float(fabric.pair_latency(frm, to) + nbytes / (fabric.pair_bandwidth(frm, to) / share))
+
     env = simpy.Environment()
     start = _launched(env, launch)
     rs = [env.event() for _ in range(N * g)]
@@ -82,13 +84,16 @@ def hierarchical_reference(fabric: Fabric, launch, size) -> np.ndarray:
     ag = [env.event() for _ in range(N * g)]
     for node in range(N):
         ranks = [node * g + j for j in range(g)]
-        _rings(env, [start[r] for r in ranks], [intra] * g, g - 1, [rs[r] for r in ranks])
+        hops = [hop(ranks[j - 1], ranks[j], size / g, 1) for j in range(g)]
+        _rings(env, [start[r] for r in ranks], hops, g - 1, [rs[r] for r in ranks])
     for j in range(g):
         ranks = [node * g + j for node in range(N)]
-        _rings(env, [rs[r] for r in ranks], [inter] * N, 2 * (N - 1), [ar[r] for r in ranks])
+        hops = [hop(ranks[k - 1], ranks[k], size / (g * N), g) for k in range(N)]
+        _rings(env, [rs[r] for r in ranks], hops, 2 * (N - 1), [ar[r] for r in ranks])
     for node in range(N):
         ranks = [node * g + j for j in range(g)]
-        _rings(env, [ar[r] for r in ranks], [intra] * g, g - 1, [ag[r] for r in ranks])
+        hops = [hop(ranks[j - 1], ranks[j], size / g, 1) for j in range(g)]
+        _rings(env, [ar[r] for r in ranks], hops, g - 1, [ag[r] for r in ranks])
     return _collect(env, ag)
 
 
@@ -166,9 +171,8 @@ def halving_doubling_reference(fabric: Fabric, launch, size) -> np.ndarray:
     levels = p2.bit_length() - 1
 
     def cost(a, b, nbytes):
-        if a // fabric.gpus_per_node == b // fabric.gpus_per_node:
-            return fabric.intra_latency + nbytes / fabric.intra_bandwidth
-        return fabric.inter_latency + nbytes / (fabric.inter_bandwidth / fabric.gpus_per_node)
+        share = 1 if a // fabric.gpus_per_node == b // fabric.gpus_per_node else fabric.gpus_per_node
+        return float(fabric.pair_latency(a, b) + nbytes / (fabric.pair_bandwidth(a, b) / share))
 
     # per rank: list of (step id, partner, bytes)
     plan = {rank: [] for rank in range(n)}

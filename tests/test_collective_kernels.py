@@ -1,5 +1,7 @@
 """Vectorized max-plus kernels against the per-message / per-chunk SimPy references."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -17,6 +19,10 @@ small_fabrics = st.builds(
 @st.composite
 def cases(draw):
     f = draw(small_fabrics)
+    if draw(st.booleans()):  # degraded links on some ranks / nodes
+        factors = st.sampled_from([1.0, 1.0, 0.5, 0.1])
+        f = replace(f, intra_scale=tuple(draw(st.lists(factors, min_size=f.world_size, max_size=f.world_size))),
+                    inter_scale=tuple(draw(st.lists(factors, min_size=f.nodes, max_size=f.nodes))))
     launch = draw(st.lists(st.floats(0, 2e-3), min_size=f.world_size, max_size=f.world_size))
     size = draw(st.floats(0, 8e6))
     return f, np.array(launch), size
@@ -64,3 +70,32 @@ def test_kernels_scale_to_thousands_of_ranks():
     for name in ("tree", "hierarchical", "halving_doubling", "reduce_broadcast"):
         got = finish_times(name, f, launch, 25e6)
         assert got.shape == (2048,) and np.all(got >= launch)
+
+
+def test_a_slow_node_network_slows_every_algorithm():
+    from commsim.collectives.fabric import with_slow_links
+    from commsim.spec import SlowLink
+
+    f = Fabric(nodes=4, gpus_per_node=4, intra_latency=1e-6, intra_bandwidth=300e9,
+               inter_latency=5e-6, inter_bandwidth=50e9)
+    slow = with_slow_links(f, [SlowLink(factor=0.25, node=2)])
+    assert slow.inter_scale == (1.0, 1.0, 0.25, 1.0) and slow.intra_scale == (1.0,) * 16
+    L = np.zeros(16)
+    for name in ("ring", "tree", "hierarchical", "halving_doubling", "reduce_broadcast"):
+        assert finish_times(name, slow, L, 64e6).max() > finish_times(name, f, L, 64e6).max() * 1.2, name
+    # a ring hop inside a node degrades the sender's port; across nodes, its node's network
+    assert with_slow_links(f, [SlowLink(factor=0.5, rank=1)]).intra_scale[1] == 0.5
+    assert with_slow_links(f, [SlowLink(factor=0.5, rank=3)]).inter_scale == (0.5, 1.0, 1.0, 1.0)
+
+
+def test_hierarchical_slow_rail_by_hand():
+    # 2 nodes x 2 GPUs, node 1's network at half speed: each rail's inter-node hop runs at
+    # min(1, 0.5) x B_e / g; the intra stages are nominal.
+    from commsim.collectives import hierarchical
+
+    f = Fabric(nodes=2, gpus_per_node=2, intra_latency=1e-6, intra_bandwidth=100e9,
+               inter_latency=4e-6, inter_bandwidth=20e9, inter_scale=(1.0, 0.5))
+    S = 8e6
+    intra = 1e-6 + (S / 2) / 100e9
+    inter = 4e-6 + (S / 4) / (20e9 * 0.5 / 2)
+    assert hierarchical.time(f, S) == pytest.approx(2 * intra + 2 * inter, rel=1e-12)

@@ -8,7 +8,7 @@ from commsim.collectives import Fabric, finish_times, uniform_time
 from commsim.collectives.kernels import collective_time, make_kernel, resolve
 from commsim.engine import simulate
 from commsim.ring import RingAllReduce
-from tests.conftest import make_scenario
+from tests.conftest import make_scenario, replace
 
 F = Fabric(nodes=3, gpus_per_node=4, intra_latency=1e-6, intra_bandwidth=300e9,
            inter_latency=5e-6, inter_bandwidth=12.5e9)
@@ -65,3 +65,14 @@ def test_summary_names_algorithm_and_with_nodes_drops_out_of_range_stragglers():
     assert small.world_size == 4 and small.stragglers[0].ranks == (1,)
     s = summarize_algorithm(small, "hierarchical")
     assert s["algorithm"] == "hierarchical" and s["slowdown"] > 1.0
+
+
+def test_slow_link_straggler_reaches_other_algorithms():
+    from commsim.spec import SlowLink
+
+    sc = make_scenario(nodes=4, gpus_per_node=2, parameters=50_000_000, overlap=False)
+    slow = replace(sc, stragglers=(SlowLink(factor=0.2, node=1),))
+    for name in ("tree", "hierarchical", "halving_doubling"):
+        a = simulate_algorithm(sc, name).step_time.mean()
+        b = simulate_algorithm(slow, name).step_time.mean()
+        assert b > a, name

@@ -35,9 +35,8 @@ COLLECTIVE = "all_reduce"
 
 def _pair_time(fabric: Fabric, a: np.ndarray, b: np.ndarray, nbytes: float) -> np.ndarray:
     same = (a // fabric.gpus_per_node) == (b // fabric.gpus_per_node)
-    inter_bw = fabric.inter_bandwidth / fabric.gpus_per_node
-    return np.where(same, fabric.intra_latency + nbytes / fabric.intra_bandwidth,
-                    fabric.inter_latency + nbytes / inter_bw)
+    bandwidth = fabric.pair_bandwidth(a, b) / np.where(same, 1, fabric.gpus_per_node)
+    return fabric.pair_latency(a, b) + nbytes / bandwidth
 
 
 def schedule(n: int):
@@ -70,7 +69,10 @@ def _steps(fabric: Fabric, size: float):
 
 
 def time(fabric: Fabric, size: float) -> float:
-    """Closed form for simultaneous launch: sum over steps of the step's slowest pair."""
+    """Closed form for simultaneous launch: sum over steps of the step's slowest pair
+    (with degraded links, the kernel's finish for simultaneous launch)."""
+    if fabric.degraded:
+        return float(finish_times(fabric, np.zeros(fabric.world_size), size).max())
     return float(sum(t.max() for _, _, t in _steps(fabric, size)))
 
 

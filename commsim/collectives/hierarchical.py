@@ -28,18 +28,27 @@ NAME = "hierarchical"
 COLLECTIVE = "all_reduce"
 
 
-def _stage_hops(fabric: Fabric, size: float) -> tuple[float, float]:
+def _stage_hops(fabric: Fabric, size: float) -> tuple[np.ndarray, np.ndarray]:
+    """Hop times: intra (N, g), the hop into local rank j of node k from local rank j-1;
+    inter (g, N), the hop into node k from node k-1 on rail j (1/g of the node's network)."""
     g, N = fabric.gpus_per_node, fabric.nodes
-    intra = fabric.intra_latency + (size / g) / fabric.intra_bandwidth
-    rail_bandwidth = fabric.inter_bandwidth / g
-    inter = fabric.inter_latency + (size / (g * N)) / rail_bandwidth
+    ranks = np.arange(N * g).reshape(N, g)
+    prev_local = np.roll(ranks, 1, axis=1)
+    intra = fabric.pair_latency(prev_local, ranks) + (size / g) / fabric.pair_bandwidth(prev_local, ranks)
+    rail = ranks.T  # (g, N)
+    prev_node = np.roll(rail, 1, axis=1)
+    inter = fabric.pair_latency(prev_node, rail) + (size / (g * N)) / (fabric.pair_bandwidth(prev_node, rail) / g)
     return intra, inter
 
 
 def time(fabric: Fabric, size: float) -> float:
-    """Closed form for simultaneous launch."""
+    """Closed form for simultaneous launch (nominal links; with degraded links, the kernel's
+    finish for simultaneous launch)."""
     g, N = fabric.gpus_per_node, fabric.nodes
-    intra, inter = _stage_hops(fabric, size)
+    if fabric.degraded:
+        return float(finish_times(fabric, np.zeros(N * g), size).max())
+    intra = fabric.intra_latency + (size / g) / fabric.intra_bandwidth
+    inter = fabric.inter_latency + (size / (g * N)) / (fabric.inter_bandwidth / g)
     return 2 * (g - 1) * intra + 2 * (N - 1) * inter
 
 
@@ -49,7 +58,7 @@ def finish_times(fabric: Fabric, launch: np.ndarray, size: float) -> np.ndarray:
     g, N = fabric.gpus_per_node, fabric.nodes
     intra, inter = _stage_hops(fabric, size)
     f = np.asarray(launch, dtype=float).reshape(N, g)  # row = node, column = local rank
-    f = ring_steps(f, np.full(g, intra), g - 1)          # reduce-scatter within each node
-    f = ring_steps(f.T, np.full(N, inter), 2 * (N - 1)).T  # one ring per local rank (rail)
-    f = ring_steps(f, np.full(g, intra), g - 1)          # all-gather within each node
+    f = ring_steps(f, intra, g - 1)                      # reduce-scatter within each node
+    f = ring_steps(f.T, inter, 2 * (N - 1)).T            # one ring per local rank (rail)
+    f = ring_steps(f, intra, g - 1)                      # all-gather within each node
     return f.reshape(-1)

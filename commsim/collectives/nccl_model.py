@@ -120,7 +120,9 @@ class NcclModel:
         nodes, ppn, ch = fabric.nodes, fabric.gpus_per_node, self.n_channels(fabric)
         if protocol == "LL128" and not (_intra_hw(fabric) == "NVLINK"):
             return 0.0  # NCCL enables LL128 by default only on NVLink
-        bw = (fabric.intra_bandwidth if nodes == 1 else min(fabric.intra_bandwidth, fabric.inter_bandwidth)) / 1e9
+        slow_intra, slow_inter = fabric.min_scales()  # a ring or tree runs at its slowest link
+        intra, inter = fabric.intra_bandwidth * slow_intra, fabric.inter_bandwidth * slow_inter
+        bw = (intra if nodes == 1 else min(intra, inter)) / 1e9
         a = ARCHS.index(self.arch)
         col = 0 if nodes == 1 else 1 if nodes == 2 else 2
         if self.version == "2.7":

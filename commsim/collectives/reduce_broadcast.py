@@ -28,9 +28,8 @@ COLLECTIVE = "all_reduce"
 def transfer_times(fabric: Fabric, size: float) -> np.ndarray:
     """Time of the root's transfer with each rank (index 0, the root itself, is 0)."""
     ranks = np.arange(fabric.world_size)
-    same = ranks // fabric.gpus_per_node == 0
-    t = np.where(same, fabric.intra_latency + size / fabric.intra_bandwidth,
-                 fabric.inter_latency + size / fabric.inter_bandwidth)
+    root = np.zeros_like(ranks)
+    t = fabric.pair_latency(root, ranks) + size / fabric.pair_bandwidth(root, ranks)
     t[0] = 0.0
     return t
 

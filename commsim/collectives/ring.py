@@ -27,14 +27,11 @@ COLLECTIVE = "all_reduce"
 
 
 def hop_times(fabric: Fabric, size: float) -> np.ndarray:
-    """Time of the hop into each rank for one step (S/n bytes)."""
-    n, g = fabric.world_size, fabric.gpus_per_node
+    """Time of the hop into each rank (from rank i-1) for one step (S/n bytes)."""
+    n = fabric.world_size
     ranks = np.arange(n)
-    crosses = (ranks % g == 0) & (fabric.nodes > 1)
-    chunk = size / n
-    return np.where(crosses,
-                    fabric.inter_latency + chunk / fabric.inter_bandwidth,
-                    fabric.intra_latency + chunk / fabric.intra_bandwidth)
+    prev = (ranks - 1) % n
+    return fabric.pair_latency(prev, ranks) + (size / n) / fabric.pair_bandwidth(prev, ranks)
 
 
 def time(fabric: Fabric, size: float) -> float:

@@ -124,10 +124,11 @@ def edge_costs(fabric: Fabric, trees, chunk: float):
             np.add.at(inter_out, senders[inter[child]], 1)
             np.add.at(intra_out, senders[~inter[child]], 1)
     out = []
+    ranks = np.arange(n)
     for parent, inter in trees:
         p = np.maximum(parent, 0)
         alpha = np.where(inter, fabric.inter_latency, fabric.intra_latency)
-        per_byte = np.where(inter, 1.0 / fabric.inter_bandwidth, 1.0 / fabric.intra_bandwidth)
+        per_byte = 1.0 / fabric.pair_bandwidth(ranks, p)
         up = chunk * per_byte * np.where(inter, inter_out, intra_out)
         down = chunk * per_byte * np.where(inter, inter_out[p], intra_out[p])
         out.append((alpha, up, down))
