@@ -96,7 +96,7 @@ def run(scenario, steps, seed, overrides, json_path, csv_path, trace_path, trace
     from .engine import simulate
     from .outputs import chrome_trace, steps_csv, summary_json
     from .progress import step_progress
-    from .report import summarize
+    from .report import late_ranks, summarize
     from .summary_text import print_summary
 
     sc = load_or_fail(scenario, overrides, steps, seed)
@@ -107,7 +107,7 @@ def run(scenario, steps, seed, overrides, json_path, csv_path, trace_path, trace
     if json_path:
         write_output(json_path, summary_json(summary), "the JSON summary")
     if csv_path:
-        write_output(csv_path, steps_csv(result), "the step CSV")
+        write_output(csv_path, steps_csv(result, late_ranks(result, baseline)), "the step CSV")
     if trace_path:
         write_output(trace_path, chrome_trace(result, trace_ranks), "the trace")
     if not quiet:

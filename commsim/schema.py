@@ -4,7 +4,7 @@
 raises :class:`commsim.errors.ScenarioError` with one line naming the source, the key path in YAML
 notation (``stragglers[1].ranks[0]``), what was expected and what was given. Reading files and
 ``--set`` overrides live in :mod:`commsim.loader`. The format is documented key by key in
-docs/scenario_format.md; keep the two in step.
+README.md ("Scenario format"); keep the two in step.
 """
 
 from __future__ import annotations
