@@ -3,7 +3,7 @@
 A ring all-reduce is a reduce-scatter (n-1 steps, each rank ends with the sum of one S/n
 shard) followed by an all-gather (n-1 steps). Alone, each costs half (DESIGN.md):
 
-    T = (n-1) * max_hop(alpha_hop + (S/n) / B_hop)
+    T = (n-1) * max_i t_i = (n-1) mean(alpha) + (n-1)/n * S / min(B)   (t_i as in the ring module)
 
 S is the total buffer (n shards), as in nccl-tests' size column for these collectives, whose
 busbw factor is (n-1)/n (see :mod:`commsim.collectives.busbw`). The two share one model:
