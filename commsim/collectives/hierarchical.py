@@ -55,10 +55,26 @@ def time(fabric: Fabric, size: float) -> float:
 def finish_times(fabric: Fabric, launch: np.ndarray, size: float) -> np.ndarray:
     """Per-rank finish times: the three stages' ring recurrences, each rank starting a stage
     as soon as it has finished the previous one."""
-    g, N = fabric.gpus_per_node, fabric.nodes
-    intra, inter = _stage_hops(fabric, size)
-    f = np.asarray(launch, dtype=float).reshape(N, g)  # row = node, column = local rank
-    f = ring_steps(f, intra, g - 1)                      # reduce-scatter within each node
-    f = ring_steps(f.T, inter, 2 * (N - 1)).T            # one ring per local rank (rail)
-    f = ring_steps(f, intra, g - 1)                      # all-gather within each node
-    return f.reshape(-1)
+    return Kernel(fabric, size).finish_times(launch)
+
+
+class Kernel:
+    """Planned once per fabric and size: ``finish_times(launch)``. The inter-node stage is a
+    full ring all-reduce per rail, evaluated with commsim's O(n) ring kernel (commsim.ring),
+    which runs the same recurrence as :func:`commsim.collectives.maxplus.ring_steps`."""
+
+    def __init__(self, fabric: Fabric, size: float):
+        from commsim.ring import RingAllReduce  # numpy only
+
+        self.g, self.N = fabric.gpus_per_node, fabric.nodes
+        self.intra, inter = _stage_hops(fabric, size)
+        self.rails = [RingAllReduce(inter[j]) for j in range(self.g)] if self.N > 1 else []
+
+    def finish_times(self, launch: np.ndarray) -> np.ndarray:
+        g, N = self.g, self.N
+        f = np.asarray(launch, dtype=float).reshape(N, g)   # row = node, column = local rank
+        f = ring_steps(f, self.intra, g - 1)                 # reduce-scatter within each node
+        if self.rails:                                       # one ring all-reduce per rail
+            f = np.stack([ring.finish_times(f[:, j]) for j, ring in enumerate(self.rails)], axis=1)
+        f = ring_steps(f, self.intra, g - 1)                 # all-gather within each node
+        return f.reshape(-1)

@@ -135,6 +135,50 @@ def edge_costs(fabric: Fabric, trees, chunk: float):
     return out
 
 
+class _Plan:
+    """One tree's levels, with children split into slots whose parents are distinct, so that
+    a level's contributions to its parents are plain fancy-indexed maxima (no ufunc.at)."""
+
+    def __init__(self, parent: np.ndarray):
+        self.parent = parent
+        depth = depths(parent)
+        self.root = int(np.flatnonzero(parent < 0)[0])
+        self.levels = []
+        for d in range(1, int(depth.max()) + 1):
+            vs = np.flatnonzero(depth == d)
+            order = np.argsort(parent[vs], kind="stable")
+            sorted_parents = parent[vs][order]
+            first = np.searchsorted(sorted_parents, sorted_parents, side="left")
+            slot = np.empty(len(vs), dtype=np.int64)
+            slot[order] = np.arange(len(vs)) - first
+            rows = [np.flatnonzero(slot == j) for j in range(int(slot.max()) + 1)]
+            self.levels.append((vs, rows))
+
+
+def _finish_planned(plan: _Plan, alpha, occ_up, occ_down, launch, C) -> np.ndarray:
+    n = len(plan.parent)
+    parent = plan.parent
+    from_children = np.full((n, C), -np.inf)
+    # Reduce: deepest level first; up[., k] = end of sending chunk k to the parent.
+    for vs, rows in reversed(plan.levels):
+        ready = np.maximum(launch[vs][:, None], from_children[vs])
+        arrive = pipeline(ready, occ_up[vs]) + alpha[vs][:, None]
+        for r in rows:
+            p = parent[vs[r]]
+            from_children[p] = np.maximum(from_children[p], arrive[r])
+    avail = np.empty((n, C))
+    avail[plan.root] = np.maximum(launch[plan.root], from_children[plan.root])
+    sent_last = np.full(n, -np.inf)
+    # Broadcast: root level first; down[., k] = end of sending chunk k down the edge into the rank.
+    for vs, rows in plan.levels:
+        down = pipeline(avail[parent[vs]], occ_down[vs])
+        avail[vs] = down + alpha[vs][:, None]
+        for r in rows:
+            p = parent[vs[r]]
+            sent_last[p] = np.maximum(sent_last[p], down[r, -1])
+    return np.maximum(avail[:, -1], sent_last)
+
+
 def tree_finish(parent: np.ndarray, alpha: np.ndarray, occ_up: np.ndarray, occ_down: np.ndarray,
                 launch: np.ndarray, chunks: int) -> np.ndarray:
     """Finish times of a pipelined reduce-then-broadcast over one tree.
@@ -143,45 +187,38 @@ def tree_finish(parent: np.ndarray, alpha: np.ndarray, occ_up: np.ndarray, occ_d
     v and its parent, ``occ_up[v]``/``occ_down[v]`` a chunk's occupancy of it going up/down. A rank
     finishes when it has received the last chunk and forwarded it to all its children.
     """
-    n = len(parent)
-    launch = np.asarray(launch, dtype=float)
-    depth = depths(parent)
-    levels = [np.flatnonzero(depth == d) for d in range(int(depth.max()) + 1)]
-    root = levels[0][0]
-    C = chunks
-    from_children = np.full((n, C), -np.inf)
-    # Reduce: deepest level first; u[v, k] = end of sending chunk k up.
-    for vs in reversed(levels[1:]):
-        ready = np.maximum(launch[vs][:, None], from_children[vs])
-        up = pipeline(ready, occ_up[vs])
-        np.maximum.at(from_children, parent[vs], up + alpha[vs][:, None])
-    avail = np.empty((n, C))
-    avail[root] = np.maximum(launch[root], from_children[root])
-    sent_last = np.full(n, -np.inf)
-    # Broadcast: root level first; d[c, k] = end of sending chunk k down the edge into c.
-    for vs in levels[1:]:
-        down = pipeline(avail[parent[vs]], occ_down[vs])
-        avail[vs] = down + alpha[vs][:, None]
-        np.maximum.at(sent_last, parent[vs], down[:, -1])
-    return np.maximum(avail[:, -1], sent_last)
+    return _finish_planned(_Plan(np.asarray(parent)), alpha, occ_up, occ_down,
+                           np.asarray(launch, dtype=float), chunks)
 
 
 def _trees(fabric: Fabric):
     return [rank_tree(fabric, p) for p in dtree_parents(fabric.nodes)]
 
 
+class Kernel:
+    """The double tree for one fabric and size, planned once: ``finish_times(launch)``."""
+
+    def __init__(self, fabric: Fabric, size: float, chunk_bytes: float = CHUNK_BYTES):
+        self.n = fabric.world_size
+        self.chunks, chunk = chunking(size, chunk_bytes)
+        trees = _trees(fabric) if self.n > 1 else []
+        costs = edge_costs(fabric, trees, chunk) if trees else []
+        self._trees = [(_Plan(parent), *c) for (parent, _), c in zip(trees, costs)]
+
+    def finish_times(self, launch: np.ndarray) -> np.ndarray:
+        launch = np.asarray(launch, dtype=float)
+        if self.n == 1:
+            return launch.copy()
+        out = np.full(self.n, -np.inf)
+        for plan, alpha, up, down in self._trees:
+            out = np.maximum(out, _finish_planned(plan, alpha, up, down, launch, self.chunks))
+        return out
+
+
 def finish_times(fabric: Fabric, launch: np.ndarray, size: float,
                  chunk_bytes: float = CHUNK_BYTES) -> np.ndarray:
     """Per-rank finish times: the later of the two trees, each carrying S/2."""
-    launch = np.asarray(launch, dtype=float)
-    if fabric.world_size == 1:
-        return launch.copy()
-    C, chunk = chunking(size, chunk_bytes)
-    trees = _trees(fabric)
-    out = np.full(fabric.world_size, -np.inf)
-    for (parent, _), (alpha, up, down) in zip(trees, edge_costs(fabric, trees, chunk)):
-        out = np.maximum(out, tree_finish(parent, alpha, up, down, launch, C))
-    return out
+    return Kernel(fabric, size, chunk_bytes).finish_times(launch)
 
 
 def inter_depth(nodes: int) -> int:
