@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import simpy
 
-from .collectives import halving_doubling, hierarchical, reduce_broadcast, ring, tree
+from .collectives import reduce_broadcast, ring, tree
 from .collectives.fabric import Fabric
 
 

@@ -15,8 +15,6 @@ Sizes are bytes, times seconds, bandwidths bytes/s (per direction).
 
 from __future__ import annotations
 
-from types import ModuleType
-
 import numpy as np
 
 from . import auto, halves, halving_doubling, hierarchical, reduce_broadcast, ring, tree
