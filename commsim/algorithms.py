@@ -1,9 +1,7 @@
-"""Run a scenario with any collective algorithm and cost model (until the engine selects them itself).
+"""Compare collective algorithms and cost models on one scenario (`commsim algorithms`).
 
-:func:`simulate_algorithm` builds the lead's :class:`commsim.engine.Engine` and swaps its
-per-bucket kernels for :func:`commsim.collectives.kernels.make_kernel`'s: the hook the engine
-needs (``kernel.finish_times(launch)`` per bucket) is already the one it uses for the ring.
-Slow-link stragglers reach every algorithm through :func:`scenario_fabric`.
+The engine picks the kernel from ``collective.algorithm`` / ``collective.model``;
+these helpers run a scenario under each combination and node count.
 """
 
 from __future__ import annotations
@@ -12,8 +10,7 @@ from dataclasses import replace
 from typing import Optional
 
 from .collectives.fabric import Fabric, with_slow_links
-from .collectives.kernels import make_kernel
-from .engine import Engine, RunResult
+from .engine import RunResult, simulate
 from .report import summarize
 from .spec import Scenario
 
@@ -25,24 +22,19 @@ def scenario_fabric(scenario: Scenario) -> Fabric:
     return with_slow_links(Fabric.from_cluster(scenario.cluster), slow)
 
 
+def with_algorithm(scenario: Scenario, algorithm: str, model: str) -> Scenario:
+    """The same scenario with another all-reduce algorithm and cost model."""
+    return replace(scenario, collective=replace(scenario.collective, algorithm=algorithm, model=model))
+
+
 def simulate_algorithm(scenario: Scenario, algorithm: str = "ring", model: str = "alpha-beta") -> RunResult:
     """Simulate ``scenario`` with all-reduce ``algorithm`` under cost ``model``."""
-    engine = Engine(scenario)
-    if algorithm != "ring" or model != "alpha-beta":
-        fabric = scenario_fabric(scenario)
-        by_size = {}
-        for size in engine.buckets:
-            if size not in by_size:
-                by_size[size] = make_kernel(algorithm, fabric, size, model)
-        engine.kernels = [by_size[size] for size in engine.buckets]
-    return engine.run()
+    return simulate(with_algorithm(scenario, algorithm, model))
 
 
 def summarize_algorithm(scenario: Scenario, algorithm: str = "ring", model: str = "alpha-beta") -> dict:
     """The `commsim run` summary dict of ``scenario`` run with ``algorithm`` / ``model``."""
-    result = simulate_algorithm(scenario, algorithm, model)
-    baseline = simulate_algorithm(scenario.without_stragglers(), algorithm, model)
-    out = summarize(scenario, result=result, baseline=baseline)
+    out = summarize(with_algorithm(scenario, algorithm, model))
     out["algorithm"] = algorithm
     out["model"] = model
     return out

@@ -125,9 +125,11 @@ def run(scenario, steps, seed, overrides, json_path, csv_path, trace_path, trace
 
 def _register_subcommands() -> None:
     """Commands that live in their own modules (each imports its heavy dependencies lazily)."""
+    from .cli_collectives import register as register_collectives
     from .cli_sweep import register as register_sweep
 
     register_sweep(main)
+    register_collectives(main)
 
 
 _register_subcommands()

@@ -96,13 +96,23 @@ class Engine:
         self.buckets = ddp_buckets(scenario.model.grad_bytes, scenario.ddp.first_bucket, scenario.ddp.bucket_cap)
         # fraction of backward done when each bucket's gradients are all produced
         self.ready_fraction = np.cumsum(self.buckets) / max(self.buckets.sum(), 1.0)
-        alpha, bandwidth = ring_hop_links(scenario.cluster, link_bandwidth_factors(scenario))
-        kernels: Dict[float, RingAllReduce] = {}
+        kernels: Dict[float, object] = {}
         for size in self.buckets:  # a few distinct sizes: first, full, remainder
             if size not in kernels:
-                kernels[size] = RingAllReduce(hop_times(size, alpha, bandwidth))
+                kernels[size] = self._kernel(size)
         self.kernels = [kernels[size] for size in self.buckets]
         self.ranks = _Ranks(self.perturb.clocks)
+
+    def _kernel(self, size: float):
+        """The collective for one bucket size: an object with ``finish_times(launch)``."""
+        sc = self.scenario
+        if sc.collective.algorithm == "ring" and sc.collective.model == "alpha-beta":
+            alpha, bandwidth = ring_hop_links(sc.cluster, link_bandwidth_factors(sc))
+            return RingAllReduce(hop_times(size, alpha, bandwidth))
+        from .algorithms import scenario_fabric  # imports the engine: import it late
+        from .collectives.kernels import make_kernel
+
+        return make_kernel(sc.collective.algorithm, scenario_fabric(sc), size, sc.collective.model)
 
     def run(self) -> RunResult:
         sc = self.scenario
