@@ -1,4 +1,4 @@
-"""scenarios/dgx_h100_scaling.yaml says what docs/collectives.md reports (alpha-beta model)."""
+"""scenarios/dgx_h100_scaling.yaml says what the README ("Collectives and topology") reports (alpha-beta model)."""
 
 from pathlib import Path
 
