@@ -117,6 +117,9 @@ def main() -> None:
     y = np.log([m["wall_s"] for m in engine])
     slope = float(np.polyfit(x, y, 1)[0]) if len(engine) > 1 else float("nan")
     print(f"log-log slope of wall time vs ranks x buckets x steps: {slope:.2f} (1.0 = linear)")
+    if len(engine) > 2:  # small sizes are dominated by per-collective overhead; the tail shows the trend
+        tail = float((y[-1] - y[-2]) / (x[-1] - x[-2]))
+        print(f"slope between the two largest sizes: {tail:.2f}")
     refs = []
     for pair in filter(None, a.reference.split(",")):
         n, b = (int(v) for v in pair.split(":"))

@@ -500,8 +500,10 @@ def calibrated_hop_times(cal: Calibration, crosses: Sequence[bool], size_bytes: 
     A healthy hop of level L takes predict_allreduce_time(cal, S, n, L) / (2(n-1)): with every
     hop on one level the ring then takes exactly the calibrated all-reduce time (measured
     curve or model). `crosses[i]` says whether hop i crosses nodes (see
-    commsim.costs.ring_hop_links). A bandwidth factor f_i < 1 (a slow link) stretches the
-    transfer part of the hop, t - alpha, by 1/f_i and leaves its latency alpha alone.
+    commsim.costs.ring_hop_links). As in commsim.ring.hop_times, a hop's time splits into a
+    latency part, alpha of its level's size range, charged as the ring's mean hop latency
+    (latencies pipeline across the ring), and a transfer part, the rest, which a bandwidth
+    factor f_i < 1 (a slow link) stretches by 1/f_i.
     """
     crosses = np.asarray(crosses, dtype=bool)
     n = len(crosses)
@@ -510,11 +512,11 @@ def calibrated_hop_times(cal: Calibration, crosses: Sequence[bool], size_bytes: 
     levels = hop_level_names(cal, crosses)
     per_level = {lv: hop_time(cal, size_bytes, n, lv) for lv in set(levels)}
     t = np.array([per_level[lv] for lv in levels], dtype=np.float64)
+    alpha = np.array([min(cal.level(lv).range_for(size_bytes).alpha_s, per_level[lv]) for lv in levels])
+    transfer = t - alpha
     if bandwidth_factors is not None:
-        f = np.asarray(bandwidth_factors, dtype=np.float64)
-        alpha = np.array([min(cal.level(lv).range_for(size_bytes).alpha_s, per_level[lv]) for lv in levels])
-        t = alpha + (t - alpha) / f
-    return t
+        transfer = transfer / np.asarray(bandwidth_factors, dtype=np.float64)
+    return alpha.mean() + transfer
 
 
 # --------------------------------------------------------------------------------------------

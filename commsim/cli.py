@@ -83,8 +83,10 @@ SET_HELP = (
               help="Write a Chrome/Perfetto trace (per-rank stall, compute, wait, optimizer) here.")
 @click.option("--trace-ranks", type=int, default=64, show_default=True, callback=positive_int,
               help="Ranks included in the trace (the first N).")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False),
+              help="Plot step time per step and each rank's waiting time (.png, .svg or .pdf; needs the plot extra).")
 @click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors.")
-def run(scenario, steps, seed, overrides, json_path, csv_path, trace_path, trace_ranks, quiet):
+def run(scenario, steps, seed, overrides, json_path, csv_path, trace_path, trace_ranks, plot_path, quiet):
     """Simulate SCENARIO and print the predicted step time and its breakdown.
 
     \b
@@ -96,7 +98,7 @@ def run(scenario, steps, seed, overrides, json_path, csv_path, trace_path, trace
     from .engine import simulate
     from .outputs import chrome_trace, steps_csv, summary_json
     from .progress import step_progress
-    from .report import summarize
+    from .report import late_ranks, summarize
     from .summary_text import print_summary
 
     sc = load_or_fail(scenario, overrides, steps, seed)
@@ -107,11 +109,30 @@ def run(scenario, steps, seed, overrides, json_path, csv_path, trace_path, trace
     if json_path:
         write_output(json_path, summary_json(summary), "the JSON summary")
     if csv_path:
-        write_output(csv_path, steps_csv(result), "the step CSV")
+        write_output(csv_path, steps_csv(result, late_ranks(result, baseline)), "the step CSV")
     if trace_path:
         write_output(trace_path, chrome_trace(result, trace_ranks), "the trace")
+    if plot_path:
+        from .plots import plot_run
+
+        try:
+            plot_run(result, summary, plot_path)
+        except ScenarioError as exc:  # PlotError: no matplotlib, bad suffix, unwritable path
+            fail(str(exc))
     if not quiet:
         print_summary(sc, summary)
+
+
+def _register_subcommands() -> None:
+    """Commands that live in their own modules (each imports its heavy dependencies lazily)."""
+    from .cli_collectives import register as register_collectives
+    from .cli_sweep import register as register_sweep
+
+    register_sweep(main)
+    register_collectives(main)
+
+
+_register_subcommands()
 
 
 def run_cli(argv: Optional[Sequence[str]] = None) -> int:

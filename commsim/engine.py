@@ -29,11 +29,6 @@ from .ring import RingAllReduce, hop_times
 from .spec import Scenario
 from .stragglers import Perturbations, ThermalClock, link_bandwidth_factors, perturbations
 
-# Two ranks whose gradients are ready within this fraction of the step's compute time are
-# tied; a collective where every rank is tied has no "last" rank.
-TIE_TOLERANCE = 1e-9
-
-
 @dataclass(frozen=True)
 class RunResult:
     """Per-step records of one simulated run. Times in seconds from the job's start."""
@@ -47,7 +42,8 @@ class RunResult:
     rank_comm_end: np.ndarray  # (steps, n) when each rank's last all-reduce finished
     rank_stall: np.ndarray  # (steps, n) stall before the step's forward
     rank_busy: np.ndarray  # (steps, n) compute + stall time of each rank (the rest is waiting)
-    last_rank: np.ndarray  # (steps, buckets) rank whose bucket was ready last; -1 if all tied
+    last_rank: np.ndarray  # (steps, buckets) rank whose bucket was ready last
+    launch_spread: np.ndarray  # (steps, buckets) last minus first ready time of each bucket
     comm_time: np.ndarray  # (buckets,) duration of each all-reduce in the last step simulated
     steps_simulated: int  # steps actually stepped through; the rest repeat a steady state
 
@@ -100,13 +96,23 @@ class Engine:
         self.buckets = ddp_buckets(scenario.model.grad_bytes, scenario.ddp.first_bucket, scenario.ddp.bucket_cap)
         # fraction of backward done when each bucket's gradients are all produced
         self.ready_fraction = np.cumsum(self.buckets) / max(self.buckets.sum(), 1.0)
-        alpha, bandwidth = ring_hop_links(scenario.cluster, link_bandwidth_factors(scenario))
-        kernels: Dict[float, RingAllReduce] = {}
+        kernels: Dict[float, object] = {}
         for size in self.buckets:  # a few distinct sizes: first, full, remainder
             if size not in kernels:
-                kernels[size] = RingAllReduce(hop_times(size, alpha, bandwidth))
+                kernels[size] = self._kernel(size)
         self.kernels = [kernels[size] for size in self.buckets]
         self.ranks = _Ranks(self.perturb.clocks)
+
+    def _kernel(self, size: float):
+        """The collective for one bucket size: an object with ``finish_times(launch)``."""
+        sc = self.scenario
+        if sc.collective.algorithm == "ring" and sc.collective.model == "alpha-beta":
+            alpha, bandwidth = ring_hop_links(sc.cluster, link_bandwidth_factors(sc))
+            return RingAllReduce(hop_times(size, alpha, bandwidth))
+        from .algorithms import scenario_fabric  # imports the engine: import it late
+        from .collectives.kernels import make_kernel
+
+        return make_kernel(sc.collective.algorithm, scenario_fabric(sc), size, sc.collective.model)
 
     def run(self) -> RunResult:
         sc = self.scenario
@@ -115,7 +121,8 @@ class Engine:
         self._rank_backward_end = np.zeros((steps, n))
         self._rank_comm_end = np.zeros((steps, n))
         self._rank_busy = np.zeros((steps, n))
-        self._last_rank = np.full((steps, nb), -1, dtype=np.int64)
+        self._last_rank = np.zeros((steps, nb), dtype=np.int64)
+        self._launch_spread = np.zeros((steps, nb))
         self._comm_time = np.zeros(nb)
         self._steps_simulated = 0
         self.env.process(self._job())
@@ -133,6 +140,7 @@ class Engine:
             rank_stall=self.perturb.stall,
             rank_busy=self._rank_busy,
             last_rank=self._last_rank,
+            launch_spread=self._launch_spread,
             comm_time=self._comm_time,
             steps_simulated=self._steps_simulated,
         )
@@ -160,7 +168,9 @@ class Engine:
                 ready = backward_start + backward * fractions[j]
                 if throttled_ready is not None:
                     ready[self.ranks.throttled] = throttled_ready[:, j]
-                self._last_rank[s, j] = self._last_to_launch(ready, c)
+                last = int(ready.argmax())
+                self._last_rank[s, j] = last
+                self._launch_spread[s, j] = ready[last] - ready.min()
                 launch = ready if finish is None else np.maximum(ready, finish)
                 finish = kernel.finish_times(launch)
                 done = finish.max()
@@ -184,13 +194,6 @@ class Engine:
                 return
             start = end
 
-    @staticmethod
-    def _last_to_launch(ready: np.ndarray, c) -> int:
-        last = int(ready.argmax())
-        if ready[last] - ready.min() <= TIE_TOLERANCE * (c.forward + c.backward):
-            return -1
-        return last
-
     def _is_steady(self, s: int) -> bool:
         """Steps s-1 and s left every rank in the same relative state: all later steps repeat."""
         end, prev = self._rank_end[s], self._rank_end[s - 1]
@@ -210,6 +213,7 @@ class Engine:
             times[s + 1 :] = times[s] + k * duration
         self._rank_busy[s + 1 :] = self._rank_busy[s]
         self._last_rank[s + 1 :] = self._last_rank[s]
+        self._launch_spread[s + 1 :] = self._launch_spread[s]
 
 
 def simulate(scenario: Scenario, on_step: Optional[Callable[[int, int], None]] = None) -> RunResult:

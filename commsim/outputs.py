@@ -38,22 +38,24 @@ def summary_json(summary: Dict[str, Any]) -> str:
     return json.dumps(summary, indent=2, sort_keys=True) + "\n"
 
 
-def step_last_rank(result: RunResult) -> np.ndarray:
-    """Per step, the rank most often last to be ready among that step's collectives (-1: none)."""
-    out = np.full(len(result.step_time), -1, dtype=np.int64)
-    for s, row in enumerate(result.last_rank):
+def step_last_rank(late: np.ndarray) -> np.ndarray:
+    """Per step, the rank most often late among that step's collectives (-1: none), given
+    :func:`commsim.report.late_ranks`."""
+    out = np.full(len(late), -1, dtype=np.int64)
+    for s, row in enumerate(late):
         row = row[row >= 0]
         if row.size:
             out[s] = int(np.bincount(row).argmax())
     return out
 
 
-def steps_csv(result: RunResult) -> str:
-    """One row per step: step, start_s, end_s, duration_s, last_rank."""
+def steps_csv(result: RunResult, late: np.ndarray) -> str:
+    """One row per step: step, start_s, end_s, duration_s, last_rank (the step's most often
+    late rank, -1 if none; `late` from :func:`commsim.report.late_ranks`)."""
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(["step", "start_s", "end_s", "duration_s", "last_rank"])
-    last = step_last_rank(result)
+    last = step_last_rank(late)
     for s, (a, b) in enumerate(zip(result.step_start, result.step_end)):
         w.writerow([s, repr(float(a)), repr(float(b)), repr(float(b - a)), int(last[s])])
     return buf.getvalue()

@@ -11,7 +11,8 @@ Only reads :class:`commsim.engine.RunResult` records. Definitions (issue 2, sect
 - straggler_cost_s = mean step time - baseline step time; slowdown = their ratio;
 - scaling_efficiency = compute_time_s / mean step time (1.0: communication fully hidden, no
   stragglers);
-- stragglers_top: ranks whose gradients were ready last, as a fraction of all collectives.
+- stragglers_top: ranks whose gradients were ready last (beyond the ring's own skew, see
+  :func:`late_ranks`), as a fraction of all collectives.
 """
 
 from __future__ import annotations
@@ -32,11 +33,23 @@ def compute_time(scenario: Scenario) -> float:
     return scenario.ddp.gradient_accumulation * (c.forward + c.backward) + c.optimizer
 
 
-def stragglers_top(result: RunResult, limit: int = TOP_STRAGGLERS):
-    """Up to `limit` ranks most often last to be ready for a collective, with that fraction."""
-    last = result.last_rank.ravel()
+def late_ranks(result: RunResult, baseline: RunResult) -> np.ndarray:
+    """(steps, buckets): the rank whose gradients were ready last for each collective, or -1.
+
+    Even without stragglers ranks are not ready at exactly the same time: a ring finishes
+    slightly earlier on ranks just downstream of a slow hop, and they start the next step
+    earlier. That skew is the ring's, not a straggler's, so a collective has a late rank
+    only when its spread of ready times exceeds the straggler-free baseline's for that bucket.
+    """
+    tolerance = baseline.launch_spread.max(axis=0) * (1 + 1e-9) + 1e-9 * compute_time(result.scenario)
+    return np.where(result.launch_spread > tolerance, result.last_rank, -1)
+
+
+def stragglers_top(late: np.ndarray, world_size: int, limit: int = TOP_STRAGGLERS):
+    """Up to `limit` ranks most often late (see :func:`late_ranks`), with the fraction of collectives."""
+    last = late.ravel()
     total = last.size
-    counts = np.bincount(last[last >= 0], minlength=result.scenario.world_size)
+    counts = np.bincount(last[last >= 0], minlength=world_size)
     order = sorted((r for r in np.flatnonzero(counts)), key=lambda r: (-counts[r], r))[:limit]
     return [{"rank": int(r), "fraction": float(counts[r] / total)} for r in order]
 
@@ -77,5 +90,5 @@ def summarize(scenario: Scenario, result: Optional[RunResult] = None, baseline: 
         "straggler_cost_s": mean - base_mean,
         "scaling_efficiency": compute / mean,
         "throughput_samples_per_s": samples / mean,
-        "stragglers_top": stragglers_top(result),
+        "stragglers_top": stragglers_top(late_ranks(result, baseline), scenario.world_size),
     }

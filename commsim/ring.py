@@ -1,7 +1,8 @@
 """Vectorized ring all-reduce: per-rank finish times for per-rank launch times.
 
 The model (DESIGN.md, "A collective is a synchronization point"): ranks 0..n-1 form a ring;
-the hop into rank i (from rank i-1) takes ``t[i] = alpha_i + (S/n) / B_i``. A ring
+one step over the hop into rank i (from rank i-1) takes ``t[i]`` (see :func:`hop_times`:
+the ring's mean hop latency plus S/n bytes at that hop's bandwidth). A ring
 all-reduce is K = 2(n-1) steps (reduce-scatter then all-gather). Step k completes on
 rank i once both rank i and rank i-1 completed step k-1, plus the hop time:
 
@@ -59,13 +60,20 @@ def ring_steps(n: int) -> int:
 def hop_times(
     size_bytes: float, alpha: np.ndarray, bandwidth: np.ndarray
 ) -> np.ndarray:
-    """Per-hop step time t[i] = alpha[i] + (S/n) / B[i] of a ring all-reduce of S bytes.
+    """Per-hop step time of a ring all-reduce of S bytes: t[i] = mean(alpha) + (S/n) / B[i].
 
-    ``alpha[i]`` and ``bandwidth[i]`` describe the hop into rank i (from rank i-1). In a ring
-    all-reduce every step moves one chunk of S/n bytes over every hop (DESIGN.md).
+    ``alpha[i]`` and ``bandwidth[i]`` describe the hop into rank i (from rank i-1). Every step
+    moves one chunk of S/n bytes over every hop (DESIGN.md), occupying hop i for (S/n)/B[i]:
+    the slowest hop paces the pipeline, so the bandwidth term is 2(n-1)/n * S / min(B).
+    Latency is not occupancy: consecutive chunks overlap their latencies, and a chunk's chain of
+    dependencies over the 2(n-1) steps crosses every hop of the ring about twice. So each step
+    is charged the ring's mean hop latency, and the latency term adds up hop by hop,
+    2(n-1) * mean(alpha) = 2 * sum(alpha) * (n-1)/n, which is how NCCL composes ring latency
+    (tuning.cc: intra-node hops at NVLink latency, inter-node hops at network latency) rather
+    than 2(n-1) times the slowest hop's latency. Uniform links give 2(n-1)alpha + 2(n-1)/n S/B.
     """
     n = len(alpha)
-    return alpha + (size_bytes / n) / bandwidth
+    return np.mean(alpha) + (size_bytes / n) / bandwidth
 
 
 @dataclass

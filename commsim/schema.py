@@ -4,7 +4,7 @@
 raises :class:`commsim.errors.ScenarioError` with one line naming the source, the key path in YAML
 notation (``stragglers[1].ranks[0]``), what was expected and what was given. Reading files and
 ``--set`` overrides live in :mod:`commsim.loader`. The format is documented key by key in
-docs/scenario_format.md; keep the two in step.
+README.md ("Scenario format"); keep the two in step.
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ import difflib
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, get_args
 
-from commsim import spec
+from commsim import spec, topology
+from commsim.collectives import algorithms_for
 from commsim.errors import ScenarioError
 from commsim.units import describe, parse_count, parse_number, parse_rate, parse_size, parse_time
 
@@ -38,6 +39,8 @@ __all__ = [
 # The allowed choices live in spec.py's Literal types: adding "tree" to spec.Algorithm is all it
 # takes for the loader to accept it.
 ALGORITHMS: Tuple[str, ...] = get_args(spec.Algorithm)
+COST_MODELS: Tuple[str, ...] = get_args(spec.CostModel)
+INTRA_KINDS: Tuple[str, ...] = get_args(spec.IntraKind)
 GRAD_DTYPES: Tuple[str, ...] = get_args(spec.GradDtype)
 JITTER_DISTRIBUTIONS: Tuple[str, ...] = get_args(spec.JitterDistribution)
 
@@ -198,13 +201,14 @@ class _Mapping:
 # Where each key lives, to point a misplaced key (bucket_cap at the top level) to its section.
 _SECTION_KEYS: Dict[str, Tuple[str, ...]] = {
     "": ("name", "description", "seed", "steps", "cluster", "model", "compute", "ddp", "collective", "stragglers"),
-    "cluster": ("nodes", "gpus_per_node", "intra_node", "inter_node"),
+    "cluster": ("nodes", "gpus_per_node", "intra_node", "inter_node", "preset", "intra_kind", "nics_per_node",
+                "nic_bandwidth", "oversubscription"),
     "cluster.intra_node": ("bandwidth", "latency"),
     "cluster.inter_node": ("bandwidth", "latency"),
     "model": ("parameters", "grad_dtype"),
     "compute": ("forward", "backward", "optimizer", "batch_size"),
     "ddp": ("bucket_cap", "first_bucket", "overlap", "gradient_accumulation"),
-    "collective": ("algorithm",),
+    "collective": ("algorithm", "model"),
 }
 
 
@@ -239,6 +243,8 @@ def _link(source: str, path: str, value: Any, default_latency: float) -> spec.Li
 
 
 def _cluster(source: str, value: Any) -> spec.Cluster:
+    if isinstance(value, dict):  # a named preset fills in what the file leaves out
+        value = topology.expand_cluster(value, source, "cluster")
     m = _Mapping(
         source, "cluster", value, _SECTION_KEYS["cluster"],
         required=("nodes", "gpus_per_node", "intra_node", "inter_node"),
@@ -256,11 +262,20 @@ def _cluster(source: str, value: Any) -> spec.Cluster:
             source, "cluster",
             f"expected a world size (nodes x gpus_per_node) up to {MAX_WORLD_SIZE}, got {nodes} x {gpus} = {nodes * gpus}",
         )
+    if "oversubscription" in m.value:  # only meaningful through a preset's NIC arithmetic
+        over = m.get("oversubscription", parse_number)
+        if over < 1:
+            raise ScenarioError(source, "cluster.oversubscription",
+                                f"expected a factor >= 1 (1 = non-blocking, 2 = 2:1), got {over:g}")
+    if "nic_bandwidth" in m.value:
+        m.get("nic_bandwidth", _rate)
     return spec.Cluster(
         nodes=nodes,
         gpus_per_node=gpus,
         intra_node=_link(source, "cluster.intra_node", m.value["intra_node"], DEFAULT_INTRA_NODE_LATENCY),
         inter_node=_link(source, "cluster.inter_node", m.value["inter_node"], DEFAULT_INTER_NODE_LATENCY),
+        intra_kind=m.get("intra_kind", _choice(INTRA_KINDS), spec.Cluster.intra_kind),
+        nics_per_node=m.get("nics_per_node", _count, None),
     )
 
 
@@ -300,7 +315,13 @@ def _ddp(source: str, value: Any) -> spec.DDP:
 
 def _collective(source: str, value: Any) -> spec.Collective:
     m = _Mapping(source, "collective", value, _SECTION_KEYS["collective"])
-    return spec.Collective(algorithm=m.get("algorithm", _choice(ALGORITHMS), spec.Collective.algorithm))
+    algorithm = m.get("algorithm", _choice(ALGORITHMS), spec.Collective.algorithm)
+    model = m.get("model", _choice(COST_MODELS), spec.Collective.model)
+    covered = [a for a in algorithms_for(model) if a in ALGORITHMS]  # all-reduce algorithms only
+    if algorithm not in covered:
+        raise ScenarioError(source, "collective.algorithm",
+                            f"expected one of {', '.join(covered)} under model {model}, got {algorithm!r}")
+    return spec.Collective(algorithm=algorithm, model=model)
 
 
 # --------------------------------------------------------------------------------------------

@@ -14,7 +14,11 @@ GradDtype = Literal["fp32", "bf16", "fp16"]
 BYTES_PER_ELEMENT = {"fp32": 4, "bf16": 2, "fp16": 2}
 
 JitterDistribution = Literal["lognormal", "normal", "gamma", "exponential"]
-Algorithm = Literal["ring"]
+# All-reduce algorithms a DDP job can use (commsim/collectives); `auto` picks the fastest per size.
+Algorithm = Literal["ring", "tree", "hierarchical", "halving_doubling", "reduce_broadcast", "auto"]
+# Cost models: the plain alpha-beta model, or NCCL's own tuning model of a given version.
+CostModel = Literal["alpha-beta", "nccl-2.7", "nccl-2.19", "nccl-2.30"]
+IntraKind = Literal["nvswitch", "nvlink", "pcie", "pcie-nop2p"]
 
 
 @dataclass(frozen=True)
@@ -27,12 +31,19 @@ class Link:
 
 @dataclass(frozen=True)
 class Cluster:
-    """Nodes of identical GPUs; ranks are numbered node-major (rank = node * gpus_per_node + local)."""
+    """Nodes of identical GPUs; ranks are numbered node-major (rank = node * gpus_per_node + local).
+
+    ``inter_node.bandwidth`` is a node's network bandwidth available to one collective (all its
+    NICs together: NCCL spreads a ring's channels over the NICs, rail-aligned); ``nics_per_node``
+    (None: unknown) and ``intra_kind`` refine the tree/hierarchical and NCCL models.
+    """
 
     nodes: int
     gpus_per_node: int
     intra_node: Link
     inter_node: Link
+    intra_kind: IntraKind = "nvswitch"
+    nics_per_node: Optional[int] = None
 
     @property
     def world_size(self) -> int:
@@ -74,9 +85,10 @@ class DDP:
 
 @dataclass(frozen=True)
 class Collective:
-    """Which all-reduce algorithm the job uses."""
+    """Which all-reduce algorithm the job uses, and which cost model prices it."""
 
     algorithm: Algorithm = "ring"
+    model: CostModel = "alpha-beta"
 
 
 @dataclass(frozen=True)

@@ -32,23 +32,23 @@ def print_summary(sc: Scenario, s: Dict[str, Any], console: Console | None = Non
     b = Table(show_header=False, box=None, pad_edge=False)
     b.add_column(justify="left")
     b.add_column(justify="right")
-    b.add_row("compute (fwd+bwd+opt, healthy rank)", _ms(s["compute_time_s"]))
-    b.add_row("exposed communication (baseline - compute)", _ms(s["exposed_comm_s"]))
-    b.add_row("straggler cost (mean - baseline)", _ms(s["straggler_cost_s"]))
-    b.add_row("baseline step time (no stragglers)", _ms(s["baseline_step_time_s"]))
-    b.add_row("all-reduce time per step (sum of buckets)", _ms(s["comm_time_s"]))
+    b.add_row("compute (healthy rank)", _ms(s["compute_time_s"]))
+    b.add_row("exposed communication", _ms(s["exposed_comm_s"]))
+    b.add_row("straggler cost", _ms(s["straggler_cost_s"]))
+    b.add_row("baseline step (no stragglers)", _ms(s["baseline_step_time_s"]))
+    b.add_row("all-reduce time (sum of buckets)", _ms(s["comm_time_s"]))
     b.add_row("slowdown vs baseline", f"{s['slowdown']:.3f}x")
-    b.add_row("scaling efficiency (compute / step)", f"{s['scaling_efficiency'] * 100:.1f} %")
+    b.add_row("scaling efficiency", f"{s['scaling_efficiency'] * 100:.1f} %")
     b.add_row("throughput", f"{s['throughput_samples_per_s']:,.1f} samples/s")
     grad = sc.model.grad_bytes
     b.add_row(
-        "ring traffic per rank per step",
-        f"{ring_traffic_bytes(grad, sc.world_size) / 1e9:,.3f} GB (2(n-1)/n x {grad / 1e9:,.3f} GB of gradients)",
+        "ring traffic per rank",
+        f"{ring_traffic_bytes(grad, sc.world_size) / 1e9:,.3f} GB = 2(n-1)/n x {grad / 1e9:,.3f} GB",
     )
     console.print(b)
     top = s["stragglers_top"]
     if top:
         who = ", ".join(f"rank {e['rank']} ({e['fraction'] * 100:.0f}%)" for e in top)
-        console.print(f"last to be ready (share of collectives): {who}")
+        console.print(f"late ranks (share of collectives): {who}")
     else:
-        console.print("last to be ready: nobody (all ranks ready together)")
+        console.print("late ranks: none (no rank later than the ring's own skew)")

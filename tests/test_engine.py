@@ -134,3 +134,28 @@ def test_engine_equals_per_chunk_reference(sc):
     fast = simulate(sc).rank_end
     slow = ReferenceModel(sc).run()
     np.testing.assert_allclose(fast, slow, rtol=1e-9)
+
+
+@pytest.mark.parametrize("algorithm, model", [("tree", "alpha-beta"), ("hierarchical", "alpha-beta"),
+                                              ("halving_doubling", "alpha-beta"), ("auto", "alpha-beta"),
+                                              ("ring", "nccl-2.19"), ("tree", "nccl-2.30")])
+def test_engine_runs_every_algorithm_from_the_scenario(algorithm, model):
+    from dataclasses import replace
+
+    from commsim.spec import Collective
+
+    base = make_scenario(nodes=4, gpus_per_node=4, parameters=50_000_000, stragglers=[Jitter(0.05)], steps=4, **ONE_BUCKET)
+    sc = replace(base, collective=Collective(algorithm=algorithm, model=model))
+    ring = simulate(base)
+    other = simulate(sc)
+    assert np.all(other.step_time > 0.15)  # never faster than compute
+    assert not np.allclose(other.step_time, ring.step_time)  # the algorithm matters
+    # the engine's kernel is the collectives package's kernel for that algorithm and model
+    from commsim.algorithms import scenario_fabric
+    from commsim.collectives.kernels import make_kernel
+
+    launch = np.linspace(0.0, 0.01, 16)
+    expected = make_kernel(algorithm, scenario_fabric(sc), 200e6, model).finish_times(launch)
+    from commsim.engine import Engine
+
+    np.testing.assert_allclose(Engine(sc).kernels[0].finish_times(launch), expected, rtol=1e-12)

@@ -173,10 +173,33 @@ def test_rank_forms():
 
 
 def test_every_algorithm_and_kind_is_accepted():
-    assert ALGORITHMS == ("ring",)
+    assert ALGORITHMS == ("ring", "tree", "hierarchical", "halving_doubling", "reduce_broadcast", "auto")
     assert STRAGGLER_KINDS == ("slow_rank", "throttle", "jitter", "stall", "slow_link")
     for algorithm in ALGORITHMS:
         assert parse_scenario(dict(MINIMAL, collective={"algorithm": algorithm}), SRC).collective.algorithm == algorithm
+
+
+def test_cost_model_must_cover_the_algorithm():
+    sc = parse_scenario(dict(MINIMAL, collective={"algorithm": "tree", "model": "nccl-2.19"}), SRC)
+    assert (sc.collective.algorithm, sc.collective.model) == ("tree", "nccl-2.19")
+    with pytest.raises(ScenarioError, match=r"collective.algorithm: expected one of ring, tree, auto under model nccl-2.19, got 'hierarchical'"):
+        parse_scenario(dict(MINIMAL, collective={"algorithm": "hierarchical", "model": "nccl-2.19"}), SRC)
+    with pytest.raises(ScenarioError, match="collective.model"):
+        parse_scenario(dict(MINIMAL, collective={"model": "nccl-9"}), SRC)
+
+
+def test_cluster_preset_fills_links_and_user_keys_win():
+    doc = dict(MINIMAL, cluster={"preset": "dgx-h100", "nodes": 4})
+    c = parse_scenario(doc, SRC).cluster
+    assert (c.nodes, c.gpus_per_node, c.nics_per_node) == (4, 8, 8)
+    assert c.inter_node.bandwidth == pytest.approx(8 * 400e9 / 8)  # 8 x 400 Gb/s NICs
+    doc = dict(MINIMAL, cluster={"preset": "dgx-h100", "nodes": 4, "nics_per_node": 4, "oversubscription": 2})
+    assert parse_scenario(doc, SRC).cluster.inter_node.bandwidth == pytest.approx(4 * 50e9 / 2)
+    with pytest.raises(ScenarioError, match="cluster.preset"):
+        parse_scenario(dict(MINIMAL, cluster={"preset": "dgx-z9", "nodes": 4}), SRC)
+    bad = dict(MINIMAL, cluster={"preset": "dgx-h100", "nodes": 4, "intra_kind": "carrier-pigeon"})
+    with pytest.raises(ScenarioError, match="cluster.intra_kind"):
+        parse_scenario(bad, SRC)
 
 
 @pytest.mark.parametrize("distribution", ["lognormal", "normal", "gamma", "exponential"])
@@ -408,7 +431,7 @@ BAD = [
     ("ddp.overlap", "yes please", "ddp.overlap", "expected true or false", "got 'yes please'"),
     ("ddp.overlap", 1, "ddp.overlap", "expected true or false", "got 1"),
     ("model.grad_dtype", "fp64", "model.grad_dtype", "expected one of fp32, bf16, fp16", "got 'fp64' (did you mean 'fp16'?)"),
-    ("collective.algorithm", "tree", "collective.algorithm", "expected one of ring", "got 'tree'"),
+    ("collective.algorithm", "trees", "collective.algorithm", "expected one of ring, tree", "got 'trees'"),
     ("stragglers", {"kind": "jitter"}, "stragglers", "expected a list of mappings, each with a kind", "(a mapping)"),
     ("stragglers[0]", "slow", "stragglers[0]", "expected a mapping with a kind", "got 'slow'"),
     ("stragglers[0].kind", "slowrank", "stragglers[0].kind", "expected one of slow_rank, throttle", "got 'slowrank' (did you mean 'slow_rank'?)"),
@@ -507,15 +530,15 @@ def test_bad_value_in_a_file_names_the_file(tmp_path):
     assert str(err.value).startswith(f"{path}: stragglers[0].factor: expected a slowdown factor")
 
 
-# --- docs: every YAML example in docs/scenario_format.md loads --------------------------------
+# --- docs: every YAML example in the README's "Scenario format" section loads ------------------
 
-DOCS = Path(__file__).resolve().parent.parent / "docs" / "scenario_format.md"
+DOCS = Path(__file__).resolve().parent.parent / "README.md"
 
 
 def doc_examples():
-    if not DOCS.exists():
-        return []
-    return re.findall(r"```yaml\n(.*?)```", DOCS.read_text(encoding="utf-8"), flags=re.S)
+    text = DOCS.read_text(encoding="utf-8")
+    section = text.split("\n## Scenario format\n", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"```yaml\n(.*?)```", section, flags=re.S)
 
 
 def test_docs_have_examples():

@@ -109,3 +109,20 @@ def test_evenly_spaced_segments_path_equals_recurrence(monkeypatch):
         for _ in range(20):
             launch = rng.uniform(0, rng.choice([0.01, 10.0]), n)
             np.testing.assert_allclose(k.finish_times(launch), ring_recurrence(launch, t), rtol=1e-9)
+
+
+def test_two_level_ring_latency_adds_hop_by_hop_and_bandwidth_is_the_slowest_hop():
+    # 2 nodes x 4 GPUs: 6 NVLink hops (1 us, 300 GB/s) and 2 network hops (10 us, 10 GB/s)
+    n = 8
+    crosses = np.arange(n) % 4 == 0
+    alpha = np.where(crosses, 10e-6, 1e-6)
+    bw = np.where(crosses, 10e9, 300e9)
+    S = 80e6
+    f = RingAllReduce(hop_times(S, alpha, bw)).finish_times(np.zeros(n))
+    latency = 2 * (n - 1) * alpha.mean()  # = 2 * sum(alpha) * (n-1)/n, NCCL's hop-by-hop composition
+    bandwidth = 2 * (n - 1) / n * S / 10e9
+    assert f.max() == pytest.approx(latency + bandwidth, rel=1e-12)
+    # a rank three fast hops downstream of the network hop gets its last chunk three slow
+    # steps earlier: the all-gather's final chunks reach it over NVLink
+    steps = ring_steps(n)
+    assert f[3] == pytest.approx(latency + (steps - 3) / steps * bandwidth + 3 * S / n / 300e9, rel=1e-12)

@@ -1,0 +1,80 @@
+"""Hierarchical all-reduce: intra-node reduce-scatter, inter-node all-reduce, intra-node all-gather.
+
+1. Inside each node, a ring reduce-scatter over its g GPUs: g-1 steps of S/g bytes; local rank
+   j ends with the node's sum of shard j.
+2. Every local rank j runs a ring all-reduce of its S/g shard with local rank j of every other
+   node: 2(N-1) steps of S/(gN) bytes. These g rings run at once, one per rail (NIC): each
+   gets 1/g of the node's ``inter_bandwidth`` (with one NIC per GPU: one NIC each).
+3. Inside each node, a ring all-gather: g-1 steps of S/g bytes.
+
+Closed form (all ranks launch together), from the ring recurrence of each stage:
+
+    T = 2(g-1) (alpha_i + S/(g B_i)) + 2(N-1) (alpha_e + S/(N B_e))
+
+The bandwidth terms add up to the flat ring's (2(g-1)/g S/B_i + 2(N-1)/N S/B_e, each level at
+its own speed rather than all at the slowest); the network latency is paid 2(N-1) times
+instead of 2(gN-1) times. DESIGN.md, "Hierarchical"; NCCL's CollNet/NVLS-Tree and Horovod's
+hierarchical all-reduce follow this pattern.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .fabric import Fabric
+from .maxplus import ring_steps
+
+NAME = "hierarchical"
+COLLECTIVE = "all_reduce"
+
+
+def _stage_hops(fabric: Fabric, size: float) -> tuple[np.ndarray, np.ndarray]:
+    """Hop times: intra (N, g), the hop into local rank j of node k from local rank j-1;
+    inter (g, N), the hop into node k from node k-1 on rail j (1/g of the node's network)."""
+    g, N = fabric.gpus_per_node, fabric.nodes
+    ranks = np.arange(N * g).reshape(N, g)
+    prev_local = np.roll(ranks, 1, axis=1)
+    intra = fabric.pair_latency(prev_local, ranks) + (size / g) / fabric.pair_bandwidth(prev_local, ranks)
+    rail = ranks.T  # (g, N)
+    prev_node = np.roll(rail, 1, axis=1)
+    inter = fabric.pair_latency(prev_node, rail) + (size / (g * N)) / (fabric.pair_bandwidth(prev_node, rail) / g)
+    return intra, inter
+
+
+def time(fabric: Fabric, size: float) -> float:
+    """Closed form for simultaneous launch (nominal links; with degraded links, the kernel's
+    finish for simultaneous launch)."""
+    g, N = fabric.gpus_per_node, fabric.nodes
+    if fabric.degraded:
+        return float(finish_times(fabric, np.zeros(N * g), size).max())
+    intra = fabric.intra_latency + (size / g) / fabric.intra_bandwidth
+    inter = fabric.inter_latency + (size / (g * N)) / (fabric.inter_bandwidth / g)
+    return 2 * (g - 1) * intra + 2 * (N - 1) * inter
+
+
+def finish_times(fabric: Fabric, launch: np.ndarray, size: float) -> np.ndarray:
+    """Per-rank finish times: the three stages' ring recurrences, each rank starting a stage
+    as soon as it has finished the previous one."""
+    return Kernel(fabric, size).finish_times(launch)
+
+
+class Kernel:
+    """Planned once per fabric and size: ``finish_times(launch)``. The inter-node stage is a
+    full ring all-reduce per rail, evaluated with commsim's O(n) ring kernel (commsim.ring),
+    which runs the same recurrence as :func:`commsim.collectives.maxplus.ring_steps`."""
+
+    def __init__(self, fabric: Fabric, size: float):
+        from commsim.ring import RingAllReduce  # numpy only
+
+        self.g, self.N = fabric.gpus_per_node, fabric.nodes
+        self.intra, inter = _stage_hops(fabric, size)
+        self.rails = [RingAllReduce(inter[j]) for j in range(self.g)] if self.N > 1 else []
+
+    def finish_times(self, launch: np.ndarray) -> np.ndarray:
+        g, N = self.g, self.N
+        f = np.asarray(launch, dtype=float).reshape(N, g)   # row = node, column = local rank
+        f = ring_steps(f, self.intra, g - 1)                 # reduce-scatter within each node
+        if self.rails:                                       # one ring all-reduce per rail
+            f = np.stack([ring.finish_times(f[:, j]) for j, ring in enumerate(self.rails)], axis=1)
+        f = ring_steps(f, self.intra, g - 1)                 # all-gather within each node
+        return f.reshape(-1)

@@ -1,0 +1,268 @@
+"""NCCL's double binary tree all-reduce (pipelined reduce up, broadcast down).
+
+Structure (NCCL src/graph/trees.cc, ncclGetBtree / ncclGetDtree, paraphrased):
+
+- Over the *nodes*, tree 0 is a binary tree rooted at node 0 built from the bit pattern of
+  the node index: with b the lowest set bit of r, the parent of r is (r ^ b) | (b << 1), or
+  r ^ b if that is out of range. Its depth is about log2(nodes).
+- Tree 1 mirrors tree 0 (node r plays node N-1-r) when N is even and shifts it by one when N
+  is odd, so that a node that is interior in one tree is (mostly) a leaf in the other.
+- Inside a node the GPUs form a chain below the node's first GPU (local rank 0).
+- Each tree all-reduces half of the buffer; the halves run at the same time.
+
+Cost model (max-plus, per chunk): each half is cut into C chunks of c bytes (``chunk_bytes``,
+default 256 KiB, the chunk NCCL's Tree/Simple latency constant refers to; at most
+``MAX_CHUNKS`` chunks). A chunk on an edge occupies it for o = c / B_edge and arrives a
+latency alpha later. Reduce: a rank forwards chunk k up once it has launched, sent chunk k-1
+and received chunk k from all children. Broadcast: the root's chunk k goes down as soon as it
+is reduced; each edge forwards chunks in order. A late leaf therefore delays the root and,
+through it, everyone.
+
+Edge bandwidth: with reduce and broadcast pipelined, every edge a rank sends on (its up-edge
+and its down-edges, in both trees) is busy at the same time, so a rank that sends on k edges of
+one link class gives each 1/k of that class's bandwidth (the network's is the node's, used by
+its first GPU only). A node interior in one tree and a leaf in the other sends on 4 network
+edges: each tree then moves its S/2 in about (S/2)/(B/4) = 2S/B, NCCL's own figure for large
+trees (tuning.cc: Tree algbw = busbw x 0.5, shared/data/nccl_tuning_constants.md); with 2 nodes
+each node sends on 2 edges and a tree takes about S/B.
+
+Closed form (all ranks launch together): the heaviest path goes up from some rank v1 to the
+root and down to some rank v2, collecting latency + occupancy of every edge, and the C-1
+remaining chunks queue at the slowest edge of that path:
+
+    T = max over v1, v2 of  W_up(v1) + W_down(v2) + (C-1) max(M_up(v1), M_down(v2))
+
+(W: sum of alpha + o along the path, M: its largest o). With one occupancy per link class this
+is 2 [D_e (alpha_e + o_e) + (g-1)(alpha_i + o_i)] + (C-1) max(o) for D_e inter-node levels
+(~log2 nodes) and g GPUs per node: latency ~ 2 (log2(nodes) alpha_inter + (g-1) alpha_intra),
+NCCL's Tree latency composition (tuning.cc: base + 2((nRanks/nNodes - 1) intraLat +
+log2(nNodes) interLat)), plus a pipelined bandwidth term.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .fabric import Fabric
+from .maxplus import pipeline
+
+NAME = "tree"
+COLLECTIVE = "all_reduce"
+
+CHUNK_BYTES = 256 * 1024
+MAX_CHUNKS = 512
+
+
+def btree_parents(m: int) -> np.ndarray:
+    """Parent of each of ``m`` positions in NCCL's binary tree (root 0 has parent -1)."""
+    parent = np.full(m, -1, dtype=np.int64)
+    for r in range(1, m):
+        bit = r & -r
+        up = (r ^ bit) | (bit << 1)
+        if up >= m:
+            up = r ^ bit
+        parent[r] = up
+    return parent
+
+
+def dtree_parents(m: int) -> tuple[np.ndarray, np.ndarray]:
+    """The two trees of NCCL's double binary tree over ``m`` positions (mirror if m even, shift if odd)."""
+    t0 = btree_parents(m)
+    r = np.arange(m)
+    if m % 2 == 1:
+        u = t0[(r - 1) % m]
+        t1 = np.where(u < 0, -1, (u + 1) % m)
+    else:
+        u = t0[m - 1 - r]
+        t1 = np.where(u < 0, -1, m - 1 - u)
+    return t0, t1
+
+
+def depths(parent: np.ndarray) -> np.ndarray:
+    """Depth of every position (root 0), by walking all positions up one level at a time."""
+    parent = np.asarray(parent)
+    d = np.zeros(len(parent), dtype=np.int64)
+    p = parent.copy()
+    while (p >= 0).any():
+        d += p >= 0
+        p = np.where(p >= 0, parent[np.maximum(p, 0)], -1)
+    return d
+
+
+def rank_tree(fabric: Fabric, node_parent: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Parent rank of every rank (-1 for the root) and whether its up-edge crosses the network."""
+    g, n = fabric.gpus_per_node, fabric.world_size
+    ranks = np.arange(n)
+    node, local = ranks // g, ranks % g
+    head_parent = np.where(node_parent[node] < 0, -1, node_parent[node] * g)
+    parent = np.where(local == 0, head_parent, ranks - 1)
+    inter = (local == 0) & (parent >= 0)
+    return parent, inter
+
+
+def chunking(size: float, chunk_bytes: float = CHUNK_BYTES) -> tuple[int, float]:
+    """(number of chunks C, bytes per chunk) for one tree's half ``size / 2``."""
+    half = size / 2.0
+    count = max(1, min(MAX_CHUNKS, math.ceil(half / chunk_bytes))) if half > 0 else 1
+    return count, half / count
+
+
+def edge_costs(fabric: Fabric, trees, chunk: float):
+    """Per tree: (alpha, up occupancy, down occupancy) of the edge between each rank and its parent.
+
+    ``trees`` is a list of (parent, inter) from :func:`rank_tree`. Occupancy = chunk x (edges
+    the sender sends on in its link class, over all trees) / the class bandwidth.
+    """
+    n = fabric.world_size
+    inter_out = np.zeros(n)
+    intra_out = np.zeros(n)
+    for parent, inter in trees:
+        child = np.flatnonzero(parent >= 0)
+        for senders in (child, parent[child]):  # up-edges are sent by the child, down-edges by the parent
+            np.add.at(inter_out, senders[inter[child]], 1)
+            np.add.at(intra_out, senders[~inter[child]], 1)
+    out = []
+    ranks = np.arange(n)
+    for parent, inter in trees:
+        p = np.maximum(parent, 0)
+        alpha = np.where(inter, fabric.inter_latency, fabric.intra_latency)
+        per_byte = 1.0 / fabric.pair_bandwidth(ranks, p)
+        up = chunk * per_byte * np.where(inter, inter_out, intra_out)
+        down = chunk * per_byte * np.where(inter, inter_out[p], intra_out[p])
+        out.append((alpha, up, down))
+    return out
+
+
+class _Plan:
+    """One tree's levels, with children split into slots whose parents are distinct, so that
+    a level's contributions to its parents are plain fancy-indexed maxima (no ufunc.at)."""
+
+    def __init__(self, parent: np.ndarray):
+        self.parent = parent
+        depth = depths(parent)
+        self.root = int(np.flatnonzero(parent < 0)[0])
+        self.levels = []
+        for d in range(1, int(depth.max()) + 1):
+            vs = np.flatnonzero(depth == d)
+            order = np.argsort(parent[vs], kind="stable")
+            sorted_parents = parent[vs][order]
+            first = np.searchsorted(sorted_parents, sorted_parents, side="left")
+            slot = np.empty(len(vs), dtype=np.int64)
+            slot[order] = np.arange(len(vs)) - first
+            rows = [np.flatnonzero(slot == j) for j in range(int(slot.max()) + 1)]
+            self.levels.append((vs, rows))
+
+
+def _finish_planned(plan: _Plan, alpha, occ_up, occ_down, launch, C) -> np.ndarray:
+    n = len(plan.parent)
+    parent = plan.parent
+    from_children = np.full((n, C), -np.inf)
+    # Reduce: deepest level first; up[., k] = end of sending chunk k to the parent.
+    for vs, rows in reversed(plan.levels):
+        ready = np.maximum(launch[vs][:, None], from_children[vs])
+        arrive = pipeline(ready, occ_up[vs]) + alpha[vs][:, None]
+        for r in rows:
+            p = parent[vs[r]]
+            from_children[p] = np.maximum(from_children[p], arrive[r])
+    avail = np.empty((n, C))
+    avail[plan.root] = np.maximum(launch[plan.root], from_children[plan.root])
+    sent_last = np.full(n, -np.inf)
+    # Broadcast: root level first; down[., k] = end of sending chunk k down the edge into the rank.
+    for vs, rows in plan.levels:
+        down = pipeline(avail[parent[vs]], occ_down[vs])
+        avail[vs] = down + alpha[vs][:, None]
+        for r in rows:
+            p = parent[vs[r]]
+            sent_last[p] = np.maximum(sent_last[p], down[r, -1])
+    return np.maximum(avail[:, -1], sent_last)
+
+
+def tree_finish(parent: np.ndarray, alpha: np.ndarray, occ_up: np.ndarray, occ_down: np.ndarray,
+                launch: np.ndarray, chunks: int) -> np.ndarray:
+    """Finish times of a pipelined reduce-then-broadcast over one tree.
+
+    ``parent[v]`` is v's parent (-1 at the root); ``alpha[v]`` the latency of the edge between
+    v and its parent, ``occ_up[v]``/``occ_down[v]`` a chunk's occupancy of it going up/down. A rank
+    finishes when it has received the last chunk and forwarded it to all its children.
+    """
+    return _finish_planned(_Plan(np.asarray(parent)), alpha, occ_up, occ_down,
+                           np.asarray(launch, dtype=float), chunks)
+
+
+def _trees(fabric: Fabric):
+    return [rank_tree(fabric, p) for p in dtree_parents(fabric.nodes)]
+
+
+class Kernel:
+    """The double tree for one fabric and size, planned once: ``finish_times(launch)``."""
+
+    def __init__(self, fabric: Fabric, size: float, chunk_bytes: float = CHUNK_BYTES):
+        self.n = fabric.world_size
+        self.chunks, chunk = chunking(size, chunk_bytes)
+        trees = _trees(fabric) if self.n > 1 else []
+        costs = edge_costs(fabric, trees, chunk) if trees else []
+        self._trees = [(_Plan(parent), *c) for (parent, _), c in zip(trees, costs)]
+
+    def finish_times(self, launch: np.ndarray) -> np.ndarray:
+        launch = np.asarray(launch, dtype=float)
+        if self.n == 1:
+            return launch.copy()
+        out = np.full(self.n, -np.inf)
+        for plan, alpha, up, down in self._trees:
+            out = np.maximum(out, _finish_planned(plan, alpha, up, down, launch, self.chunks))
+        return out
+
+
+def finish_times(fabric: Fabric, launch: np.ndarray, size: float,
+                 chunk_bytes: float = CHUNK_BYTES) -> np.ndarray:
+    """Per-rank finish times: the later of the two trees, each carrying S/2."""
+    return Kernel(fabric, size, chunk_bytes).finish_times(launch)
+
+
+def inter_depth(nodes: int) -> int:
+    """Inter-node levels of the deeper of NCCL's two node trees (~ log2(nodes))."""
+    return int(max(depths(p).max() for p in dtree_parents(nodes)))
+
+
+def _path_sums(parent: np.ndarray, cost: np.ndarray):
+    """Sum and max of ``cost`` over the edges from each rank up to the root."""
+    depth = depths(parent)
+    total = np.zeros(len(parent))
+    top = np.full(len(parent), -np.inf)
+    for d in range(1, int(depth.max()) + 1):  # parents before children
+        vs = np.flatnonzero(depth == d)
+        total[vs] = total[parent[vs]] + cost[vs]
+        top[vs] = np.maximum(top[parent[vs]], cost[vs])
+    return total, top
+
+
+def _uniform_one_tree(parent, alpha, up, down, C) -> float:
+    w_up, _ = _path_sums(parent, alpha + up)
+    _, m_up = _path_sums(parent, up)
+    w_down, _ = _path_sums(parent, alpha + down)
+    _, m_down = _path_sums(parent, down)
+    best = 0.0
+    for m in np.unique(np.concatenate([m_up, m_down])):
+        if not np.isfinite(m):
+            continue
+        le_up, eq_up = w_up[m_up <= m], w_up[m_up == m]
+        le_down, eq_down = w_down[m_down <= m], w_down[m_down == m]
+        cands = []
+        if eq_up.size:
+            cands.append(eq_up.max() + le_down.max())
+        if eq_down.size:
+            cands.append(le_up.max() + eq_down.max())
+        best = max(best, max(cands) + (C - 1) * m)
+    return best
+
+
+def time(fabric: Fabric, size: float, chunk_bytes: float = CHUNK_BYTES) -> float:
+    """Closed form for simultaneous launch (see module docstring)."""
+    if fabric.world_size == 1:
+        return 0.0
+    C, chunk = chunking(size, chunk_bytes)
+    trees = _trees(fabric)
+    return float(max(_uniform_one_tree(parent, *costs, C)
+               for (parent, _), costs in zip(trees, edge_costs(fabric, trees, chunk))))

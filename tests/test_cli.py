@@ -1,0 +1,99 @@
+"""`commsim run` end to end: outputs, determinism, and bad input (exit 2, one line, no traceback)."""
+
+import csv
+import json
+import subprocess
+import sys
+
+import pytest
+
+from commsim.cli import run_cli
+
+SCENARIO = "scenarios/32gpu_throttle.yaml"
+
+
+def test_run_writes_json_csv_and_trace(tmp_path, capsys):
+    j, c, t = tmp_path / "s.json", tmp_path / "s.csv", tmp_path / "t.json"
+    assert run_cli(["run", SCENARIO, "--steps", "6", "--json", str(j), "--csv", str(c), "--trace", str(t)]) == 0
+    out = capsys.readouterr().out
+    assert "step time" in out and "scaling efficiency" in out and "rank 13" in out
+    s = json.loads(j.read_text())
+    for key in ("scenario", "world_size", "steps", "step_time_s", "baseline_step_time_s", "slowdown", "compute_time_s",
+                "comm_time_s", "exposed_comm_s", "straggler_cost_s", "scaling_efficiency",
+                "throughput_samples_per_s", "stragglers_top"):
+        assert key in s
+    assert set(s["step_time_s"]) == {"mean", "p50", "p95", "p99", "max"}
+    assert s["compute_time_s"] == pytest.approx(0.38)
+    assert s["exposed_comm_s"] == pytest.approx(s["baseline_step_time_s"] - s["compute_time_s"])
+    assert s["scaling_efficiency"] == pytest.approx(s["compute_time_s"] / s["step_time_s"]["mean"])
+    rows = list(csv.DictReader(c.open()))
+    assert len(rows) == 6 and list(rows[0]) == ["step", "start_s", "end_s", "duration_s", "last_rank"]
+    assert float(rows[1]["start_s"]) == pytest.approx(float(rows[0]["end_s"]))
+    durations = [float(r["duration_s"]) for r in rows]
+    assert sum(durations) / 6 == pytest.approx(s["step_time_s"]["mean"])
+    trace = json.loads(t.read_text())
+    names = {e["name"] for e in trace["traceEvents"]}
+    assert {"forward+backward", "optimizer", "thread_name"} <= names
+
+
+def test_same_seed_gives_byte_identical_json(tmp_path):
+    a, b, c = tmp_path / "a.json", tmp_path / "b.json", tmp_path / "c.json"
+    for path, seed in ((a, 3), (b, 3), (c, 4)):
+        assert run_cli(["run", SCENARIO, "-q", "--steps", "10", "--seed", str(seed), "--json", str(path)]) == 0
+    assert a.read_bytes() == b.read_bytes()
+    assert a.read_bytes() != c.read_bytes()
+
+
+def test_set_overrides_and_removes_stragglers(tmp_path):
+    out = tmp_path / "s.json"
+    assert run_cli(["run", SCENARIO, "-q", "--steps", "4", "--set", "stragglers=[]", "--json", str(out)]) == 0
+    s = json.loads(out.read_text())
+    assert s["slowdown"] == pytest.approx(1.0) and s["stragglers_top"] == []
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["run", "missing.yaml"], "missing.yaml"),
+        (["run", SCENARIO, "--set", "ddp.bucket_cap=5 us"], "ddp.bucket_cap"),
+        (["run", SCENARIO, "--set", "stragglers[0].ranks=99"], "stragglers[0].ranks"),
+        (["run", SCENARIO, "--set", "cluster.nodez=3"], "nodes"),
+        (["run", SCENARIO, "--set", "oops"], "oops"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line(args, needle, capsys):
+    assert run_cli(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and needle in err and "Traceback" not in err
+
+
+def test_existing_output_is_not_clobbered_by_a_failed_run(tmp_path):
+    out = tmp_path / "keep.json"
+    out.write_text("precious")
+    assert run_cli(["run", SCENARIO, "--set", "model.parameters=-1", "--json", str(out)]) == 2
+    assert out.read_text() == "precious"
+
+
+def test_unwritable_output_is_bad_input(tmp_path, capsys):
+    assert run_cli(["run", SCENARIO, "-q", "--steps", "2", "--json", str(tmp_path / "no" / "dir" / "s.json")]) == 2
+    assert "cannot write" in capsys.readouterr().err
+
+
+def test_console_script_runs_and_fails_cleanly():
+    ok = subprocess.run([sys.executable, "-m", "commsim.cli", "run", SCENARIO, "--steps", "3"], capture_output=True, text=True)
+    assert ok.returncode == 0 and "slowdown" in ok.stdout
+    bad = subprocess.run([sys.executable, "-m", "commsim.cli", "run", "nope.yaml"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_run_plot_writes_a_png(tmp_path):
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "run.png"
+    assert run_cli(["run", SCENARIO, "-q", "--steps", "5", "--plot", str(out)]) == 0
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_run_plot_with_bad_suffix_is_bad_input(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    assert run_cli(["run", SCENARIO, "-q", "--steps", "2", "--plot", str(tmp_path / "run.txt")]) == 2
+    assert ".png" in capsys.readouterr().err
