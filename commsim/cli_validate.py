@@ -193,10 +193,14 @@ def _print_fit(cal: Calibration) -> None:
         fe = lv.fit_error
         ns = sorted({m.world_size for m in lv.table})
         err = "n/a (no size >= 1 MiB)" if fe.points == 0 else f"median {fe.median_pct:.1f}%, max {fe.max_pct:.1f}%"
+        line = "n/a" if lv.line_fit_error.points == 0 else f"median {lv.line_fit_error.median_pct:.1f}%"
         click.echo(
-            f"{lv.level}: alpha = {lv.alpha_s * 1e6:.3f} us/step, beta = {lv.beta_Bps / 1e9:.3f} GB/s, "
-            f"{len(lv.table)} sizes at n = {','.join(map(str, ns))}; alpha-beta busbw error (>= 1 MiB): {err}"
+            f"{lv.level}: alpha = {lv.alpha_s * 1e6:.3f} us/step, beta = {lv.beta_Bps / 1e9:.3f} GB/s "
+            f"(one line over the sweep; busbw error >= 1 MiB {line}); {len(lv.table)} sizes at n = {','.join(map(str, ns))}"
         )
+        for r in lv.ranges:
+            click.echo(f"  size range >= {r.min_size_bytes} B: alpha = {r.alpha_s * 1e6:.3f} us, beta = {r.beta_Bps / 1e9:.3f} GB/s")
+        click.echo(f"  model (size ranges) busbw error >= 1 MiB: {err}")
 
 
 # --------------------------------------------------------------------------------------------
@@ -337,8 +341,9 @@ def collective_cmd(cal_path, ranks, sizes, level, json_path):
     rows = predicted_rows(cal, ranks, size_list, lv.level)
     n_table = sum(r["source"] == "table" for r in rows)
     click.echo(f"# commsim collective: all_reduce, {ranks} ranks, level {lv.level}, calibration {cal_path}")
-    click.echo(f"# {n_table} of {len(rows)} sizes from the measured table, the rest from alpha = "
-               f"{lv.alpha_s * 1e6:.3f} us, beta = {lv.beta_Bps / 1e9:.3f} GB/s")
+    ranges = "; ".join(f">= {r.min_size_bytes} B: alpha {r.alpha_s * 1e6:.3f} us, beta {r.beta_Bps / 1e9:.3f} GB/s"
+                       for r in lv.ranges)
+    click.echo(f"# {n_table} of {len(rows)} sizes from the measured table, the rest from the alpha-beta model ({ranges})")
     click.echo(format_nccl_table(rows))
     finite = [r["busbw_GBps"] for r in rows if math.isfinite(r["busbw_GBps"])]
     click.echo(f"# Avg bus bandwidth    : {sum(finite) / len(finite):g}" if finite else "#")
