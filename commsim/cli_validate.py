@@ -142,11 +142,14 @@ def _sha256(path: str) -> str:
     return h.hexdigest()
 
 
-def auto_level(hostnames: Sequence[str]) -> str:
-    """One host: intra_node; several: inter_node (the ring crosses nodes); unknown: flat."""
-    if not hostnames:
-        return "flat"
-    return "intra_node" if len(hostnames) == 1 else "inter_node"
+def auto_level(hostnames: Sequence[str], nodes: Optional[int] = None) -> str:
+    """One host: intra_node; several: inter_node (the ring crosses nodes); without host names,
+    the node count of the file's own header if it states one; else flat."""
+    if hostnames:
+        return "intra_node" if len(hostnames) == 1 else "inter_node"
+    if nodes:
+        return "intra_node" if nodes == 1 else "inter_node"
+    return "flat"
 
 
 def calibration_from_nccl_logs(
@@ -165,7 +168,7 @@ def calibration_from_nccl_logs(
     for path in paths:
         log = load_nccl_log(path, world_size=ranks)
         check_allreduce(log)
-        lv = auto_level(log.hostnames) if level == "auto" else level
+        lv = auto_level(log.hostnames, log.nodes) if level == "auto" else level
         by_level.setdefault(lv, []).extend(
             Measurement(size, t, log.world_size) for size, t in log.times(in_place=in_place)
         )
@@ -269,7 +272,8 @@ def _json_text(obj) -> str:
               help="Fit from nccl-tests all_reduce_perf logs (the LOG arguments) instead of measuring.")
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Calibration YAML to write.")
 @click.option("--level", type=click.Choice(LEVEL_CHOICES), default="auto", show_default=True,
-              help="Link level of the measurements; auto: one host intra_node, several inter_node, unknown flat.")
+              help="Link level of the measurements; auto: one host intra_node, several inter_node "
+                   "(host names, else the node count of a '# NRANKS: N (K nodes ...)' header), unknown flat.")
 @click.option("--ranks", type=click.IntRange(min=2), default=None,
               help="World size of the logs, when their headers do not say.")
 @click.option("--in-place", is_flag=True, help="Use the in-place columns of the logs (default: out-of-place).")

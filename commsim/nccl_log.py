@@ -84,6 +84,7 @@ class NcclLog:
     nccl_version: Optional[str]
     nccl_tests_version: Optional[str]
     avg_busbw_GBps: Optional[float]
+    nodes: Optional[int]  # from a "# NRANKS: 16 (2 nodes x 8 GPUs)" / "(single node)" header; None if unsaid
     notes: Tuple[Tuple[int, str], ...]  # (line number, what was skipped or suspicious, and why)
 
     def times(self, in_place: bool = False) -> List[Tuple[int, float]]:
@@ -110,7 +111,8 @@ _NRANKS = re.compile(r"\bnranks\s+(\d+)\b")
 _INFO_HOST = re.compile(r"^\s*([A-Za-z0-9][\w.\-]*):\d+:\d+\s+\[\d+\]\s+NCCL\s+(?:INFO|WARN)")
 _NCCL_VERSION = re.compile(r"NCCL version\s+(\d+\.\d+\.\d+)")
 _TESTS_VERSION = re.compile(r"#\s*nccl-tests version\s+(\S+)(?:.*nccl-library=(\d+))?")
-_FILE_NRANKS = re.compile(r"^#\s*NRANKS:\s*(\d+)")
+_FILE_NRANKS = re.compile(r"^#\s*NRANKS:\s*(\d+)(.*)$")
+_FILE_NODES = re.compile(r"\((?:(\d+)\s+nodes?\b|(single node))", re.IGNORECASE)
 _COLLECTIVE = re.compile(r"#\s*Collective test starting:\s*(\S+)")
 _AVG = re.compile(r"#\s*Avg bus bandwidth\s*:\s*([0-9.eE+-]+)")
 _PERF_CMD = re.compile(r"(\S*?(\w+_perf)(?:_mpi)?\b.*)$")
@@ -176,6 +178,7 @@ def parse_nccl_log(text: str, source: str = "<log>", world_size: Optional[int] =
     hosts: List[str] = []
     nranks_info: Optional[int] = None
     file_nranks: Optional[int] = None
+    file_nodes: Optional[int] = None
     collective = command = nccl_version = tests_version = None
     avg = None
     has_root: Optional[bool] = None
@@ -188,6 +191,8 @@ def parse_nccl_log(text: str, source: str = "<log>", world_size: Optional[int] =
         m = _FILE_NRANKS.match(stripped)
         if m and file_nranks is None:
             file_nranks = int(m.group(1))
+            if (nm := _FILE_NODES.search(m.group(2))):
+                file_nodes = int(nm.group(1)) if nm.group(1) else 1
             continue
         if stripped.startswith("#"):
             if (m := _DEVICE.match(stripped)):
@@ -246,6 +251,7 @@ def parse_nccl_log(text: str, source: str = "<log>", world_size: Optional[int] =
         nccl_version=nccl_version,
         nccl_tests_version=tests_version,
         avg_busbw_GBps=avg,
+        nodes=file_nodes,
         notes=tuple(sorted(skipped)),
     )
 

@@ -125,13 +125,23 @@ def test_two_logs_two_levels(tmp_path):
 
 
 def test_flat_and_hosted_logs_need_a_level(tmp_path):
-    args = ["calibrate", "--from-nccl-tests", DATA / "A100-SXM4-80GB-1node_8ranks_gh-notes-dkh.txt",
-            DATA / "H100-AWS-p5-EFA-2nodes_16ranks_awsome-distributed-training.txt", "-o", tmp_path / "c.yaml"]
+    # the H100 excerpt without the file's own "#" header: no host, no node count -> flat
+    bare = tmp_path / "h100_bare.txt"
+    text = (DATA / "H100-AWS-p5-EFA-2nodes_16ranks_awsome-distributed-training.txt").read_text()
+    bare.write_text("\n".join(line for line in text.splitlines() if not line.startswith("# ")))
+    args = ["calibrate", "--from-nccl-tests", DATA / "A100-SXM4-80GB-1node_8ranks_gh-notes-dkh.txt", bare,
+            "-o", tmp_path / "c.yaml"]
     r = run(*args, ok=False)
     assert r.exit_code == 2 and "pass --level" in r.output
     run(*args[:-2], "--level", "inter_node", "-o", tmp_path / "c.yaml")
     cal = calib.load_calibration(tmp_path / "c.yaml")
     assert sorted({m.world_size for m in cal.level().table}) == [8, 16]
+
+
+def test_node_count_from_the_file_header(tmp_path):
+    r = run("calibrate", "--from-nccl-tests", DATA / "H100-AWS-p5-EFA-2nodes_16ranks_awsome-distributed-training.txt",
+            "-o", tmp_path / "c.yaml")
+    assert "level inter_node" in r.output
 
 
 def test_collective_table_format(tmp_path):
@@ -179,3 +189,16 @@ def test_cli_module_does_not_import_torch():
     code = "import commsim.cli_validate, sys; print('torch' in sys.modules, 'validate' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["False", "False"]
+
+
+def test_failed_measurement_keeps_partial_results(tmp_path):
+    from commsim.cli_validate import _Failure, save_partial
+
+    class FakeLaunchError(RuntimeError):
+        partial = {0: [{"size_bytes": 8}], 1: []}
+
+    out = tmp_path / "cal.yaml"
+    with pytest.raises(_Failure, match=r"rank 1 hung.*saved to .*cal.yaml.partial.json"):
+        save_partial(str(out), FakeLaunchError("rank 1 hung: no progress for 5 s"))
+    saved = json.loads((tmp_path / "cal.yaml.partial.json").read_text())
+    assert saved["partial"] == {"0": [{"size_bytes": 8}], "1": []} and "rank 1 hung" in saved["error"]

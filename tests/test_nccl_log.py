@@ -42,6 +42,8 @@ def test_real_logs(path):
         t = r.out_of_place
         assert t.busbw_Bps == pytest.approx(r.size_bytes / t.time_s * 2 * (n - 1) / n, abs=0.006e9, rel=0.01)
     assert len(log.times()) == nrows and len(log.times(in_place=True)) == nrows
+    # node counts said by the files' own headers ("single process" says nothing about nodes)
+    assert log.nodes == {"A100": 1, "GH200": 2, "H100": 2, "T4": 1}.get(path.name.split("-")[0])
 
 
 def test_details_of_a100_log():
