@@ -1,4 +1,4 @@
-"""CLI commands of the validator: ``calibrate``, ``collective`` (and ``validate``).
+"""CLI commands of the validator: ``calibrate``, ``collective`` and ``validate``.
 
 Thin wrappers: parse, call a library function, print, return an exit code. Bad input ends
 with one line on stderr and exit code 2, never a traceback. Nothing here imports torch or

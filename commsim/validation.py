@@ -74,13 +74,14 @@ def measured_summary(start: np.ndarray, rank_end: np.ndarray, bucket_launch: Opt
     finished its optimizer; bucket_launch / bucket_finish: (steps, buckets, n) when each rank
     launched / finished each bucket's all-reduce. Definitions as in commsim.report: a step
     lasts from the previous step's end (its last rank) to its own; a bucket's communication
-    time is from its launch on the last rank to launch to its last finish."""
+    time is from its launch on the last rank to launch to its last finish; comm_time_s is the
+    mean over steps of their sum per step."""
     step_end = rank_end.max(axis=1)
     step_start = np.concatenate(([start], step_end[:-1]))
     out: Dict[str, Any] = {"step_time_s": percentiles(step_end - step_start), "steps": int(len(step_end))}
     if bucket_launch is not None and bucket_finish is not None and bucket_launch.size:
         per_step = (bucket_finish.max(axis=2) - bucket_launch.max(axis=2)).sum(axis=1)
-        out["comm_time_s"] = float(np.median(per_step))
+        out["comm_time_s"] = float(np.mean(per_step))
     return out
 
 

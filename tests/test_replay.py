@@ -98,3 +98,18 @@ def test_ddp_mode_refuses_slow_rank(files):
     r = CliRunner().invoke(cli, ["validate", str(files / "sc.yaml"), "--calibration", str(files / "cal.yaml"),
                                  "--mode", "ddp", "--set", "stragglers=[{kind: slow_rank, ranks: [1], factor: 2.0}]"])
     assert r.exit_code == 2 and "--mode ddp injects only stalls" in r.output
+
+
+def test_accuracy_cases_are_the_six_of_the_issue():
+    from commsim.loader import load_scenario
+    from validate.accuracy import cases
+
+    got = []
+    for cap, slow, name, overrides in cases(1.5):
+        sc = load_scenario("scenarios/validate_gloo_2rank.yaml", overrides=overrides)
+        got.append((sc.name, sc.ddp.bucket_cap, [(type(s).__name__, s.ranks, s.factor) for s in sc.stragglers]))
+    assert got == [
+        ("bucket_1MB", 1e6, []), ("bucket_1MB_slow", 1e6, [("SlowRank", (1,), 1.5)]),
+        ("bucket_25MB", 25e6, []), ("bucket_25MB_slow", 25e6, [("SlowRank", (1,), 1.5)]),
+        ("bucket_100MB", 100e6, []), ("bucket_100MB_slow", 100e6, [("SlowRank", (1,), 1.5)]),
+    ]

@@ -3,7 +3,7 @@
 simulations; prints each case and the median |error| of the mean step time.
 
     python -m validate.accuracy --calibration CAL.yaml [--scenario scenarios/validate_gloo_2rank.yaml]
-        [--nprocs 2] [--backend gloo] [--slow-factor 1.5] [--repeats 3] [--json PATH]
+        [--nprocs 2] [--backend gloo] [--slow-factor 1.5] [--repeats 3] [--json PATH] [--out-dir DIR]
 """
 
 from __future__ import annotations
@@ -22,10 +22,13 @@ BUCKETS = ("1 MB", "25 MB", "100 MB")
 
 
 def cases(slow_factor: float):
+    """(bucket cap, slow-rank factor or None, case name, --set overrides) of the six cases."""
     for cap in BUCKETS:
-        yield cap, None, [f"ddp.bucket_cap={cap}", "stragglers=[]"]
-        yield cap, slow_factor, [f"ddp.bucket_cap={cap}",
-                                 f"stragglers=[{{kind: slow_rank, ranks: [1], factor: {slow_factor}}}]"]
+        tag = "bucket_" + cap.replace(" ", "")
+        yield cap, None, tag, [f"ddp.bucket_cap={cap}", "stragglers=[]", f"name={tag}"]
+        yield cap, slow_factor, tag + "_slow", [
+            f"ddp.bucket_cap={cap}", f"stragglers=[{{kind: slow_rank, ranks: [1], factor: {slow_factor}}}]",
+            f"name={tag}_slow"]
 
 
 def main(argv=None) -> int:
@@ -39,18 +42,22 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=1,
                     help="replays per case; the case's figures are those of the run with the median mean step time "
                          "(a shared machine's load drifts by 10-20%% from minute to minute)")
-    ap.add_argument("--json", default=None)
+    ap.add_argument("--json", default=None, help="summary of all cases")
+    ap.add_argument("--out-dir", default=None, help="one validate-JSON file per case (for `commsim plot --validation`)")
     a = ap.parse_args(argv)
     cal = load_calibration(a.calibration)
     rows = []
-    for cap, slow, overrides in cases(a.slow_factor):
+    for cap, slow, name, overrides in cases(a.slow_factor):
         sc = load_scenario(a.scenario, overrides=overrides, steps=a.steps)
         reps = [validate_scenario(sc, cal, a.backend, a.nprocs, echo=lambda s: None) for _ in range(a.repeats)]
         reps.sort(key=lambda r: r["measured"]["step_time_s"]["mean"])
         rep = reps[len(reps) // 2]
         m, p, e = rep["measured"], rep["predicted"], rep["error_pct"]
-        rows.append({"bucket_cap": cap, "slow_rank_factor": slow, **rep,
+        rows.append({"scenario": name, "bucket_cap": cap, "slow_rank_factor": slow, **rep,
                      "repeat_errors_pct": [r["error_pct"]["step_time_mean"] for r in reps]})
+        if a.out_dir:  # one `commsim validate --json`-shaped file per case, for `commsim plot --validation`
+            os.makedirs(a.out_dir, exist_ok=True)
+            atomic_write_text(os.path.join(a.out_dir, f"{name}.json"), json.dumps(rows[-1], indent=2) + "\n")
         print(f"bucket {cap:>6s}  slow rank {'-' if slow is None else slow:>4}  "
               f"measured {m['step_time_s']['mean'] * 1e3:8.1f} ms  predicted {p['step_time_s']['mean'] * 1e3:8.1f} ms  "
               f"error {e['step_time_mean']:+6.1f} %  (p95 {e['step_time_p95']:+6.1f} %, comm "

@@ -3,8 +3,8 @@
 Launches `nprocs` local ranks (:mod:`validate.launch`); each runs the all-reduce sweep
 (:mod:`validate.collective_bench`) and then times the synthetic model's forward/backward
 (:mod:`validate.compute_timing`). The calibration is fitted from the sweep's *in-place*
-times (the median over iterations of each iteration's maximum over ranks): torch's
-all_reduce is in place, and so is DDP's all-reduce of a bucket.
+times (the mean over iterations of each iteration's maximum over ranks, as nccl-tests
+reports it): torch's all_reduce is in place, and so is DDP's all-reduce of a bucket.
 """
 
 from __future__ import annotations
@@ -55,9 +55,10 @@ def calibration_from_results(results: List[dict], backend: str, level: Optional[
         raise calib.CalibrationError(f"all-reduce gave wrong sums at sizes {wrong}: not calibrating on a broken run")
     hosts = tuple(sorted({r["host"] for r in results}))
     lv = level or ("intra_node" if len(hosts) == 1 else "inter_node")
-    # the median over iterations of the per-iteration max over ranks: nccl-tests prints the
-    # mean, but on a shared machine one descheduled iteration drags a mean far off
-    link = calib.fit_link(lv, [calib.Measurement(r["size_bytes"], r["in_place"]["time_median_s"], n) for r in rows])
+    # the mean over iterations of the per-iteration max over ranks, as nccl-tests reports it:
+    # a training step pays the mean cost of its many all-reduces, hiccups included (the
+    # median, tried first, under-predicted replayed steps by 10-40% on a shared machine)
+    link = calib.fit_link(lv, [calib.Measurement(r["size_bytes"], r["in_place"]["time_s"], n) for r in rows])
     compute = None
     per_rank = [r["compute"] for r in results if r["compute"]]
     if per_rank:
