@@ -246,10 +246,113 @@ def _segment_max(h: np.ndarray, starts: np.ndarray, regular) -> np.ndarray:
     return seg
 
 
-def ring_recurrence(launch: np.ndarray, hop_time: np.ndarray) -> np.ndarray:
-    """The recurrence itself, step by step over numpy vectors: O(n^2). For tests and checks."""
+def ring_recurrence(launch: np.ndarray, hop_time: np.ndarray, steps: int | None = None) -> np.ndarray:
+    """The recurrence itself, step by step over numpy vectors: O(n^2). For tests and checks.
+
+    ``steps``: 2(n-1) (an all-reduce) unless given; n-1 is a reduce-scatter or all-gather."""
     f = np.asarray(launch, dtype=np.float64).copy()
     t = np.asarray(hop_time, dtype=np.float64)
-    for _ in range(ring_steps(len(f))):
+    for _ in range(ring_steps(len(f)) if steps is None else steps):
         f = np.maximum(f, np.roll(f, 1)) + t
     return f
+
+
+class RingHalf:
+    """Finish times of a ring reduce-scatter or all-gather: K = n-1 steps of the same recurrence.
+
+    A ring all-reduce is a reduce-scatter then an all-gather (DESIGN.md); either half alone is
+    the recurrence of :class:`RingAllReduce` stopped after n-1 steps, with the same hop times
+    (each step still moves S/n bytes over every hop: :func:`hop_times` of the total size S).
+    Uniform case: max(L) + (n-1) alpha + (n-1)/n * S/B.
+
+    The closed form is the all-reduce's, with K = n-1: f[i] is the maximum over classes v of
+
+        max over a in [i-K+1, q_v(i)] of h_v[a]   +   (P[i] - i*v + (K-1)*v)
+
+    (see the module docstring). With K = n-1 every window [a, i] is shorter than the ring, so
+    the range [i-n+2, q_v(i)] holds each rank at most once, but its length (n-1 minus the
+    distance back to the last class position) varies with i, and the all-reduce's "n
+    rightmost copies" shortcut does not apply. Ranges of length in [w, 2w] are answered by a
+    sliding-window maximum of width w (block prefix and suffix maxima: max over [l, r] =
+    max(W_w[l], W_w[r-w+1]), W_w[a] = max(suffix-in-block[a], prefix-in-block[a+w-1])), one
+    O(n) pass per width level; a class whose positions are at most n/2 apart needs one level.
+    """
+
+    def __init__(self, hop_time: np.ndarray):
+        t = np.asarray(hop_time, dtype=np.float64)
+        if t.ndim != 1 or len(t) == 0:
+            raise ValueError(f"hop_time must be a non-empty vector, got shape {t.shape}")
+        if not np.all(np.isfinite(t)) or np.any(t < 0):
+            raise ValueError("hop_time must be finite and non-negative")
+        self.n = n = len(t)
+        self.hop_time = t
+        self.steps = K = n - 1
+        self._g = np.empty(n)
+        self._classes: list = []
+        if n == 1:
+            return
+        P = np.cumsum(t)
+        P_before = np.concatenate(([0.0], P[:-1]))
+        total = P[-1]
+        idx = np.arange(n)
+        lo = idx - K + 1  # leftmost window start (unwrapped), >= -n+2
+        for v in np.unique(t)[::-1]:  # largest first: it is never skipped
+            positions = np.flatnonzero(t >= v)
+            k = np.searchsorted(positions, idx, side="right") - 1
+            q = np.where(k >= 0, positions[k], positions[k] - n)  # last class position <= i, >= i-n+1
+            length = q - lo + 1  # 0 .. n-1; 0: no window of this class ends at i
+            levels = []
+            todo = length >= 1
+            w = int(length[todo].min()) if todo.any() else 0
+            while todo.any():
+                sel = np.flatnonzero(todo & (length <= 2 * w))
+                if len(sel):
+                    # indices into the extended array E = [h - D, h] (unwrapped position a -> a + n)
+                    l, r = lo[sel] + n, q[sel] + n
+                    levels.append((w, sel, l, l + w - 1, r - w + 1, r))
+                    todo[sel] = False
+                w = 2 * w + 1
+            self._classes.append((
+                float(v), -P_before + idx * v, P - idx * v + (K - 1) * v, n * v - total, levels,
+            ))
+
+    def finish_times(self, launch: np.ndarray) -> np.ndarray:
+        """Per-rank finish times for per-rank launch times ``launch`` (a new array)."""
+        L = np.asarray(launch, dtype=np.float64)
+        if L.shape != (self.n,):
+            raise ValueError(f"launch must have shape ({self.n},), got {L.shape}")
+        n = self.n
+        if n == 1:
+            return L.copy()
+        g = self._g
+        np.maximum(L[1:], L[:-1], out=g[1:])
+        g[0] = max(L[0], L[-1])
+        g_max = g.max()
+        best = None
+        extended = np.empty(2 * n)
+        for v, base, const, D, levels in self._classes:
+            if best is not None and g_max + self.steps * v <= best.min():
+                continue  # no window whose max is v can reach the current answer
+            h = g + base
+            np.subtract(h, D, out=extended[:n])  # h one period back: h[a - n] = h[a] - D
+            extended[n:] = h
+            f = np.full(n, NEG_INF)
+            for w, sel, i1, i2, i3, i4 in levels:
+                prefix, suffix = _block_maxima(extended, w)
+                f[sel] = np.maximum(np.maximum(suffix[i1], prefix[i2]), np.maximum(suffix[i3], prefix[i4]))
+            f += const
+            best = f if best is None else np.maximum(best, f, out=best)
+        return best
+
+
+def _block_maxima(x: np.ndarray, w: int):
+    """Prefix and suffix maxima of x within consecutive blocks of length w."""
+    if w == 1:
+        return x, x
+    rows = -(-len(x) // w)
+    padded = np.full(rows * w, NEG_INF)
+    padded[: len(x)] = x
+    blocks = padded.reshape(rows, w)
+    prefix = np.maximum.accumulate(blocks, axis=1).ravel()
+    suffix = np.maximum.accumulate(blocks[:, ::-1], axis=1)[:, ::-1].ravel()
+    return prefix, suffix
