@@ -267,15 +267,18 @@ class RingHalf:
 
     The closed form is the all-reduce's, with K = n-1: f[i] is the maximum over classes v of
 
-        max over a in [i-K+1, q_v(i)] of h_v[a]   +   (P[i] - i*v + (K-1)*v)
+        max over a in [i-n+2, q_v(i)] of h_v[a]   +   (P[i] - i*v + (K-1)*v)
 
-    (see the module docstring). With K = n-1 every window [a, i] is shorter than the ring, so
-    the range [i-n+2, q_v(i)] holds each rank at most once, but its length (n-1 minus the
-    distance back to the last class position) varies with i, and the all-reduce's "n
-    rightmost copies" shortcut does not apply. Ranges of length in [w, 2w] are answered by a
-    sliding-window maximum of width w (block prefix and suffix maxima: max over [l, r] =
-    max(W_w[l], W_w[r-w+1]), W_w[a] = max(suffix-in-block[a], prefix-in-block[a+w-1])), one
-    O(n) pass per width level; a class whose positions are at most n/2 apart needs one level.
+    (see the module docstring; q_v(i) in [i-n+1, i], unwrapped). With K = n-1 every window
+    [a, i] is shorter than the ring, so the range holds each rank at most once; it runs from
+    period -1 (where h_v[a] = h_v[a+n] - D_v) into period 0 for most ranks, and then
+
+        max = max(prefix_max(h)[q_v(i)], suffix_max(h)[i+2] - D_v)
+
+    (the prefix maximum is needed at class positions only: segment maxima when the class is
+    sparse). The ranks before the first class position (range inside period -1: a suffix of
+    h up to the last class position) and i = n-2, n-1 (range inside period 0) are handled
+    apart. O(n) per class; classes are skipped as in :class:`RingAllReduce`.
     """
 
     def __init__(self, hop_time: np.ndarray):
@@ -295,26 +298,34 @@ class RingHalf:
         P_before = np.concatenate(([0.0], P[:-1]))
         total = P[-1]
         idx = np.arange(n)
-        lo = idx - K + 1  # leftmost window start (unwrapped), >= -n+2
+        lo = idx - n + 2  # leftmost window start (unwrapped): K = n-1 steps
         for v in np.unique(t)[::-1]:  # largest first: it is never skipped
             positions = np.flatnonzero(t >= v)
             k = np.searchsorted(positions, idx, side="right") - 1
-            q = np.where(k >= 0, positions[k], positions[k] - n)  # last class position <= i, >= i-n+1
-            length = q - lo + 1  # 0 .. n-1; 0: no window of this class ends at i
-            levels = []
-            todo = length >= 1
-            w = int(length[todo].min()) if todo.any() else 0
-            while todo.any():
-                sel = np.flatnonzero(todo & (length <= 2 * w))
-                if len(sel):
-                    # indices into the extended array E = [h - D, h] (unwrapped position a -> a + n)
-                    l, r = lo[sel] + n, q[sel] + n
-                    levels.append((w, sel, l, l + w - 1, r - w + 1, r))
-                    todo[sel] = False
-                w = 2 * w + 1
-            self._classes.append((
-                float(v), -P_before + idx * v, P - idx * v + (K - 1) * v, n * v - total, levels,
-            ))
+            q = np.where(k >= 0, positions[k], positions[k] - n)  # last class position <= i
+            nonempty = q >= lo
+            across = nonempty & (q >= 0) & (lo < 0)  # period -1 into period 0
+            before = nonempty & (q < 0)  # inside period -1: [i+2, last position]
+            within = np.flatnonzero(nonempty & (lo >= 0))  # inside period 0: i = n-2, n-1
+            a = np.flatnonzero(across)
+            sparse = len(positions) <= n // 4
+            cls = {
+                "v": float(v), "D": n * v - total,
+                "base": -P_before + idx * v, "const": P - idx * v + (K - 1) * v,
+                "all_across": len(a) == n,
+                "across": a,
+                # prefix maxima at q: via segment maxima ending at each class position (sparse)
+                # segment k = [c_{k-1}+1, c_k] (a last one after c_{m-1}, if any, is not read)
+                "cuts": np.concatenate(([0], positions[positions < n - 1] + 1)) if sparse else None,
+                "prefix_at": k[a] if sparse else q[a],
+                "suffix_at": n - 1 - (a + 2),  # suffix from i+2, read in the reversed accumulation
+                "before": np.flatnonzero(before),
+                "last": int(positions[-1]),
+                "within": [(int(i), int(lo[i]), int(q[i])) for i in within],
+            }
+            b = cls["before"]
+            cls["before_at"] = cls["last"] - (b + 2)  # in the reversed accumulation of h[:last+1]
+            self._classes.append(cls)
 
     def finish_times(self, launch: np.ndarray) -> np.ndarray:
         """Per-rank finish times for per-rank launch times ``launch`` (a new array)."""
@@ -329,30 +340,27 @@ class RingHalf:
         g[0] = max(L[0], L[-1])
         g_max = g.max()
         best = None
-        extended = np.empty(2 * n)
-        for v, base, const, D, levels in self._classes:
-            if best is not None and g_max + self.steps * v <= best.min():
+        for c in self._classes:
+            if best is not None and g_max + self.steps * c["v"] <= best.min():
                 continue  # no window whose max is v can reach the current answer
-            h = g + base
-            np.subtract(h, D, out=extended[:n])  # h one period back: h[a - n] = h[a] - D
-            extended[n:] = h
-            f = np.full(n, NEG_INF)
-            for w, sel, i1, i2, i3, i4 in levels:
-                prefix, suffix = _block_maxima(extended, w)
-                f[sel] = np.maximum(np.maximum(suffix[i1], prefix[i2]), np.maximum(suffix[i3], prefix[i4]))
-            f += const
+            h = g + c["base"]
+            D = c["D"]
+            if c["cuts"] is not None:
+                prefix = np.maximum.accumulate(np.maximum.reduceat(h, c["cuts"]))
+            else:
+                prefix = np.maximum.accumulate(h)
+            suffix = np.maximum.accumulate(h[::-1])  # suffix[n-1-y] = max h[y:]
+            across = np.maximum(prefix[c["prefix_at"]], suffix[c["suffix_at"]] - D)
+            if c["all_across"]:
+                f = across
+            else:
+                f = np.full(n, NEG_INF)
+                f[c["across"]] = across
+                if len(c["before"]):
+                    head_suffix = np.maximum.accumulate(h[c["last"] :: -1])
+                    f[c["before"]] = head_suffix[c["before_at"]] - D
+                for i, l, r in c["within"]:
+                    f[i] = h[l : r + 1].max()
+            f += c["const"]
             best = f if best is None else np.maximum(best, f, out=best)
         return best
-
-
-def _block_maxima(x: np.ndarray, w: int):
-    """Prefix and suffix maxima of x within consecutive blocks of length w."""
-    if w == 1:
-        return x, x
-    rows = -(-len(x) // w)
-    padded = np.full(rows * w, NEG_INF)
-    padded[: len(x)] = x
-    blocks = padded.reshape(rows, w)
-    prefix = np.maximum.accumulate(blocks, axis=1).ravel()
-    suffix = np.maximum.accumulate(blocks[:, ::-1], axis=1)[:, ::-1].ravel()
-    return prefix, suffix

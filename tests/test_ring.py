@@ -178,6 +178,14 @@ def test_ring_half_single_slow_hop_and_sparse_classes():
                 launch = rng.uniform(0, rng.choice([0.01, 5.0]), n)
                 np.testing.assert_allclose(RingHalf(t).finish_times(launch),
                                            ring_recurrence(launch, t, steps=n - 1), rtol=1e-9)
+    # network hops every `period` ranks, not starting at rank 0: ranks before the first slow
+    # hop have their whole window one period back
+    for n, period, offset in [(24, 8, 5), (30, 6, 1), (64, 16, 15), (9, 9, 8)]:
+        t = np.where(np.arange(n) % period == offset, 0.9, 0.1)
+        for _ in range(10):
+            launch = rng.uniform(0, rng.choice([0.01, 5.0]), n)
+            np.testing.assert_allclose(RingHalf(t).finish_times(launch),
+                                       ring_recurrence(launch, t, steps=n - 1), rtol=1e-9)
 
 
 def test_make_kernel_halves_use_ring_half_with_the_halves_finish_times():
