@@ -153,3 +153,19 @@ def test_other_algorithms_and_cost_models_price_the_halves():
             expected = make_kernel(kind, scenario_fabric(sc), 200e6, model).finish_times(launch)
             np.testing.assert_allclose(kernel.finish_times(launch), expected, rtol=1e-12)
         assert np.all(simulate(sc).step_time > 0.15)
+
+
+@pytest.mark.slow
+def test_dgx_h100_scaling_numbers_in_the_readme():
+    """The README's "ZeRO-2 and FSDP" table: step times (ms, alpha-beta ring) at 32 and 256 GPUs."""
+    from dataclasses import replace
+    from pathlib import Path
+
+    from commsim.algorithms import compare
+    from commsim.loader import load_scenario
+
+    sc = load_scenario(Path(__file__).resolve().parent.parent / "scenarios" / "dgx_h100_scaling.yaml")
+    expected = {"none": (250.36, 481.07), "zero2": (272.74, 471.10), "fsdp": (240.97, 586.57)}
+    for sharding, (at32, at256) in expected.items():
+        rows = compare(replace(sc, ddp=replace(sc.ddp, sharding=sharding)), [4, 32], ["ring"], ["alpha-beta"])
+        assert [round(r["step_time_s"] * 1e3, 2) for r in rows] == [at32, at256]
