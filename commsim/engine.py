@@ -44,7 +44,7 @@ class RunResult:
     step_end: np.ndarray  # (steps,) when the last rank finished the step
     rank_end: np.ndarray  # (steps, n) when each rank finished its optimizer
     rank_backward_end: np.ndarray  # (steps, n) when each rank finished its last backward
-    rank_comm_end: np.ndarray  # (steps, n) when each rank's last collective of the step finished
+    rank_comm_end: np.ndarray  # (steps, n) when each rank's gradients were reduced (its last all-reduce or reduce-scatter)
     rank_stall: np.ndarray  # (steps, n) stall before the step's forward
     rank_busy: np.ndarray  # (steps, n) compute + stall time of each rank (the rest is waiting)
     # per collective of a step, in stream order (one all-reduce per bucket without sharding;
@@ -286,13 +286,14 @@ class Engine:
                 ready[self.ranks.throttled] = throttled_ready[:, j]
             stream = yield from self._collective(s, ready, stream)
         backward_end = self.ranks.finish(backward_start, backward)
-        optimizer_start = backward_end if stream is None else np.maximum(stream, backward_end)
+        reduced = backward_end if stream is None else stream  # the last reduce-scatter's finish
+        optimizer_start = np.maximum(reduced, backward_end)
         optimizer_end = self.ranks.finish(optimizer_start, f * optimizer)
         for _ in range(nb):  # all-gathers in forward order, issued together after the optimizer
             stream = yield from self._collective(s, optimizer_end, stream)
         end = optimizer_end if stream is None else stream
         busy = (backward_end - t0) + (optimizer_end - optimizer_start)
-        return end, backward_end, end, busy
+        return end, backward_end, reduced, busy
 
     def _fsdp_step(self, s, f, t0, optimizer):
         """2B compute segments (forward of units B-1..0, backward of units 0..B-1), each after

@@ -169,3 +169,20 @@ def test_dgx_h100_scaling_numbers_in_the_readme():
     for sharding, (at32, at256) in expected.items():
         rows = compare(replace(sc, ddp=replace(sc.ddp, sharding=sharding)), [4, 32], ["ring"], ["alpha-beta"])
         assert [round(r["step_time_s"] * 1e3, 2) for r in rows] == [at32, at256]
+
+
+def test_trace_spans_name_the_sharded_phases():
+    import json
+
+    from commsim.outputs import chrome_trace
+
+    names = {}
+    for sharding in ("none", "zero2", "fsdp"):
+        r = simulate(make_scenario(sharding=sharding, steps=2))
+        names[sharding] = {e["name"] for e in json.loads(chrome_trace(r))["traceEvents"] if e["ph"] == "X"}
+    assert names["none"] <= {"forward+backward", "wait for all-reduce", "optimizer"}
+    assert "optimizer+all-gather" in names["zero2"]
+    assert "forward+backward+gather waits" in names["fsdp"]
+    # ZeRO-2's step ends with the all-gather: the optimizer span runs to the rank's end
+    r = simulate(make_scenario(sharding="zero2", steps=2))
+    assert np.all(r.rank_comm_end < r.rank_end)
