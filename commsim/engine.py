@@ -42,7 +42,7 @@ class RunResult:
     bucket_sizes: np.ndarray  # bytes, in all-reduce (backward) order
     step_start: np.ndarray  # (steps,) when the step began: the previous step's end (0 first)
     step_end: np.ndarray  # (steps,) when the last rank finished the step
-    rank_end: np.ndarray  # (steps, n) when each rank finished its optimizer
+    rank_end: np.ndarray  # (steps, n) when each rank finished the step: its optimizer (ZeRO-2: its all-gathers)
     rank_backward_end: np.ndarray  # (steps, n) when each rank finished its last backward
     rank_comm_end: np.ndarray  # (steps, n) when each rank's gradients were reduced (its last all-reduce or reduce-scatter)
     rank_stall: np.ndarray  # (steps, n) stall before the step's forward
@@ -103,15 +103,15 @@ class Engine:
         self.buckets = ddp_buckets(scenario.model.grad_bytes, scenario.ddp.first_bucket, scenario.ddp.bucket_cap)
         # fraction of backward done when each bucket's gradients are all produced
         self.ready_fraction = np.cumsum(self.buckets) / max(self.buckets.sum(), 1.0)
-        kernels: Dict[float, object] = {}
-        for size in self.buckets if scenario.ddp.sharding == "none" else ():  # a few distinct sizes: first, full, remainder
-            if size not in kernels:
-                kernels[size] = self._kernel(size)
         self.sharding = scenario.ddp.sharding
         self.ops = stream_order(self.sharding, len(self.buckets), scenario.ddp.overlap)
         if self.sharding == "none":
+            kernels: Dict[float, object] = {}
+            for size in self.buckets:  # a few distinct sizes: first, full, remainder
+                if size not in kernels:
+                    kernels[size] = self._kernel(size)
             self.kernels = [kernels[size] for size in self.buckets]
-        else:
+        else:  # reduce-scatters and all-gathers: one kernel per (kind, size)
             halves: Dict[tuple, object] = {}
             for op in self.ops:
                 key = (op.kind, self.buckets[op.bucket])
