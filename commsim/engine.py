@@ -104,6 +104,8 @@ class Engine:
         # fraction of backward done when each bucket's gradients are all produced
         self.ready_fraction = np.cumsum(self.buckets) / max(self.buckets.sum(), 1.0)
         self.sharding = scenario.ddp.sharding
+        if self.sharding != "none" and scenario.ddp.gradient_accumulation != 1:
+            raise ValueError("gradient accumulation is modeled for ddp.sharding none only (the loader says so too)")
         self.ops = stream_order(self.sharding, len(self.buckets), scenario.ddp.overlap)
         if self.sharding == "none":
             kernels: Dict[float, object] = {}

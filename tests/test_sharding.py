@@ -186,3 +186,8 @@ def test_trace_spans_name_the_sharded_phases():
     # ZeRO-2's step ends with the all-gather: the optimizer span runs to the rank's end
     r = simulate(make_scenario(sharding="zero2", steps=2))
     assert np.all(r.rank_comm_end < r.rank_end)
+
+
+def test_engine_refuses_accumulation_with_sharding():
+    with pytest.raises(ValueError, match="gradient accumulation"):
+        simulate(make_scenario(sharding="fsdp", accumulation=2))
