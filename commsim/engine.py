@@ -160,6 +160,7 @@ class Engine:
         self._launch_spread = np.zeros((steps, nb))
         self._comm_time = np.zeros(nb)
         self._steps_simulated = 0
+        self._steady_possible = self.perturb.deterministic_steps  # then steps may repeat exactly
         self.env.process(self._job() if self.sharding == "none" else self._sharded_job())
         self.env.run()
         step_end = self._rank_end.max(axis=1)
@@ -189,7 +190,6 @@ class Engine:
         start = np.zeros(self.n)
         # work (full-clock seconds) before the last backward begins, and of that backward
         work_before = m * c.forward + (m - 1) * c.backward
-        steady_possible = self.perturb.deterministic_steps
         for s in range(steps):
             f = self.perturb.factor[s]
             t0 = start + self.perturb.stall[s]
@@ -209,50 +209,32 @@ class Engine:
                 launch = ready if finish is None else np.maximum(ready, finish)
                 finish = kernel.finish_times(launch)
                 done = finish.max()
-                if steady_possible or s == steps - 1:  # comm_time is reported for the last step
+                if self._steady_possible or s == steps - 1:  # comm_time is reported for the last step
                     self._comm_time[j] = done - launch.max()
                 yield env.timeout(max(done - env.now, 0.0))
             backward_end = self.ranks.finish(backward_start, f * c.backward)
             if finish is None:  # nothing to all-reduce (a single rank or no parameters)
                 finish = backward_end
             end = self.ranks.finish(np.maximum(finish, backward_end), f * c.optimizer)
-            self._rank_end[s] = end
-            self._rank_backward_end[s] = backward_end
-            self._rank_comm_end[s] = finish
-            self._rank_busy[s] = (backward_end - t0) + (end - np.maximum(finish, backward_end)) + self.perturb.stall[s]
-            self._steps_simulated = s + 1
-            if self.on_step is not None:
-                self.on_step(s + 1, steps)
-            yield env.timeout(max(end.max() - env.now, 0.0))
-            if steady_possible and s >= 1 and self._is_steady(s):
-                self._repeat_steady_state(s)
+            busy = (backward_end - t0) + (end - np.maximum(finish, backward_end)) + self.perturb.stall[s]
+            if (yield from self._close_step(s, end, backward_end, finish, busy)):
                 return
             start = end
 
     # -- sharded data parallelism: ZeRO-2 and FSDP (commsim/sharding.py) ----------------
     def _sharded_job(self):
-        sc, env = self.scenario, self.env
+        sc = self.scenario
         steps, n = sc.steps, self.n
         optimizer = optimizer_time(sc.compute.optimizer, self.sharding, n)
         step = self._zero2_step if self.sharding == "zero2" else self._fsdp_step
         start = np.zeros(n)
-        steady_possible = self.perturb.deterministic_steps
         for s in range(steps):
             f = self.perturb.factor[s]
             t0 = start + self.perturb.stall[s]
             self._op = 0
-            self._record = steady_possible or s == steps - 1  # comm_time is reported for the last step
+            self._record = self._steady_possible or s == steps - 1  # comm_time is reported for the last step
             end, backward_end, comm_end, busy = yield from step(s, f, t0, optimizer)
-            self._rank_end[s] = end
-            self._rank_backward_end[s] = backward_end
-            self._rank_comm_end[s] = comm_end
-            self._rank_busy[s] = busy + self.perturb.stall[s]
-            self._steps_simulated = s + 1
-            if self.on_step is not None:
-                self.on_step(s + 1, steps)
-            yield env.timeout(max(end.max() - env.now, 0.0))
-            if steady_possible and s >= 1 and self._is_steady(s):
-                self._repeat_steady_state(s)
+            if (yield from self._close_step(s, end, backward_end, comm_end, busy + self.perturb.stall[s])):
                 return
             start = end
 
@@ -327,6 +309,25 @@ class Engine:
         end = self.ranks.finish(optimizer_start, f * optimizer)
         busy += end - optimizer_start
         return end, backward_end, backward_end if stream is None else stream, busy
+
+    def _close_step(self, s: int, end, backward_end, comm_end, busy):
+        """Record step s and advance the clock to its end (a generator: ``yield from`` it).
+
+        Returns True when the run is deterministic and steps s-1 and s left every rank in the
+        same relative state: the remaining steps are then filled in as repeats.
+        """
+        self._rank_end[s] = end
+        self._rank_backward_end[s] = backward_end
+        self._rank_comm_end[s] = comm_end
+        self._rank_busy[s] = busy
+        self._steps_simulated = s + 1
+        if self.on_step is not None:
+            self.on_step(s + 1, self.scenario.steps)
+        yield self.env.timeout(max(end.max() - self.env.now, 0.0))
+        if self._steady_possible and s >= 1 and self._is_steady(s):
+            self._repeat_steady_state(s)
+            return True
+        return False
 
     def _is_steady(self, s: int) -> bool:
         """Steps s-1 and s left every rank in the same relative state: all later steps repeat."""

@@ -76,6 +76,16 @@ def hop_times(
     return np.mean(alpha) + (size_bytes / n) / bandwidth
 
 
+def _checked_hop_times(hop_time) -> np.ndarray:
+    """hop_time as a float vector; a kernel cannot price negative, infinite or missing hops."""
+    t = np.asarray(hop_time, dtype=np.float64)
+    if t.ndim != 1 or len(t) == 0:
+        raise ValueError(f"hop_time must be a non-empty vector, got shape {t.shape}")
+    if not np.all(np.isfinite(t)) or np.any(t < 0):
+        raise ValueError("hop_time must be finite and non-negative")
+    return t
+
+
 @dataclass
 class _Class:
     """Precomputed index data for one threshold v of the closed form."""
@@ -109,11 +119,7 @@ class RingAllReduce:
     """
 
     def __init__(self, hop_time: np.ndarray, *, use_fast_path: bool = True):
-        t = np.asarray(hop_time, dtype=np.float64)
-        if t.ndim != 1 or len(t) == 0:
-            raise ValueError(f"hop_time must be a non-empty vector, got shape {t.shape}")
-        if not np.all(np.isfinite(t)) or np.any(t < 0):
-            raise ValueError("hop_time must be finite and non-negative")
+        t = _checked_hop_times(hop_time)
         self.n = n = len(t)
         self.hop_time = t
         self.steps = K = ring_steps(n)
@@ -282,11 +288,7 @@ class RingHalf:
     """
 
     def __init__(self, hop_time: np.ndarray):
-        t = np.asarray(hop_time, dtype=np.float64)
-        if t.ndim != 1 or len(t) == 0:
-            raise ValueError(f"hop_time must be a non-empty vector, got shape {t.shape}")
-        if not np.all(np.isfinite(t)) or np.any(t < 0):
-            raise ValueError("hop_time must be finite and non-negative")
+        t = _checked_hop_times(hop_time)
         self.n = n = len(t)
         self.hop_time = t
         self.steps = K = n - 1
