@@ -51,8 +51,9 @@ def algorithms(scenario, nodes_text, algorithm_text, model_text, steps, override
     """Simulate SCENARIO with each all-reduce algorithm (and cost model) at each node count.
 
     \b
-    Prints per node count and algorithm: GPUs, step time, all-reduce time per step, exposed
-    communication and scaling efficiency (compute / step time); '*' marks the fastest.
+    Prints per node count and algorithm: GPUs, step time, collective time per step
+    (one baseline step's collectives), exposed communication and scaling efficiency
+    (compute / step time); '*' marks the fastest.
     Algorithms a model does not cover (NCCL's models: ring, tree, auto) are skipped.
     """
     from .cli import fail, load_or_fail, write_output

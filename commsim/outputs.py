@@ -65,9 +65,15 @@ def chrome_trace(result: RunResult, max_ranks: int = 64) -> str:
     """Chrome trace-event JSON (chrome://tracing, ui.perfetto.dev), one track per rank for the
     first `max_ranks` ranks: per step a "stall", "forward+backward", "wait for all-reduce" and
     "optimizer" span. All-reduces overlap backward, so "wait" is only the exposed part.
-    Times in microseconds."""
+    With ``ddp.sharding`` the spans say what they hold: ZeRO-2's "optimizer+all-gather" (the
+    gather follows the optimizer), FSDP's "forward+backward+gather waits" (units wait for their
+    all-gathers) and "wait for reduce-scatter". Times in microseconds."""
     events = []
     n = min(result.scenario.world_size, max_ranks)
+    sharding = result.scenario.ddp.sharding
+    compute_name = "forward+backward+gather waits" if sharding == "fsdp" else "forward+backward"
+    wait_name = "wait for all-reduce" if sharding == "none" else "wait for reduce-scatter"
+    optimizer_name = "optimizer+all-gather" if sharding == "zero2" else "optimizer"
     start = np.vstack([np.zeros((1, result.rank_end.shape[1])), result.rank_end[:-1]])
 
     def span(name, rank, step, t0, t1):
@@ -83,7 +89,7 @@ def chrome_trace(result: RunResult, max_ranks: int = 64) -> str:
             bwd_end, comm_end = result.rank_backward_end[s, r], result.rank_comm_end[s, r]
             opt_start = max(bwd_end, comm_end)
             span("stall", r, s, t0, compute_start)
-            span("forward+backward", r, s, compute_start, bwd_end)
-            span("wait for all-reduce", r, s, bwd_end, opt_start)
-            span("optimizer", r, s, opt_start, result.rank_end[s, r])
+            span(compute_name, r, s, compute_start, bwd_end)
+            span(wait_name, r, s, bwd_end, opt_start)
+            span(optimizer_name, r, s, opt_start, result.rank_end[s, r])
     return json.dumps({"traceEvents": events, "displayTimeUnit": "ms"}) + "\n"

@@ -4,9 +4,11 @@ Only reads :class:`commsim.engine.RunResult` records. Definitions (issue 2, sect
 
 - step time: from the previous step's end (the last rank's optimizer) to this step's end;
 - baseline: the same scenario with every straggler removed;
-- compute_time_s: forward + backward (all micro-batches) + optimizer of a healthy rank;
-- comm_time_s: the sum of one baseline step's all-reduce durations (first launch on the
-  last-ready rank to the last finish);
+- compute_time_s: forward + backward (all micro-batches) + optimizer of a healthy rank (with
+  ``ddp.sharding`` its 1/n share of the optimizer, :func:`commsim.sharding.optimizer_time`);
+- comm_time_s: the sum of one baseline step's collective durations (first launch on the
+  last-ready rank to the last finish), every kind: all-reduces, or with sharding
+  reduce-scatters and all-gathers;
 - exposed_comm_s = baseline step time - compute_time_s;
 - straggler_cost_s = mean step time - baseline step time; slowdown = their ratio;
 - scaling_efficiency = compute_time_s / mean step time (1.0: communication fully hidden, no
@@ -22,6 +24,7 @@ from typing import Any, Dict, Optional
 import numpy as np
 
 from .engine import RunResult, simulate
+from .sharding import optimizer_time
 from .spec import Scenario
 
 TOP_STRAGGLERS = 5
@@ -30,7 +33,8 @@ TOP_STRAGGLERS = 5
 def compute_time(scenario: Scenario) -> float:
     """Forward + backward of every micro-batch plus the optimizer, on a healthy rank (seconds)."""
     c = scenario.compute
-    return scenario.ddp.gradient_accumulation * (c.forward + c.backward) + c.optimizer
+    optimizer = optimizer_time(c.optimizer, scenario.ddp.sharding, scenario.world_size)
+    return scenario.ddp.gradient_accumulation * (c.forward + c.backward) + optimizer
 
 
 def late_ranks(result: RunResult, baseline: RunResult) -> np.ndarray:

@@ -76,6 +76,16 @@ def hop_times(
     return np.mean(alpha) + (size_bytes / n) / bandwidth
 
 
+def _checked_hop_times(hop_time) -> np.ndarray:
+    """hop_time as a float vector; a kernel cannot price negative, infinite or missing hops."""
+    t = np.asarray(hop_time, dtype=np.float64)
+    if t.ndim != 1 or len(t) == 0:
+        raise ValueError(f"hop_time must be a non-empty vector, got shape {t.shape}")
+    if not np.all(np.isfinite(t)) or np.any(t < 0):
+        raise ValueError("hop_time must be finite and non-negative")
+    return t
+
+
 @dataclass
 class _Class:
     """Precomputed index data for one threshold v of the closed form."""
@@ -109,11 +119,7 @@ class RingAllReduce:
     """
 
     def __init__(self, hop_time: np.ndarray, *, use_fast_path: bool = True):
-        t = np.asarray(hop_time, dtype=np.float64)
-        if t.ndim != 1 or len(t) == 0:
-            raise ValueError(f"hop_time must be a non-empty vector, got shape {t.shape}")
-        if not np.all(np.isfinite(t)) or np.any(t < 0):
-            raise ValueError("hop_time must be finite and non-negative")
+        t = _checked_hop_times(hop_time)
         self.n = n = len(t)
         self.hop_time = t
         self.steps = K = ring_steps(n)
@@ -246,10 +252,117 @@ def _segment_max(h: np.ndarray, starts: np.ndarray, regular) -> np.ndarray:
     return seg
 
 
-def ring_recurrence(launch: np.ndarray, hop_time: np.ndarray) -> np.ndarray:
-    """The recurrence itself, step by step over numpy vectors: O(n^2). For tests and checks."""
+def ring_recurrence(launch: np.ndarray, hop_time: np.ndarray, steps: int | None = None) -> np.ndarray:
+    """The recurrence itself, step by step over numpy vectors: O(n^2). For tests and checks.
+
+    ``steps``: 2(n-1) (an all-reduce) unless given; n-1 is a reduce-scatter or all-gather."""
     f = np.asarray(launch, dtype=np.float64).copy()
     t = np.asarray(hop_time, dtype=np.float64)
-    for _ in range(ring_steps(len(f))):
+    for _ in range(ring_steps(len(f)) if steps is None else steps):
         f = np.maximum(f, np.roll(f, 1)) + t
     return f
+
+
+class RingHalf:
+    """Finish times of a ring reduce-scatter or all-gather: K = n-1 steps of the same recurrence.
+
+    A ring all-reduce is a reduce-scatter then an all-gather (DESIGN.md); either half alone is
+    the recurrence of :class:`RingAllReduce` stopped after n-1 steps, with the same hop times
+    (each step still moves S/n bytes over every hop: :func:`hop_times` of the total size S).
+    Uniform case: max(L) + (n-1) alpha + (n-1)/n * S/B.
+
+    The closed form is the all-reduce's, with K = n-1: f[i] is the maximum over classes v of
+
+        max over a in [i-n+2, q_v(i)] of h_v[a]   +   (P[i] - i*v + (K-1)*v)
+
+    (see the module docstring; q_v(i) in [i-n+1, i], unwrapped). With K = n-1 every window
+    [a, i] is shorter than the ring, so the range holds each rank at most once; it runs from
+    period -1 (where h_v[a] = h_v[a+n] - D_v) into period 0 for most ranks, and then
+
+        max = max(prefix_max(h)[q_v(i)], suffix_max(h)[i+2] - D_v)
+
+    (the prefix maximum is needed at class positions only: segment maxima when the class is
+    sparse). The ranks before the first class position (range inside period -1: a suffix of
+    h up to the last class position) and i = n-2, n-1 (range inside period 0) are handled
+    apart. O(n) per class; classes are skipped as in :class:`RingAllReduce`.
+    """
+
+    def __init__(self, hop_time: np.ndarray):
+        t = _checked_hop_times(hop_time)
+        self.n = n = len(t)
+        self.hop_time = t
+        self.steps = K = n - 1
+        self._g = np.empty(n)
+        self._classes: list = []
+        if n == 1:
+            return
+        P = np.cumsum(t)
+        P_before = np.concatenate(([0.0], P[:-1]))
+        total = P[-1]
+        idx = np.arange(n)
+        lo = idx - n + 2  # leftmost window start (unwrapped): K = n-1 steps
+        for v in np.unique(t)[::-1]:  # largest first: it is never skipped
+            positions = np.flatnonzero(t >= v)
+            k = np.searchsorted(positions, idx, side="right") - 1
+            q = np.where(k >= 0, positions[k], positions[k] - n)  # last class position <= i
+            nonempty = q >= lo
+            across = nonempty & (q >= 0) & (lo < 0)  # period -1 into period 0
+            before = nonempty & (q < 0)  # inside period -1: [i+2, last position]
+            within = np.flatnonzero(nonempty & (lo >= 0))  # inside period 0: i = n-2, n-1
+            a = np.flatnonzero(across)
+            sparse = len(positions) <= n // 4
+            cls = {
+                "v": float(v), "D": n * v - total,
+                "base": -P_before + idx * v, "const": P - idx * v + (K - 1) * v,
+                "all_across": len(a) == n,
+                "across": a,
+                # prefix maxima at q: via segment maxima ending at each class position (sparse)
+                # segment k = [c_{k-1}+1, c_k] (a last one after c_{m-1}, if any, is not read)
+                "cuts": np.concatenate(([0], positions[positions < n - 1] + 1)) if sparse else None,
+                "prefix_at": k[a] if sparse else q[a],
+                "suffix_at": n - 1 - (a + 2),  # suffix from i+2, read in the reversed accumulation
+                "before": np.flatnonzero(before),
+                "last": int(positions[-1]),
+                "within": [(int(i), int(lo[i]), int(q[i])) for i in within],
+            }
+            b = cls["before"]
+            cls["before_at"] = cls["last"] - (b + 2)  # in the reversed accumulation of h[:last+1]
+            self._classes.append(cls)
+
+    def finish_times(self, launch: np.ndarray) -> np.ndarray:
+        """Per-rank finish times for per-rank launch times ``launch`` (a new array)."""
+        L = np.asarray(launch, dtype=np.float64)
+        if L.shape != (self.n,):
+            raise ValueError(f"launch must have shape ({self.n},), got {L.shape}")
+        n = self.n
+        if n == 1:
+            return L.copy()
+        g = self._g
+        np.maximum(L[1:], L[:-1], out=g[1:])
+        g[0] = max(L[0], L[-1])
+        g_max = g.max()
+        best = None
+        for c in self._classes:
+            if best is not None and g_max + self.steps * c["v"] <= best.min():
+                continue  # no window whose max is v can reach the current answer
+            h = g + c["base"]
+            D = c["D"]
+            if c["cuts"] is not None:
+                prefix = np.maximum.accumulate(np.maximum.reduceat(h, c["cuts"]))
+            else:
+                prefix = np.maximum.accumulate(h)
+            suffix = np.maximum.accumulate(h[::-1])  # suffix[n-1-y] = max h[y:]
+            across = np.maximum(prefix[c["prefix_at"]], suffix[c["suffix_at"]] - D)
+            if c["all_across"]:
+                f = across
+            else:
+                f = np.full(n, NEG_INF)
+                f[c["across"]] = across
+                if len(c["before"]):
+                    head_suffix = np.maximum.accumulate(h[c["last"] :: -1])
+                    f[c["before"]] = head_suffix[c["before_at"]] - D
+                for i, l, r in c["within"]:
+                    f[i] = h[l : r + 1].max()
+            f += c["const"]
+            best = f if best is None else np.maximum(best, f, out=best)
+        return best

@@ -22,6 +22,7 @@ __all__ = [
     "parse_scenario",
     "ALGORITHMS",
     "GRAD_DTYPES",
+    "SHARDINGS",
     "JITTER_DISTRIBUTIONS",
     "STRAGGLER_KINDS",
     "DEFAULT_INTRA_NODE_LATENCY",
@@ -42,6 +43,7 @@ ALGORITHMS: Tuple[str, ...] = get_args(spec.Algorithm)
 COST_MODELS: Tuple[str, ...] = get_args(spec.CostModel)
 INTRA_KINDS: Tuple[str, ...] = get_args(spec.IntraKind)
 GRAD_DTYPES: Tuple[str, ...] = get_args(spec.GradDtype)
+SHARDINGS: Tuple[str, ...] = get_args(spec.Sharding)
 JITTER_DISTRIBUTIONS: Tuple[str, ...] = get_args(spec.JitterDistribution)
 
 # Per-hop link latency when a file gives none: NCCL's own cost model for Ring/Simple
@@ -207,7 +209,7 @@ _SECTION_KEYS: Dict[str, Tuple[str, ...]] = {
     "cluster.inter_node": ("bandwidth", "latency"),
     "model": ("parameters", "grad_dtype"),
     "compute": ("forward", "backward", "optimizer", "batch_size"),
-    "ddp": ("bucket_cap", "first_bucket", "overlap", "gradient_accumulation"),
+    "ddp": ("bucket_cap", "first_bucket", "overlap", "gradient_accumulation", "sharding"),
     "collective": ("algorithm", "model"),
 }
 
@@ -305,11 +307,20 @@ def _compute(source: str, value: Any) -> spec.Compute:
 
 def _ddp(source: str, value: Any) -> spec.DDP:
     m = _Mapping(source, "ddp", value, _SECTION_KEYS["ddp"])
+    accumulation = m.get("gradient_accumulation", _count, spec.DDP.gradient_accumulation)
+    sharding = m.get("sharding", _choice(SHARDINGS), spec.DDP.sharding)
+    if sharding != "none" and accumulation > 1:
+        # DeepSpeed refuses no_sync() under ZeRO-2/3 and FSDP's no_sync keeps full gradients:
+        # per-micro-batch communication is not modeled (commsim/sharding.py)
+        raise ScenarioError(source, "ddp.sharding",
+                            f"expected gradient_accumulation 1 with sharding {sharding} (accumulation is modeled "
+                            f"for sharding none only), got gradient_accumulation {accumulation}")
     return spec.DDP(
         bucket_cap=m.get("bucket_cap", _size, float(spec.DDP.bucket_cap)),
         first_bucket=m.get("first_bucket", _size, float(spec.DDP.first_bucket)),
         overlap=m.get("overlap", _bool, spec.DDP.overlap),
-        gradient_accumulation=m.get("gradient_accumulation", _count, spec.DDP.gradient_accumulation),
+        gradient_accumulation=accumulation,
+        sharding=sharding,
     )
 
 

@@ -19,6 +19,8 @@ Algorithm = Literal["ring", "tree", "hierarchical", "halving_doubling", "reduce_
 # Cost models: the plain alpha-beta model, or NCCL's own tuning model of a given version.
 CostModel = Literal["alpha-beta", "nccl-2.7", "nccl-2.19", "nccl-2.30"]
 IntraKind = Literal["nvswitch", "nvlink", "pcie", "pcie-nop2p"]
+# Data-parallel sharding (commsim/sharding.py): plain DDP, ZeRO stage 2, or FSDP FULL_SHARD (ZeRO-3).
+Sharding = Literal["none", "zero2", "fsdp"]
 
 
 @dataclass(frozen=True)
@@ -75,12 +77,18 @@ class Compute:
 
 @dataclass(frozen=True)
 class DDP:
-    """PyTorch DistributedDataParallel settings (defaults as in PyTorch: 25 MiB buckets, 1 MiB first)."""
+    """PyTorch DistributedDataParallel settings (defaults as in PyTorch: 25 MiB buckets, 1 MiB first).
+
+    ``sharding``: ``none`` (DDP: all-reduce per bucket), ``zero2`` (reduce-scatter per bucket,
+    1/n optimizer, all-gather after it) or ``fsdp`` (the buckets are FSDP units, gathered before
+    their forward and their backward); see :mod:`commsim.sharding`.
+    """
 
     bucket_cap: float = 25 * 1024 * 1024
     first_bucket: float = 1024 * 1024
     overlap: bool = True
     gradient_accumulation: int = 1
+    sharding: Sharding = "none"
 
 
 @dataclass(frozen=True)

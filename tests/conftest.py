@@ -28,13 +28,15 @@ def make_scenario(
     seed=0,
     stragglers=(),
     name="test",
+    sharding="none",
 ):
     return Scenario(
         name=name,
         cluster=Cluster(nodes, gpus_per_node, Link(*intra), Link(*inter)),
         model=Model(parameters, grad_dtype),
         compute=Compute(forward, backward, optimizer, batch_size),
-        ddp=DDP(bucket_cap=bucket_cap, first_bucket=first_bucket, overlap=overlap, gradient_accumulation=accumulation),
+        ddp=DDP(bucket_cap=bucket_cap, first_bucket=first_bucket, overlap=overlap, gradient_accumulation=accumulation,
+                sharding=sharding),
         steps=steps,
         seed=seed,
         stragglers=tuple(stragglers),

@@ -137,6 +137,14 @@ def test_defaults(tmp_path):
     assert scenario.stragglers == ()
 
 
+def test_sharding_choices():
+    for sharding in ("none", "zero2", "fsdp"):
+        doc = mutate("ddp.gradient_accumulation", 1)
+        doc["ddp"]["sharding"] = sharding
+        assert parse_scenario(doc, SRC).ddp.sharding == sharding
+    assert parse_scenario(full_doc(), SRC).ddp.sharding == "none"  # the default: plain DDP
+
+
 def test_default_name_without_a_yaml_source():
     assert parse_scenario(MINIMAL, "<string>").name == "scenario"
 
@@ -432,6 +440,10 @@ BAD = [
     ("ddp.overlap", 1, "ddp.overlap", "expected true or false", "got 1"),
     ("model.grad_dtype", "fp64", "model.grad_dtype", "expected one of fp32, bf16, fp16", "got 'fp64' (did you mean 'fp16'?)"),
     ("collective.algorithm", "trees", "collective.algorithm", "expected one of ring, tree", "got 'trees'"),
+    ("ddp.sharding", "zero3", "ddp.sharding", "expected one of none, zero2, fsdp", "got 'zero3' (did you mean 'zero2'?)"),
+    ("ddp.sharding", True, "ddp.sharding", "expected one of none, zero2, fsdp", "got true (a boolean)"),
+    # the full document accumulates 2 micro-batches: not modeled with sharding
+    ("ddp.sharding", "zero2", "ddp.sharding", "expected gradient_accumulation 1 with sharding zero2", "got gradient_accumulation 2"),
     ("stragglers", {"kind": "jitter"}, "stragglers", "expected a list of mappings, each with a kind", "(a mapping)"),
     ("stragglers[0]", "slow", "stragglers[0]", "expected a mapping with a kind", "got 'slow'"),
     ("stragglers[0].kind", "slowrank", "stragglers[0].kind", "expected one of slow_rank, throttle", "got 'slowrank' (did you mean 'slow_rank'?)"),
@@ -560,13 +572,13 @@ _KEYS = [
     "name", "description", "seed", "steps", "cluster", "model", "compute", "ddp", "collective",
     "stragglers", "nodes", "gpus_per_node", "intra_node", "inter_node", "bandwidth", "latency",
     "parameters", "grad_dtype", "forward", "backward", "optimizer", "batch_size", "bucket_cap",
-    "first_bucket", "overlap", "gradient_accumulation", "algorithm", "kind", "ranks", "factor",
+    "first_bucket", "overlap", "gradient_accumulation", "sharding", "algorithm", "kind", "ranks", "factor",
     "heat_up", "throttled_time", "clock_fraction", "phase", "distribution", "cv", "duration",
     "every", "probability", "rank", "node",
 ]
 _STRINGS = [
     "25 MB", "25 MiB", "100 Gbps", "12.5 GB/s", "5 us", "0.5 s", "1e9", "1.0e9", "1_000", "all",
-    "ring", "fp32", "bf16", "jitter", "slow_rank", "throttle", "stall", "slow_link", "lognormal",
+    "ring", "fp32", "bf16", "zero2", "fsdp", "jitter", "slow_rank", "throttle", "stall", "slow_link", "lognormal",
     "-1", "0", "nan", "inf", "", "5 XB", "\u00b5s",
 ]
 _scalars = st.one_of(
@@ -688,7 +700,7 @@ SMALL = {
     },
     "model": {"parameters": "1e7"},
     "compute": {"forward": "10 ms", "backward": "20 ms"},
-    "ddp": {"bucket_cap": "4 MB"},
+    "ddp": {"bucket_cap": "4 MB", "sharding": "none"},
     "stragglers": [
         {"kind": "slow_rank", "ranks": 1, "factor": 1.5},
         {"kind": "throttle", "ranks": [2], "heat_up": "20 ms", "throttled_time": "10 ms", "clock_fraction": 0.5},
@@ -703,7 +715,7 @@ _EDGE_VALUES = st.one_of(
     st.sampled_from([
         0, 1, 2, 3, -1, 0.5, 1.0, 1e-6, 1e-9, 10, 1e6, 2e6, "1e-300", "1e300", True, None, [], "all",
         "1 B", "1 B/s", "1 ns", "0 s", "1e6 s", "1000000 s", "25 MiB", "4 GB", "10 Gbps", "1e-6",
-        "lognormal", "normal", "gamma", "exponential", "fp16", "bf16", [0, 1], [3],
+        "lognormal", "normal", "gamma", "exponential", "fp16", "bf16", "zero2", "fsdp", [0, 1], [3],
     ]),
     st.floats(min_value=-2, max_value=20),
     st.integers(min_value=-1, max_value=5),

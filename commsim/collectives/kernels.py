@@ -6,7 +6,9 @@ object for any algorithm of this package under either cost model:
 
 - ``alpha-beta`` (default): the algorithm's max-plus kernel, with its dependency structure
   (a late rank delays exactly the ranks that depend on it). A ring (or ``auto`` choosing the
-  ring for this size) uses the lead's O(n) closed-form evaluation :class:`commsim.ring.RingAllReduce`.
+  ring for this size) uses the lead's O(n) closed-form evaluation :class:`commsim.ring.RingAllReduce`;
+  ``reduce_scatter`` and ``all_gather`` (half a ring, :mod:`.halves`) use its n-1-step
+  counterpart :class:`commsim.ring.RingHalf` (the same finish times as ``halves.finish_times``).
 - ``nccl-2.7`` / ``nccl-2.19`` / ``nccl-2.30``: NCCL's tuning model gives one time per call
   (fastest protocol for the size); every rank finishes at max(launch) + that time.
 """
@@ -65,6 +67,10 @@ def make_kernel(algorithm: str, fabric: Fabric, size: float, model: str = "alpha
         from commsim.ring import RingAllReduce  # numpy only
 
         return RingAllReduce(ring_module.hop_times(fabric, size))
+    if chosen in ("reduce_scatter", "all_gather"):
+        from commsim.ring import RingHalf  # numpy only
+
+        return RingHalf(ring_module.hop_times(fabric, size))
     return AlgorithmKernel(chosen, fabric, size)
 
 
