@@ -624,6 +624,9 @@ def atomic_write_text(path: Union[str, os.PathLike], text: str) -> None:
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; an output file gets the usual mode
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

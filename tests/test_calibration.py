@@ -2,6 +2,7 @@
 
 import json
 import math
+import os
 
 import numpy as np
 import pytest
@@ -216,6 +217,9 @@ def test_save_load_round_trip(tmp_path):
     doc = yaml.safe_load(path.read_text())
     assert list(doc) == ["format", "provenance", "levels", "compute"]
     assert [p.name for p in tmp_path.iterdir()] == ["cal.yaml"]
+    umask = os.umask(0)
+    os.umask(umask)
+    assert path.stat().st_mode & 0o777 == 0o666 & ~umask
 
 
 def _write(tmp_path, doc):
