@@ -121,12 +121,14 @@ class FitError:
 
 @dataclass(frozen=True)
 class SizeRange:
-    """Alpha-beta parameters that apply from `min_size_bytes` up to the next range's start
-    (the first range also covers smaller sizes, the last one larger sizes)."""
+    """Alpha-beta parameters fitted to the measured sizes min_size_bytes..max_size_bytes. They
+    apply up to max_size_bytes (the first range also to smaller sizes, the last one to larger
+    sizes; a size between two ranges' data uses the larger range)."""
 
     min_size_bytes: int
     alpha_s: float
     beta_Bps: float
+    max_size_bytes: Optional[int] = None  # largest size fitted (None: not recorded)
 
 
 @dataclass(frozen=True)
@@ -156,17 +158,27 @@ class LinkCalibration:
         return tuple(m for m in self.table if m.world_size == n)
 
     def range_for(self, size: Number) -> SizeRange:
-        """The size range whose parameters apply to `size`."""
-        chosen = self.ranges[0]
-        for r in self.ranges[1:]:
-            if size >= r.min_size_bytes:
-                chosen = r
-        return chosen
+        """The size range whose line applies to `size`: the first whose fitted sizes reach up
+        to `size` (a size between two ranges' data goes to the larger range), else the last."""
+        for r, nxt in zip(self.ranges, self.ranges[1:]):
+            end = r.max_size_bytes if r.max_size_bytes is not None else nxt.min_size_bytes - 1
+            if size <= end:
+                return r
+        return self.ranges[-1]
 
     def model_time(self, size: Number, n: int) -> float:
-        """All-reduce time of the per-range alpha-beta model."""
-        r = self.range_for(size)
-        return model_time(r.alpha_s, r.beta_Bps, size, n)
+        """All-reduce time of the per-range alpha-beta model: the line of the range `size` falls
+        in, but never less than an earlier range's line at the largest size it was fitted to,
+        so that a larger message never costs less (lines fitted separately can step down
+        where one range's data ends and the next one's begins)."""
+        current = self.range_for(size)
+        t = model_time(current.alpha_s, current.beta_Bps, size, n)
+        for r, nxt in zip(self.ranges, self.ranges[1:]):
+            if r is current:
+                break
+            end = r.max_size_bytes if r.max_size_bytes is not None else nxt.min_size_bytes - 1
+            t = max(t, model_time(r.alpha_s, r.beta_Bps, end, n))
+        return t
 
 
 @dataclass(frozen=True)
@@ -393,9 +405,9 @@ def fit_ranges(table: Sequence[Measurement], max_ranges: int = MAX_RANGES) -> Tu
     if chosen is None:  # too few sizes to split, or no split fits: one range over everything
         a, b = fit_alpha_beta([m.size_bytes for m in table], [m.time_s for m in table],
                               [m.world_size for m in table])
-        return (SizeRange(sizes[0], a, b),)
+        return (SizeRange(sizes[0], a, b, sizes[-1]),)
     bounds = (0,) + chosen + (n_sizes,)
-    return tuple(SizeRange(sizes[i], *seg(i, j)[1]) for i, j in zip(bounds, bounds[1:]))
+    return tuple(SizeRange(sizes[i], *seg(i, j)[1], sizes[j - 1]) for i, j in zip(bounds, bounds[1:]))
 
 
 def _merge_duplicates(measurements: Iterable[Measurement]) -> Tuple[Measurement, ...]:

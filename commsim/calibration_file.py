@@ -78,7 +78,8 @@ def calibration_to_dict(cal: Calibration) -> Dict[str, Any]:
             "alpha_s": lv.alpha_s,
             "beta_Bps": lv.beta_Bps,
             "ranges": [
-                {"min_size_bytes": r.min_size_bytes, "alpha_s": r.alpha_s, "beta_Bps": r.beta_Bps}
+                {"min_size_bytes": r.min_size_bytes, "max_size_bytes": r.max_size_bytes,
+                 "alpha_s": r.alpha_s, "beta_Bps": r.beta_Bps}
                 for r in lv.ranges
             ],
             "fit": {
@@ -279,16 +280,19 @@ def _read_ranges(r: _Reader, doc: Any, where: str, alpha: float, beta: float,
                  table: Tuple[Measurement, ...]) -> Tuple[SizeRange, ...]:
     """Size ranges; absent means one range with the level's alpha/beta from the smallest size."""
     if doc is None:
-        return (SizeRange(min(m.size_bytes for m in table), alpha, beta),)
+        return (SizeRange(min(m.size_bytes for m in table), alpha, beta, max(m.size_bytes for m in table)),)
     if not isinstance(doc, list) or not doc:
         raise r.fail(where, "a non-empty list of {min_size_bytes, alpha_s, beta_Bps}", doc)
     out = []
     for i, item in enumerate(doc):
         w = f"{where}[{i}]"
-        item = r.mapping(item, w, ["min_size_bytes", "alpha_s", "beta_Bps"])
-        out.append(SizeRange(r.integer(item["min_size_bytes"], w + ".min_size_bytes", 1),
-                             r.number(item["alpha_s"], w + ".alpha_s"),
-                             r.number(item["beta_Bps"], w + ".beta_Bps", strict=True)))
+        item = r.mapping(item, w, ["min_size_bytes", "alpha_s", "beta_Bps"], ["max_size_bytes"])
+        lo = r.integer(item["min_size_bytes"], w + ".min_size_bytes", 1)
+        hi = item.get("max_size_bytes")
+        if hi is not None:
+            hi = r.integer(hi, w + ".max_size_bytes", lo)
+        out.append(SizeRange(lo, r.number(item["alpha_s"], w + ".alpha_s"),
+                             r.number(item["beta_Bps"], w + ".beta_Bps", strict=True), hi))
     starts = [x.min_size_bytes for x in out]
     if starts != sorted(set(starts)):
         raise r.fail(where, "ranges in increasing min_size_bytes order", starts)

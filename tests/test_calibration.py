@@ -189,3 +189,33 @@ def test_duplicate_measurements_are_merged_by_median():
     ms = [Measurement(2**20, t, 4) for t in (1e-3, 2e-3, 9e-3)] + [Measurement(2**21, 3e-3, 4)]
     link = fit_link("flat", ms)
     assert [(m.size_bytes, m.time_s) for m in link.table] == [(2**20, 2e-3), (2**21, 3e-3)]
+
+
+def _log_links():
+    from pathlib import Path
+
+    from commsim.nccl_log import load_nccl_log
+
+    links = []
+    for p in sorted((Path(__file__).parent / "data" / "nccl-tests").glob("*.txt")):
+        log = load_nccl_log(str(p))
+        links.append(fit_link("flat", [Measurement(s, t, log.world_size) for s, t in log.times()]))
+    return links
+
+
+LOG_LINKS = _log_links()
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    which=st.integers(0, len(LOG_LINKS) - 1),
+    size=st.floats(1.0, 1e11),
+    grow=st.floats(1.0, 100.0),
+    n=st.integers(2, 4096),
+    more=st.integers(0, 4096),
+)
+def test_model_is_monotone_in_size_and_ranks(which, size, grow, n, more):
+    """A larger message, or more ranks, never costs less: also across size-range boundaries."""
+    link = LOG_LINKS[which]
+    assert link.model_time(size * grow, n) >= link.model_time(size, n)
+    assert link.model_time(size, n + more) >= link.model_time(size, n)
