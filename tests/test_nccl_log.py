@@ -3,6 +3,8 @@
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from commsim.nccl_log import NcclLogError, check_allreduce, load_nccl_log, parse_nccl_log
 
@@ -157,3 +159,32 @@ def test_non_allreduce_logs_are_rejected():
 def test_missing_file(tmp_path):
     with pytest.raises(NcclLogError, match="cannot read log"):
         load_nccl_log(str(tmp_path / "nope.txt"))
+
+
+JUNK = st.sampled_from([
+    "",
+    "host1:1234:1234 [0] NCCL INFO Channel 00/02 :    0   1",
+    "host1:1234:1234 [3] NCCL WARN Cuda failure 'out of memory'",
+    "#",
+    "# Using devices",
+    "srun: job 123 queued and waiting for resources",
+    "Warning: Permanently added 'node7' (ECDSA) to the list of known hosts.",
+    "   [some banner]  12 34 56",
+    "0: ",
+    "Welcome to the cluster 2 3",
+])
+
+
+@settings(max_examples=60, deadline=None)
+@given(junk=st.lists(st.tuples(st.integers(0, 40), JUNK), max_size=25))
+def test_junk_lines_never_change_the_rows(junk):
+    """Banners, warnings and NCCL chatter anywhere in a log leave the table as it was."""
+    path = DATA / "A100-SXM4-80GB-1node_8ranks_gh-notes-dkh.txt"
+    lines = path.read_text().splitlines()
+    clean = parse_nccl_log("\n".join(lines), "a100")
+    for pos, text in sorted(junk, reverse=True):
+        lines.insert(min(pos + 10, len(lines)), text)  # after the file's own header
+    dirty = parse_nccl_log("\n".join(lines), "a100")
+    assert [(r.size_bytes, r.out_of_place, r.in_place) for r in dirty.rows] == \
+        [(r.size_bytes, r.out_of_place, r.in_place) for r in clean.rows]
+    assert dirty.world_size == 8
