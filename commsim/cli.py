@@ -40,11 +40,12 @@ def write_output(path: str, text: str, what: str) -> None:
         fail(f"cannot write {what} to {path}: {exc.strerror or exc}")
 
 
-def load_or_fail(path: str, overrides: Sequence[str], steps: Optional[int], seed: Optional[int]):
+def load_or_fail(path: str, overrides: Sequence[str], steps: Optional[int], seed: Optional[int],
+                 calibration: Optional[str] = None):
     from .loader import load_scenario
 
     try:
-        return load_scenario(path, overrides=overrides, steps=steps, seed=seed)
+        return load_scenario(path, overrides=overrides, steps=steps, seed=seed, calibration=calibration)
     except ScenarioError as exc:
         fail(str(exc))
 
@@ -77,6 +78,8 @@ SET_HELP = (
 @click.option("--steps", type=int, callback=positive_int, help="Number of steps (overrides the scenario's `steps`).")
 @click.option("--seed", type=int, help="Random seed (overrides the scenario's `seed`).")
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help=SET_HELP)
+@click.option("--calibration", type=click.Path(dir_okay=False),
+              help="Price the ring from this calibration (commsim calibrate) instead of the nominal links.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Write the summary as JSON here.")
 @click.option("--csv", "csv_path", type=click.Path(dir_okay=False), help="Write one row per step as CSV here.")
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False),
@@ -86,7 +89,7 @@ SET_HELP = (
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False),
               help="Plot step time per step and each rank's waiting time (.png, .svg or .pdf; needs the plot extra).")
 @click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors.")
-def run(scenario, steps, seed, overrides, json_path, csv_path, trace_path, trace_ranks, plot_path, quiet):
+def run(scenario, steps, seed, overrides, calibration, json_path, csv_path, trace_path, trace_ranks, plot_path, quiet):
     """Simulate SCENARIO and print the predicted step time and its breakdown.
 
     \b
@@ -101,7 +104,7 @@ def run(scenario, steps, seed, overrides, json_path, csv_path, trace_path, trace
     from .report import late_ranks, summarize
     from .summary_text import print_summary
 
-    sc = load_or_fail(scenario, overrides, steps, seed)
+    sc = load_or_fail(scenario, overrides, steps, seed, calibration)
     with step_progress(sc, enabled=not quiet) as on_step:
         result = simulate(sc, on_step=on_step("scenario"))
         baseline = simulate(sc.without_stragglers(), on_step=on_step("baseline"))
@@ -127,9 +130,11 @@ def _register_subcommands() -> None:
     """Commands that live in their own modules (each imports its heavy dependencies lazily)."""
     from .cli_collectives import register as register_collectives
     from .cli_sweep import register as register_sweep
+    from .cli_validate import register as register_validate
 
     register_sweep(main)
     register_collectives(main)
+    register_validate(main)
 
 
 _register_subcommands()

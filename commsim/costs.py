@@ -56,6 +56,14 @@ def ddp_buckets(grad_bytes: float, first_bucket: float, bucket_cap: float) -> np
     return np.asarray(sizes)
 
 
+def ring_crossings(cluster: Cluster) -> np.ndarray:
+    """Whether the ring hop into rank i crosses the network: i is a node's first rank (its
+    predecessor, rank i-1 or n-1 for i = 0, sits on the previous node) and there is more than
+    one node. Ranks are numbered node-major."""
+    ranks = np.arange(cluster.world_size)
+    return (ranks % cluster.gpus_per_node == 0) & (cluster.nodes > 1)
+
+
 def ring_hop_links(cluster: Cluster, bandwidth_factors: np.ndarray | None = None):
     """Per-hop (alpha, bandwidth) vectors of the node-major ring, indexed by receiving rank.
 
@@ -64,9 +72,7 @@ def ring_hop_links(cluster: Cluster, bandwidth_factors: np.ndarray | None = None
     node), else it stays on the intra-node fabric. `bandwidth_factors` (e.g. slow links)
     multiply the bandwidth hop by hop.
     """
-    n = cluster.world_size
-    ranks = np.arange(n)
-    crosses = (ranks % cluster.gpus_per_node == 0) & (cluster.nodes > 1)
+    crosses = ring_crossings(cluster)
     alpha = np.where(crosses, cluster.inter_node.latency, cluster.intra_node.latency).astype(np.float64)
     bandwidth = np.where(crosses, cluster.inter_node.bandwidth, cluster.intra_node.bandwidth).astype(np.float64)
     if bandwidth_factors is not None:

@@ -28,7 +28,7 @@ from typing import Callable, Dict, Optional
 import numpy as np
 import simpy
 
-from .costs import ddp_buckets, ring_hop_links
+from .costs import ddp_buckets, ring_crossings, ring_hop_links
 from .ring import RingAllReduce, RingHalf, hop_times
 from .sharding import optimizer_time, stream_order, unit_shares
 from .spec import Scenario
@@ -122,9 +122,22 @@ class Engine:
             self.op_kernels = [halves[(op.kind, self.buckets[op.bucket])] for op in self.ops]
         self.ranks = _Ranks(self.perturb.clocks)
 
-    def _kernel(self, size: float):
-        """The collective for one bucket size: an object with ``finish_times(launch)``."""
+    def _calibrated_hop_times(self, size: float) -> np.ndarray:
+        """Ring hop times from the scenario's calibration (measured curve or fitted alpha-beta)."""
+        from .calibration import calibrated_hop_times
+
         sc = self.scenario
+        return calibrated_hop_times(sc.calibration, ring_crossings(sc.cluster), size, link_bandwidth_factors(sc))
+
+    def _kernel(self, size: float):
+        """The collective for one bucket size: an object with ``finish_times(launch)``.
+
+        A calibration (which the loader allows with the ring and the alpha-beta model only:
+        it measured the library's own all-reduce) replaces the nominal link numbers.
+        """
+        sc = self.scenario
+        if sc.calibration is not None:
+            return RingAllReduce(self._calibrated_hop_times(size))
         if sc.collective.algorithm == "ring" and sc.collective.model == "alpha-beta":
             alpha, bandwidth = ring_hop_links(sc.cluster, link_bandwidth_factors(sc))
             return RingAllReduce(hop_times(size, alpha, bandwidth))
@@ -141,6 +154,8 @@ class Engine:
         the collectives package's ring half under the scenario's cost model.
         """
         sc = self.scenario
+        if sc.calibration is not None:  # a half ring: the same hops, n-1 steps instead of 2(n-1)
+            return RingHalf(self._calibrated_hop_times(size))
         if sc.collective.algorithm == "ring" and sc.collective.model == "alpha-beta":
             alpha, bandwidth = ring_hop_links(sc.cluster, link_bandwidth_factors(sc))
             return RingHalf(hop_times(size, alpha, bandwidth))

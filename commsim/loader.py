@@ -216,8 +216,12 @@ def load_scenario(
     overrides: Iterable[str] = (),
     steps: Optional[int] = None,
     seed: Optional[int] = None,
+    calibration: Optional[Union[str, Path]] = None,
 ) -> spec.Scenario:
-    """Load, override (``--set``, then ``--steps``/``--seed``) and validate a scenario file.
+    """Load, override (``--set``, then ``--steps``/``--seed``/``--calibration``) and validate a scenario file.
+
+    A ``calibration`` path given here is relative to the current directory (one in the file
+    is relative to the file).
 
     A bad value that came from the command line is reported against the file with the flag
     named, e.g. ``run.yaml (after --set 'ddp.bucket_cap=0'): ddp.bucket_cap: ...``.
@@ -236,6 +240,9 @@ def load_scenario(
     if seed is not None:
         doc["seed"] = seed
         origins["seed"] = f"--seed {seed!r}"
+    if calibration is not None:
+        doc["calibration"] = str(Path(calibration).resolve())
+        origins["calibration"] = f"--calibration {str(calibration)!r}"
     try:
         return parse_scenario(doc, source)
     except ScenarioError as err:

@@ -202,7 +202,8 @@ class _Mapping:
 
 # Where each key lives, to point a misplaced key (bucket_cap at the top level) to its section.
 _SECTION_KEYS: Dict[str, Tuple[str, ...]] = {
-    "": ("name", "description", "seed", "steps", "cluster", "model", "compute", "ddp", "collective", "stragglers"),
+    "": ("name", "description", "seed", "steps", "cluster", "model", "compute", "ddp", "collective", "stragglers",
+         "calibration"),
     "cluster": ("nodes", "gpus_per_node", "intra_node", "inter_node", "preset", "intra_kind", "nics_per_node",
                 "nic_bandwidth", "oversubscription"),
     "cluster.intra_node": ("bandwidth", "latency"),
@@ -322,6 +323,27 @@ def _ddp(source: str, value: Any) -> spec.DDP:
         gradient_accumulation=accumulation,
         sharding=sharding,
     )
+
+
+def _calibration(source: str, value: Any, collective: spec.Collective):
+    """`calibration: PATH` (relative to the scenario file): a file from `commsim calibrate`."""
+    from commsim.calibration import load_calibration
+
+    if not isinstance(value, str) or not value:
+        raise ScenarioError(source, "calibration", f"expected the path of a calibration file, got {describe(value)}")
+    if (collective.algorithm, collective.model) != ("ring", "alpha-beta"):
+        raise ScenarioError(
+            source, "calibration",
+            "a calibration measured the library's own all-reduce and replaces the ring's link costs: "
+            f"expected collective.algorithm ring with model alpha-beta, got {collective.algorithm} / {collective.model}",
+        )
+    path = Path(value)
+    if not path.is_absolute() and Path(source).parent.is_dir():
+        path = Path(source).parent / path
+    try:
+        return load_calibration(path)
+    except ScenarioError as err:  # the calibration file's own one-line error, reported at this key
+        raise ScenarioError(source, "calibration", str(err)) from None
 
 
 def _collective(source: str, value: Any) -> spec.Collective:
@@ -563,10 +585,12 @@ def parse_scenario(doc: Any, source: str) -> spec.Scenario:
             f"expected steps x world size up to {MAX_RANK_STEPS} (the engine keeps per-rank, per-step "
             f"records), got {steps} x {cluster.world_size}",
         )
+    calibration = _calibration(source, doc["calibration"], collective) if "calibration" in doc else None
     return spec.Scenario(
         cluster=cluster,
         model=model,
         compute=compute,
+        calibration=calibration,
         name=top.get("name", _name, _default_name(source)),
         description=top.get("description", _text, spec.Scenario.description),
         seed=top.get("seed", _count_or_zero, spec.Scenario.seed),

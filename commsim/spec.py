@@ -8,7 +8,10 @@ bytes per second, seconds.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Literal, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Literal, Optional, Tuple, Union
+
+if TYPE_CHECKING:  # the record lives with its fitting code; the spec only carries it
+    from .calibration import Calibration
 
 GradDtype = Literal["fp32", "bf16", "fp16"]
 BYTES_PER_ELEMENT = {"fp32": 4, "bf16": 2, "fp16": 2}
@@ -173,6 +176,7 @@ class Scenario:
     ddp: DDP = field(default_factory=DDP)
     collective: Collective = field(default_factory=Collective)
     stragglers: Tuple[Straggler, ...] = ()
+    calibration: Optional["Calibration"] = None  # measured link costs replacing the nominal links
 
     @property
     def world_size(self) -> int:

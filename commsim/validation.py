@@ -2,8 +2,9 @@
 
 Pure (numpy, no torch): :mod:`validate.replay` measures, this module predicts and compares.
 
-- :func:`simulate_calibrated` runs the engine with every ring hop timed from a calibration
-  (:func:`commsim.calibration.calibrated_hop_times`) instead of the scenario's nominal links.
+- :func:`simulate_calibrated` runs the engine with the scenario's calibration replaced: every
+  ring hop is timed from it (:func:`commsim.calibration.calibrated_hop_times`) instead of the
+  scenario's nominal links.
 - :func:`measured_summary` turns per-step, per-rank timestamps of a real run into the same
   statistics as ``commsim run`` (step time from the previous step's end to this one's, etc.).
 - :func:`compare` puts both side by side with signed errors in %.
@@ -15,55 +16,28 @@ from typing import Any, Dict, Optional
 
 import numpy as np
 
-from commsim.calibration import Calibration, CalibrationError, calibrated_hop_times
+from dataclasses import replace
+
+from commsim.calibration import Calibration, CalibrationError
 from commsim.costs import ddp_buckets
-from commsim.engine import Engine, RunResult
+from commsim.engine import RunResult, simulate
 from commsim.report import percentiles, summarize
-from commsim.ring import RingAllReduce
 from commsim.spec import Jitter, Scenario, SlowRank, Stall
-from commsim.stragglers import link_bandwidth_factors, perturbations
+from commsim.stragglers import perturbations
 
 REPLAYABLE = (SlowRank, Jitter, Stall)
 # A replay holds every bucket of the gradient in memory on every local rank.
 MAX_REPLAY_GRAD_BYTES = 2 * 1024**3
 
 
-def ring_crossings(scenario: Scenario) -> np.ndarray:
-    """Whether the ring hop into rank i crosses nodes: the rule of commsim.costs.ring_hop_links
-    (node-major ranks: the hop into a node's first rank comes from the previous node)."""
-    c = scenario.cluster
-    ranks = np.arange(c.world_size)
-    return (ranks % c.gpus_per_node == 0) & (c.nodes > 1)
-
-
-class CalibratedEngine(Engine):
-    """The engine with calibrated per-hop times (the hook asked of the core: see the report).
-
-    Every bucket's all-reduce is the ring recurrence with hop times from the calibration, so a
-    uniform ring takes exactly the calibrated time. The calibration measured whatever
-    algorithm the library chose, so the scenario's collective.algorithm is not used here.
-    Everything else (buckets, stragglers, overlap, steady-state shortcut) is the engine's own."""
-
-    def __init__(self, scenario: Scenario, calibration: Calibration, **kwargs):
-        self.calibration = calibration
-        self._crosses = ring_crossings(scenario)
-        self._factors = link_bandwidth_factors(scenario)
-        super().__init__(scenario, **kwargs)
-
-    def _kernel(self, size: float) -> RingAllReduce:
-        return RingAllReduce(calibrated_hop_times(self.calibration, self._crosses, size, self._factors))
-
-
 def simulate_calibrated(scenario: Scenario, calibration: Calibration) -> RunResult:
-    """Run the scenario with calibrated link costs."""
-    return CalibratedEngine(scenario, calibration).run()
+    """Run the scenario with calibrated link costs (the engine prices every ring hop from it)."""
+    return simulate(replace(scenario, calibration=calibration))
 
 
 def predicted_summary(scenario: Scenario, calibration: Calibration) -> Dict[str, Any]:
     """The `commsim run` summary of the scenario under the calibration (and its baseline)."""
-    result = simulate_calibrated(scenario, calibration)
-    baseline = simulate_calibrated(scenario.without_stragglers(), calibration)
-    return summarize(scenario, result, baseline)
+    return summarize(replace(scenario, calibration=calibration))
 
 
 def measured_summary(start: np.ndarray, rank_end: np.ndarray, bucket_launch: Optional[np.ndarray] = None,

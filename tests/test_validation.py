@@ -13,9 +13,9 @@ from commsim.validation import (
     measured_summary,
     predicted_summary,
     replay_plan,
-    ring_crossings,
     simulate_calibrated,
 )
+from commsim.costs import ring_crossings
 from tests.conftest import make_scenario
 
 
@@ -41,8 +41,8 @@ def test_calibration_with_the_nominal_links_reproduces_the_engine(stragglers):
 
 
 def test_crossings_match_the_node_major_ring():
-    assert ring_crossings(make_scenario(nodes=2, gpus_per_node=4)).tolist() == [True, False, False, False, True, False, False, False]
-    assert not ring_crossings(make_scenario(nodes=1, gpus_per_node=4)).any()
+    assert ring_crossings(make_scenario(nodes=2, gpus_per_node=4).cluster).tolist() == [True, False, False, False, True, False, False, False]
+    assert not ring_crossings(make_scenario(nodes=1, gpus_per_node=4).cluster).any()
 
 
 def test_measured_curve_drives_the_engine():
