@@ -1,4 +1,5 @@
-"""`commsim algorithms`: step time and scaling efficiency of a scenario per all-reduce algorithm.
+"""`commsim algorithms` (step time and scaling efficiency of a scenario per all-reduce
+algorithm) and the algorithm tables of `commsim collective SCENARIO --algorithm ...`.
 
 Registered into the main group by :func:`register` (commsim/cli.py calls it). Also runnable
 alone: ``python -m commsim.cli_collectives algorithms SCENARIO ...``.
@@ -35,6 +36,80 @@ def _node_counts(text: str) -> list:
         raise click.BadParameter(f"expected comma-separated positive node counts like 4,32,256, got {text!r}",
                                  param_hint="--nodes")
     return counts
+
+
+def _resized(scenario, ranks: int):
+    """The scenario on a world of `ranks` GPUs: ranks / gpus_per_node nodes, or one smaller node."""
+    from dataclasses import replace
+
+    from .algorithms import with_nodes
+
+    g = scenario.cluster.gpus_per_node
+    if ranks % g == 0:
+        return with_nodes(scenario, ranks // g)
+    if ranks < g:
+        one_node = with_nodes(scenario, 1)
+        return with_nodes(replace(one_node, cluster=replace(one_node.cluster, gpus_per_node=ranks)), 1)
+    raise ValueError(f"--ranks: expected a multiple of the scenario's gpus_per_node ({g}) or fewer, got {ranks}")
+
+
+def _calibrated_fabric(fabric, cal, size: float):
+    """`fabric` with the calibration's fitted alpha/beta (for this size's range) per link level."""
+    from dataclasses import replace
+
+    from .calibration import hop_level_names
+
+    intra_name, inter_name = hop_level_names(cal, [False, True])
+    intra, inter = cal.level(intra_name).range_for(size), cal.level(inter_name).range_for(size)
+    return replace(fabric, intra_latency=intra.alpha_s, intra_bandwidth=intra.beta_Bps,
+                   inter_latency=inter.alpha_s, inter_bandwidth=inter.beta_Bps)
+
+
+def algorithm_tables(scenario_path, overrides, algorithm, model, ranks, cal_path, sizes):
+    """Rows and text of `commsim collective SCENARIO --algorithm NAME|LIST|all`.
+
+    One algorithm: the nccl-tests columns. Several: time and busbw side by side, '*' on the
+    fastest all-reduce of each size. Rows: size_bytes, algorithm, chosen, time_us,
+    algbw_GBps, busbw_GBps, fastest.
+    """
+    from .algorithms import scenario_fabric
+    from .calibration import load_calibration
+    from .cli import load_or_fail
+    from .cli_validate import ELEMENT_BYTES, format_nccl_table
+    from .collectives import ALGORITHMS, algorithms_for, table
+
+    sc = load_or_fail(scenario_path, overrides, None, None)
+    model = model or sc.collective.model
+    if model not in COST_MODELS:
+        raise ValueError(f"--model: expected one of {', '.join(COST_MODELS)}, got {model!r}")
+    if algorithm is None:
+        names = [sc.collective.algorithm]
+    else:
+        names = _split(algorithm, "--algorithm", algorithms_for(model) if algorithm.strip() == "all" else ALGORITHMS)
+    if ranks is not None:
+        sc = _resized(sc, ranks)
+    fabric = scenario_fabric(sc)
+    cal = load_calibration(cal_path) if cal_path else None
+    raw = []
+    for size in sizes:
+        raw.extend(table(names, _calibrated_fabric(fabric, cal, size) if cal else fabric, [size], model))
+    rows = [{"size_bytes": r["size"], "algorithm": r["algorithm"], "chosen": r["chosen"], "time_us": r["time_s"] * 1e6,
+             "algbw_GBps": r["algbw"] / 1e9, "busbw_GBps": r["busbw"] / 1e9, "fastest": bool(r["fastest"])} for r in raw]
+    where = f"{sc.world_size} ranks ({sc.cluster.nodes} nodes x {sc.cluster.gpus_per_node}), model {model}"
+    links = f"calibration {cal_path}" if cal else "nominal links"
+    head = f"# commsim collective: {scenario_path}, {where}, {links}"
+    if len(names) == 1:
+        nccl_rows = [dict(r, count=r["size_bytes"] // ELEMENT_BYTES, type="float", redop="sum", root=-1) for r in rows]
+        chosen = sorted({r["chosen"] for r in rows})
+        return rows, "\n".join([f"{head}, algorithm {names[0]} (runs: {', '.join(chosen)})", format_nccl_table(nccl_rows)])
+    lines = [head, "#       size  " + "  ".join(f"{n[:18]:>22s}" for n in names),
+             "#        (B)  " + "  ".join(f"{'time us  busbw GB/s':>22s}" for _ in names)]
+    for i in range(0, len(rows), len(names)):
+        group = rows[i:i + len(names)]
+        cells = [f"{r['time_us']:10.1f} {r['busbw_GBps']:9.2f}{'*' if r['fastest'] else ' '}" for r in group]
+        lines.append(f"{group[0]['size_bytes']:12d}  " + "  ".join(f"{c:>22s}" for c in cells))
+    lines.append("# * fastest all-reduce for the size")
+    return rows, "\n".join(lines)
 
 
 @click.command("algorithms")

@@ -326,22 +326,48 @@ def calibrate_cmd(logs, from_nccl, output, level, ranks, in_place, backend, npro
 
 
 @click.command("collective")
-@click.option("--calibration", "cal_path", required=True, type=click.Path(dir_okay=False), help="Calibration YAML.")
-@click.option("--ranks", type=click.IntRange(min=2), required=True, help="World size of the all-reduce.")
+@click.argument("scenario", required=False, type=click.Path(dir_okay=False))
+@click.option("--calibration", "cal_path", type=click.Path(dir_okay=False),
+              help="Calibration YAML (commsim calibrate): its measured curve, or its fitted links under --algorithm.")
+@click.option("--ranks", type=click.IntRange(min=2), default=None,
+              help="World size of the all-reduce (with SCENARIO: its node count is resized to fit).")
+@click.option("--algorithm", default=None,
+              help="ring, tree, hierarchical, halving_doubling, reduce_broadcast, auto, reduce_scatter, all_gather, "
+                   "a comma-separated list, or all (side by side, fastest marked). Needs SCENARIO (its cluster).")
+@click.option("--model", default=None, help="alpha-beta or nccl-2.7/2.19/2.30 (default: the scenario's collective.model).")
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a scenario key, as in `commsim run`.")
 @click.option("--sizes", default="8:1G", show_default=True, help="MIN:MAX[:FACTOR] in bytes (K/M/G binary), doubling by default.")
 @click.option("--level", type=click.Choice(calib.LEVELS), default=None,
-              help="Link level to use (default: the only one, else inter_node).")
+              help="Calibration link level to use without SCENARIO (default: the only one, else inter_node).")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None, help="Also write the rows as JSON.")
 @one_line_errors
-def collective_cmd(cal_path, ranks, sizes, level, json_path):
-    """Print the predicted all-reduce table in nccl-tests' own columns.
+def collective_cmd(scenario, cal_path, ranks, algorithm, model, overrides, sizes, level, json_path):
+    """Print predicted all-reduce tables in nccl-tests' own columns.
 
-    Each time comes from the calibration's measured curve when RANKS equals a measured world
-    size and the size lies inside the table, otherwise from its fitted alpha-beta model.
+    \b
+    Two ways:
+      commsim collective --calibration CAL.yaml --ranks N [--sizes 8:1G]
+        the calibration's own curve: its measured table when N is a measured world size and
+        the size lies inside it, otherwise its fitted alpha-beta model;
+      commsim collective SCENARIO [--algorithm NAME|all] [--model M] [--ranks N] [--calibration CAL]
+        the scenario's cluster (and --set) priced by each algorithm's closed form; with a
+        calibration, its fitted alpha/beta replace the nominal link numbers.
     """
+    size_list = parse_size_range(sizes)
+    if scenario is not None or algorithm is not None or model is not None or overrides:
+        if scenario is None:
+            _fail("--algorithm, --model and --set need a SCENARIO: its cluster is the topology the algorithms run on")
+        from commsim.cli_collectives import algorithm_tables
+
+        rows, text = algorithm_tables(scenario, overrides, algorithm, model, ranks, cal_path, size_list)
+        click.echo(text)
+        if json_path:
+            calib.atomic_write_text(json_path, _json_text(_json_safe(rows)))
+        return
+    if cal_path is None or ranks is None:
+        _fail("give --calibration CAL.yaml and --ranks N (the calibration's curve), or a SCENARIO (its cluster)")
     cal = load_calibration(cal_path)
     lv = cal.level(level)
-    size_list = parse_size_range(sizes)
     rows = predicted_rows(cal, ranks, size_list, lv.level)
     n_table = sum(r["source"] == "table" for r in rows)
     click.echo(f"# commsim collective: all_reduce, {ranks} ranks, level {lv.level}, calibration {cal_path}")
