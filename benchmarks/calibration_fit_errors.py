@@ -1,4 +1,4 @@
-"""Per-log fit figures of docs/validator.md: fit a calibration from each nccl-tests log in
+"""Per-log fit figures of README.md, "Calibrating and validating": fit a calibration from each nccl-tests log in
 tests/data/nccl-tests and print its busbw errors for sizes >= 1 MiB.
 
     python benchmarks/calibration_fit_errors.py [LOG ...]

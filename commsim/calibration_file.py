@@ -1,4 +1,4 @@
-"""The calibration file: YAML in, YAML out (format documented key by key in docs/validator.md).
+"""The calibration file: YAML in, YAML out (format documented key by key in README.md, "Calibrating and validating").
 
 Writing is atomic (a temporary sibling, then os.replace). Reading is strict: an unknown or
 missing key, a value of the wrong kind or range, or a table row whose bandwidth columns do
@@ -54,7 +54,7 @@ def _finite(x: float) -> Optional[float]:
 
 
 def calibration_to_dict(cal: Calibration) -> Dict[str, Any]:
-    """The YAML mapping of a calibration (see docs/validator.md for every key)."""
+    """The YAML mapping of a calibration (see README.md, "Calibrating and validating" for every key)."""
     p = cal.provenance
     doc: Dict[str, Any] = {
         "format": FORMAT,
@@ -147,7 +147,7 @@ def dump_calibration(cal: Calibration) -> str:
     """The calibration as YAML text (table rows one per line)."""
     header = (
         "# commsim calibration: all-reduce alpha/beta per link level + measured table.\n"
-        "# Units: bytes, seconds, bytes/s. Format documented in docs/validator.md.\n"
+        "# Units: bytes, seconds, bytes/s. Format documented in README.md (Calibrating and validating).\n"
     )
     return header + yaml.dump(calibration_to_dict(cal), Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=120)
 
