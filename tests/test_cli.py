@@ -97,3 +97,47 @@ def test_run_plot_with_bad_suffix_is_bad_input(tmp_path, capsys):
     pytest.importorskip("matplotlib")
     assert run_cli(["run", SCENARIO, "-q", "--steps", "2", "--plot", str(tmp_path / "run.txt")]) == 2
     assert ".png" in capsys.readouterr().err
+
+
+LOG = "tests/data/nccl-tests/V100-SXM2-16GB-hybridCubeMesh-1node_8ranks_gh-blog-2019.txt"
+ONE_NODE = ["cluster.nodes=1", "cluster.gpus_per_node=8", "stragglers=[]"]
+
+
+def _calibrate(tmp_path):
+    cal = tmp_path / "cal" / "v100.yaml"
+    cal.parent.mkdir()
+    assert run_cli(["calibrate", "--from-nccl-tests", LOG, "-o", str(cal)]) == 0
+    return cal
+
+
+def test_run_with_a_calibration_prices_the_ring_from_it(tmp_path):
+    from commsim.calibration import load_calibration, predict_allreduce_time
+    from commsim.loader import load_scenario
+
+    cal = _calibrate(tmp_path)
+    out = tmp_path / "s.json"
+    sets = [a for s in ONE_NODE + ["ddp.overlap=false", "ddp.bucket_cap=64 MiB", "ddp.first_bucket=64 MiB",
+                                   "model.parameters=16777216"] for a in ("--set", s)]
+    assert run_cli(["run", SCENARIO, "-q", "--steps", "3", "--calibration", str(cal), "--json", str(out)] + sets) == 0
+    s = json.loads(out.read_text())
+    expected = predict_allreduce_time(load_calibration(cal), 64 * 2**20, 8)  # one 64 MiB bucket, measured curve
+    assert s["comm_time_s"] == pytest.approx(expected, rel=1e-9)
+    # the same through the scenario key, relative to the scenario file
+    doc = (tmp_path / "cal" / "job.yaml")
+    doc.write_text(open(SCENARIO).read() + "\ncalibration: v100.yaml\n")
+    sc = load_scenario(doc, overrides=ONE_NODE)
+    assert sc.calibration == load_calibration(cal)
+
+
+@pytest.mark.parametrize("extra, needle", [
+    (["--calibration", "nope.yaml"], "calibration"),
+    (["--set", "collective.algorithm=tree"], "collective.algorithm ring"),
+])
+def test_bad_calibration_use_is_bad_input(tmp_path, extra, needle, capsys):
+    cal = _calibrate(tmp_path)
+    args = ["run", SCENARIO, "-q", "--steps", "2"] + [a for s in ONE_NODE for a in ("--set", s)]
+    if "--calibration" not in extra:
+        args += ["--calibration", str(cal)]
+    assert run_cli(args + extra) == 2
+    err = capsys.readouterr().err
+    assert needle in err and len(err.strip().splitlines()) == 1
