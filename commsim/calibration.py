@@ -27,6 +27,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tupl
 
 import numpy as np
 
+from commsim.collectives.busbw import algbw, busbw, busbw_factor
 from commsim.errors import ScenarioError
 
 class CalibrationError(ScenarioError, ValueError):
@@ -56,23 +57,11 @@ Number = Union[int, float]
 # --------------------------------------------------------------------------------------------
 
 
-def algbw(size: Number, time: Number) -> float:
-    """Algorithm bandwidth in bytes/s: size / time (nccl-tests doc/PERFORMANCE.md)."""
-    if time <= 0:
-        raise ValueError(f"time must be > 0 seconds, got {time!r}")
-    return float(size) / float(time)
-
-
-def busbw_factor(n: int) -> float:
+def allreduce_factor(n: int) -> float:
     """All-reduce bus-bandwidth factor 2(n-1)/n (nccl-tests doc/PERFORMANCE.md)."""
     if n < 1:
         raise ValueError(f"world size must be >= 1, got {n!r}")
-    return 2.0 * (n - 1) / n
-
-
-def busbw(size: Number, time: Number, n: int) -> float:
-    """All-reduce bus bandwidth in bytes/s: algbw * 2(n-1)/n (nccl-tests doc/PERFORMANCE.md)."""
-    return algbw(size, time) * busbw_factor(n)
+    return busbw_factor("all_reduce", n)
 
 
 # --------------------------------------------------------------------------------------------
@@ -101,11 +90,11 @@ class Measurement:
 
     @property
     def algbw(self) -> float:
-        return algbw(self.size_bytes, self.time_s)
+        return algbw(self.size_bytes, self.time_s)  # time_s > 0: checked on construction
 
     @property
     def busbw(self) -> float:
-        return busbw(self.size_bytes, self.time_s, self.world_size)
+        return busbw("all_reduce", self.size_bytes, self.time_s, self.world_size)
 
 
 @dataclass(frozen=True)
@@ -469,7 +458,7 @@ def predict_with_source(
     link = cal.level(level)
     bw = interpolate_busbw(link.rows_for(n), size)
     if bw is not None and bw > 0:
-        return float(size) / (bw / busbw_factor(n)), "table"
+        return float(size) / (bw / allreduce_factor(n)), "table"
     return link.model_time(size, n), "model"
 
 
@@ -567,13 +556,6 @@ def calibration_from_dict(doc: Any, source: str = "<calibration>") -> Calibratio
     from commsim.calibration_file import calibration_from_dict as _from_dict
 
     return _from_dict(doc, source)
-
-
-def atomic_write_text(path: Union[str, os.PathLike], text: str) -> None:
-    """Write `text` to `path` atomically (temporary sibling, then os.replace)."""
-    from commsim.calibration_file import atomic_write_text as _write
-
-    _write(path, text)
 
 
 def utc_now_iso() -> str:

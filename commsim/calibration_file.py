@@ -11,11 +11,11 @@ from __future__ import annotations
 import datetime as _dt
 import math
 import os
-import tempfile
 from typing import Any, Dict, Mapping, Optional, Sequence, Tuple, Union
 
 import yaml
 
+from commsim.atomic import atomic_write_text
 from commsim.calibration import (
     FORMAT,
     LEVELS,
@@ -123,24 +123,6 @@ class _Dumper(yaml.SafeDumper):
 
 
 _Dumper.add_representer(_Flow, lambda d, v: d.represent_sequence("tag:yaml.org,2002:seq", v, flow_style=True))
-
-
-def atomic_write_text(path: Union[str, os.PathLike], text: str) -> None:
-    """Write `text` to `path` atomically: a temp file in the same folder, then os.replace."""
-    path = os.fspath(path)
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=os.path.basename(path), dir=folder)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; an output file gets the usual mode
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def dump_calibration(cal: Calibration) -> str:

@@ -22,6 +22,7 @@ from typing import Callable, List, Optional, Sequence, Tuple
 import click
 
 from commsim import calibration as calib
+from commsim.atomic import atomic_write_text
 from commsim.errors import ScenarioError
 from commsim.calibration import (
     Calibration,
@@ -124,7 +125,7 @@ def import_validate(name: str):
 def save_partial(output: str, exc) -> None:
     """A run failed: keep the measurements taken so far next to OUTPUT, and fail in one line."""
     partial_path = f"{output}.partial.json"
-    calib.atomic_write_text(partial_path, _json_text(
+    atomic_write_text(partial_path, _json_text(
         {"error": str(exc), "partial": {str(r): recs for r, recs in sorted(exc.partial.items())}}))
     _fail(f"{exc} (saved to {partial_path})")
 
@@ -236,7 +237,7 @@ def predicted_rows(cal: Calibration, n: int, sizes: Sequence[int], level: Option
             "root": -1,
             "time_us": t * 1e6,
             "algbw_GBps": alg,
-            "busbw_GBps": alg * calib.busbw_factor(n),
+            "busbw_GBps": alg * calib.allreduce_factor(n),
             "source": source,
         })
     return rows
@@ -362,7 +363,7 @@ def collective_cmd(scenario, cal_path, ranks, algorithm, model, overrides, sizes
         rows, text = algorithm_tables(scenario, overrides, algorithm, model, ranks, cal_path, size_list)
         click.echo(text)
         if json_path:
-            calib.atomic_write_text(json_path, _json_text(_json_safe(rows)))
+            atomic_write_text(json_path, _json_text(_json_safe(rows)))
         return
     if cal_path is None or ranks is None:
         _fail("give --calibration CAL.yaml and --ranks N (the calibration's curve), or a SCENARIO (its cluster)")
@@ -378,7 +379,7 @@ def collective_cmd(scenario, cal_path, ranks, algorithm, model, overrides, sizes
     finite = [r["busbw_GBps"] for r in rows if math.isfinite(r["busbw_GBps"])]
     click.echo(f"# Avg bus bandwidth    : {sum(finite) / len(finite):g}" if finite else "#")
     if json_path:
-        calib.atomic_write_text(json_path, _json_text(rows))
+        atomic_write_text(json_path, _json_text(rows))
 
 
 def _json_safe(obj):
@@ -406,7 +407,7 @@ def run_numerics(backend: str, nprocs: int, timeout_s: float, json_path: Optiona
     passed = sum(r["passed"] for r in results)
     click.echo(f"{passed} passed, {len(results) - passed} failed")
     if json_path:
-        calib.atomic_write_text(json_path, _json_text(_json_safe({"backend": backend, "world_size": nprocs, "checks": results})))
+        atomic_write_text(json_path, _json_text(_json_safe({"backend": backend, "world_size": nprocs, "checks": results})))
     return 0 if passed == len(results) else 1
 
 
@@ -461,7 +462,7 @@ def validate_cmd(scenario, cal_path, backend, nprocs, steps, warmup_steps, mode,
     click.echo(f"# {sc.name}: {n} ranks, {sc.steps} steps, calibration {cal_path}")
     click.echo(format_comparison(report))
     if json_path:
-        calib.atomic_write_text(json_path, _json_text(_json_safe(report)))
+        atomic_write_text(json_path, _json_text(_json_safe(report)))
 
 
 def register(group: click.Group) -> None:

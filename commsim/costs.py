@@ -27,16 +27,6 @@ def ring_traffic_bytes(size_bytes: float, n: int) -> float:
     return 2 * (n - 1) / n * size_bytes if n > 1 else 0.0
 
 
-def algbw(size_bytes: float, seconds: float) -> float:
-    """nccl-tests algorithm bandwidth S/t in bytes/s (nccl-tests doc/PERFORMANCE.md)."""
-    return size_bytes / seconds
-
-
-def allreduce_busbw(size_bytes: float, seconds: float, n: int) -> float:
-    """nccl-tests bus bandwidth of an all-reduce: algbw * 2(n-1)/n (doc/PERFORMANCE.md)."""
-    return algbw(size_bytes, seconds) * 2 * (n - 1) / n
-
-
 def ddp_buckets(grad_bytes: float, first_bucket: float, bucket_cap: float) -> np.ndarray:
     """Bucket sizes in bytes, in the order DDP all-reduces them.
 

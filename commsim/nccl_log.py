@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass
 from typing import List, Optional, Tuple
 
-from commsim.calibration import CalibrationError, busbw_factor
+from commsim.calibration import CalibrationError, allreduce_factor
 
 # nccl-tests counts GB/s as 1e9 bytes/s (src/common.cu: 1.0E9)
 GB = 1.0e9
@@ -296,7 +296,7 @@ def _consistent(size: int, t: Optional[Timing], n: int) -> bool:
     if t is None or not t.complete:
         return False
     alg = size / t.time_s
-    bus = alg * busbw_factor(n)
+    bus = alg * allreduce_factor(n)
     return abs(alg - t.algbw_Bps) <= 0.006 * GB + 0.01 * alg and abs(bus - t.busbw_Bps) <= 0.006 * GB + 0.01 * bus
 
 

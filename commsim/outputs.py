@@ -1,7 +1,7 @@
 """Writing results: JSON, CSV and Chrome/Perfetto traces, always atomically.
 
-A file is written to a temporary sibling and renamed over the target, so an existing file is
-never left half-written (os.replace is atomic on POSIX and Windows).
+Every file is written through :func:`commsim.atomic.atomic_write_text`, so an existing file is
+never left half-written.
 """
 
 from __future__ import annotations
@@ -9,28 +9,12 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
-import tempfile
-from pathlib import Path
 from typing import Any, Dict
 
 import numpy as np
 
+from .atomic import atomic_write_text  # noqa: F401 - re-exported: every output file is written through it
 from .engine import RunResult
-
-
-def atomic_write_text(path: str | os.PathLike, text: str) -> None:
-    """Write `text` to `path` via a temporary file in the same directory and a rename."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent if str(path.parent) else ".", prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def summary_json(summary: Dict[str, Any]) -> str:

@@ -39,10 +39,11 @@ def make_cal(levels):
 def test_nccl_tests_factors():
     # A100 log row: 134217728 B in 1295.41 us -> algbw 103.61 GB/s, busbw 181.32 GB/s (n=8)
     assert algbw(134217728, 1295.41e-6) / 1e9 == pytest.approx(103.61, abs=0.005)
-    assert busbw(134217728, 1295.41e-6, 8) / 1e9 == pytest.approx(181.32, abs=0.005)
+    assert busbw("all_reduce", 134217728, 1295.41e-6, 8) / 1e9 == pytest.approx(181.32, abs=0.005)
     # two ranks: busbw equals algbw; one rank: no traffic
-    assert busbw(1000, 1.0, 2) == algbw(1000, 1.0)
-    assert busbw(1000, 1.0, 1) == 0.0
+    assert busbw("all_reduce", 1000, 1.0, 2) == algbw(1000, 1.0)
+    assert busbw("all_reduce", 1000, 1.0, 1) == 0.0
+    assert Measurement(134217728, 1295.41e-6, 8).busbw / 1e9 == pytest.approx(181.32, abs=0.005)
 
 
 def test_fit_recovers_exact_parameters():

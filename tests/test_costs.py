@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
+from commsim.collectives.busbw import busbw
 from commsim.costs import (
-    allreduce_busbw,
     ddp_buckets,
     ring_allreduce_time,
     ring_hop_links,
@@ -29,7 +29,7 @@ def test_ring_latency_term():
 
 def test_busbw_factor():
     # nccl-tests: busbw = algbw * 2(n-1)/n
-    assert allreduce_busbw(8e9, 1.0, 8) == pytest.approx(8e9 * 14 / 8)
+    assert busbw("all_reduce", 8e9, 1.0, 8) == pytest.approx(8e9 * 14 / 8)
 
 
 def test_ddp_buckets_layout():

@@ -14,7 +14,8 @@ import os
 import statistics
 import sys
 
-from commsim.calibration import atomic_write_text, load_calibration
+from commsim.atomic import atomic_write_text
+from commsim.calibration import load_calibration
 from commsim.loader import load_scenario
 from validate.replay import validate_scenario
 
