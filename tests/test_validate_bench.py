@@ -95,3 +95,14 @@ def test_nccl_sweep_on_gpus(tmp_path):
     rows = launch(collective_bench.rank_sweep, n, "nccl", timeout_s=120, args=(sizes, 2, 5, True),
                   result_dir=str(tmp_path))[0]
     check_rows(rows, n, sizes)
+
+
+def test_check_tolerates_float32_rounding_of_repeated_sums(tmp_path):
+    # 3 ranks, one buffer reduced 25 times in place: 6 * 3^24 is far past 2^24, so the float32
+    # sums round; a correct run must still report no wrong elements
+    from tests import workers_launch as w
+
+    out = launch(w.repeated_inplace_sums, 3, "gloo", timeout_s=60, args=(64, 25), result_dir=str(tmp_path))
+    row = out[0]
+    assert row["buffers"] == 1
+    assert row["in_place"]["wrong"] == 0 and row["out_of_place"]["wrong"] == 0

@@ -42,3 +42,12 @@ def hard_exit(ctx):
         os._exit(7)  # dies without a word (segfault, OOM kill)
     dist.barrier()
     return "done"
+
+
+def repeated_inplace_sums(ctx, size, iters):
+    """collective_bench's in-place check with ONE buffer, so it is reduced `iters` times
+    (the sums grow past float32's exact 2^24)."""
+    from validate import collective_bench
+
+    collective_bench.buffer_count = lambda size, device: 1
+    return collective_bench.bench_size(size, 1, iters, True, torch.device("cpu"))
