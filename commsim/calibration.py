@@ -261,6 +261,11 @@ def default_level(cal: Calibration) -> str:
 # --------------------------------------------------------------------------------------------
 
 
+# Smallest share of the largest size's time that the fitted transfer term S/B must explain
+# for the fit to count as having found a bandwidth (below it 1/B is rounding noise).
+MIN_TRANSFER_SHARE = 1e-6
+
+
 def fit_alpha_beta(
     sizes: Sequence[Number], times: Sequence[Number], n: Union[int, Sequence[int]]
 ) -> Tuple[float, float]:
@@ -277,8 +282,9 @@ def fit_alpha_beta(
     (busbw is proportional to 1/T), so every size counts equally, small and large.
 
     Constraints: alpha >= 0 (if the free fit goes negative, alpha is pinned at 0 and B refit);
-    B must come out > 0, otherwise the times do not grow with size and there is no bandwidth
-    to fit (CalibrationError).
+    B must come out > 0 and its transfer term at the largest size must be at least
+    MIN_TRANSFER_SHARE of the time measured there, otherwise the times do not grow with size
+    and there is no bandwidth to fit (CalibrationError).
     """
     s = np.asarray(sizes, dtype=float)
     t = np.asarray(times, dtype=float)
@@ -301,7 +307,11 @@ def fit_alpha_beta(
         alpha = 0.0
         col = a[:, 1]
         inv_b = float(col @ y / (col @ col))
-    if not inv_b > 0:
+    # A positive 1/B can be rounding noise when the times do not grow (1e-27 from a sweep at
+    # constant time gave B = 5.8e17 GB/s): the transfer term at the largest size must be a
+    # measurable part of the time measured there.
+    big = int(np.argmax(x_inv_b))
+    if not inv_b > 0 or inv_b * x_inv_b[big] < MIN_TRANSFER_SHARE * t[big]:
         raise CalibrationError(
             "all-reduce times do not grow with size: no bandwidth term to fit (check the data)"
         )

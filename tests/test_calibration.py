@@ -220,3 +220,22 @@ def test_model_is_monotone_in_size_and_ranks(which, size, grow, n, more):
     link = LOG_LINKS[which]
     assert link.model_time(size * grow, n) >= link.model_time(size, n)
     assert link.model_time(size, n + more) >= link.model_time(size, n)
+
+
+def test_fit_rejects_the_constant_time_log():
+    # the log that wrote beta = 5.8e17 GB/s: 1M, 2M, 1M bytes, all at 100 us
+    with pytest.raises(CalibrationError, match="do not grow with size"):
+        fit_alpha_beta([2**20, 2**21, 2**20], [1e-4, 1e-4, 1e-4], 2)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    sizes=st.lists(st.integers(min_value=4, max_value=2**34), min_size=2, max_size=30).filter(
+        lambda xs: len(set(xs)) >= 2),
+    t=st.floats(min_value=1e-7, max_value=10.0),
+    n=st.integers(min_value=2, max_value=1024),
+)
+def test_fit_rejects_every_constant_time_sweep(sizes, t, n):
+    # times that do not grow with size have no bandwidth term; rounding must not invent one
+    with pytest.raises(CalibrationError, match="do not grow with size"):
+        fit_alpha_beta(sizes, [t] * len(sizes), n)
