@@ -445,8 +445,10 @@ def validate_cmd(scenario, cal_path, backend, nprocs, steps, warmup_steps, mode,
     from commsim.loader import load_scenario
     from commsim.validation import format_comparison
 
-    sc = load_scenario(scenario, overrides=overrides, steps=steps)
-    cal = load_calibration(cal_path)
+    # loaded through the scenario, so that its checks apply (a calibration prices the ring
+    # all-reduce under the alpha-beta model: collective.algorithm and .model must say so)
+    sc = load_scenario(scenario, overrides=overrides, steps=steps, calibration=cal_path)
+    cal = sc.calibration
     n = nprocs or sc.world_size
     if n != sc.world_size:
         raise ScenarioError(scenario, "cluster", f"the scenario has {sc.world_size} ranks but --nprocs is {n}; "

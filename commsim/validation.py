@@ -59,12 +59,24 @@ def measured_summary(start: np.ndarray, rank_end: np.ndarray, bucket_launch: Opt
     return out
 
 
+def refuse_sharding(scenario: Scenario) -> None:
+    """CalibrationError unless ``ddp.sharding`` is none: the real jobs (replay and DDP)
+    all-reduce every bucket; ZeRO-2/FSDP's reduce-scatter and all-gathers are not replayed, so
+    a comparison with their prediction would compare different jobs."""
+    if scenario.ddp.sharding != "none":
+        raise CalibrationError(
+            f"scenario {scenario.name!r}: ddp.sharding {scenario.ddp.sharding} is not replayed (the real job "
+            "all-reduces every bucket); validate with ddp.sharding=none"
+        )
+
+
 def replay_plan(scenario: Scenario, warmup_steps: int, timeout_s: float) -> Dict[str, Any]:
     """What every rank of a replay does (JSON-able; see validate.replay.rank_replay).
 
-    Raises CalibrationError (one line) for what cannot be replayed on real ranks: throttling
-    and slow links (no way to slow a real clock or link on purpose here), or gradients too
-    big to hold."""
+    Raises CalibrationError (one line) for what cannot be replayed on real ranks: a sharded
+    job (the replay all-reduces every bucket), throttling and slow links (no way to slow a
+    real clock or link on purpose here), or gradients too big to hold."""
+    refuse_sharding(scenario)
     bad = sorted({type(s).__name__ for s in scenario.stragglers if not isinstance(s, REPLAYABLE)})
     if bad:
         raise CalibrationError(

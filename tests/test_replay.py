@@ -113,3 +113,33 @@ def test_accuracy_cases_are_the_six_of_the_issue():
         ("bucket_25MB", 25e6, []), ("bucket_25MB_slow", 25e6, [("SlowRank", (1,), 1.5)]),
         ("bucket_100MB", 100e6, []), ("bucket_100MB_slow", 100e6, [("SlowRank", (1,), 1.5)]),
     ]
+
+
+@pytest.mark.parametrize("sharding", ["zero2", "fsdp"])
+def test_ddp_mode_refuses_sharding(sharding):
+    from tests.conftest import make_scenario
+    from validate.ddp_job import _plan
+
+    with pytest.raises(calib.CalibrationError, match=f"ddp.sharding {sharding} is not replayed"):
+        _plan(make_scenario(nodes=1, gpus_per_node=2, sharding=sharding), 1)
+
+
+def test_ddp_mode_refuses_no_overlap(files):
+    # torch DDP always overlaps: ddp.overlap false cannot be what the real job does
+    r = CliRunner().invoke(cli, ["validate", str(files / "sc.yaml"), "--calibration", str(files / "cal.yaml"),
+                                 "--mode", "ddp", "--set", "ddp.overlap=false"])
+    assert r.exit_code == 2 and "--mode ddp always overlaps" in r.output
+
+
+def test_validate_refuses_sharding_before_launching(files):
+    r = CliRunner().invoke(cli, ["validate", str(files / "sc.yaml"), "--calibration", str(files / "cal.yaml"),
+                                 "--set", "ddp.sharding=zero2"])
+    assert r.exit_code == 2 and "ddp.sharding zero2 is not replayed" in r.output
+    assert len(r.output.strip().splitlines()) == 1
+
+
+def test_validate_applies_the_scenarios_calibration_check(files):
+    # a calibration prices the ring under alpha-beta: another algorithm is refused, as in `run`
+    r = CliRunner().invoke(cli, ["validate", str(files / "sc.yaml"), "--calibration", str(files / "cal.yaml"),
+                                 "--set", "collective.algorithm=tree"])
+    assert r.exit_code == 2 and "expected collective.algorithm ring with model alpha-beta" in r.output

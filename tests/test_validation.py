@@ -111,3 +111,10 @@ def test_replay_refuses_what_it_cannot_inject(straggler, kind):
 def test_replay_refuses_huge_gradients():
     with pytest.raises(calib.CalibrationError, match="more than a replay holds"):
         replay_plan(make_scenario(nodes=1, gpus_per_node=2, parameters=10**9), 1, 30)
+
+
+@pytest.mark.parametrize("sharding", ["zero2", "fsdp"])
+def test_replay_refuses_sharding(sharding):
+    # the replay all-reduces every bucket: a sharded job's prediction is another job
+    with pytest.raises(calib.CalibrationError, match=f"ddp.sharding {sharding} is not replayed"):
+        replay_plan(make_scenario(nodes=1, gpus_per_node=2, sharding=sharding), 1, 30)

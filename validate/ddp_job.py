@@ -90,7 +90,13 @@ def _plan(scenario, warmup_steps: int, compute_iters: int = 5) -> Dict:
     from commsim.calibration import CalibrationError
     from commsim.spec import Stall
     from commsim.stragglers import perturbations
+    from commsim.validation import refuse_sharding
 
+    refuse_sharding(scenario)
+    if not scenario.ddp.overlap:
+        # torch DDP always launches a bucket's all-reduce as soon as it is ready
+        raise CalibrationError(f"scenario {scenario.name!r}: --mode ddp always overlaps communication with "
+                               "backward (torch DDP does); use --mode replay for ddp.overlap false")
     bad = sorted({type(s).__name__ for s in scenario.stragglers if not isinstance(s, Stall)})
     if bad:
         raise CalibrationError(f"scenario {scenario.name!r}: --mode ddp injects only stalls, not {', '.join(bad)}; "
