@@ -317,6 +317,8 @@ def load_calibration(path: Union[str, os.PathLike]) -> Calibration:
             doc = yaml.safe_load(fh)
     except OSError as exc:
         raise CalibrationError(f"{source}: cannot read calibration file: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:  # a binary or mis-encoded file: name it, no traceback
+        raise CalibrationError(f"{source}: not a UTF-8 text file (byte {exc.start})") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         at = f" (line {mark.line + 1})" if mark is not None else ""

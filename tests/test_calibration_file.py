@@ -89,3 +89,23 @@ def test_unreadable_and_non_yaml_files(tmp_path):
         load_calibration(_write(tmp_path, "a: [1, 2\n"))
     with pytest.raises(CalibrationError, match="expected a mapping"):
         load_calibration(_write(tmp_path, "- 1\n"))
+
+
+def test_non_utf8_file_is_a_one_line_error(tmp_path):
+    bad = tmp_path / "cal.yaml"
+    bad.write_bytes(b"format: 1\n\xff\xfe\x00garbage\n")
+    with pytest.raises(CalibrationError, match=r"cal\.yaml: not a UTF-8 text file"):
+        load_calibration(bad)
+
+
+def test_run_with_a_non_utf8_calibration_exits_2(tmp_path, capsys):
+    from commsim.cli import run_cli
+
+    bad = tmp_path / "cal.yaml"
+    bad.write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    code = run_cli(["run", os.path.join(root, "scenarios", "validate_gloo_2rank.yaml"), "-q", "--steps", "2",
+                    "--calibration", str(bad)])
+    err = capsys.readouterr().err
+    assert code == 2 and "not a UTF-8 text file" in err and str(bad) in err
+    assert len(err.strip().splitlines()) == 1
