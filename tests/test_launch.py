@@ -61,3 +61,30 @@ def test_bad_arguments():
         launch(w.sum_ranks, 2, "mpi")
     with pytest.raises(ValueError, match="nprocs"):
         launch(w.sum_ranks, 0)
+
+
+def test_nccl_without_enough_gpus_fails_in_one_line(tmp_path):
+    import torch
+
+    found = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    n = found + 1  # always one more than this machine has
+    with pytest.raises(ValueError, match=rf"^--backend nccl needs {n} CUDA GPUs?, found {found}$"):
+        launch(w.sum_ranks, n, "nccl", timeout_s=10, result_dir=str(tmp_path))
+    assert not list(tmp_path.glob("rank*"))  # refused before any rank started
+
+
+def test_rank_setup_failure_is_reported_not_raised(tmp_path, monkeypatch):
+    # a rank whose device setup fails (here: nccl asked for on a machine without that GPU)
+    # writes its one-line error for the parent and exits 1, like any other failure
+    import torch
+
+    from validate.launch import _rank_main
+
+    if torch.cuda.is_available():
+        pytest.skip("needs a machine without CUDA")
+    for key in ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"):
+        monkeypatch.setenv(key, "")  # _rank_main sets them; restored afterwards
+    with pytest.raises(SystemExit) as exc:
+        _rank_main(0, 1, "nccl", 0, 5.0, w.sum_ranks, (1,), str(tmp_path), None, os.getppid())
+    assert exc.value.code == 1
+    assert (tmp_path / "rank0.error.txt").read_text().splitlines()[0]

@@ -93,17 +93,20 @@ def _rank_main(rank, nprocs, backend, port, timeout_s, fn, args, result_dir, bea
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
                       WORLD_SIZE=str(nprocs), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(nprocs))
     out = Path(result_dir)
-    import torch
-    import torch.distributed as dist
-
-    torch.set_num_threads(1)  # N ranks share this machine's cores: no oversubscription
-    device = "cpu"
-    if backend == "nccl":
-        torch.cuda.set_device(rank % max(torch.cuda.device_count(), 1))
-        device = f"cuda:{torch.cuda.current_device()}"
-    ctx = RankContext(rank, nprocs, backend, device, out / f"rank{rank}.jsonl", beats)
+    dist = None
     status = 0
     try:
+        # inside the try: a rank that cannot even set up (no torch, no such GPU) is reported
+        # to the parent like any other failure, as one line naming the rank
+        import torch
+        import torch.distributed as dist
+
+        torch.set_num_threads(1)  # N ranks share this machine's cores: no oversubscription
+        device = "cpu"
+        if backend == "nccl":
+            torch.cuda.set_device(rank % max(torch.cuda.device_count(), 1))
+            device = f"cuda:{torch.cuda.current_device()}"
+        ctx = RankContext(rank, nprocs, backend, device, out / f"rank{rank}.jsonl", beats)
         # the group's own timeout comes later than the parent's hang check, so that a hang is
         # reported as such (naming the rank behind), not as a timeout in a waiting peer
         dist.init_process_group(backend, rank=rank, world_size=nprocs,
@@ -117,7 +120,7 @@ def _rank_main(rank, nprocs, backend, port, timeout_s, fn, args, result_dir, bea
         status = 1
     finally:
         # torn down whatever happened (if a dead peer makes this block, the parent kills us)
-        if dist.is_initialized():
+        if dist is not None and dist.is_initialized():
             dist.destroy_process_group()
     raise SystemExit(status)
 
@@ -132,6 +135,17 @@ def _read_jsonl(path: Path) -> List[Any]:
         except ValueError:  # a line cut by the kill
             break
     return out
+
+
+def check_gpus(nprocs: int) -> None:
+    """ValueError (one line) unless this machine has a CUDA GPU for each of `nprocs` ranks:
+    NCCL needs one GPU per rank, and without them every rank would fail with a CUDA error
+    that does not say so."""
+    import torch
+
+    found = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if found < nprocs:
+        raise ValueError(f"--backend nccl needs {nprocs} CUDA GPU{'s' if nprocs > 1 else ''}, found {found}")
 
 
 def launch(
@@ -154,6 +168,8 @@ def launch(
         raise ValueError(f"backend must be gloo or nccl, got {backend!r}")
     if not timeout_s > 0:
         raise ValueError(f"timeout must be > 0 seconds, got {timeout_s}")
+    if backend == "nccl":
+        check_gpus(nprocs)
     result_dir = result_dir or tempfile.mkdtemp(prefix="commsim-launch-")
     out = Path(result_dir)
     out.mkdir(parents=True, exist_ok=True)
