@@ -88,3 +88,15 @@ def test_rank_setup_failure_is_reported_not_raised(tmp_path, monkeypatch):
         _rank_main(0, 1, "nccl", 0, 5.0, w.sum_ranks, (1,), str(tmp_path), None, os.getppid())
     assert exc.value.code == 1
     assert (tmp_path / "rank0.error.txt").read_text().splitlines()[0]
+
+
+def test_own_temporary_folder_removed_after_success_kept_after_failure(tmp_path, monkeypatch):
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    launch(w.sum_ranks, 2, "gloo", timeout_s=60, args=(1,))
+    assert not list(tmp_path.glob("commsim-launch-*"))
+    with pytest.raises(LaunchError) as exc:
+        launch(w.die_on_rank, 2, "gloo", timeout_s=30, args=(1, 0))
+    left = list(tmp_path.glob("commsim-launch-*"))
+    assert len(left) == 1 and str(left[0]) in str(exc.value)

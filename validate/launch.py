@@ -22,6 +22,7 @@ import datetime
 import json
 import multiprocessing as mp
 import os
+import shutil
 import socket
 import tempfile
 import threading
@@ -161,7 +162,10 @@ def launch(
 
     `fn` must be a module-level function (it is pickled into fresh interpreters). Raises
     LaunchError naming the failing or hung rank within `timeout_s` of the last progress of
-    any rank (`startup_s`, if longer, until every rank has joined the process group)."""
+    any rank (`startup_s`, if longer, until every rank has joined the process group).
+
+    Without `result_dir`, the records go to a new temporary folder, removed after a success
+    and kept after a failure (the LaunchError names it)."""
     if nprocs < 1:
         raise ValueError(f"nprocs must be >= 1, got {nprocs}")
     if backend not in ("gloo", "nccl"):
@@ -170,6 +174,7 @@ def launch(
         raise ValueError(f"timeout must be > 0 seconds, got {timeout_s}")
     if backend == "nccl":
         check_gpus(nprocs)
+    created = result_dir is None  # ours to remove once the results are read
     result_dir = result_dir or tempfile.mkdtemp(prefix="commsim-launch-")
     out = Path(result_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -200,7 +205,10 @@ def launch(
     partial = {r: _read_jsonl(out / f"rank{r}.jsonl") for r in range(nprocs)}
     if failure:
         raise LaunchError(f"{failure}; partial measurements in {out}", partial, str(out))
-    return [json.loads((out / f"rank{r}.result.json").read_text()) for r in range(nprocs)]
+    results = [json.loads((out / f"rank{r}.result.json").read_text()) for r in range(nprocs)]
+    if created:  # kept on failure only (the message names it, with the partial measurements)
+        shutil.rmtree(out, ignore_errors=True)
+    return results
 
 
 def _watch(procs, beats, timeout_s: float, out: Path, startup_s: float) -> Optional[str]:
