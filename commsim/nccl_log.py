@@ -384,3 +384,10 @@ def check_allreduce(log: NcclLog) -> None:
         raise NcclLogError(f"{log.source}: this is {log.collective} output; only all_reduce_perf logs calibrate an all-reduce")
     if any(r.redop == "none" for r in log.rows):
         raise NcclLogError(f"{log.source}: rows have redop 'none' (not an all-reduce); only all_reduce_perf logs are supported")
+    # reduce_perf / broadcast_perf print a root >= 0 (all-reduce prints -1, old logs none); at
+    # 2 ranks reduce's busbw = algbw equals all-reduce's 2(n-1)/n = 1, so the bandwidth
+    # columns alone would let such a table through
+    rooted = [r for r in log.rows if r.root is not None and r.root != -1]
+    if rooted:
+        raise NcclLogError(f"{log.source}: line {rooted[0].line}: root {rooted[0].root} (an all-reduce prints -1): "
+                           "not all_reduce_perf output; only all_reduce_perf logs are supported")

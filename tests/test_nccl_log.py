@@ -188,3 +188,13 @@ def test_junk_lines_never_change_the_rows(junk):
     assert [(r.size_bytes, r.out_of_place, r.in_place) for r in dirty.rows] == \
         [(r.size_bytes, r.out_of_place, r.in_place) for r in clean.rows]
     assert dirty.world_size == 8
+
+
+def test_rooted_tables_are_rejected():
+    # a 2-rank reduce_perf table: root 0 and busbw = algbw, which at n=2 is also all-reduce's factor
+    text = HEADER + "\n".join(row.replace("     -1 ", "      0 ") for row in (ROW_1M, ROW_2M, ROW_4M)) + "\n"
+    log = parse_nccl_log(text, "reduce.log")
+    assert [r.root for r in log.rows] == [0, 0, 0]
+    with pytest.raises(NcclLogError, match=r"reduce\.log: line \d+: root 0 .*not all_reduce_perf output"):
+        check_allreduce(log)
+    check_allreduce(parse_nccl_log(HEADER + ROW_1M + "\n", "ar.log"))  # root -1 is fine
