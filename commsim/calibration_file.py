@@ -35,13 +35,18 @@ TABLE_COLUMNS = ["size_bytes", "time_s", "algbw_Bps", "busbw_Bps", "world_size"]
 
 
 def utc_now_iso() -> str:
-    """Current UTC time, ISO 8601; honours SOURCE_DATE_EPOCH for reproducible files."""
+    """Current UTC time, ISO 8601; honours SOURCE_DATE_EPOCH for reproducible files
+    (CalibrationError, one line, if it names no representable date)."""
     epoch = os.environ.get("SOURCE_DATE_EPOCH")
-    when = (
-        _dt.datetime.fromtimestamp(int(epoch), _dt.timezone.utc)
-        if epoch and epoch.isdigit()
-        else _dt.datetime.now(_dt.timezone.utc)
-    )
+    if epoch and epoch.isdigit():
+        try:
+            when = _dt.datetime.fromtimestamp(int(epoch), _dt.timezone.utc)
+        except (OverflowError, OSError, ValueError):  # past year 9999 or the platform's time_t
+            raise CalibrationError(
+                f"SOURCE_DATE_EPOCH: expected seconds since 1970-01-01 up to year 9999, got {epoch!r}"
+            ) from None
+    else:
+        when = _dt.datetime.now(_dt.timezone.utc)
     return when.replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
 

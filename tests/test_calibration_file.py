@@ -109,3 +109,14 @@ def test_run_with_a_non_utf8_calibration_exits_2(tmp_path, capsys):
     err = capsys.readouterr().err
     assert code == 2 and "not a UTF-8 text file" in err and str(bad) in err
     assert len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("epoch", ["9" * 30, "253402300800", "99999999999999999"])
+def test_source_date_epoch_out_of_range_is_a_one_line_error(epoch, monkeypatch):
+    from commsim.calibration_file import utc_now_iso
+
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", epoch)
+    with pytest.raises(CalibrationError, match=f"SOURCE_DATE_EPOCH: expected .* got '{epoch}'"):
+        utc_now_iso()
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1700000000")
+    assert utc_now_iso() == "2023-11-14T22:13:20Z"
