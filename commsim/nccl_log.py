@@ -17,6 +17,7 @@ Pure module: no numpy needed, no torch.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import List, Optional, Tuple
@@ -134,7 +135,10 @@ def _cell(tok: str) -> Optional[float]:
         return None
     if not _NUM.match(tok):
         raise ValueError(tok)
-    return float(tok)
+    value = float(tok)
+    if not math.isfinite(value):  # 1e400 overflows to inf: no measurement, like any junk cell
+        raise ValueError(tok)
+    return value
 
 
 def _timing(toks: List[str]) -> Optional[Timing]:

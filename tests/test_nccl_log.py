@@ -198,3 +198,11 @@ def test_rooted_tables_are_rejected():
     with pytest.raises(NcclLogError, match=r"reduce\.log: line \d+: root 0 .*not all_reduce_perf output"):
         check_allreduce(log)
     check_allreduce(parse_nccl_log(HEADER + ROW_1M + "\n", "ar.log"))  # root -1 is fine
+
+
+def test_overflowing_cells_skip_the_row():
+    # 1e400 reads as inf in float(): no measurement, so the row is skipped with a note
+    text = HEADER + "\n".join([ROW_1M, ROW_2M.replace("539.6", "1e400"), ROW_4M]) + "\n"
+    log = parse_nccl_log(text, "inf.log")
+    assert [r.size_bytes for r in log.rows] == [1048576, 4194304]
+    assert any("non-numeric cell '1e400'" in note for _, note in log.notes)
