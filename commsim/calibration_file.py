@@ -166,10 +166,17 @@ class _Reader:
         return value
 
     def number(self, value: Any, where: str, minimum: float = 0.0, strict: bool = False) -> float:
+        given = value
+        if isinstance(value, str):
+            # YAML 1.1 (PyYAML) reads 1e-6 without a dot as a string: take what float() reads
+            try:
+                value = float(value)
+            except ValueError:
+                raise self.fail(where, "a finite number", given) from None
         ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
         ok = ok and (value > minimum if strict else value >= minimum)
         if not ok:
-            raise self.fail(where, f"a finite number {'>' if strict else '>='} {minimum:g}", value)
+            raise self.fail(where, f"a finite number {'>' if strict else '>='} {minimum:g}", given)
         return float(value)
 
     def integer(self, value: Any, where: str, minimum: int) -> int:

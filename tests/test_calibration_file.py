@@ -120,3 +120,25 @@ def test_source_date_epoch_out_of_range_is_a_one_line_error(epoch, monkeypatch):
         utc_now_iso()
     monkeypatch.setenv("SOURCE_DATE_EPOCH", "1700000000")
     assert utc_now_iso() == "2023-11-14T22:13:20Z"
+
+
+def test_yaml11_exponent_without_dot_is_a_number(tmp_path):
+    # PyYAML (YAML 1.1) reads `1e-6` as the string '1e-6'; a hand-written file means the number
+    import re
+
+    path = tmp_path / "cal.yaml"
+    save_calibration(full_cal(), path)
+    text = re.sub(r"(?m)^(  intra_node:\n    alpha_s:) .*$", r"\1 1e-6", path.read_text(), count=1)
+    text = re.sub(r"(?m)^(    beta_Bps:) .*$", r"\1 3e9", text, count=1)
+    assert "alpha_s: 1e-6\n    beta_Bps: 3e9\n" in text and yaml.safe_load(text)["levels"]["intra_node"]["alpha_s"] == "1e-6"
+    path.write_text(text)
+    lv = load_calibration(path).level("intra_node")
+    assert (lv.alpha_s, lv.beta_Bps) == (1e-6, 3e9)
+
+
+@pytest.mark.parametrize("value", ["fast", "nan", "inf", "1e400", "-1e-6"])
+def test_strings_that_are_no_finite_number_stay_errors(tmp_path, value):
+    doc = cal_mod.calibration_to_dict(full_cal())
+    doc["levels"]["intra_node"]["alpha_s"] = value
+    with pytest.raises(CalibrationError, match=r"levels.intra_node.alpha_s: expected a finite number"):
+        load_calibration(_write(tmp_path, doc))
