@@ -290,6 +290,12 @@ def _read_ranges(r: _Reader, doc: Any, where: str, alpha: float, beta: float,
     starts = [x.min_size_bytes for x in out]
     if starts != sorted(set(starts)):
         raise r.fail(where, "ranges in increasing min_size_bytes order", starts)
+    # disjoint: a size inside two ranges would have two models (range_for takes one silently)
+    for i, (a, b) in enumerate(zip(out, out[1:])):
+        if a.max_size_bytes is not None and not a.max_size_bytes < b.min_size_bytes:
+            raise r.fail(f"{where}[{i}].max_size_bytes",
+                         f"less than the next range's min_size_bytes {b.min_size_bytes} (ranges must not overlap)",
+                         a.max_size_bytes)
     return tuple(out)
 
 

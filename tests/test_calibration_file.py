@@ -142,3 +142,22 @@ def test_strings_that_are_no_finite_number_stay_errors(tmp_path, value):
     doc["levels"]["intra_node"]["alpha_s"] = value
     with pytest.raises(CalibrationError, match=r"levels.intra_node.alpha_s: expected a finite number"):
         load_calibration(_write(tmp_path, doc))
+
+
+def _three_ranges():
+    doc = cal_mod.calibration_to_dict(full_cal())
+    doc["levels"]["intra_node"]["ranges"] = [
+        {"min_size_bytes": 8, "max_size_bytes": 1024, "alpha_s": 2e-6, "beta_Bps": 3e9},
+        {"min_size_bytes": 2048, "max_size_bytes": 2**20, "alpha_s": 2e-6, "beta_Bps": 3e9},
+        {"min_size_bytes": 2**21, "alpha_s": 2e-6, "beta_Bps": 3e9},
+    ]
+    return doc
+
+
+@pytest.mark.parametrize("index,max_size", [(0, 2048), (0, 4096), (1, 2**21), (1, 2**30)])
+def test_overlapping_ranges_are_rejected(tmp_path, index, max_size):
+    doc = _three_ranges()
+    load_calibration(_write(tmp_path, doc))  # disjoint: fine
+    doc["levels"]["intra_node"]["ranges"][index]["max_size_bytes"] = max_size
+    with pytest.raises(CalibrationError, match=rf"ranges\[{index}\].max_size_bytes: expected less than the next"):
+        load_calibration(_write(tmp_path, doc))
