@@ -28,6 +28,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tupl
 import numpy as np
 
 from commsim.collectives.busbw import algbw, busbw, busbw_factor
+from commsim.costs import ring_allreduce_time
 from commsim.errors import ScenarioError
 
 class CalibrationError(ScenarioError, ValueError):
@@ -319,10 +320,10 @@ def fit_alpha_beta(
 
 
 def model_time(alpha_s: float, beta_Bps: float, size: Number, n: int) -> float:
-    """Ring all-reduce time of the alpha-beta model: 2(n-1) alpha + 2(n-1)/n S/B (DESIGN.md)."""
-    if n <= 1:
-        return 0.0
-    return 2.0 * (n - 1) * alpha_s + 2.0 * (n - 1) / n * float(size) / beta_Bps
+    """Ring all-reduce time of the alpha-beta model: 2(n-1) alpha + 2(n-1)/n S/B (DESIGN.md);
+    the simulator's own formula (commsim.costs.ring_allreduce_time), in the calibration's
+    argument order."""
+    return ring_allreduce_time(float(size), n, alpha_s, beta_Bps)
 
 
 def fit_error(predict: Callable[[int, int], float], table: Iterable[Measurement],

@@ -239,3 +239,16 @@ def test_fit_rejects_every_constant_time_sweep(sizes, t, n):
     # times that do not grow with size have no bandwidth term; rounding must not invent one
     with pytest.raises(CalibrationError, match="do not grow with size"):
         fit_alpha_beta(sizes, [t] * len(sizes), n)
+
+
+def test_model_time_is_the_simulators_ring_formula(monkeypatch):
+    # one formula for the ring (commsim.costs), not a copy that could drift from it
+    from commsim import costs
+
+    assert cal_mod.ring_allreduce_time is costs.ring_allreduce_time
+    for args in [(2e-6, 3e9, 2**20, 8), (0.0, 1e9, 8, 2), (1e-5, 5e10, 2**30, 1)]:
+        alpha, beta, size, n = args
+        assert model_time(*args) == costs.ring_allreduce_time(size, n, alpha, beta)
+    calls = []
+    monkeypatch.setattr(cal_mod, "ring_allreduce_time", lambda *a: calls.append(a) or 1.0)
+    assert model_time(2e-6, 3e9, 1024, 4) == 1.0 and calls == [(1024.0, 4, 2e-6, 3e9)]
