@@ -202,3 +202,15 @@ def test_failed_measurement_keeps_partial_results(tmp_path):
         save_partial(str(out), FakeLaunchError("rank 1 hung: no progress for 5 s"))
     saved = json.loads((tmp_path / "cal.yaml.partial.json").read_text())
     assert saved["partial"] == {"0": [{"size_bytes": 8}], "1": []} and "rank 1 hung" in saved["error"]
+
+
+def test_nccl_table_header_is_all_reduce_perfs():
+    from commsim.cli_validate import nccl_table_header, time_cell
+
+    oop = nccl_table_header().splitlines()
+    full = nccl_table_header(in_place=True).splitlines()
+    assert oop[1] == "#       size         count      type   redop    root     time   algbw   busbw"
+    assert full[1] == ("#       size         count      type   redop    root     time   algbw   busbw #wrong"
+                       "     time   algbw   busbw #wrong")
+    assert full[0].endswith("out-of-place                       in-place")
+    assert [time_cell(x) for x in (12.345, 123.45, 12345.6)] == ["  12.35", "  123.5", "  12346"]

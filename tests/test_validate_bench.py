@@ -106,3 +106,23 @@ def test_check_tolerates_float32_rounding_of_repeated_sums(tmp_path):
     row = out[0]
     assert row["buffers"] == 1
     assert row["in_place"]["wrong"] == 0 and row["out_of_place"]["wrong"] == 0
+
+
+def test_table_format_and_bandwidths_are_the_shared_ones():
+    # one home for nccl-tests' conventions: the bench prints and computes with commsim's
+    import importlib
+
+    from commsim import cli_validate
+
+    busbw_mod = importlib.import_module("commsim.collectives.busbw")
+
+    assert collective_bench.time_cell is cli_validate.time_cell
+    assert collective_bench.busbw is busbw_mod.busbw and collective_bench.algbw is busbw_mod.algbw
+    head = collective_bench.format_header().splitlines()
+    assert [line[:len(p)] for line, p in zip(head, cli_validate.nccl_table_header().splitlines())] == \
+        cli_validate.nccl_table_header().splitlines()
+    assert head[1].endswith("#wrong     time   algbw   busbw #wrong")
+    row = {"size_bytes": 1024, "count": 256, "type": "float", "redop": "sum", "root": -1,
+           "out_of_place": {"time_s": 123.456e-6, "algbw_Bps": 8.3e6, "busbw_Bps": 8.3e6, "wrong": 0},
+           "in_place": {"time_s": 12345.6e-6, "algbw_Bps": 8.3e4, "busbw_Bps": 8.3e4, "wrong": None}}
+    assert collective_bench.format_row(row).split()[5:] == ["123.5", "0.01", "0.01", "0", "12346", "0.00", "0.00", "N/A"]

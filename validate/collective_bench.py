@@ -35,6 +35,9 @@ from typing import Callable, List, Optional
 import torch
 import torch.distributed as dist
 
+from commsim.cli_validate import nccl_table_header, time_cell
+from commsim.collectives.busbw import algbw, busbw
+
 ELEMENT_BYTES = 4
 COLD_BYTES = 64 * 1024 * 1024
 MAX_BUFFERS = 64
@@ -143,31 +146,19 @@ def bench_size(size: int, warmup: int, iters: int, check: bool, device: torch.de
                     ok = torch.isclose(recvs[b], torch.full_like(recvs[b], want), rtol=SUM_RTOL, atol=0.0)
                     wrong += int((~ok).sum().item())
         mean = statistics.fmean(per_iter)
-        alg = row["size_bytes"] / mean
         row[name] = {
             "time_s": mean,
             "time_median_s": statistics.median(per_iter),
-            "algbw_Bps": alg,
-            "busbw_Bps": alg * 2 * (n - 1) / n,
+            "algbw_Bps": algbw(row["size_bytes"], mean),
+            "busbw_Bps": busbw("all_reduce", row["size_bytes"], mean, n),
             "wrong": (int(_max_over_ranks([float(wrong)], device)[0]) if check else None),
         }
     return row
 
 
 def format_header() -> str:
-    return "\n".join([
-        "#                                                              out-of-place                       in-place",
-        "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong",
-        "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)",
-    ])
-
-
-def _time_cell(us: float) -> str:
-    if us >= 10000.0:
-        return f"{us:7.0f}"
-    if us >= 100.0:
-        return f"{us:7.1f}"
-    return f"{us:7.2f}"
+    """all_reduce_perf's header with both column groups and #wrong."""
+    return nccl_table_header(in_place=True)
 
 
 def format_row(row: dict) -> str:
@@ -175,7 +166,7 @@ def format_row(row: dict) -> str:
     for g in ("out_of_place", "in_place"):
         t = row[g]
         wrong = "N/A" if t["wrong"] is None else str(t["wrong"])
-        cells.append(f"{_time_cell(t['time_s'] * 1e6)}  {t['algbw_Bps'] / 1e9:6.2f}  {t['busbw_Bps'] / 1e9:6.2f}  {wrong:>6s}")
+        cells.append(f"{time_cell(t['time_s'] * 1e6)}  {t['algbw_Bps'] / 1e9:6.2f}  {t['busbw_Bps'] / 1e9:6.2f}  {wrong:>6s}")
     return "  ".join(cells)
 
 
