@@ -143,3 +143,15 @@ def test_validate_applies_the_scenarios_calibration_check(files):
     r = CliRunner().invoke(cli, ["validate", str(files / "sc.yaml"), "--calibration", str(files / "cal.yaml"),
                                  "--set", "collective.algorithm=tree"])
     assert r.exit_code == 2 and "expected collective.algorithm ring with model alpha-beta" in r.output
+
+
+def test_common_start_is_shared_and_common(tmp_path):
+    # one start barrier for the replay and the DDP job: every rank leaves it at the same instant
+    from tests import workers_launch as w
+    from validate import ddp_job, replay
+    from validate.launch import launch
+
+    assert ddp_job.common_start is replay.common_start
+    out = launch(w.common_start_then_clock, 2, "gloo", timeout_s=60, args=(1,), result_dir=str(tmp_path))
+    (s0, c0), (s1, c1) = out
+    assert s0 == s1 and c0 >= s0 and c1 >= s1

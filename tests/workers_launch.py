@@ -51,3 +51,13 @@ def repeated_inplace_sums(ctx, size, iters):
 
     collective_bench.buffer_count = lambda size, device: 1
     return collective_bench.bench_size(size, 1, iters, True, torch.device("cpu"))
+
+
+def common_start_then_clock(ctx, delay_rank):
+    """validate.replay.common_start after rank `delay_rank` arrives late: (start, clock after)."""
+    from validate.replay import common_start
+
+    if ctx.rank == delay_rank:
+        time.sleep(0.3)
+    start = common_start(ctx.device)
+    return [start, time.monotonic()]

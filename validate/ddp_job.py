@@ -23,6 +23,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from validate.compute_timing import synthetic_model
+from validate.replay import common_start
 
 
 def _measure_compute(model: nn.Module, x, y, opt, iters: int) -> Dict[str, float]:
@@ -70,12 +71,8 @@ def rank_ddp(ctx, plan: Dict) -> Dict:
     for _ in range(plan["warmup_steps"]):
         ctx.progress()
         step(0.0)
-    dist.barrier()
-    left = torch.tensor([time.monotonic()], dtype=torch.float64)
-    dist.all_reduce(left, op=dist.ReduceOp.MAX)
-    start = float(left.item()) + 0.02
-    while time.monotonic() < start:
-        time.sleep(max(0.0, start - time.monotonic()))
+    ctx.progress()
+    start = common_start(ctx.device)
     ends = []
     for s in range(plan["steps"]):
         ctx.progress()

@@ -40,6 +40,18 @@ def _sleep_until(t: float) -> None:
         time.sleep(left)
 
 
+def common_start(device: str = "cpu") -> float:
+    """Start every rank's timed steps at one instant: a barrier, then all ranks agree on the
+    latest clock reading after it (one monotonic clock for all local ranks) and sleep until
+    SETTLE_S past it. Returns that instant; used by the replay and the DDP job alike."""
+    dist.barrier()
+    left = torch.tensor([time.monotonic()], dtype=torch.float64, device=device)
+    dist.all_reduce(left, op=dist.ReduceOp.MAX)
+    start = float(left.item()) + SETTLE_S
+    _sleep_until(start)
+    return start
+
+
 class _CommStream:
     """One thread that all-reduces buckets in order, recording when each starts and ends."""
 
@@ -115,11 +127,7 @@ def rank_replay(ctx, plan: Dict) -> Dict:
             ctx.progress()
             _one_step(plan, comm, 1.0, 0.0, timeout_s)
         ctx.progress()
-        dist.barrier()
-        left = torch.tensor([time.monotonic()], dtype=torch.float64)
-        dist.all_reduce(left, op=dist.ReduceOp.MAX)
-        start = float(left.item()) + SETTLE_S
-        _sleep_until(start)
+        start = common_start(ctx.device)
         steps = []
         for s in range(plan["steps"]):
             ctx.progress()
