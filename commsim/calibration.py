@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -546,27 +546,6 @@ def save_calibration(cal: Calibration, path: Union[str, os.PathLike]) -> None:
     from commsim.calibration_file import save_calibration as _save
 
     _save(cal, path)
-
-
-def dump_calibration(cal: Calibration) -> str:
-    """The calibration as YAML text."""
-    from commsim.calibration_file import dump_calibration as _dump
-
-    return _dump(cal)
-
-
-def calibration_to_dict(cal: Calibration) -> Dict[str, Any]:
-    """The YAML mapping of a calibration."""
-    from commsim.calibration_file import calibration_to_dict as _to_dict
-
-    return _to_dict(cal)
-
-
-def calibration_from_dict(doc: Any, source: str = "<calibration>") -> Calibration:
-    """Validate a parsed YAML mapping and build the Calibration."""
-    from commsim.calibration_file import calibration_from_dict as _from_dict
-
-    return _from_dict(doc, source)
 
 
 def utc_now_iso() -> str:

@@ -168,8 +168,8 @@ def _split_row(toks: List[str], has_root: Optional[bool]):
     if has_root:
         if not rest or not _INT.match(rest[0]):
             return None
-        return int(rest[0]), rest[1:], True
-    return None, rest, False
+        return int(rest[0]), rest[1:]
+    return None, rest
 
 
 def parse_nccl_log(text: str, source: str = "<log>", world_size: Optional[int] = None) -> NcclLog:
@@ -274,7 +274,7 @@ def _parse_row(lineno: int, toks: List[str], has_root: Optional[bool], skipped) 
     if split is None:
         skipped.append((lineno, f"data row with {len(toks)} columns: cannot tell its layout"))
         return None
-    root, rest, _ = split
+    root, rest = split
     try:
         oop = _timing(rest[:4])
         ip = _timing(rest[4:8])

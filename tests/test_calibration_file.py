@@ -6,7 +6,7 @@ import os
 import pytest
 import yaml
 
-from commsim import calibration as cal_mod
+from commsim.calibration_file import calibration_to_dict
 from commsim.calibration import (
     Calibration,
     CalibrationError,
@@ -75,7 +75,7 @@ def _write(tmp_path, doc):
     ],
 )
 def test_bad_files_raise_one_line_errors(tmp_path, mutate, msg):
-    doc = cal_mod.calibration_to_dict(full_cal())
+    doc = calibration_to_dict(full_cal())
     mutate(doc)
     with pytest.raises(CalibrationError, match=msg) as exc:
         load_calibration(_write(tmp_path, doc))
@@ -138,14 +138,14 @@ def test_yaml11_exponent_without_dot_is_a_number(tmp_path):
 
 @pytest.mark.parametrize("value", ["fast", "nan", "inf", "1e400", "-1e-6"])
 def test_strings_that_are_no_finite_number_stay_errors(tmp_path, value):
-    doc = cal_mod.calibration_to_dict(full_cal())
+    doc = calibration_to_dict(full_cal())
     doc["levels"]["intra_node"]["alpha_s"] = value
     with pytest.raises(CalibrationError, match=r"levels.intra_node.alpha_s: expected a finite number"):
         load_calibration(_write(tmp_path, doc))
 
 
 def _three_ranges():
-    doc = cal_mod.calibration_to_dict(full_cal())
+    doc = calibration_to_dict(full_cal())
     doc["levels"]["intra_node"]["ranges"] = [
         {"min_size_bytes": 8, "max_size_bytes": 1024, "alpha_s": 2e-6, "beta_Bps": 3e9},
         {"min_size_bytes": 2048, "max_size_bytes": 2**20, "alpha_s": 2e-6, "beta_Bps": 3e9},

@@ -206,3 +206,12 @@ def test_overflowing_cells_skip_the_row():
     log = parse_nccl_log(text, "inf.log")
     assert [r.size_bytes for r in log.rows] == [1048576, 4194304]
     assert any("non-numeric cell '1e400'" in note for _, note in log.notes)
+
+
+def test_split_row_returns_root_and_cells():
+    from commsim.nccl_log import _split_row
+
+    toks = ROW_1M.split()
+    assert _split_row(toks, True) == (-1, toks[5:])
+    assert _split_row(toks[:4] + toks[5:], False) == (None, toks[5:])
+    assert _split_row(toks[:4] + ["x"], None) is None

@@ -155,3 +155,22 @@ def test_common_start_is_shared_and_common(tmp_path):
     out = launch(w.common_start_then_clock, 2, "gloo", timeout_s=60, args=(1,), result_dir=str(tmp_path))
     (s0, c0), (s1, c1) = out
     assert s0 == s1 and c0 >= s0 and c1 >= s1
+
+
+def test_one_step_returns_only_what_assemble_reads():
+    from validate.replay import _CommStream, _one_step
+
+    class Local(_CommStream):  # no process group: "all-reduce" is a no-op
+        def _run(self):
+            while (j := self.jobs.get()) is not None:
+                t = __import__("time").monotonic()
+                self.done.put((j, t, t))
+
+    comm = Local([None, None])
+    plan = {"gradient_accumulation": 1, "forward_s": 0.001, "backward_s": 0.002, "optimizer_s": 0.001,
+            "overlap": True, "ready_fraction": [0.5, 1.0]}
+    try:
+        out = _one_step(plan, comm, 1.0, 0.0, 5.0)
+    finally:
+        comm.close()
+    assert sorted(out) == ["end", "finish", "start"] and len(out["start"]) == 2

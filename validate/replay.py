@@ -100,16 +100,14 @@ def _one_step(plan: Dict, comm: _CommStream, factor: float, stall: float, timeou
     _sleep_until(t0 + stall)
     backward_start = t0 + stall + factor * (m * fwd + (m - 1) * bwd)
     _sleep_until(backward_start)
-    ready = []
     for j, frac in enumerate(fractions):
         _sleep_until(backward_start + factor * bwd * frac)
-        ready.append(time.monotonic())
         comm.launch(j)
     _sleep_until(backward_start + factor * bwd)
     done = sorted(comm.wait(len(fractions), timeout_s))
     comm_end = max([d[2] for d in done], default=time.monotonic())
     _sleep_until(max(comm_end, time.monotonic()) + factor * opt)
-    return {"ready": ready, "start": [d[1] for d in done], "finish": [d[2] for d in done],
+    return {"start": [d[1] for d in done], "finish": [d[2] for d in done],
             "end": time.monotonic()}
 
 
