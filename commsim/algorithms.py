@@ -23,7 +23,16 @@ def scenario_fabric(scenario: Scenario) -> Fabric:
 
 
 def with_algorithm(scenario: Scenario, algorithm: str, model: str) -> Scenario:
-    """The same scenario with another all-reduce algorithm and cost model."""
+    """The same scenario with another all-reduce algorithm and cost model.
+
+    A calibration prices the library's measured all-reduce (a ring), so it cannot be combined
+    with another algorithm or cost model: that is a ValueError, as in the scenario file.
+    """
+    if scenario.calibration is not None and (algorithm, model) != ("ring", "alpha-beta"):
+        raise ValueError(
+            f"the scenario has a calibration, which prices the measured ring only: "
+            f"expected algorithm ring with model alpha-beta, got {algorithm} / {model} (remove the calibration to compare)"
+        )
     return replace(scenario, collective=replace(scenario.collective, algorithm=algorithm, model=model))
 
 

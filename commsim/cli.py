@@ -26,8 +26,11 @@ class UsageFailure(click.ClickException):
         click.echo(f"commsim: error: {self.format_message()}", err=True)
 
 
-def fail(message: str) -> None:
-    raise UsageFailure(message)
+def fail(message: str, code: int = EXIT_BAD_INPUT) -> None:
+    """Stop the command with one line on stderr and `code` (2: bad input)."""
+    exc = UsageFailure(message)
+    exc.exit_code = code
+    raise exc
 
 
 def write_output(path: str, text: str, what: str) -> None:

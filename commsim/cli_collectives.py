@@ -144,6 +144,11 @@ def algorithms(scenario, nodes_text, algorithm_text, model_text, steps, override
         rows = compare(sc, counts, names, models)
     except ValueError as exc:
         fail(str(exc))
+    if not rows:
+        from .collectives import algorithms_for
+
+        covered = "; ".join(f"{m} covers {', '.join(algorithms_for(m))}" for m in models)
+        fail(f"no (algorithm, model) pair to run among --algorithm {algorithm_text} and --model {model_text}: {covered}")
     if json_path:
         doc = {"scenario": sc.name, "rows": rows}
         write_output(json_path, json.dumps(doc, indent=2, sort_keys=True) + "\n", "the JSON rows")

@@ -14,9 +14,9 @@ from commsim.errors import ScenarioError
 
 
 def _fail(message: str, code: int = 2) -> None:
-    # The same one-line shape as `commsim run`'s errors.
-    click.echo(f"commsim: error: {message}", err=True)
-    sys.exit(code)
+    from commsim.cli import fail  # the CLI's one-line error (imported late: cli imports this module)
+
+    fail(message, code)
 
 
 @click.command("sweep")

@@ -371,6 +371,8 @@ def collective_cmd(scenario, cal_path, ranks, algorithm, model, overrides, sizes
         the scenario's cluster (and --set) priced by each algorithm's closed form; with a
         calibration, its fitted alpha/beta replace the nominal link numbers.
     """
+    from commsim.cli import write_output
+
     size_list = parse_size_range(sizes)
     if scenario is not None or algorithm is not None or model is not None or overrides:
         if scenario is None:
@@ -380,7 +382,7 @@ def collective_cmd(scenario, cal_path, ranks, algorithm, model, overrides, sizes
         rows, text = algorithm_tables(scenario, overrides, algorithm, model, ranks, cal_path, size_list)
         click.echo(text)
         if json_path:
-            atomic_write_text(json_path, _json_text(_json_safe(rows)))
+            write_output(json_path, _json_text(_json_safe(rows)), "the JSON rows")
         return
     if cal_path is None or ranks is None:
         _fail("give --calibration CAL.yaml and --ranks N (the calibration's curve), or a SCENARIO (its cluster)")
@@ -396,7 +398,7 @@ def collective_cmd(scenario, cal_path, ranks, algorithm, model, overrides, sizes
     finite = [r["busbw_GBps"] for r in rows if math.isfinite(r["busbw_GBps"])]
     click.echo(f"# Avg bus bandwidth    : {sum(finite) / len(finite):g}" if finite else "#")
     if json_path:
-        atomic_write_text(json_path, _json_text(rows))
+        write_output(json_path, _json_text(rows), "the JSON rows")
 
 
 def _json_safe(obj):

@@ -137,6 +137,9 @@ class Engine:
         """
         sc = self.scenario
         if sc.calibration is not None:
+            if (sc.collective.algorithm, sc.collective.model) != ("ring", "alpha-beta"):
+                raise ValueError("a calibration prices the measured ring only: collective.algorithm must be ring "
+                                 f"with model alpha-beta, got {sc.collective.algorithm} / {sc.collective.model}")
             return RingAllReduce(self._calibrated_hop_times(size))
         if sc.collective.algorithm == "ring" and sc.collective.model == "alpha-beta":
             alpha, bandwidth = ring_hop_links(sc.cluster, link_bandwidth_factors(sc))

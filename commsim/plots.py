@@ -26,6 +26,7 @@ import itertools
 import json
 import math
 import os
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
@@ -153,6 +154,9 @@ def _seconds_unit(values: Iterable[float]) -> Tuple[float, str]:
 # ---------------------------------------------------------------------------------------
 
 
+REQUIRED_COLUMNS = ("world_size", "step_time_s.mean", "baseline_step_time_s", "compute_time_s", "scaling_efficiency")
+
+
 class SweepTable:
     """results.json of a sweep: the grid (what was varied) and the finished rows."""
 
@@ -163,6 +167,13 @@ class SweepTable:
         self.rows: List[Dict[str, Any]] = list(doc.get("rows", []))
         if not self.rows:
             raise PlotError(source, "no finished points to plot")
+        for i, row in enumerate(self.rows):
+            missing = [k for k in REQUIRED_COLUMNS if not isinstance(row, dict) or k not in row]
+            if missing:
+                raise PlotError(source, f"expected commsim sweep rows with {', '.join(REQUIRED_COLUMNS)}; "
+                                        f"row {i} lacks {', '.join(missing)}")
+        if not isinstance(self.grid, dict) or not all(isinstance(v, list) for v in self.grid.values()):
+            raise PlotError(source, "expected a grid mapping each swept key to its list of values")
 
     @classmethod
     def load(cls, path: Path) -> "SweepTable":
@@ -413,6 +424,7 @@ def predicted_busbw(cluster, sizes: np.ndarray) -> np.ndarray:
     times from :func:`commsim.ring.hop_times`, every rank launching at 0 through the ring's
     max-plus recurrence (:class:`commsim.ring.RingAllReduce`, DESIGN.md); T is the last finish
     and busbw = S/T * 2(n-1)/n (nccl-tests doc/PERFORMANCE.md)."""
+    from commsim.collectives.busbw import busbw
     from commsim.costs import ring_hop_links
     from commsim.ring import RingAllReduce, hop_times
 
@@ -423,7 +435,7 @@ def predicted_busbw(cluster, sizes: np.ndarray) -> np.ndarray:
     launch = np.zeros(n)
     t = np.array([RingAllReduce(hop_times(float(s), alpha, bandwidth)).finish_times(launch).max()
                   for s in sizes])
-    return sizes / t * 2 * (n - 1) / n
+    return np.array([busbw("all_reduce", float(s), float(ti), n) for s, ti in zip(sizes, t)])
 
 
 def _calibration_points(path: Path) -> List[Tuple[str, np.ndarray, np.ndarray]]:
@@ -696,8 +708,12 @@ def plot_sweep(table: SweepTable, out_dir: Path, threshold: float = 0.85,
     if any(k.startswith(LINK_PREFIXES) for k in varied) or calibration is not None:
         try:
             curves = _sweep_clusters(table)
-        except (ScenarioError, KeyError):
-            curves = []  # the scenario file moved: no predicted curves to draw from it
+        except (ScenarioError, KeyError) as exc:
+            # the scenario is re-read from the path the sweep was given: moved, edited or
+            # relative to another directory, there are no predicted curves to draw from it
+            sys.stderr.write(f"commsim: note: predicted busbw curves skipped: cannot re-plan the sweep from "
+                             f"{table.meta.get('scenario')!r} ({exc})\n")
+            curves = []
         if curves or calibration is not None:
             written += plot_busbw(curves, out_dir, calibration)
     return written

@@ -268,8 +268,7 @@ def _cluster(source: str, value: Any) -> spec.Cluster:
     if "oversubscription" in m.value:  # only meaningful through a preset's NIC arithmetic
         over = m.get("oversubscription", parse_number)
         if over < 1:
-            raise ScenarioError(source, "cluster.oversubscription",
-                                f"expected a factor >= 1 (1 = non-blocking, 2 = 2:1), got {over:g}")
+            raise ScenarioError(source, "cluster.oversubscription", topology.OVERSUBSCRIPTION_EXPECTED.format(over))
     if "nic_bandwidth" in m.value:
         m.get("nic_bandwidth", _rate)
     return spec.Cluster(

@@ -333,7 +333,11 @@ def read_journal(out_dir: Path) -> Dict[str, Dict[str, Any]]:
     path = out_dir / JOURNAL
     if not path.exists():
         return done
-    with open(path, encoding="utf-8") as fh:
+    try:
+        fh = open(path, encoding="utf-8")
+    except OSError as exc:
+        raise SweepError(f"-o {out_dir}", JOURNAL, f"cannot read the journal: {exc.strerror or exc}") from None
+    with fh:
         for line in fh:
             try:
                 record = json.loads(line)
@@ -350,7 +354,10 @@ class _Writer:
     def __init__(self, out_dir: Path, points: Sequence[Point], meta: Dict[str, Any],
                  done: Dict[str, Dict[str, Any]]):
         self.out_dir, self.points, self.meta, self.done = out_dir, points, meta, done
-        self._journal = open(out_dir / JOURNAL, "a", encoding="utf-8")
+        try:
+            self._journal = open(out_dir / JOURNAL, "a", encoding="utf-8")
+        except OSError as exc:
+            raise SweepError(f"-o {out_dir}", JOURNAL, f"cannot append to the journal: {exc.strerror or exc}") from None
         self._last_flush = 0.0
         self._dirty = True
 
@@ -536,9 +543,12 @@ def run_sweep(
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise SweepError(f"-o {out}", None, "expected a directory, got a file")
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise SweepError(f"-o {out}", None, f"cannot create the output directory: {exc.strerror or exc}") from None
     journal = out / JOURNAL
-    if not resume and journal.exists() and journal.stat().st_size > 0:
+    if not resume and journal.is_file() and journal.stat().st_size > 0:
         raise SweepError(
             f"-o {out}", None,
             f"already holds sweep results ({JOURNAL}); pass --resume to complete them "

@@ -145,7 +145,7 @@ PRESETS: dict[str, Topology] = {
     ),
 }
 
-TOPOLOGY_KEYS = ("intra_kind", "nics_per_node", "nic_bandwidth", "oversubscription")
+OVERSUBSCRIPTION_EXPECTED = "expected a factor >= 1 (1 = non-blocking, 2 = 2:1), got {:g}"
 
 
 class TopologyError(ScenarioError, ValueError):
@@ -163,33 +163,36 @@ def expand_cluster(cluster: dict, source: str = "scenario", path: str = "cluster
     """Merge a scenario's ``cluster`` mapping over the preset it names (if any).
 
     Keys the user writes win, one level deep for ``intra_node``/``inter_node``. If the user
-    changes ``nics_per_node``, ``nic_bandwidth`` or ``oversubscription`` but not
-    ``inter_node.bandwidth``, the node bandwidth is recomputed from them (units as in the
+    writes ``nics_per_node``, ``nic_bandwidth`` or ``oversubscription`` but not
+    ``inter_node.bandwidth``, the node bandwidth is derived as nics x NIC bandwidth /
+    oversubscription (with or without a preset, once both NIC keys are known; units as in the
     scenario: ``nic_bandwidth: 200 Gbps``). Other values stay as written, for the loader to
-    parse. Without ``preset`` the mapping is returned unchanged (a copy). Errors name
-    ``source`` (the file) and the key path under ``path``.
+    parse. Returns a new mapping. Errors name ``source`` (the file) and the key path under
+    ``path``.
     """
     if not isinstance(cluster, dict):
         raise TopologyError(source, path, f"expected a mapping, got {type(cluster).__name__}")
     user = copy.deepcopy(cluster)
-    if "preset" not in user:
-        return user
-    base = resolve_preset(user.pop("preset"), source, f"{path}.preset")
+    base = resolve_preset(user.pop("preset"), source, f"{path}.preset") if "preset" in user else {}
     merged = dict(base)
     for key, value in user.items():
-        if key in ("intra_node", "inter_node") and isinstance(value, dict):
+        if key in ("intra_node", "inter_node") and isinstance(value, dict) and key in base:
             merged[key] = {**base[key], **value}
         else:
             merged[key] = value
     user_inter = user.get("inter_node") if isinstance(user.get("inter_node"), dict) else {}
-    if "bandwidth" not in user_inter and any(k in user for k in ("nics_per_node", "nic_bandwidth", "oversubscription")):
+    nic_keys = ("nics_per_node", "nic_bandwidth", "oversubscription")
+    derive = "bandwidth" not in user_inter and any(k in user for k in nic_keys)
+    if derive and all(k in merged for k in ("nics_per_node", "nic_bandwidth")):
+        inter = merged.get("inter_node", {})
+        if not isinstance(inter, dict):
+            return merged  # the loader reports cluster.inter_node: expected a mapping
         nics = _parsed(parse_count, merged["nics_per_node"], source, f"{path}.nics_per_node")
         nic = _parsed(parse_rate, merged["nic_bandwidth"], source, f"{path}.nic_bandwidth")
-        over = _parsed(parse_number, merged["oversubscription"], source, f"{path}.oversubscription")
+        over = _parsed(parse_number, merged.get("oversubscription", 1.0), source, f"{path}.oversubscription")
         if over < 1:
-            raise TopologyError(source, f"{path}.oversubscription",
-                                f"expected a factor >= 1 (1 = non-blocking, 2 = 2:1), got {over:g}")
-        merged["inter_node"] = {**merged["inter_node"], "bandwidth": nics * nic / over}
+            raise TopologyError(source, f"{path}.oversubscription", OVERSUBSCRIPTION_EXPECTED.format(over))
+        merged["inter_node"] = {**inter, "bandwidth": nics * nic / over}
     return merged
 
 

@@ -141,3 +141,25 @@ def test_bad_calibration_use_is_bad_input(tmp_path, extra, needle, capsys):
     assert run_cli(args + extra) == 2
     err = capsys.readouterr().err
     assert needle in err and len(err.strip().splitlines()) == 1
+
+
+def test_other_algorithms_refuse_a_calibrated_scenario(tmp_path, capsys):
+    cal = _calibrate(tmp_path)
+    args = ["algorithms", SCENARIO, "--steps", "2", "--algorithm", "ring,tree"]
+    sets = [a for s in ONE_NODE + [f"calibration={cal}"] for a in ("--set", s)]
+    assert run_cli(args + sets) == 2
+    assert "calibration" in capsys.readouterr().err
+
+
+def test_sweep_into_a_file_and_plot_of_foreign_json_are_one_line_errors(tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    assert run_cli(["sweep", SCENARIO, "--grid", "cluster.nodes=2", "-o", str(blocker / "sub"), "-q"]) == 2
+    assert "cannot create the output directory" in capsys.readouterr().err
+    pytest.importorskip("matplotlib")
+    d = tmp_path / "d"
+    d.mkdir()
+    (d / "results.json").write_text(json.dumps({"rows": [{"point": 0}], "grid": {"cluster.nodes": [1]}}))
+    assert run_cli(["plot", str(d)]) == 2
+    err = capsys.readouterr().err
+    assert "lacks world_size" in err and "Traceback" not in err

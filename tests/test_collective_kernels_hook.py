@@ -6,7 +6,6 @@ import pytest
 from commsim.algorithms import simulate_algorithm, summarize_algorithm, with_nodes
 from commsim.collectives import Fabric, finish_times, uniform_time
 from commsim.collectives.kernels import collective_time, make_kernel, resolve
-from commsim.engine import simulate
 from commsim.ring import RingAllReduce
 from tests.conftest import make_scenario, replace
 
@@ -43,10 +42,21 @@ def test_nccl_model_kernel_waits_for_the_last_launch():
         make_kernel("ring", F, 1e6, model="logp")
 
 
-def test_simulate_algorithm_ring_equals_the_engine():
-    sc = make_scenario(nodes=2, gpus_per_node=4)
-    a, b = simulate_algorithm(sc, "ring"), simulate(sc)
-    np.testing.assert_array_equal(a.step_end, b.step_end)
+def test_collectives_ring_kernel_equals_the_engines_ring():
+    """Two routes to the ring's hop times: the engine's (costs.ring_hop_links + slow-link
+    factors) and the collectives package's (Fabric pair links + with_slow_links)."""
+    from commsim.algorithms import scenario_fabric
+    from commsim.engine import Engine
+    from commsim.spec import SlowLink
+
+    rng = np.random.default_rng(3)
+    for stragglers in ([], [SlowLink(0.25, node=1)]):
+        sc = make_scenario(nodes=3, gpus_per_node=4, parameters=2_000_000, stragglers=stragglers)
+        engine_kernel = Engine(sc).kernels[0]
+        package_kernel = make_kernel("ring", scenario_fabric(sc), Engine(sc).buckets[0])
+        launches = [np.zeros(12)] + ([rng.uniform(0, 1e-3, 12) for _ in range(5)] if not stragglers else [])
+        for launch in launches:
+            np.testing.assert_allclose(package_kernel.finish_times(launch), engine_kernel.finish_times(launch), rtol=1e-12)
 
 
 def test_tree_scenario_comm_time_is_the_closed_form():

@@ -86,3 +86,16 @@ def test_oversubscription_slows_the_network_level():
     fast = topology.fabric("dgx-h100", 16)
     slow = expand_cluster({"preset": "dgx-h100", "nodes": 16, "oversubscription": 2})
     assert slow["inter_node"]["bandwidth"] == fast.inter_bandwidth / 2
+
+
+def test_nic_keys_derive_the_network_without_a_preset_and_bad_inter_node_is_one_line():
+    from commsim.errors import ScenarioError
+    from commsim.loader import parse_scenario
+
+    doc = {"cluster": {"nodes": 2, "gpus_per_node": 8, "intra_node": {"bandwidth": "450 GB/s"},
+                       "nics_per_node": 8, "nic_bandwidth": "400 Gbps", "oversubscription": 2},
+           "model": {"parameters": 1000}, "compute": {"forward": 0.1, "backward": 0.2}}
+    assert parse_scenario(doc, "t.yaml").cluster.inter_node.bandwidth == pytest.approx(8 * 50e9 / 2)
+    bad = {**doc, "cluster": {"preset": "dgx-h100", "nodes": 2, "inter_node": 5, "nics_per_node": 4}}
+    with pytest.raises(ScenarioError, match="cluster.inter_node"):
+        parse_scenario(bad, "t.yaml")

@@ -65,10 +65,6 @@ class Fabric:
     def world_size(self) -> int:
         return self.nodes * self.gpus_per_node
 
-    def node_of(self, rank):
-        """Node index of a rank (works on numpy arrays too)."""
-        return rank // self.gpus_per_node
-
     @property
     def degraded(self) -> bool:
         """True when some link runs below its class's nominal bandwidth."""

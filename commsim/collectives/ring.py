@@ -31,12 +31,14 @@ COLLECTIVE = "all_reduce"
 
 
 def hop_times(fabric: Fabric, size: float) -> np.ndarray:
-    """Time of one step over the hop into each rank (from rank i-1): the ring's mean hop
-    latency plus S/n bytes at that hop's bandwidth (as commsim.ring.hop_times)."""
+    """Time of one step over the hop into each rank (from rank i-1): commsim.ring.hop_times
+    (the ring's mean hop latency plus S/n bytes at that hop's bandwidth) on the fabric's links."""
+    from commsim.ring import hop_times as ring_hop_times
+
     n = fabric.world_size
     ranks = np.arange(n)
     prev = (ranks - 1) % n
-    return np.mean(fabric.pair_latency(prev, ranks)) + (size / n) / fabric.pair_bandwidth(prev, ranks)
+    return ring_hop_times(size, fabric.pair_latency(prev, ranks), fabric.pair_bandwidth(prev, ranks))
 
 
 def time(fabric: Fabric, size: float) -> float:

@@ -179,18 +179,6 @@ def _finish_planned(plan: _Plan, alpha, occ_up, occ_down, launch, C) -> np.ndarr
     return np.maximum(avail[:, -1], sent_last)
 
 
-def tree_finish(parent: np.ndarray, alpha: np.ndarray, occ_up: np.ndarray, occ_down: np.ndarray,
-                launch: np.ndarray, chunks: int) -> np.ndarray:
-    """Finish times of a pipelined reduce-then-broadcast over one tree.
-
-    ``parent[v]`` is v's parent (-1 at the root); ``alpha[v]`` the latency of the edge between
-    v and its parent, ``occ_up[v]``/``occ_down[v]`` a chunk's occupancy of it going up/down. A rank
-    finishes when it has received the last chunk and forwarded it to all its children.
-    """
-    return _finish_planned(_Plan(np.asarray(parent)), alpha, occ_up, occ_down,
-                           np.asarray(launch, dtype=float), chunks)
-
-
 def _trees(fabric: Fabric):
     return [rank_tree(fabric, p) for p in dtree_parents(fabric.nodes)]
 
