@@ -225,17 +225,24 @@ def parse_time(value: object, *, allow_zero: bool = False) -> float:
     return _quantity(value, "time", allow_zero)
 
 
-def parse_count(value: object, *, allow_zero: bool = False) -> int:
-    """A whole number from an int, an integral float, or a string such as ``"1e9"``, ``"1.0e9"``
-    or ``"1_000"`` (PyYAML leaves the first two as strings: YAML 1.1 floats need a dot and a
-    signed exponent)."""
-    expected = _KINDS["count"][1]
-    number, unit = _to_decimal(value, "count")
+def _unitless(value: object, kind: str):
+    """The Decimal of a value that must carry no unit (a count or a plain number)."""
+    expected = _KINDS[kind][1]
+    number, unit = _to_decimal(value, kind)
     if unit is not None:
         other = _unit_kind(unit)
         if other is not None:
             raise WrongUnitKindError(f"{describe(value)} is a {other}, expected {expected}")
         raise UnitError(f"expected {expected}, got {describe(value)}")
+    return number
+
+
+def parse_count(value: object, *, allow_zero: bool = False) -> int:
+    """A whole number from an int, an integral float, or a string such as ``"1e9"``, ``"1.0e9"``
+    or ``"1_000"`` (PyYAML leaves the first two as strings: YAML 1.1 floats need a dot and a
+    signed exponent)."""
+    expected = _KINDS["count"][1]
+    number = _unitless(value, "count")
     if abs(number) > MAX_COUNT:
         raise UnitError(f"expected a whole number up to 2**63-1, got {describe(value)}")
     if number != number.to_integral_value():
@@ -248,13 +255,7 @@ def parse_count(value: object, *, allow_zero: bool = False) -> int:
 def parse_number(value: object) -> float:
     """A finite dimensionless number (an int, a float, or a numeric string such as ``"1e-3"``).
     Range checks are the caller's job."""
-    expected = _KINDS["number"][1]
-    number, unit = _to_decimal(value, "number")
-    if unit is not None:
-        other = _unit_kind(unit)
-        if other is not None:
-            raise WrongUnitKindError(f"{describe(value)} is a {other}, expected {expected}")
-        raise UnitError(f"expected {expected}, got {describe(value)}")
+    number = _unitless(value, "number")
     try:
         result = float(number)
     except OverflowError:
