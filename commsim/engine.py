@@ -208,12 +208,13 @@ class Engine:
         start = np.zeros(self.n)
         # work (full-clock seconds) before the last backward begins, and of that backward
         work_before = m * c.forward + (m - 1) * c.backward
+        # share of the last backward done when each bucket is ready (all of it without overlap)
+        fractions = self.ready_fraction if sc.ddp.overlap else np.ones(len(self.kernels))
         for s in range(steps):
             f = self.perturb.factor[s]
             t0 = start + self.perturb.stall[s]
             backward_start = self.ranks.finish(t0, f * work_before)
             backward = f * c.backward
-            fractions = self.ready_fraction if sc.ddp.overlap else np.ones(len(self.kernels))
             # throttled ranks: every bucket's ready time at once (a thermal clock is not linear)
             throttled_ready = self.ranks.throttled_ready(backward_start, backward, fractions)
             finish = None
@@ -230,11 +231,12 @@ class Engine:
                 if self._steady_possible or s == steps - 1:  # comm_time is reported for the last step
                     self._comm_time[j] = done - launch.max()
                 yield env.timeout(max(done - env.now, 0.0))
-            backward_end = self.ranks.finish(backward_start, f * c.backward)
+            backward_end = self.ranks.finish(backward_start, backward)
             if finish is None:  # nothing to all-reduce (a single rank or no parameters)
                 finish = backward_end
-            end = self.ranks.finish(np.maximum(finish, backward_end), f * c.optimizer)
-            busy = (backward_end - t0) + (end - np.maximum(finish, backward_end)) + self.perturb.stall[s]
+            optimizer_start = np.maximum(finish, backward_end)
+            end = self.ranks.finish(optimizer_start, f * c.optimizer)
+            busy = (backward_end - t0) + (end - optimizer_start) + self.perturb.stall[s]
             if (yield from self._close_step(s, end, backward_end, finish, busy)):
                 return
             start = end
