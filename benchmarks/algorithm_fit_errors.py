@@ -25,10 +25,10 @@ from dataclasses import replace
 import numpy as np
 
 from commsim import calibration as calib
-from commsim.cli_collectives import _calibrated_fabric
-from commsim.cli_validate import calibration_from_nccl_logs
+from commsim.cli.algorithms import _calibrated_fabric
+from commsim.cli.validate import calibration_from_nccl_logs
 from commsim.collectives import Fabric, algorithms_for, busbw, uniform_time
-from commsim.topology import fabric as preset_fabric
+from commsim.scenario.topology import fabric as preset_fabric
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ALGORITHMS = [a for a in algorithms_for("alpha-beta") if a not in ("reduce_scatter", "all_gather")]

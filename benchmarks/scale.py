@@ -4,7 +4,7 @@ Each size runs in a fresh subprocess so that its peak memory (ru_maxrss) is its 
 scenario: 1e9 fp32 parameters in 25 MB buckets (1 MB first: 161 buckets), 100 steps, 8 GPUs
 per node, lognormal jitter (cv 5%) on every rank and one thermally throttled GPU.
 
-The per-chunk SimPy reference (commsim.reference) is O(n^2) events per all-reduce, so it is
+The per-chunk SimPy reference (commsim.sim.reference) is O(n^2) events per all-reduce, so it is
 timed on the same scenario cut to a few buckets and one step, and compared per
 rank x bucket x step. Usage:
 
@@ -23,10 +23,10 @@ import time
 
 import numpy as np
 
-from commsim.costs import ddp_buckets
-from commsim.engine import simulate
-from commsim.reference import ReferenceModel
-from commsim.spec import DDP, Cluster, Compute, Jitter, Link, Model, Scenario, Throttle
+from commsim.network.costs import ddp_buckets
+from commsim.sim.engine import simulate
+from commsim.sim.reference import ReferenceModel
+from commsim.scenario.spec import DDP, Cluster, Compute, Jitter, Link, Model, Scenario, Throttle
 
 GPUS_PER_NODE = 8
 
@@ -132,7 +132,7 @@ def main() -> None:
               f"({r['reference_units_per_s']:.3e} units/s); engine/reference per unit: {speed}; "
               f"max rel diff {r['max_rel_diff']:.1e}")
     if a.json:
-        from commsim.outputs import atomic_write_text
+        from commsim.output.run_files import atomic_write_text
 
         atomic_write_text(a.json, json.dumps({"engine": engine, "slope": slope, "reference": refs}, indent=2) + "\n")
 

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from commsim.spec import DDP, Cluster, Compute, Link, Model, Scenario
+from commsim.scenario.spec import DDP, Cluster, Compute, Link, Model, Scenario
 
 
 def make_scenario(

@@ -15,8 +15,8 @@ import statistics
 import sys
 
 from commsim.atomic import atomic_write_text
-from commsim.calibration import load_calibration
-from commsim.loader import load_scenario
+from commsim.calibration.file import load_calibration
+from commsim.scenario.loader import load_scenario
 from validate.replay import validate_scenario
 
 BUCKETS = ("1 MB", "25 MB", "100 MB")

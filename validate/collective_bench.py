@@ -35,7 +35,7 @@ from typing import Callable, List, Optional
 import torch
 import torch.distributed as dist
 
-from commsim.cli_validate import nccl_table_header, time_cell
+from commsim.output.nccl_table import nccl_table_header, time_cell
 from commsim.collectives.busbw import algbw, busbw
 
 ELEMENT_BYTES = 4

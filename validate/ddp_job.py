@@ -84,10 +84,10 @@ def rank_ddp(ctx, plan: Dict) -> Dict:
 
 
 def _plan(scenario, warmup_steps: int, compute_iters: int = 5) -> Dict:
-    from commsim.calibration import CalibrationError
-    from commsim.spec import Stall
-    from commsim.stragglers import perturbations
-    from commsim.validation import refuse_sharding
+    from commsim.calibration.model import CalibrationError
+    from commsim.scenario.spec import Stall
+    from commsim.sim.stragglers import perturbations
+    from commsim.analysis.validation import refuse_sharding
 
     refuse_sharding(scenario)
     if not scenario.ddp.overlap:
@@ -113,7 +113,7 @@ def measure(scenario, backend: str, nprocs: int, warmup_steps: int, timeout_s: f
     """Run the DDP job; return (measured_summary, per-rank results)."""
     import numpy as np
 
-    from commsim.validation import measured_summary
+    from commsim.analysis.validation import measured_summary
     from validate.launch import launch
 
     plan = _plan(scenario, warmup_steps)
@@ -129,7 +129,7 @@ def validate_scenario(scenario, calibration, backend: str, nprocs: int, warmup_s
     """Real DDP vs the calibrated simulation of the scenario with the measured compute."""
     from dataclasses import replace
 
-    from commsim.validation import compare, predicted_summary
+    from commsim.analysis.validation import compare, predicted_summary
 
     measured, results = measure(scenario, backend, nprocs, warmup_steps, timeout_s, echo)
     comp = {k: statistics.median(r["compute"][k] for r in results) for k in ("forward_s", "backward_s", "optimizer_s")}

@@ -1,6 +1,6 @@
 """Replay a scenario's sync-SGD job on real ranks (``commsim validate --mode replay``).
 
-Every rank does what the simulator assumes (DESIGN.md, "PyTorch DDP"; commsim.engine):
+Every rank does what the simulator assumes (DESIGN.md, "PyTorch DDP"; commsim.sim.engine):
 
 - per step: the scenario's stall, then forward (and, with gradient accumulation, the earlier
   micro-batches) for the scenario's durations times the rank's straggler factor;
@@ -14,7 +14,7 @@ Every rank does what the simulator assumes (DESIGN.md, "PyTorch DDP"; commsim.en
 
 Compute is emulated by sleeping, not spinning: a GPU's compute leaves the host CPU free
 for communication, and a spinning host thread would steal cores from gloo. Straggler
-factors and stalls come from commsim.stragglers.perturbations, so the real run and the
+factors and stalls come from commsim.sim.stragglers.perturbations, so the real run and the
 simulation see the same draws. Clocks: time.monotonic (one clock for all local ranks).
 """
 
@@ -155,11 +155,11 @@ def assemble(results: List[Dict]) -> Dict[str, np.ndarray]:
 
 def measure(scenario, backend: str, nprocs: int, warmup_steps: int = 2, timeout_s: float = 120.0,
             echo=print) -> Dict:
-    """Replay `scenario` on `nprocs` local ranks; return commsim.validation.measured_summary.
+    """Replay `scenario` on `nprocs` local ranks; return commsim.analysis.validation.measured_summary.
 
     Raises validate.launch.LaunchError if a rank dies or hangs, CalibrationError if the
     scenario cannot be replayed."""
-    from commsim.validation import measured_summary, replay_plan
+    from commsim.analysis.validation import measured_summary, replay_plan
     from validate.launch import launch
 
     plan = replay_plan(scenario, warmup_steps, timeout_s)
@@ -173,7 +173,7 @@ def validate_scenario(scenario, calibration, backend: str, nprocs: int, warmup_s
                       timeout_s: float = 120.0, echo=print) -> Dict:
     """Measure the scenario (and, with stragglers, its straggler-free baseline) and compare it
     with its calibrated simulation: the `commsim validate` report (without its header keys)."""
-    from commsim.validation import compare, predicted_summary
+    from commsim.analysis.validation import compare, predicted_summary
 
     predicted = predicted_summary(scenario, calibration)
     measured = measure(scenario, backend, nprocs, warmup_steps, timeout_s, echo)

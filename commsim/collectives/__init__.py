@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import auto, halves, halving_doubling, hierarchical, reduce_broadcast, ring, tree
-from .busbw import algbw, busbw, busbw_factor
-from .fabric import Fabric, flat
+from commsim.collectives import auto, halves, halving_doubling, hierarchical, reduce_broadcast, ring, tree
+from commsim.collectives.busbw import algbw, busbw, busbw_factor
+from commsim.network.fabric import Fabric, flat
 
 
 class _Half:
@@ -65,7 +65,7 @@ def algorithms_for(model: str = "alpha-beta") -> tuple:
     """Algorithm names a cost model covers, in display order (``--algorithm all``)."""
     if model == "alpha-beta":
         return tuple(ALGORITHMS)
-    from .nccl_model import SUPPORTED
+    from commsim.collectives.nccl_model import SUPPORTED
 
     return tuple(name for name in ALGORITHMS if name in SUPPORTED)
 
@@ -76,8 +76,8 @@ def table(names, fabric: Fabric, sizes, model: str = "alpha-beta") -> list[dict]
     collective), ``chosen`` (what runs: auto's pick, or NCCL's algorithm/protocol under an NCCL
     model) and ``fastest`` (True on the quickest all-reduce of each size). For
     ``commsim collective --algorithm NAME|all``."""
-    from .kernels import collective_time
-    from .nccl_model import MODELS, SUPPORTED, NcclModel
+    from commsim.collectives.kernels import collective_time
+    from commsim.collectives.nccl_model import MODELS, SUPPORTED, NcclModel
 
     names = list(names)
     for name in names:

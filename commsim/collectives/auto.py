@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import halving_doubling, hierarchical, reduce_broadcast, ring, tree
-from .fabric import Fabric
+from commsim.collectives import halving_doubling, hierarchical, reduce_broadcast, ring, tree
+from commsim.network.fabric import Fabric
 
 NAME = "auto"
 COLLECTIVE = "all_reduce"

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .fabric import Fabric
-from .maxplus import ring_steps
-from .ring import hop_times
+from commsim.network.fabric import Fabric
+from commsim.collectives.maxplus import ring_steps
+from commsim.collectives.ring import hop_times
 
 
 def time(fabric: Fabric, size: float) -> float:

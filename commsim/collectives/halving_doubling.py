@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .fabric import Fabric
+from commsim.network.fabric import Fabric
 
 NAME = "halving_doubling"
 COLLECTIVE = "all_reduce"

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .fabric import Fabric
-from .maxplus import ring_steps
+from commsim.network.fabric import Fabric
+from commsim.collectives.maxplus import ring_steps
 
 NAME = "hierarchical"
 COLLECTIVE = "all_reduce"
@@ -60,11 +60,11 @@ def finish_times(fabric: Fabric, launch: np.ndarray, size: float) -> np.ndarray:
 
 class Kernel:
     """Planned once per fabric and size: ``finish_times(launch)``. The inter-node stage is a
-    full ring all-reduce per rail, evaluated with commsim's O(n) ring kernel (commsim.ring),
+    full ring all-reduce per rail, evaluated with commsim's O(n) ring kernel (commsim.collectives.ring_closed_form),
     which runs the same recurrence as :func:`commsim.collectives.maxplus.ring_steps`."""
 
     def __init__(self, fabric: Fabric, size: float):
-        from commsim.ring import RingAllReduce  # numpy only
+        from commsim.collectives.ring_closed_form import RingAllReduce  # numpy only
 
         self.g, self.N = fabric.gpus_per_node, fabric.nodes
         self.intra, inter = _stage_hops(fabric, size)

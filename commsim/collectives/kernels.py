@@ -1,14 +1,14 @@
 """The engine's hook: one kernel object per (algorithm, model, bucket size).
 
-The engine (commsim/engine.py) builds one kernel per distinct bucket size and calls
+The engine (commsim/sim/engine.py) builds one kernel per distinct bucket size and calls
 ``kernel.finish_times(launch)`` for every collective. :func:`make_kernel` returns such an
 object for any algorithm of this package under either cost model:
 
 - ``alpha-beta`` (default): the algorithm's max-plus kernel, with its dependency structure
   (a late rank delays exactly the ranks that depend on it). A ring (or ``auto`` choosing the
-  ring for this size) uses the lead's O(n) closed-form evaluation :class:`commsim.ring.RingAllReduce`;
+  ring for this size) uses the lead's O(n) closed-form evaluation :class:`commsim.collectives.ring_closed_form.RingAllReduce`;
   ``reduce_scatter`` and ``all_gather`` (half a ring, :mod:`.halves`) use its n-1-step
-  counterpart :class:`commsim.ring.RingHalf` (the same finish times as ``halves.finish_times``).
+  counterpart :class:`commsim.collectives.ring_closed_form.RingHalf` (the same finish times as ``halves.finish_times``).
 - ``nccl-2.7`` / ``nccl-2.19`` / ``nccl-2.30``: NCCL's tuning model gives one time per call
   (fastest protocol for the size); every rank finishes at max(launch) + that time.
 """
@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import ALGORITHMS, auto, get
-from . import ring as ring_module
-from .fabric import Fabric
-from .nccl_model import MODELS, UniformKernel
-from .nccl_model import collective_time as nccl_time
+from commsim.collectives import ALGORITHMS, auto, get
+from commsim.collectives import ring as ring_module
+from commsim.network.fabric import Fabric
+from commsim.collectives.nccl_model import MODELS, UniformKernel
+from commsim.collectives.nccl_model import collective_time as nccl_time
 
 COST_MODELS = ("alpha-beta",) + tuple(MODELS)
 
@@ -64,11 +64,11 @@ def make_kernel(algorithm: str, fabric: Fabric, size: float, model: str = "alpha
         return UniformKernel(nccl_time(model, algorithm, fabric, size))
     chosen = resolve(algorithm, fabric, size)
     if chosen == "ring":
-        from commsim.ring import RingAllReduce  # numpy only
+        from commsim.collectives.ring_closed_form import RingAllReduce  # numpy only
 
         return RingAllReduce(ring_module.hop_times(fabric, size))
     if chosen in ("reduce_scatter", "all_gather"):
-        from commsim.ring import RingHalf  # numpy only
+        from commsim.collectives.ring_closed_form import RingHalf  # numpy only
 
         return RingHalf(ring_module.hop_times(fabric, size))
     return AlgorithmKernel(chosen, fabric, size)

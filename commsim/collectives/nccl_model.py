@@ -33,8 +33,8 @@ from typing import Optional
 
 import numpy as np
 
-from . import nccl_constants as K
-from .fabric import Fabric
+from commsim.collectives import nccl_constants as K
+from commsim.network.fabric import Fabric
 
 ARCHS = ("Volta", "Ampere", "Hopper")
 COMPUTE_CAPABILITY = {"Volta": 70, "Ampere": 80, "Hopper": 90}

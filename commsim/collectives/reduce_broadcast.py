@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .fabric import Fabric
+from commsim.network.fabric import Fabric
 
 NAME = "reduce_broadcast"
 COLLECTIVE = "all_reduce"

@@ -3,7 +3,7 @@
 Ranks form one ring in node-major order, so the ring crosses the network once per node
 (the hop into local rank 0 of each node) and uses the intra-node link elsewhere. Each of the
 2(n-1) steps moves S/n bytes over every hop (DESIGN.md, Modeling reference). The per-step
-time of the hop into rank i follows commsim's ring kernel (commsim/ring.py ``hop_times``):
+time of the hop into rank i follows commsim's ring kernel (commsim/collectives/ring_closed_form.py ``hop_times``):
 
     t_i = mean over hops(alpha) + (S/n) / B_i
 
@@ -23,17 +23,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from .fabric import Fabric
-from .maxplus import ring_steps
+from commsim.network.fabric import Fabric
+from commsim.collectives.maxplus import ring_steps
 
 NAME = "ring"
 COLLECTIVE = "all_reduce"
 
 
 def hop_times(fabric: Fabric, size: float) -> np.ndarray:
-    """Time of one step over the hop into each rank (from rank i-1): commsim.ring.hop_times
+    """Time of one step over the hop into each rank (from rank i-1): commsim.collectives.ring_closed_form.hop_times
     (the ring's mean hop latency plus S/n bytes at that hop's bandwidth) on the fabric's links."""
-    from commsim.ring import hop_times as ring_hop_times
+    from commsim.collectives.ring_closed_form import hop_times as ring_hop_times
 
     n = fabric.world_size
     ranks = np.arange(n)

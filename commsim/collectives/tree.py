@@ -45,8 +45,8 @@ import math
 
 import numpy as np
 
-from .fabric import Fabric
-from .maxplus import pipeline
+from commsim.network.fabric import Fabric
+from commsim.collectives.maxplus import pipeline
 
 NAME = "tree"
 COLLECTIVE = "all_reduce"

@@ -1,0 +1,93 @@
+"""Compare collective algorithms and cost models on one scenario (`commsim algorithms`).
+
+The engine picks the kernel from ``collective.algorithm`` / ``collective.model``;
+these helpers run a scenario under each combination and node count.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Optional
+
+from commsim.sim.engine import RunResult, simulate
+from commsim.analysis.report import summarize
+from commsim.scenario.spec import Scenario
+
+
+def with_algorithm(scenario: Scenario, algorithm: str, model: str) -> Scenario:
+    """The same scenario with another all-reduce algorithm and cost model.
+
+    A calibration prices the library's measured all-reduce (a ring), so it cannot be combined
+    with another algorithm or cost model: that is a ValueError, as in the scenario file.
+    """
+    if scenario.calibration is not None and (algorithm, model) != ("ring", "alpha-beta"):
+        raise ValueError(
+            f"the scenario has a calibration, which prices the measured ring only: "
+            f"expected algorithm ring with model alpha-beta, got {algorithm} / {model} (remove the calibration to compare)"
+        )
+    return replace(scenario, collective=replace(scenario.collective, algorithm=algorithm, model=model))
+
+
+def simulate_algorithm(scenario: Scenario, algorithm: str = "ring", model: str = "alpha-beta") -> RunResult:
+    """Simulate ``scenario`` with all-reduce ``algorithm`` under cost ``model``."""
+    return simulate(with_algorithm(scenario, algorithm, model))
+
+
+def summarize_algorithm(scenario: Scenario, algorithm: str = "ring", model: str = "alpha-beta") -> dict:
+    """The `commsim run` summary dict of ``scenario`` run with ``algorithm`` / ``model``."""
+    out = summarize(with_algorithm(scenario, algorithm, model))
+    out["algorithm"] = algorithm
+    out["model"] = model
+    return out
+
+
+def with_nodes(scenario: Scenario, nodes: int, steps: Optional[int] = None) -> Scenario:
+    """The same scenario on ``nodes`` nodes (stragglers naming ranks beyond the world are dropped)."""
+    cluster = replace(scenario.cluster, nodes=nodes)
+    n = cluster.world_size
+    kept = []
+    for s in scenario.stragglers:
+        ranks = getattr(s, "ranks", None)
+        if ranks is not None:
+            ranks = tuple(r for r in ranks if r < n)
+            if not ranks:
+                continue
+            s = replace(s, ranks=ranks)
+        if getattr(s, "rank", None) is not None and s.rank >= n:
+            continue
+        if getattr(s, "node", None) is not None and s.node >= nodes:
+            continue
+        kept.append(s)
+    return replace(scenario, cluster=cluster, stragglers=tuple(kept),
+                   steps=scenario.steps if steps is None else steps)
+
+
+def compare(scenario: Scenario, nodes: list, algorithms: list, models: list, steps: Optional[int] = None) -> list:
+    """Rows of step time and efficiency for every (node count, algorithm, model) the model covers.
+
+    Each row: nodes, world_size, algorithm, model, step_time_s (mean), comm_time_s (one
+    baseline step's all-reduce time), exposed_comm_s, scaling_efficiency, fastest (the
+    quickest row of its node count).
+    """
+    from commsim.collectives import algorithms_for
+
+    rows = []
+    for count in nodes:
+        sc = with_nodes(scenario, int(count), steps)
+        group = []
+        for model in models:
+            covered = algorithms_for(model)
+            for name in algorithms:
+                if name not in covered:
+                    continue
+                s = summarize_algorithm(sc, name, model)
+                group.append({
+                    "nodes": int(count), "world_size": sc.world_size, "algorithm": name, "model": model,
+                    "step_time_s": s["step_time_s"]["mean"], "comm_time_s": s["comm_time_s"],
+                    "exposed_comm_s": s["exposed_comm_s"], "scaling_efficiency": s["scaling_efficiency"],
+                })
+        best = min((r["step_time_s"] for r in group), default=None)
+        for r in group:
+            r["fastest"] = r["step_time_s"] == best
+        rows.extend(group)
+    return rows

@@ -1,0 +1,102 @@
+"""`commsim sweep` and `commsim plot`: thin click wrappers over :mod:`commsim.sweep.run` and
+:mod:`commsim.output.plots`. Parse, call the library, print, return an exit code (2 for bad input,
+one line on stderr, no traceback; 130 for an interrupted sweep)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Optional, Sequence, Tuple
+
+import click
+
+from commsim.errors import ScenarioError
+
+
+def _fail(message: str, code: int = 2) -> None:
+    from commsim.cli.common import fail  # the CLI's one-line error (imported late: cli imports this module)
+
+    fail(message, code)
+
+
+@click.command("sweep")
+@click.argument("scenario", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--grid", "grids", multiple=True, required=True, metavar="KEY=V1,V2,...|GRID.yaml",
+              help="Values to sweep: KEY=V1,V2,... (each value parsed as YAML, like --set) or a grid "
+                   "YAML file mapping keys to lists. Repeat for more keys: points are the cartesian product.")
+@click.option("-o", "--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="Output directory: results.csv, results.json, points.jsonl (the journal).")
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
+              help="Override a scenario key for every point (as in commsim run).")
+@click.option("--steps", type=click.IntRange(min=1), default=None, help="Steps per point.")
+@click.option("--seed", type=int, default=None, help="Seed for every point.")
+@click.option("--jobs", "-j", type=click.IntRange(min=1), default=None,
+              help="Local worker processes (default: the number of CPUs; 1 runs in this process).")
+@click.option("--dask-scheduler", metavar="ADDRESS", default=None,
+              help="Run the points on this Dask distributed scheduler (tcp://host:8786) instead.")
+@click.option("--resume", is_flag=True,
+              help="Skip points already finished in the output directory and run the rest.")
+@click.option("--plot", "make_plots", is_flag=True, help="Write the plots (commsim plot) when done.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar (it is shown only on a terminal anyway).")
+def sweep_command(scenario: Path, grids: Tuple[str, ...], out_dir: Path, overrides: Tuple[str, ...],
+                  steps: Optional[int], seed: Optional[int], jobs: Optional[int],
+                  dask_scheduler: Optional[str], resume: bool, make_plots: bool, quiet: bool) -> None:
+    """Run SCENARIO at every point of a grid of overrides and tabulate the results.
+
+    \b
+    Example:
+      commsim sweep scenarios/scaling_1024.yaml -o out/ \\
+        --grid cluster.nodes=4,16,64,128 --grid "cluster.inter_node.bandwidth=100 Gbps,400 Gbps"
+    """
+    from commsim.sweep.run import SweepInterrupted, parse_grid_args, run_sweep
+
+    try:
+        grid = parse_grid_args(grids)
+        result = run_sweep(scenario, grid, out_dir, overrides=overrides, steps=steps, seed=seed,
+                           jobs=jobs, dask_scheduler=dask_scheduler, resume=resume,
+                           progress=not quiet and sys.stderr.isatty())
+    except ScenarioError as exc:
+        _fail(str(exc))
+    except SweepInterrupted as exc:
+        _fail(str(exc), 130)
+    click.echo(
+        f"{len(result.points)} points ({result.ran} run, {result.reused} reused) in "
+        f"{result.wall_s:.1f} s -> {out_dir / 'results.csv'}, {out_dir / 'results.json'}"
+    )
+    if make_plots:
+        _plot(out_dir, (), None, 0.85)
+
+
+def _plot(directory: Path, validations: Sequence[Path], calibration: Optional[Path],
+          threshold: float) -> None:
+    from commsim.output.plots import PlotError, plot_directory
+
+    try:
+        written = plot_directory(directory, validations=validations, calibration=calibration,
+                                 threshold=threshold)
+    except (PlotError, ScenarioError) as exc:
+        _fail(str(exc))
+    for path in written:
+        click.echo(str(path))
+
+
+@click.command("plot")
+@click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--validation", "validations", multiple=True,
+              type=click.Path(dir_okay=False, path_type=Path),
+              help="A commsim validate JSON file (repeatable); *.json files in DIRECTORY that look "
+                   "like validate output are picked up too.")
+@click.option("--calibration", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="A calibration YAML whose measured busbw points are drawn over the predicted curves.")
+@click.option("--threshold", type=click.FloatRange(0, 1, min_open=True), default=0.85,
+              show_default=True, help="Scaling-efficiency threshold whose crossing (the knee) is marked.")
+def plot_command(directory: Path, validations: Tuple[Path, ...], calibration: Optional[Path],
+                 threshold: float) -> None:
+    """Write PNG and SVG plots into DIRECTORY, chosen by what its sweep varied."""
+    _plot(directory, validations, calibration, threshold)
+
+
+def register(group: click.Group) -> None:
+    """Add `sweep` and `plot` to the main commsim group."""
+    group.add_command(sweep_command)
+    group.add_command(plot_command)

@@ -1,0 +1,34 @@
+"""A progress bar for long simulations (rich), shown only on an interactive stderr."""
+
+from __future__ import annotations
+
+import sys
+from contextlib import contextmanager
+
+from commsim.scenario.spec import Scenario
+
+# Below this many rank x bucket x step units a run takes well under a second: no bar.
+PROGRESS_THRESHOLD = 20_000_000
+
+
+@contextmanager
+def step_progress(scenario: Scenario, enabled: bool = True):
+    """Yields a factory: ``on_step(label)`` returns an ``(done, total)`` callback for one run."""
+    from commsim.network.costs import ddp_buckets
+
+    buckets = len(ddp_buckets(scenario.model.grad_bytes, scenario.ddp.first_bucket, scenario.ddp.bucket_cap))
+    work = scenario.world_size * max(buckets, 1) * scenario.steps
+    if not (enabled and sys.stderr.isatty() and work >= PROGRESS_THRESHOLD):
+        yield lambda label: None
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    with Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+        transient=True, console=None,
+    ) as bar:
+        def factory(label: str):
+            task = bar.add_task(f"simulating {label}", total=scenario.steps)
+            return lambda done, total: bar.update(task, completed=done)
+
+        yield factory

@@ -1,0 +1,266 @@
+"""Load a scenario YAML file into a validated, frozen :class:`commsim.scenario.spec.Scenario`.
+
+Reading the file and applying ``--set`` overrides happen here; which keys exist and how each is
+checked is :mod:`commsim.scenario.schema` (``parse_scenario`` is re-exported). Every problem raises
+:class:`commsim.errors.ScenarioError` with one line naming the file, the key path in YAML
+notation (``stragglers[1].ranks[0]``), what was expected and what was given. The format is
+documented key by key in README.md ("Scenario format").
+
+Public API::
+
+    load_document(path) -> dict                  # the raw YAML mapping
+    apply_overrides(doc, ["a.b.c=VALUE", ...])   # --set, VALUE parsed as YAML; returns a new dict
+    parse_scenario(doc, source) -> Scenario      # validate a mapping; source names it in errors
+    load_scenario(path, overrides=(), steps=None, seed=None) -> Scenario
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from pathlib import Path
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+
+import yaml
+
+from commsim.scenario import spec
+from commsim.errors import ScenarioError
+from commsim.scenario.schema import (  # noqa: F401 - re-exported: the loader is the public entry point
+    ALGORITHMS,
+    DEFAULT_INTER_NODE_LATENCY,
+    DEFAULT_INTRA_NODE_LATENCY,
+    GRAD_DTYPES,
+    JITTER_DISTRIBUTIONS,
+    MAX_WORLD_SIZE,
+    STRAGGLER_KINDS,
+    parse_scenario,
+)
+from commsim.units import describe
+
+__all__ = [
+    "load_document",
+    "apply_overrides",
+    "parse_scenario",
+    "load_scenario",
+    "ALGORITHMS",
+    "GRAD_DTYPES",
+    "JITTER_DISTRIBUTIONS",
+    "STRAGGLER_KINDS",
+    "DEFAULT_INTRA_NODE_LATENCY",
+    "DEFAULT_INTER_NODE_LATENCY",
+    "MAX_WORLD_SIZE",
+]
+
+
+# --------------------------------------------------------------------------------------------
+# Reading the file
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """SafeLoader that rejects duplicate keys (PyYAML silently keeps the last one)."""
+
+
+def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode) -> Dict[Any, Any]:
+    loader.flatten_mapping(node)
+    seen = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=True)
+        try:
+            duplicate = key in seen
+            seen.add(key)
+        except TypeError:  # unhashable: construct_mapping below reports it with a line number
+            continue
+        if duplicate:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate key {key!r}", key_node.start_mark
+            )
+    return loader.construct_mapping(node, deep=True)
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def _parse_yaml(text: str, source: str, what: str) -> Any:
+    try:
+        return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.MarkedYAMLError as err:
+        mark = err.problem_mark or err.context_mark
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = err.problem or err.context or "syntax error"
+        raise ScenarioError(source, None, f"invalid YAML{where}: {problem}{what}") from None
+    except yaml.YAMLError as err:
+        raise ScenarioError(source, None, f"invalid YAML: {err}{what}") from None
+    except RecursionError:
+        raise ScenarioError(source, None, f"invalid YAML: nested too deeply{what}") from None
+
+
+def load_document(path: Union[str, Path]) -> Dict[Any, Any]:
+    """Read a scenario file and return its top-level YAML mapping, unvalidated.
+
+    Raises ScenarioError for a missing or unreadable file, invalid YAML (with the line number),
+    an empty document or one that is not a mapping.
+    """
+    source = str(path)
+    try:
+        raw = Path(path).read_bytes()
+    except FileNotFoundError:
+        raise ScenarioError(source, None, "file not found, expected a scenario YAML file") from None
+    except IsADirectoryError:
+        raise ScenarioError(source, None, "is a directory, expected a scenario YAML file") from None
+    except PermissionError:
+        raise ScenarioError(source, None, "cannot read the file: permission denied") from None
+    except OSError as err:
+        raise ScenarioError(source, None, f"cannot read the file: {err.strerror or err}") from None
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        raise ScenarioError(
+            source, None, f"cannot read the file: expected UTF-8 text, got byte 0x{raw[err.start]:02x} at offset {err.start}"
+        ) from None
+    doc = _parse_yaml(text, source, "")
+    if doc is None:
+        raise ScenarioError(
+            source, None, "empty document, expected a mapping with at least cluster, model and compute"
+        )
+    if not isinstance(doc, dict):
+        raise ScenarioError(
+            source, None, f"expected a mapping at the top level (cluster, model, compute, ...), got {describe(doc)}"
+        )
+    return doc
+
+
+# --------------------------------------------------------------------------------------------
+# --set overrides
+
+_KEY_PATH = re.compile(r"^[^.\[\]=\s]+(?:\[\d+\])*(?:\.[^.\[\]=\s]+(?:\[\d+\])*)*$")
+_TOKEN = re.compile(r"([^.\[\]]+)|\[(\d+)\]")
+
+
+def _key_tokens(key: str) -> List[Union[str, int]]:
+    return [name if name else int(index) for name, index in _TOKEN.findall(key)]
+
+
+def _format_path(tokens: Sequence[Union[str, int]]) -> str:
+    out = ""
+    for tok in tokens:
+        if isinstance(tok, int):
+            out += f"[{tok}]"
+        else:
+            out += f".{tok}" if out else str(tok)
+    return out
+
+
+def _split_override(override: object) -> Tuple[str, str, List[Union[str, int]]]:
+    source = f"--set {override!r}"
+    if not isinstance(override, str):
+        raise ScenarioError("--set", None, f"expected KEY=VALUE text, got {describe(override)}")
+    if "=" not in override:
+        raise ScenarioError(
+            source, None, "expected KEY=VALUE (e.g. ddp.overlap=false), got no '='"
+        )
+    key, value = override.split("=", 1)
+    key = key.strip()
+    if not key:
+        raise ScenarioError(source, None, "expected KEY=VALUE (e.g. ddp.overlap=false), got an empty key")
+    if not _KEY_PATH.match(key):
+        raise ScenarioError(
+            source, None, f"expected a key path like ddp.bucket_cap or stragglers[0].factor, got {key!r}"
+        )
+    return key, value, _key_tokens(key)
+
+
+def apply_overrides(doc: Dict[Any, Any], overrides: Iterable[str]) -> Dict[Any, Any]:
+    """Return a copy of ``doc`` with each ``"a.b.c=VALUE"`` applied in order.
+
+    VALUE is parsed as YAML (``stragglers=[]``, ``'ddp.bucket_cap=4 GB'``, ``ddp.overlap=false``);
+    list items are addressed as ``stragglers[0].factor``. Missing intermediate mappings are
+    created; the result is validated later exactly like the file. Raises ScenarioError for bad
+    syntax, invalid YAML in VALUE, or a path through something that is not a mapping or list.
+    """
+    result = copy.deepcopy(doc)
+    for override in overrides:
+        _, text, tokens = _split_override(override)
+        source = f"--set {override!r}"
+        value = _parse_yaml(text, source, f" in the value {text.strip()!r}")
+        node: Any = result
+        for depth, tok in enumerate(tokens):
+            here = _format_path(tokens[: depth + 1])
+            last = depth == len(tokens) - 1
+            if isinstance(tok, str):
+                if not isinstance(node, dict):
+                    parent = _format_path(tokens[:depth])
+                    raise ScenarioError(source, here, f"expected {parent} to be a mapping, got {describe(node)}")
+                if last:
+                    node[tok] = value
+                elif node.get(tok) is None:  # missing (or an empty `ddp:`): create the mapping
+                    node[tok] = {}
+            else:
+                parent = _format_path(tokens[:depth])
+                if not isinstance(node, list):
+                    raise ScenarioError(source, here, f"expected {parent} to be a list, got {describe(node)}")
+                if tok >= len(node):
+                    valid = f"an index in 0..{len(node) - 1}" if node else "no index (the list is empty)"
+                    raise ScenarioError(
+                        source, here, f"expected {valid} ({parent} has {len(node)} item(s)), got {tok}"
+                    )
+                if last:
+                    node[tok] = value
+            if not last:
+                node = node[tok]
+    return result
+
+
+
+def load_scenario(
+    path: Union[str, Path],
+    overrides: Iterable[str] = (),
+    steps: Optional[int] = None,
+    seed: Optional[int] = None,
+    calibration: Optional[Union[str, Path]] = None,
+) -> spec.Scenario:
+    """Load, override (``--set``, then ``--steps``/``--seed``/``--calibration``) and validate a scenario file.
+
+    A ``calibration`` path given here is relative to the current directory (one in the file
+    is relative to the file).
+
+    A bad value that came from the command line is reported against the file with the flag
+    named, e.g. ``run.yaml (after --set 'ddp.bucket_cap=0'): ddp.bucket_cap: ...``.
+    """
+    source = str(path)
+    overrides = list(overrides)
+    doc = apply_overrides(load_document(path), overrides)
+    # Which flag set which key path, last one wins, to name it in a validation error.
+    origins: Dict[str, str] = {}
+    for override in overrides:
+        _, _, tokens = _split_override(override)
+        origins[_format_path(tokens)] = f"--set {override!r}"
+    if steps is not None:
+        doc["steps"] = steps
+        origins["steps"] = f"--steps {steps!r}"
+    if seed is not None:
+        doc["seed"] = seed
+        origins["seed"] = f"--seed {seed!r}"
+    if calibration is not None:
+        doc["calibration"] = str(Path(calibration).resolve())
+        origins["calibration"] = f"--calibration {str(calibration)!r}"
+    try:
+        return parse_scenario(doc, source)
+    except ScenarioError as err:
+        flag = _origin(err.path, origins)
+        if flag is None:
+            raise
+        raise ScenarioError(f"{source} (after {flag})", err.path, err.message) from None
+
+
+def _origin(path: Optional[str], origins: Dict[str, str]) -> Optional[str]:
+    """The flag that set the key at ``path``, a mapping or list above it, or a key inside it."""
+    if not path:
+        return None
+    best = None
+    for key, flag in origins.items():
+        # The error is at the overridden key, inside it, or at a mapping that contains it
+        # (stragglers[0] has both `every` and `probability` after a --set).
+        if any(a == b or a.startswith(b + ".") or a.startswith(b + "[") for a, b in ((path, key), (key, path))):
+            if best is None or len(key) > len(best[0]):
+                best = (key, flag)
+    return best[1] if best else None

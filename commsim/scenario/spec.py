@@ -1,0 +1,187 @@
+"""The scenario as a typed, frozen spec.
+
+A scenario file is validated once, at the edge, by :mod:`commsim.scenario.loader`; everything
+downstream reads these immutable records. All quantities are in base units: bytes,
+bytes per second, seconds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Literal, Optional, Tuple, Union
+
+if TYPE_CHECKING:  # the record lives with its fitting code; the spec only carries it
+    from commsim.calibration.model import Calibration
+
+GradDtype = Literal["fp32", "bf16", "fp16"]
+BYTES_PER_ELEMENT = {"fp32": 4, "bf16": 2, "fp16": 2}
+
+JitterDistribution = Literal["lognormal", "normal", "gamma", "exponential"]
+# All-reduce algorithms a DDP job can use (commsim/collectives); `auto` picks the fastest per size.
+Algorithm = Literal["ring", "tree", "hierarchical", "halving_doubling", "reduce_broadcast", "auto"]
+# Cost models: the plain alpha-beta model, or NCCL's own tuning model of a given version.
+CostModel = Literal["alpha-beta", "nccl-2.7", "nccl-2.19", "nccl-2.30"]
+IntraKind = Literal["nvswitch", "nvlink", "pcie", "pcie-nop2p"]
+# Data-parallel sharding (commsim/sim/sharding.py): plain DDP, ZeRO stage 2, or FSDP FULL_SHARD (ZeRO-3).
+Sharding = Literal["none", "zero2", "fsdp"]
+
+
+@dataclass(frozen=True)
+class Link:
+    """One class of link: bandwidth in bytes/s, latency (per hop) in seconds."""
+
+    bandwidth: float
+    latency: float
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """Nodes of identical GPUs; ranks are numbered node-major (rank = node * gpus_per_node + local).
+
+    ``inter_node.bandwidth`` is a node's network bandwidth available to one collective (all its
+    NICs together: NCCL spreads a ring's channels over the NICs, rail-aligned); ``nics_per_node``
+    (None: unknown) and ``intra_kind`` refine the tree/hierarchical and NCCL models.
+    """
+
+    nodes: int
+    gpus_per_node: int
+    intra_node: Link
+    inter_node: Link
+    intra_kind: IntraKind = "nvswitch"
+    nics_per_node: Optional[int] = None
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+
+@dataclass(frozen=True)
+class Model:
+    """The model being trained: its parameter count and the dtype its gradients are reduced in."""
+
+    parameters: int
+    grad_dtype: GradDtype = "fp32"
+
+    @property
+    def grad_bytes(self) -> int:
+        """Bytes of gradient all-reduced per step (parameters x bytes per element)."""
+        return self.parameters * BYTES_PER_ELEMENT[self.grad_dtype]
+
+
+@dataclass(frozen=True)
+class Compute:
+    """Per-GPU, per-micro-batch durations (seconds) of a healthy GPU."""
+
+    forward: float
+    backward: float
+    optimizer: float = 0.0
+    batch_size: int = 1
+
+
+@dataclass(frozen=True)
+class DDP:
+    """PyTorch DistributedDataParallel settings (defaults as in PyTorch: 25 MiB buckets, 1 MiB first).
+
+    ``sharding``: ``none`` (DDP: all-reduce per bucket), ``zero2`` (reduce-scatter per bucket,
+    1/n optimizer, all-gather after it) or ``fsdp`` (the buckets are FSDP units, gathered before
+    their forward and their backward); see :mod:`commsim.sim.sharding`.
+    """
+
+    bucket_cap: float = 25 * 1024 * 1024
+    first_bucket: float = 1024 * 1024
+    overlap: bool = True
+    gradient_accumulation: int = 1
+    sharding: Sharding = "none"
+
+
+@dataclass(frozen=True)
+class Collective:
+    """Which all-reduce algorithm the job uses, and which cost model prices it."""
+
+    algorithm: Algorithm = "ring"
+    model: CostModel = "alpha-beta"
+
+
+@dataclass(frozen=True)
+class SlowRank:
+    """Compute on these ranks takes `factor` times as long, every step."""
+
+    ranks: Tuple[int, ...]
+    factor: float
+    kind: Literal["slow_rank"] = "slow_rank"
+
+
+@dataclass(frozen=True)
+class Throttle:
+    """Thermal throttling: full clock for `heat_up` seconds, then `clock_fraction` of the
+    clock for `throttled_time` seconds, then cool and repeat (an intermittent straggler).
+    `phase` shifts where in that cycle the GPU is at time zero."""
+
+    ranks: Tuple[int, ...]
+    heat_up: float
+    throttled_time: float
+    clock_fraction: float
+    phase: float = 0.0
+    kind: Literal["throttle"] = "throttle"
+
+
+@dataclass(frozen=True)
+class Jitter:
+    """Per-rank, per-step multiplicative noise on compute with mean 1 and coefficient of variation `cv`.
+    `ranks` None means every rank."""
+
+    cv: float
+    distribution: JitterDistribution = "lognormal"
+    ranks: Optional[Tuple[int, ...]] = None
+    kind: Literal["jitter"] = "jitter"
+
+
+@dataclass(frozen=True)
+class Stall:
+    """A pause of `duration` seconds before a step's forward (GC, checkpoint, data loader):
+    every `every` steps (starting at step `every - 1`) or with `probability` per step."""
+
+    ranks: Tuple[int, ...]
+    duration: float
+    every: Optional[int] = None
+    probability: Optional[float] = None
+    kind: Literal["stall"] = "stall"
+
+
+@dataclass(frozen=True)
+class SlowLink:
+    """A degraded link running at `factor` of its bandwidth: either the ring hop from `rank` to
+    `rank + 1`, or node `node`'s network link (both ring hops that enter and leave that node)."""
+
+    factor: float
+    rank: Optional[int] = None
+    node: Optional[int] = None
+    kind: Literal["slow_link"] = "slow_link"
+
+
+Straggler = Union[SlowRank, Throttle, Jitter, Stall, SlowLink]
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A complete, validated scenario."""
+
+    cluster: Cluster
+    model: Model
+    compute: Compute
+    name: str = "scenario"
+    description: str = ""
+    seed: int = 0
+    steps: int = 100
+    ddp: DDP = field(default_factory=DDP)
+    collective: Collective = field(default_factory=Collective)
+    stragglers: Tuple[Straggler, ...] = ()
+    calibration: Optional["Calibration"] = None  # measured link costs replacing the nominal links
+
+    @property
+    def world_size(self) -> int:
+        return self.cluster.world_size
+
+    def without_stragglers(self) -> "Scenario":
+        """The same scenario with every straggler removed (the baseline)."""
+        return replace(self, stragglers=())

@@ -1,0 +1,372 @@
+"""The simulation engine: synchronous data-parallel SGD under a SimPy clock.
+
+Per step and rank (DESIGN.md, "PyTorch DDP"): an optional stall, then the forward and
+backward passes of every micro-batch; during the last backward the gradient buckets become
+ready in DDP order (gradient bytes are produced at a uniform rate through backward); each
+bucket's all-reduce starts on a rank once the bucket is ready there (with overlap; else
+after the whole backward) and the previous bucket's all-reduce is done there (one
+communication stream, buckets in order); the optimizer runs after the last bucket; the
+rank then starts its next step. Gradient accumulation: only the last micro-batch
+all-reduces (no_sync on the others).
+
+Rank state lives in numpy vectors. One SimPy process drives the job: it advances the clock
+to the completion of every collective and of every step, while the finish time of each
+collective on every rank comes from the vectorized ring kernel (:mod:`commsim.collectives.ring_closed_form`). A
+process per rank and an event per ring chunk is the reference model
+(:mod:`commsim.sim.reference`): the same semantics in O(n^2) events per collective.
+
+With ``ddp.sharding`` zero2 or fsdp the step runs the collectives of
+:func:`commsim.sim.sharding.stream_order` instead (reduce-scatters and all-gathers, half a ring
+each: :class:`commsim.collectives.ring_closed_form.RingHalf`); :mod:`commsim.sim.sharding` states the semantics.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Dict, Optional
+
+import numpy as np
+import simpy
+
+from commsim.calibration.model import calibrated_hop_times
+from commsim.collectives.kernels import make_kernel
+from commsim.network.costs import ddp_buckets
+from commsim.scenario.topology import ring_crossings, ring_hop_links
+from commsim.collectives.ring_closed_form import RingAllReduce, RingHalf, hop_times
+from commsim.sim.sharding import optimizer_time, stream_order, unit_shares
+from commsim.scenario.spec import Scenario
+from commsim.sim.links import scenario_fabric
+from commsim.sim.stragglers import Perturbations, ThermalClock, link_bandwidth_factors, perturbations
+
+@dataclass(frozen=True)
+class RunResult:
+    """Per-step records of one simulated run. Times in seconds from the job's start."""
+
+    scenario: Scenario
+    bucket_sizes: np.ndarray  # bytes, in all-reduce (backward) order
+    step_start: np.ndarray  # (steps,) when the step began: the previous step's end (0 first)
+    step_end: np.ndarray  # (steps,) when the last rank finished the step
+    rank_end: np.ndarray  # (steps, n) when each rank finished the step: its optimizer (ZeRO-2: its all-gathers)
+    rank_backward_end: np.ndarray  # (steps, n) when each rank finished its last backward
+    rank_comm_end: np.ndarray  # (steps, n) when each rank's gradients were reduced (its last all-reduce or reduce-scatter)
+    rank_stall: np.ndarray  # (steps, n) stall before the step's forward
+    rank_busy: np.ndarray  # (steps, n) compute + stall time of each rank (the rest is waiting)
+    # per collective of a step, in stream order (one all-reduce per bucket without sharding;
+    # sharding.stream_order otherwise):
+    last_rank: np.ndarray  # (steps, collectives) rank that issued the collective last
+    launch_spread: np.ndarray  # (steps, collectives) last minus first issue time
+    comm_time: np.ndarray  # (collectives,) duration of each collective in the last step simulated
+    steps_simulated: int  # steps actually stepped through; the rest repeat a steady state
+
+    @property
+    def step_time(self) -> np.ndarray:
+        """Duration of each step: from the previous step's end to this one's."""
+        return self.step_end - self.step_start
+
+    @property
+    def rank_wait(self) -> np.ndarray:
+        """(steps, n) time each rank spent waiting on others (step duration minus own work)."""
+        start = np.vstack([np.zeros((1, self.rank_end.shape[1])), self.rank_end[:-1]])
+        return self.rank_end - start - self.rank_busy
+
+
+class _Ranks:
+    """Turns work (seconds at full clock) into finish times, rank by rank, honoring thermal clocks."""
+
+    def __init__(self, clocks: Dict[int, ThermalClock]):
+        self.clocks = clocks
+        self.throttled = np.array(sorted(clocks), dtype=np.int64)
+
+    def finish(self, start: np.ndarray, work: np.ndarray) -> np.ndarray:
+        end = start + work
+        for r in self.throttled:
+            end[r] = self.clocks[r].finish(start[r], work[r])
+        return end
+
+    def throttled_ready(self, start: np.ndarray, work: np.ndarray, fractions: np.ndarray):
+        """(throttled ranks, buckets) times at which each fraction of `work` is done, or None."""
+        if not len(self.throttled):
+            return None
+        return np.stack([self.clocks[r].finish(start[r], work[r] * fractions) for r in self.throttled])
+
+
+class Engine:
+    """Simulates one scenario. Use :func:`simulate` unless you need the SimPy environment."""
+
+    def __init__(
+        self,
+        scenario: Scenario,
+        perturb: Optional[Perturbations] = None,
+        on_step: Optional[Callable[[int, int], None]] = None,
+    ):
+        self.scenario = scenario
+        self.on_step = on_step  # called as on_step(steps_done, steps) after every step
+        self.n = scenario.world_size
+        self.perturb = perturb if perturb is not None else perturbations(scenario)
+        self.env = simpy.Environment()
+        self.buckets = ddp_buckets(scenario.model.grad_bytes, scenario.ddp.first_bucket, scenario.ddp.bucket_cap)
+        # fraction of backward done when each bucket's gradients are all produced
+        self.ready_fraction = np.cumsum(self.buckets) / max(self.buckets.sum(), 1.0)
+        self.sharding = scenario.ddp.sharding
+        if self.sharding != "none" and scenario.ddp.gradient_accumulation != 1:
+            raise ValueError("gradient accumulation is modeled for ddp.sharding none only (the loader says so too)")
+        self.ops = stream_order(self.sharding, len(self.buckets), scenario.ddp.overlap)
+        if self.sharding == "none":
+            kernels: Dict[float, object] = {}
+            for size in self.buckets:  # a few distinct sizes: first, full, remainder
+                if size not in kernels:
+                    kernels[size] = self._kernel(size)
+            self.kernels = [kernels[size] for size in self.buckets]
+        else:  # reduce-scatters and all-gathers: one kernel per (kind, size)
+            halves: Dict[tuple, object] = {}
+            for op in self.ops:
+                key = (op.kind, self.buckets[op.bucket])
+                if key not in halves:
+                    halves[key] = self._half_kernel(*key)
+            self.op_kernels = [halves[(op.kind, self.buckets[op.bucket])] for op in self.ops]
+        self.ranks = _Ranks(self.perturb.clocks)
+
+    def _calibrated_hop_times(self, size: float) -> np.ndarray:
+        """Ring hop times from the scenario's calibration (measured curve or fitted alpha-beta)."""
+        sc = self.scenario
+        return calibrated_hop_times(sc.calibration, ring_crossings(sc.cluster), size, link_bandwidth_factors(sc))
+
+    def _kernel(self, size: float):
+        """The collective for one bucket size: an object with ``finish_times(launch)``.
+
+        A calibration (which the loader allows with the ring and the alpha-beta model only:
+        it measured the library's own all-reduce) replaces the nominal link numbers.
+        """
+        sc = self.scenario
+        if sc.calibration is not None:
+            if (sc.collective.algorithm, sc.collective.model) != ("ring", "alpha-beta"):
+                raise ValueError("a calibration prices the measured ring only: collective.algorithm must be ring "
+                                 f"with model alpha-beta, got {sc.collective.algorithm} / {sc.collective.model}")
+            return RingAllReduce(self._calibrated_hop_times(size))
+        if sc.collective.algorithm == "ring" and sc.collective.model == "alpha-beta":
+            alpha, bandwidth = ring_hop_links(sc.cluster, link_bandwidth_factors(sc))
+            return RingAllReduce(hop_times(size, alpha, bandwidth))
+        return make_kernel(sc.collective.algorithm, scenario_fabric(sc), size, sc.collective.model)
+
+    def _half_kernel(self, kind: str, size: float):
+        """A reduce-scatter or all-gather of a bucket of `size` bytes (total, n shards).
+
+        NCCL runs both as rings whatever all-reduce algorithm it picks; so does commsim: with the
+        ring and the alpha-beta model, the engine's own hop times (as for the all-reduce); else
+        the collectives package's ring half under the scenario's cost model.
+        """
+        sc = self.scenario
+        if sc.calibration is not None:  # a half ring: the same hops, n-1 steps instead of 2(n-1)
+            return RingHalf(self._calibrated_hop_times(size))
+        if sc.collective.algorithm == "ring" and sc.collective.model == "alpha-beta":
+            alpha, bandwidth = ring_hop_links(sc.cluster, link_bandwidth_factors(sc))
+            return RingHalf(hop_times(size, alpha, bandwidth))
+        return make_kernel(kind, scenario_fabric(sc), size, sc.collective.model)
+
+    def run(self) -> RunResult:
+        sc = self.scenario
+        steps, n, nb = sc.steps, self.n, len(self.ops)
+        self._rank_end = np.zeros((steps, n))
+        self._rank_backward_end = np.zeros((steps, n))
+        self._rank_comm_end = np.zeros((steps, n))
+        self._rank_busy = np.zeros((steps, n))
+        self._last_rank = np.zeros((steps, nb), dtype=np.int64)
+        self._launch_spread = np.zeros((steps, nb))
+        self._comm_time = np.zeros(nb)
+        self._steps_simulated = 0
+        self._steady_possible = self.perturb.deterministic_steps  # then steps may repeat exactly
+        self.env.process(self._job() if self.sharding == "none" else self._sharded_job())
+        self.env.run()
+        step_end = self._rank_end.max(axis=1)
+        step_start = np.concatenate(([0.0], step_end[:-1]))
+        return RunResult(
+            scenario=sc,
+            bucket_sizes=self.buckets,
+            step_start=step_start,
+            step_end=step_end,
+            rank_end=self._rank_end,
+            rank_backward_end=self._rank_backward_end,
+            rank_comm_end=self._rank_comm_end,
+            rank_stall=self.perturb.stall,
+            rank_busy=self._rank_busy,
+            last_rank=self._last_rank,
+            launch_spread=self._launch_spread,
+            comm_time=self._comm_time,
+            steps_simulated=self._steps_simulated,
+        )
+
+    # -- the job: one SimPy process stepping all ranks as vectors ------------------------
+    def _job(self):
+        sc, env = self.scenario, self.env
+        c = sc.compute
+        m = sc.ddp.gradient_accumulation
+        steps = sc.steps
+        start = np.zeros(self.n)
+        # work (full-clock seconds) before the last backward begins, and of that backward
+        work_before = m * c.forward + (m - 1) * c.backward
+        # share of the last backward done when each bucket is ready (all of it without overlap)
+        fractions = self.ready_fraction if sc.ddp.overlap else np.ones(len(self.kernels))
+        for s in range(steps):
+            f = self.perturb.factor[s]
+            t0 = start + self.perturb.stall[s]
+            backward_start = self.ranks.finish(t0, f * work_before)
+            backward = f * c.backward
+            # throttled ranks: every bucket's ready time at once (a thermal clock is not linear)
+            throttled_ready = self.ranks.throttled_ready(backward_start, backward, fractions)
+            finish = None
+            for j, kernel in enumerate(self.kernels):
+                ready = backward_start + backward * fractions[j]
+                if throttled_ready is not None:
+                    ready[self.ranks.throttled] = throttled_ready[:, j]
+                last = int(ready.argmax())
+                self._last_rank[s, j] = last
+                self._launch_spread[s, j] = ready[last] - ready.min()
+                launch = ready if finish is None else np.maximum(ready, finish)
+                finish = kernel.finish_times(launch)
+                done = finish.max()
+                if self._steady_possible or s == steps - 1:  # comm_time is reported for the last step
+                    self._comm_time[j] = done - launch.max()
+                yield env.timeout(max(done - env.now, 0.0))
+            backward_end = self.ranks.finish(backward_start, backward)
+            if finish is None:  # nothing to all-reduce (a single rank or no parameters)
+                finish = backward_end
+            optimizer_start = np.maximum(finish, backward_end)
+            end = self.ranks.finish(optimizer_start, f * c.optimizer)
+            busy = (backward_end - t0) + (end - optimizer_start) + self.perturb.stall[s]
+            if (yield from self._close_step(s, end, backward_end, finish, busy)):
+                return
+            start = end
+
+    # -- sharded data parallelism: ZeRO-2 and FSDP (commsim/sim/sharding.py) ----------------
+    def _sharded_job(self):
+        sc = self.scenario
+        steps, n = sc.steps, self.n
+        optimizer = optimizer_time(sc.compute.optimizer, self.sharding, n)
+        step = self._zero2_step if self.sharding == "zero2" else self._fsdp_step
+        start = np.zeros(n)
+        for s in range(steps):
+            f = self.perturb.factor[s]
+            t0 = start + self.perturb.stall[s]
+            self._op = 0
+            self._record = self._steady_possible or s == steps - 1  # comm_time is reported for the last step
+            end, backward_end, comm_end, busy = yield from step(s, f, t0, optimizer)
+            if (yield from self._close_step(s, end, backward_end, comm_end, busy + self.perturb.stall[s])):
+                return
+            start = end
+
+    def _collective(self, s: int, issue: np.ndarray, stream: Optional[np.ndarray]):
+        """Run the step's next collective (stream order): issued on each rank at `issue`, it
+        starts there once the rank's previous collective (`stream`) is done. Yields to the clock."""
+        k = self._op
+        self._op += 1
+        last = int(issue.argmax())
+        self._last_rank[s, k] = last
+        self._launch_spread[s, k] = issue[last] - issue.min()
+        launch = issue if stream is None else np.maximum(issue, stream)
+        finish = self.op_kernels[k].finish_times(launch)
+        done = finish.max()
+        if self._record:
+            self._comm_time[k] = done - launch.max()
+        yield self.env.timeout(max(done - self.env.now, 0.0))
+        return finish
+
+    def _zero2_step(self, s, f, t0, optimizer):
+        """Reduce-scatter each bucket when ready, the 1/n optimizer, then all-gather every bucket
+        (inside the optimizer step, as DeepSpeed does: the next forward waits for it)."""
+        sc, c = self.scenario, self.scenario.compute
+        nb = len(self.buckets)
+        backward_start = self.ranks.finish(t0, f * c.forward)
+        backward = f * c.backward
+        fractions = self.ready_fraction if sc.ddp.overlap else np.ones(nb)
+        throttled_ready = self.ranks.throttled_ready(backward_start, backward, fractions)
+        stream = None
+        for j in range(nb):
+            ready = backward_start + backward * fractions[j]
+            if throttled_ready is not None:
+                ready[self.ranks.throttled] = throttled_ready[:, j]
+            stream = yield from self._collective(s, ready, stream)
+        backward_end = self.ranks.finish(backward_start, backward)
+        reduced = backward_end if stream is None else stream  # the last reduce-scatter's finish
+        optimizer_start = np.maximum(reduced, backward_end)
+        optimizer_end = self.ranks.finish(optimizer_start, f * optimizer)
+        for _ in range(nb):  # all-gathers in forward order, issued together after the optimizer
+            stream = yield from self._collective(s, optimizer_end, stream)
+        end = optimizer_end if stream is None else stream
+        busy = (backward_end - t0) + (optimizer_end - optimizer_start)
+        return end, backward_end, reduced, busy
+
+    def _fsdp_step(self, s, f, t0, optimizer):
+        """2B compute segments (forward of units B-1..0, backward of units 0..B-1), each after
+        its unit's all-gather; the gather of segment x+1 is issued when segment x starts, a
+        unit's reduce-scatter when its backward ends (with overlap; else after the backward)."""
+        sc, c = self.scenario, self.scenario.compute
+        nb = len(self.buckets)
+        share = unit_shares(self.buckets)
+        work = [c.forward * share[nb - 1 - x] for x in range(nb)] + [c.backward * share[j] for j in range(nb)]
+        busy = np.zeros(self.n)
+        prev_end = t0
+        stream = gathered = None
+        if nb:
+            stream = gathered = yield from self._collective(s, t0, None)
+        backward_end = t0
+        for x in range(2 * nb):
+            begin = np.maximum(prev_end, gathered)
+            if x + 1 < 2 * nb:  # prefetch: the next unit's gather, one unit ahead
+                stream = gathered = yield from self._collective(s, begin, stream)
+            prev_end = self.ranks.finish(begin, f * work[x])
+            busy += prev_end - begin
+            if x >= nb and sc.ddp.overlap:
+                stream = yield from self._collective(s, prev_end, stream)
+        backward_end = prev_end
+        if not sc.ddp.overlap:
+            for _ in range(nb):
+                stream = yield from self._collective(s, backward_end, stream)
+        optimizer_start = backward_end if stream is None else np.maximum(stream, backward_end)
+        end = self.ranks.finish(optimizer_start, f * optimizer)
+        busy += end - optimizer_start
+        return end, backward_end, backward_end if stream is None else stream, busy
+
+    def _close_step(self, s: int, end, backward_end, comm_end, busy):
+        """Record step s and advance the clock to its end (a generator: ``yield from`` it).
+
+        Returns True when the run is deterministic and steps s-1 and s left every rank in the
+        same relative state: the remaining steps are then filled in as repeats.
+        """
+        self._rank_end[s] = end
+        self._rank_backward_end[s] = backward_end
+        self._rank_comm_end[s] = comm_end
+        self._rank_busy[s] = busy
+        self._steps_simulated = s + 1
+        if self.on_step is not None:
+            self.on_step(s + 1, self.scenario.steps)
+        yield self.env.timeout(max(end.max() - self.env.now, 0.0))
+        if self._steady_possible and s >= 1 and self._is_steady(s):
+            self._repeat_steady_state(s)
+            return True
+        return False
+
+    def _is_steady(self, s: int) -> bool:
+        """Steps s-1 and s left every rank in the same relative state: all later steps repeat."""
+        end, prev = self._rank_end[s], self._rank_end[s - 1]
+        duration = end.max() - prev.max()
+        prev_duration = prev.max() - (self._rank_end[s - 2].max() if s >= 2 else 0.0)
+        scale = 1e-12 * max(end.max(), 1.0)
+        return (
+            abs(duration - prev_duration) <= scale
+            and np.all(np.abs((end - end.max()) - (prev - prev.max())) <= scale)
+        )
+
+    def _repeat_steady_state(self, s: int) -> None:
+        """Fill steps s+1.. with the steady step (exact: the system is deterministic and periodic)."""
+        duration = self._rank_end[s].max() - self._rank_end[s - 1].max()
+        k = np.arange(1, self.scenario.steps - s)[:, None]
+        for times in (self._rank_end, self._rank_backward_end, self._rank_comm_end):
+            times[s + 1 :] = times[s] + k * duration
+        self._rank_busy[s + 1 :] = self._rank_busy[s]
+        self._last_rank[s + 1 :] = self._last_rank[s]
+        self._launch_spread[s + 1 :] = self._launch_spread[s]
+
+
+def simulate(scenario: Scenario, on_step: Optional[Callable[[int, int], None]] = None) -> RunResult:
+    """Run the scenario and return its per-step records (`on_step(done, total)` reports progress)."""
+    return Engine(scenario, on_step=on_step).run()

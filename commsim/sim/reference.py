@@ -1,0 +1,189 @@
+"""The slow, obvious reference model: one SimPy process per rank and one event per ring chunk.
+
+It implements the same semantics as :mod:`commsim.sim.engine` the direct way: every rank is a
+process that stalls, computes, and marks each gradient bucket ready; a communication process
+per rank runs the buckets in order, and each of the 2(n-1) ring steps of a bucket waits for
+the rank's own previous step and its predecessor's previous step, then takes the hop's
+time (DESIGN.md's recurrence f[i,k] = max(f[i,k-1], f[i-1,k-1]) + t_i, event by event).
+That is O(n^2) events per all-reduce: fine for checking the fast engine on small cases,
+hopeless at scale (benchmarks/ measures how hopeless).
+
+With ``ddp.sharding`` (zero2, fsdp: :mod:`commsim.sim.sharding`) the communication process runs
+the step's collectives in :func:`commsim.sim.sharding.stream_order`, each a ring of 2(n-1)
+(all-reduce) or n-1 (reduce-scatter, all-gather) chunk steps, every one waiting for the event
+its compute process signals when the rank issues it; FSDP's compute process waits for each
+unit's all-gather before computing that unit, and signals the next unit's gather as it starts.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+import simpy
+
+from commsim.network.costs import ddp_buckets
+from commsim.scenario.topology import ring_hop_links
+from commsim.collectives.ring_closed_form import hop_times, ring_steps
+from commsim.sim.sharding import collective_steps, optimizer_time, stream_order, unit_shares
+from commsim.scenario.spec import Scenario
+from commsim.sim.stragglers import Perturbations, link_bandwidth_factors, perturbations
+
+
+def reference_ring_finish(launch: np.ndarray, hop_time: np.ndarray) -> np.ndarray:
+    """Finish times of one ring all-reduce, chunk step by chunk step, as SimPy events."""
+    env = simpy.Environment()
+    n = len(launch)
+    K = ring_steps(n)
+    done = [[env.event() for _ in range(K + 1)] for _ in range(n)]
+    finish = np.zeros(n)
+
+    def rank(i):
+        yield env.timeout(launch[i])
+        done[i][0].succeed()
+        for k in range(1, K + 1):
+            yield done[i][k - 1] & done[i - 1][k - 1]
+            yield env.timeout(hop_time[i])
+            done[i][k].succeed()
+        finish[i] = env.now
+
+    for i in range(n):
+        env.process(rank(i))
+    env.run()
+    return finish
+
+
+class ReferenceModel:
+    """Per-rank, per-chunk SimPy model of a whole scenario. Returns per-step rank end times."""
+
+    def __init__(self, scenario: Scenario, perturb: Optional[Perturbations] = None):
+        self.sc = scenario
+        self.n = scenario.world_size
+        self.perturb = perturb if perturb is not None else perturbations(scenario)
+        self.buckets = ddp_buckets(scenario.model.grad_bytes, scenario.ddp.first_bucket, scenario.ddp.bucket_cap)
+        alpha, bandwidth = ring_hop_links(scenario.cluster, link_bandwidth_factors(scenario))
+        self.hop = [hop_times(size, alpha, bandwidth) for size in self.buckets]
+        self.sharding = scenario.ddp.sharding
+        self.ops = stream_order(self.sharding, len(self.buckets), scenario.ddp.overlap)
+        self.op_index = {(op.kind, op.bucket, op.phase): o for o, op in enumerate(self.ops)}
+        self.env = simpy.Environment()
+        self.rank_end = np.zeros((scenario.steps, self.n))
+
+    def _event(self, table, key):
+        if key not in table:
+            table[key] = self.env.event()
+        return table[key]
+
+    def _work(self, rank: int, work: float):
+        """Time to do `work` full-clock seconds starting now on `rank` (its thermal clock, if any)."""
+        clock = self.perturb.clocks.get(rank)
+        now = self.env.now
+        return max(float(clock.finish(now, work)) - now, 0.0) if clock else work
+
+    def _issue(self, r: int, s: int, kind: str, bucket: int, phase: str = "backward") -> None:
+        """Rank r issues one of step s's collectives: its communication process may start it."""
+        self._event(self.ready, (r, s, self.op_index[(kind, bucket, phase)])).succeed()
+
+    def _done(self, r: int, s: int, o: int):
+        """The event: rank r finished the last chunk step of step s's collective number o."""
+        return self._event(self.chunk, (r, s, o, collective_steps(self.ops[o].kind, self.n)))
+
+    def _compute(self, r: int):
+        sc, env = self.sc, self.env
+        c, m = sc.compute, sc.ddp.gradient_accumulation
+        for s in range(sc.steps):
+            f = self.perturb.factor[s, r]
+            yield env.timeout(self.perturb.stall[s, r])
+            for _ in range(m - 1):  # no_sync micro-batches: compute only
+                yield env.timeout(self._work(r, f * c.forward))
+                yield env.timeout(self._work(r, f * c.backward))
+            yield env.timeout(self._work(r, f * c.forward))
+            # the last backward, cut at each bucket's ready point
+            done_frac = 0.0
+            for j, size in enumerate(self.buckets):
+                frac = (self.buckets[: j + 1].sum() / self.buckets.sum()) if sc.ddp.overlap else 1.0
+                if frac > done_frac:
+                    yield env.timeout(self._work(r, f * c.backward * (frac - done_frac)))
+                    done_frac = frac
+                self._event(self.ready, (r, s, j)).succeed()
+            if done_frac < 1.0:
+                yield env.timeout(self._work(r, f * c.backward * (1.0 - done_frac)))
+            if len(self.buckets) and self.n > 1:
+                yield self._event(self.chunk, (r, s, len(self.buckets) - 1, ring_steps(self.n)))
+            yield env.timeout(self._work(r, f * c.optimizer))
+            self.rank_end[s, r] = env.now
+
+    def _compute_zero2(self, r: int):
+        """ZeRO-2: backward as in DDP (reduce-scatters issued at the ready points), the 1/n
+        optimizer after the last one, then every all-gather; the step ends when they are done."""
+        sc, env = self.sc, self.env
+        c, nb = sc.compute, len(self.buckets)
+        for s in range(sc.steps):
+            f = self.perturb.factor[s, r]
+            yield env.timeout(self.perturb.stall[s, r])
+            yield env.timeout(self._work(r, f * c.forward))
+            done_frac = 0.0
+            for j in range(nb):
+                frac = (self.buckets[: j + 1].sum() / self.buckets.sum()) if sc.ddp.overlap else 1.0
+                if frac > done_frac:
+                    yield env.timeout(self._work(r, f * c.backward * (frac - done_frac)))
+                    done_frac = frac
+                self._issue(r, s, "reduce_scatter", j)
+            if done_frac < 1.0:
+                yield env.timeout(self._work(r, f * c.backward * (1.0 - done_frac)))
+            yield self._done(r, s, nb - 1)  # the last reduce-scatter
+            yield env.timeout(self._work(r, f * optimizer_time(c.optimizer, "zero2", self.n)))
+            for j in range(nb):
+                self._issue(r, s, "all_gather", j, "optimizer")
+            yield self._done(r, s, len(self.ops) - 1)
+            self.rank_end[s, r] = env.now
+
+    def _compute_fsdp(self, r: int):
+        """FSDP: each unit's forward, then each unit's backward, after its all-gather."""
+        sc, env = self.sc, self.env
+        c, nb = sc.compute, len(self.buckets)
+        share = unit_shares(self.buckets)
+        segments = [("forward", u, c.forward * share[u]) for u in reversed(range(nb))]
+        segments += [("backward", u, c.backward * share[u]) for u in range(nb)]
+        for s in range(sc.steps):
+            f = self.perturb.factor[s, r]
+            yield env.timeout(self.perturb.stall[s, r])
+            if segments:
+                self._issue(r, s, "all_gather", segments[0][1], segments[0][0])
+            for x, (phase, unit, work) in enumerate(segments):
+                yield self._done(r, s, self.op_index[("all_gather", unit, phase)])
+                if x + 1 < len(segments):  # prefetch the next unit's parameters
+                    self._issue(r, s, "all_gather", segments[x + 1][1], segments[x + 1][0])
+                yield env.timeout(self._work(r, f * work))
+                if phase == "backward" and sc.ddp.overlap:
+                    self._issue(r, s, "reduce_scatter", unit)
+            if not sc.ddp.overlap:
+                for u in range(nb):
+                    self._issue(r, s, "reduce_scatter", u)
+            if self.ops:
+                yield self._done(r, s, len(self.ops) - 1)
+            yield env.timeout(self._work(r, f * optimizer_time(c.optimizer, "fsdp", self.n)))
+            self.rank_end[s, r] = env.now
+
+    def _communicate(self, r: int):
+        for s in range(self.sc.steps):
+            for o, op in enumerate(self.ops):
+                yield self._event(self.ready, (r, s, o))  # previous collective: done, we are sequential
+                self._event(self.chunk, (r, s, o, 0)).succeed()
+                hop = self.hop[op.bucket]
+                for k in range(1, collective_steps(op.kind, self.n) + 1):
+                    prev = (r - 1) % self.n
+                    yield self._event(self.chunk, (r, s, o, k - 1)) & self._event(self.chunk, (prev, s, o, k - 1))
+                    yield self.env.timeout(hop[r])
+                    self._event(self.chunk, (r, s, o, k)).succeed()
+
+    def run(self) -> np.ndarray:
+        """Simulate; returns (steps, n) per-rank step end times."""
+        self.ready, self.chunk = {}, {}
+        compute = {"none": self._compute, "zero2": self._compute_zero2, "fsdp": self._compute_fsdp}[self.sharding]
+        for r in range(self.n):
+            self.env.process(compute(r))
+            if self.n > 1 or self.sharding != "none":  # one rank: sharded collectives are instant
+                self.env.process(self._communicate(r))
+        self.env.run()
+        return self.rank_end

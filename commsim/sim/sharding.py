@@ -1,0 +1,114 @@
+"""ZeRO-2 and FSDP (ZeRO-3): which collectives one step runs, in which order, and their traffic.
+
+Pure data and formulas (no SimPy): the engine (:mod:`commsim.sim.engine`) and the per-chunk
+reference (:mod:`commsim.sim.reference`) both follow the order given here.
+
+``ddp.sharding`` (Rajbhandari et al. 2020, "ZeRO: Memory Optimizations Toward Training
+Trillion Parameter Models", sec. 5 and 7):
+
+- ``none``: PyTorch DDP. Each gradient bucket is all-reduced when ready (2(n-1)/n * S bytes
+  sent per rank and bucket).
+- ``zero2`` (optimizer states and gradients partitioned, ZeRO stage 2 as in DeepSpeed's
+  ``stage_1_and_2.py``): each bucket is reduce-scattered when ready, in DDP's bucket order
+  on the one communication stream; after the last one the rank updates its 1/n shard of the
+  parameters (``compute.optimizer / n``: ``optimizer`` is DDP's full-model optimizer time);
+  then the updated parameters are all-gathered bucket by bucket, in forward order. As in
+  DeepSpeed, that all-gather runs inside the optimizer step, before the next forward: it
+  does not overlap compute (DeepSpeed prefetches parameters only in stage 3). Traffic:
+  (n-1)/n * S + (n-1)/n * S = DDP's (ZeRO sec. 7.2.1).
+- ``fsdp`` (parameters partitioned too: ZeRO stage 3, PyTorch FSDP ``FULL_SHARD``): the DDP
+  buckets are the FSDP units. A step computes 2B segments: the forward of units B-1 .. 0,
+  then the backward of units 0 .. B-1, forward and backward time split over units in
+  proportion to their bytes. Every segment needs its unit's parameters all-gathered first
+  (each unit is resharded after its forward and gathered again for its backward); the
+  all-gather of segment x+1 is issued when segment x starts computing (one unit of prefetch,
+  FSDP's forward prefetch and ``BACKWARD_PRE``), and a unit's gradients are reduce-scattered
+  after its backward segment (with ``overlap``; else after the whole backward). Then the
+  1/n optimizer. Traffic: two all-gathers and one reduce-scatter per unit, 1.5x DDP's
+  (ZeRO sec. 7.2.2: 3 Psi instead of 2 Psi).
+
+One communication stream per rank runs the collectives in issue order (FSDP issues
+all-gathers and reduce-scatters on two CUDA streams, but they share the same links: running
+them one after the other is the bandwidth-sharing approximation). Every collective moves the
+bucket's bytes (parameters all-gathered in the gradient dtype).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, Tuple
+
+import numpy as np
+
+SHARDING = ("none", "zero2", "fsdp")
+Kind = Literal["all_reduce", "reduce_scatter", "all_gather"]
+Phase = Literal["backward", "forward", "optimizer"]
+
+
+@dataclass(frozen=True)
+class Op:
+    """One collective of a step: its kind, the bucket (FSDP unit) it moves, and what it serves:
+    ``backward`` (gradient reduction, or FSDP's gather before a unit's backward), ``forward``
+    (FSDP's gather before a unit's forward) or ``optimizer`` (ZeRO-2's gather after the step)."""
+
+    kind: Kind
+    bucket: int
+    phase: Phase
+
+
+def stream_order(sharding: str, buckets: int, overlap: bool = True) -> Tuple[Op, ...]:
+    """The collectives of one step, in the order the communication stream runs them.
+
+    ``buckets`` is the number of DDP buckets (B), numbered in backward (reduction) order.
+    """
+    if sharding not in SHARDING:
+        raise ValueError(f"sharding must be one of {', '.join(SHARDING)}, got {sharding!r}")
+    B = buckets
+    if sharding == "none":
+        return tuple(Op("all_reduce", j, "backward") for j in range(B))
+    if sharding == "zero2":
+        reduce = [Op("reduce_scatter", j, "backward") for j in range(B)]
+        gather = [Op("all_gather", j, "optimizer") for j in reversed(range(B))]  # forward order
+        return tuple(reduce + gather)
+    # fsdp: gathers for the forward of units B-1..0, then for the backward of units 0..B-1;
+    # the gather of segment x+1 is issued when segment x starts, a reduce-scatter when its
+    # backward segment ends: gather(b, j+1) precedes reduce(j), which precedes gather(b, j+2).
+    ops = [Op("all_gather", u, "forward") for u in reversed(range(B))]
+    if B:
+        ops.append(Op("all_gather", 0, "backward"))
+    for j in range(B):
+        if j + 1 < B:
+            ops.append(Op("all_gather", j + 1, "backward"))
+        if overlap:
+            ops.append(Op("reduce_scatter", j, "backward"))
+    if not overlap:
+        ops.extend(Op("reduce_scatter", j, "backward") for j in range(B))
+    return tuple(ops)
+
+
+def collective_steps(kind: Kind, n: int) -> int:
+    """Ring steps of a collective over n ranks: 2(n-1) for an all-reduce, n-1 for either half."""
+    if n <= 1:
+        return 0
+    return 2 * (n - 1) if kind == "all_reduce" else n - 1
+
+
+def optimizer_time(optimizer: float, sharding: str, n: int) -> float:
+    """Optimizer time per step: ``compute.optimizer`` is DDP's full-model time; a sharded rank
+    updates 1/n of the parameters (ZeRO sec. 5.1: each rank updates only its partition)."""
+    return optimizer if sharding == "none" else optimizer / n
+
+
+def unit_shares(buckets: np.ndarray) -> np.ndarray:
+    """Fraction of forward or backward time spent on each unit: proportional to its bytes."""
+    total = float(np.sum(buckets))
+    return np.asarray(buckets, dtype=float) / total if total > 0 else np.zeros(len(buckets))
+
+
+def traffic_bytes(sharding: str, buckets: np.ndarray, n: int) -> float:
+    """Bytes each rank sends per step on a ring: (n-1)/n * S per half, two halves per all-reduce."""
+    if n <= 1:
+        return 0.0
+    sizes = np.asarray(buckets, dtype=float)
+    return float(sum(collective_steps(op.kind, n) / n * sizes[op.bucket]
+                     for op in stream_order(sharding, len(sizes))))

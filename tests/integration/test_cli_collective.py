@@ -1,0 +1,62 @@
+"""`commsim collective SCENARIO --algorithm ...`: algorithm tables on a scenario's cluster."""
+
+import json
+
+import pytest
+
+from commsim.sim.links import scenario_fabric
+from commsim.cli.main import run_cli
+from commsim.collectives import uniform_time
+from commsim.scenario.loader import load_scenario
+
+SCENARIO = "scenarios/dgx_h100_scaling.yaml"
+LOG = "tests/data/nccl-tests/H100-AWS-p5-EFA-2nodes_16ranks_awsome-distributed-training.txt"
+
+
+def test_all_algorithms_side_by_side_with_the_fastest_marked(tmp_path, capsys):
+    out = tmp_path / "rows.json"
+    assert run_cli(["collective", SCENARIO, "--algorithm", "all", "--sizes", "1K:64M:8", "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "tree" in text and "hierarchical" in text and "*" in text
+    rows = json.loads(out.read_text())
+    fabric = scenario_fabric(load_scenario(SCENARIO))
+    for size in {r["size_bytes"] for r in rows}:
+        group = [r for r in rows if r["size_bytes"] == size]
+        assert sum(r["fastest"] for r in group) >= 1
+        for r in group:
+            assert r["time_us"] == pytest.approx(uniform_time(r["algorithm"], fabric, size) * 1e6, rel=1e-12)
+        fastest = min(r["time_us"] for r in group if r["algorithm"] not in ("reduce_scatter", "all_gather"))
+        assert all(r["time_us"] == fastest for r in group if r["fastest"])
+
+
+def test_one_algorithm_prints_nccl_tests_columns_and_resizes_the_world(capsys):
+    assert run_cli(["collective", SCENARIO, "--algorithm", "tree", "--ranks", "256", "--sizes", "1M:4M"]) == 0
+    text = capsys.readouterr().out
+    assert "256 ranks (32 nodes x 8)" in text
+    assert "size         count      type   redop    root     time   algbw   busbw" in text
+
+
+def test_calibration_replaces_the_nominal_links(tmp_path, capsys):
+    cal = tmp_path / "h100.yaml"
+    assert run_cli(["calibrate", "--from-nccl-tests", LOG, "-o", str(cal)]) == 0
+    nominal, calibrated = tmp_path / "n.json", tmp_path / "c.json"
+    args = ["collective", SCENARIO, "--ranks", "16", "--algorithm", "ring", "--sizes", "1G:1G"]
+    assert run_cli(args + ["--json", str(nominal)]) == 0
+    assert run_cli(args + ["--calibration", str(cal), "--json", str(calibrated)]) == 0
+    measured_busbw_1g = 437.0  # the log's out-of-place busbw at 1 GiB (GB/s)
+    got = json.loads(calibrated.read_text())[0]["busbw_GBps"]
+    assert got == pytest.approx(measured_busbw_1g, rel=0.10)
+    assert json.loads(nominal.read_text())[0]["busbw_GBps"] != pytest.approx(got, rel=0.01)
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["collective", "--algorithm", "tree", "--ranks", "8"], "SCENARIO"),
+    (["collective", SCENARIO, "--algorithm", "trees"], "--algorithm"),
+    (["collective", SCENARIO, "--ranks", "12"], "multiple"),
+    (["collective", SCENARIO, "--algorithm", "hierarchical", "--model", "nccl-2.19"], "covers algorithms"),
+    (["collective"], "--calibration"),
+])
+def test_bad_requests_exit_2(args, needle, capsys):
+    assert run_cli(args) == 2
+    err = capsys.readouterr().err
+    assert needle in err and "Traceback" not in err

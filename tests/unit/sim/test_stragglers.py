@@ -1,0 +1,80 @@
+"""Straggler inputs: jitter statistics against theory, the thermal clock, stalls, slow links."""
+
+import numpy as np
+import pytest
+
+from commsim.scenario.spec import Jitter, SlowLink, SlowRank, Stall, Throttle
+from commsim.sim.stragglers import ThermalClock, jitter_draws, link_bandwidth_factors, perturbations
+from tests.conftest import make_scenario
+
+
+@pytest.mark.parametrize("distribution", ["lognormal", "normal", "gamma", "exponential"])
+@pytest.mark.parametrize("cv", [0.05, 0.3])
+def test_jitter_has_mean_one_and_requested_cv(distribution, cv):
+    x = jitter_draws(np.random.default_rng(1), distribution, cv, 200_000)
+    # standard error of the mean is cv/sqrt(N) ~ 7e-4 at cv = 0.3: allow 5 sigma
+    assert x.mean() == pytest.approx(1.0, abs=5 * cv / np.sqrt(x.size))
+    assert x.std() / x.mean() == pytest.approx(cv, rel=0.02)
+
+
+def test_zero_cv_is_no_jitter():
+    assert np.all(jitter_draws(np.random.default_rng(0), "gamma", 0.0, 10) == 1.0)
+
+
+def test_exponential_jitter_needs_cv_at_most_one():
+    with pytest.raises(ValueError):
+        jitter_draws(np.random.default_rng(0), "exponential", 1.5, 3)
+
+
+def test_same_rank_draws_same_jitter_at_any_scale():
+    small = perturbations(make_scenario(nodes=1, gpus_per_node=4, stragglers=[Jitter(0.1)], steps=7, seed=5))
+    large = perturbations(make_scenario(nodes=4, gpus_per_node=4, stragglers=[Jitter(0.1)], steps=7, seed=5))
+    np.testing.assert_array_equal(small.factor, large.factor[:, :4])
+    other_seed = perturbations(make_scenario(nodes=1, gpus_per_node=4, stragglers=[Jitter(0.1)], steps=7, seed=6))
+    assert not np.array_equal(small.factor, other_seed.factor)
+
+
+def test_slow_rank_and_stall_every():
+    p = perturbations(make_scenario(steps=6, stragglers=[SlowRank((2,), 1.5), Stall((1,), 0.2, every=3)]))
+    assert np.all(p.factor[:, 2] == 1.5) and np.all(np.delete(p.factor, 2, axis=1) == 1.0)
+    assert p.stall[:, 1].tolist() == [0, 0, 0.2, 0, 0, 0.2]
+    assert p.deterministic_steps is False
+
+
+def test_stall_probability_frequency():
+    p = perturbations(make_scenario(steps=4000, stragglers=[Stall((0,), 0.1, probability=0.25)]))
+    hits = (p.stall[:, 0] > 0).mean()
+    assert hits == pytest.approx(0.25, abs=5 * np.sqrt(0.25 * 0.75 / 4000))
+
+
+def test_thermal_clock_against_numeric_integration():
+    clock = ThermalClock(heat_up=2.0, throttled_time=1.0, clock_fraction=0.5, phase=0.7)
+    dt = 1e-4
+    ts = np.arange(0, 20, dt) + dt / 2
+    speed = np.where(((ts + 0.7) % 3.0) < 2.0, 1.0, 0.5)
+    work = np.cumsum(speed) * dt
+    for start, amount in [(0.0, 1.0), (1.1, 2.5), (3.3, 0.2), (5.0, 7.0)]:
+        i0 = int(start / dt)
+        target = (work[i0 - 1] if i0 else 0.0) + amount
+        numeric = ts[np.searchsorted(work, target)]
+        assert float(clock.finish(start, amount)) == pytest.approx(numeric, abs=3e-4)
+
+
+def test_thermal_clock_round_trip_and_average_speed():
+    clock = ThermalClock(heat_up=30.0, throttled_time=10.0, clock_fraction=0.4)
+    t = np.linspace(0, 500, 1001)
+    np.testing.assert_allclose(clock.time_for_work(clock.work_done(t)), t, atol=1e-9)
+    assert clock.work_done(40.0) == pytest.approx(30 + 4)
+
+
+def test_throttle_twice_on_one_rank_is_rejected():
+    sc = make_scenario(stragglers=[Throttle((1,), 1, 1, 0.5), Throttle((1,), 2, 2, 0.5)])
+    with pytest.raises(ValueError, match="rank 1"):
+        perturbations(sc)
+
+
+def test_slow_link_factors():
+    sc = make_scenario(nodes=3, gpus_per_node=2, stragglers=[SlowLink(0.5, rank=5), SlowLink(0.25, node=1)])
+    f = link_bandwidth_factors(sc)
+    # rank 5 -> 0 is hop 0; node 1 = ranks 2,3: hops into 2 and out of 3 (into 4)
+    assert f.tolist() == [0.5, 1, 0.25, 1, 0.25, 1]
