@@ -26,7 +26,7 @@ import numpy as np
 
 from commsim import calibration as calib
 from commsim.cli.algorithms import _calibrated_fabric
-from commsim.cli.validate import calibration_from_nccl_logs
+from commsim.calibration.from_logs import calibration_from_nccl_logs
 from commsim.collectives import Fabric, algorithms_for, busbw, uniform_time
 from commsim.scenario.topology import fabric as preset_fabric
 

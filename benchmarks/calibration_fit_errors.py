@@ -15,7 +15,7 @@ import sys
 import numpy as np
 
 from commsim import calibration as calib
-from commsim.cli.validate import calibration_from_nccl_logs
+from commsim.calibration.from_logs import calibration_from_nccl_logs
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
