@@ -21,7 +21,6 @@ import re
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
-import yaml
 
 from commsim.scenario import spec
 from commsim.errors import ScenarioError
@@ -36,6 +35,7 @@ from commsim.scenario.schema import (  # noqa: F401 - re-exported: the loader is
     parse_scenario,
 )
 from commsim.units import describe
+from commsim.yamlio import parse_yaml, read_text_file
 
 __all__ = [
     "load_document",
@@ -56,44 +56,6 @@ __all__ = [
 # Reading the file
 
 
-class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader that rejects duplicate keys (PyYAML silently keeps the last one)."""
-
-
-def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode) -> Dict[Any, Any]:
-    loader.flatten_mapping(node)
-    seen = set()
-    for key_node, _ in node.value:
-        key = loader.construct_object(key_node, deep=True)
-        try:
-            duplicate = key in seen
-            seen.add(key)
-        except TypeError:  # unhashable: construct_mapping below reports it with a line number
-            continue
-        if duplicate:
-            raise yaml.constructor.ConstructorError(
-                None, None, f"duplicate key {key!r}", key_node.start_mark
-            )
-    return loader.construct_mapping(node, deep=True)
-
-
-_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
-
-
-def _parse_yaml(text: str, source: str, what: str) -> Any:
-    try:
-        return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
-    except yaml.MarkedYAMLError as err:
-        mark = err.problem_mark or err.context_mark
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = err.problem or err.context or "syntax error"
-        raise ScenarioError(source, None, f"invalid YAML{where}: {problem}{what}") from None
-    except yaml.YAMLError as err:
-        raise ScenarioError(source, None, f"invalid YAML: {err}{what}") from None
-    except RecursionError:
-        raise ScenarioError(source, None, f"invalid YAML: nested too deeply{what}") from None
-
-
 def load_document(path: Union[str, Path]) -> Dict[Any, Any]:
     """Read a scenario file and return its top-level YAML mapping, unvalidated.
 
@@ -101,23 +63,8 @@ def load_document(path: Union[str, Path]) -> Dict[Any, Any]:
     an empty document or one that is not a mapping.
     """
     source = str(path)
-    try:
-        raw = Path(path).read_bytes()
-    except FileNotFoundError:
-        raise ScenarioError(source, None, "file not found, expected a scenario YAML file") from None
-    except IsADirectoryError:
-        raise ScenarioError(source, None, "is a directory, expected a scenario YAML file") from None
-    except PermissionError:
-        raise ScenarioError(source, None, "cannot read the file: permission denied") from None
-    except OSError as err:
-        raise ScenarioError(source, None, f"cannot read the file: {err.strerror or err}") from None
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as err:
-        raise ScenarioError(
-            source, None, f"cannot read the file: expected UTF-8 text, got byte 0x{raw[err.start]:02x} at offset {err.start}"
-        ) from None
-    doc = _parse_yaml(text, source, "")
+    text = read_text_file(path, "a scenario YAML file", ScenarioError)
+    doc = parse_yaml(text, source, "", ScenarioError)
     if doc is None:
         raise ScenarioError(
             source, None, "empty document, expected a mapping with at least cluster, model and compute"
@@ -181,7 +128,7 @@ def apply_overrides(doc: Dict[Any, Any], overrides: Iterable[str]) -> Dict[Any, 
     for override in overrides:
         _, text, tokens = _split_override(override)
         source = f"--set {override!r}"
-        value = _parse_yaml(text, source, f" in the value {text.strip()!r}")
+        value = parse_yaml(text, source, f" in the value {text.strip()!r}", ScenarioError)
         node: Any = result
         for depth, tok in enumerate(tokens):
             here = _format_path(tokens[: depth + 1])
