@@ -13,7 +13,6 @@ from __future__ import annotations
 import functools
 import json
 import math
-import re
 import shlex
 import sys
 from typing import Callable, List, Optional, Sequence
@@ -22,6 +21,7 @@ import click
 
 from commsim import calibration as calib
 from commsim.atomic import atomic_write_text
+from commsim.benchsizes import parse_bench_size, parse_size_range
 from commsim.output.nccl_table import ELEMENT_BYTES, format_nccl_table
 from commsim.errors import ScenarioError
 from commsim.calibration.from_logs import calibration_from_nccl_logs
@@ -60,47 +60,6 @@ def one_line_errors(fn: Callable) -> Callable:
 def command_line() -> str:
     """The exact command as typed (for provenance)."""
     return " ".join(shlex.quote(a) for a in ["commsim"] + sys.argv[1:])
-
-
-# --------------------------------------------------------------------------------------------
-# sizes: "8:1G" as nccl-tests reads -b/-e
-# --------------------------------------------------------------------------------------------
-
-_NCCL_SIZE = re.compile(r"^\s*(\d+)\s*([KMGT]?)\s*$", re.IGNORECASE)
-
-
-def parse_bench_size(text: str) -> int:
-    """A size in bytes. Bare numbers with a K/M/G/T suffix are binary, as nccl-tests reads
-    its -b/-e options (1G = 2**30); strings with a unit ("25 MB", "1 GiB") go through
-    commsim.units.parse_size when that module exists."""
-    m = _NCCL_SIZE.match(text)
-    if m:
-        return int(m.group(1)) * 1024 ** " KMGT".index((m.group(2) or " ").upper())
-    try:
-        from commsim.units import parse_size  # the lead's unit parser
-    except ImportError:
-        raise ValueError(f"size {text!r}: expected a number of bytes with an optional K/M/G/T suffix") from None
-    value = parse_size(text)
-    if value != int(value):
-        raise ValueError(f"size {text!r} is not a whole number of bytes")
-    return int(value)
-
-
-def parse_size_range(text: str) -> List[int]:
-    """"MIN:MAX[:FACTOR]" -> MIN, MIN*FACTOR, ... <= MAX (factor 2 by default, as nccl-tests -f 2)."""
-    parts = text.split(":")
-    if len(parts) not in (2, 3):
-        raise ValueError(f"--sizes {text!r}: expected MIN:MAX or MIN:MAX:FACTOR, e.g. 8:1G")
-    lo, hi = parse_bench_size(parts[0]), parse_bench_size(parts[1])
-    factor = int(parts[2]) if len(parts) == 3 and parts[2].strip().isdigit() else (2 if len(parts) == 2 else 0)
-    if lo < 1 or hi < lo or factor < 2:
-        raise ValueError(f"--sizes {text!r}: expected 1 <= MIN <= MAX and an integer FACTOR >= 2")
-    sizes = []
-    s = lo
-    while s <= hi:
-        sizes.append(s)
-        s *= factor
-    return sizes
 
 
 def import_validate(name: str):

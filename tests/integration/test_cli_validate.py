@@ -11,7 +11,8 @@ import pytest
 from click.testing import CliRunner
 
 from commsim import calibration as calib
-from commsim.cli.validate import parse_bench_size, parse_size_range, register
+from commsim.benchsizes import parse_bench_size, parse_size_range
+from commsim.cli.validate import register
 from commsim.calibration.nccl_log import load_nccl_log
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "nccl-tests"

@@ -1,0 +1,43 @@
+"""Benchmark sizes as nccl-tests reads its -b/-e/-f options ("8", "64K", "1G", "8:1G:2").
+
+Shared by the CLI and validate/ (which must not import the CLI).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import List
+
+from commsim.units import parse_size
+
+_NCCL_SIZE = re.compile(r"^\s*(\d+)\s*([KMGT]?)\s*$", re.IGNORECASE)
+
+
+def parse_bench_size(text: str) -> int:
+    """A size in bytes. Bare numbers with a K/M/G/T suffix are binary, as nccl-tests reads
+    its -b/-e options (1G = 2**30); strings with a unit ("25 MB", "1 GiB") go through
+    commsim.units.parse_size."""
+    m = _NCCL_SIZE.match(text)
+    if m:
+        return int(m.group(1)) * 1024 ** " KMGT".index((m.group(2) or " ").upper())
+    value = parse_size(text)
+    if value != int(value):
+        raise ValueError(f"size {text!r} is not a whole number of bytes")
+    return int(value)
+
+
+def parse_size_range(text: str) -> List[int]:
+    """"MIN:MAX[:FACTOR]" -> MIN, MIN*FACTOR, ... <= MAX (factor 2 by default, as nccl-tests -f 2)."""
+    parts = text.split(":")
+    if len(parts) not in (2, 3):
+        raise ValueError(f"--sizes {text!r}: expected MIN:MAX or MIN:MAX:FACTOR, e.g. 8:1G")
+    lo, hi = parse_bench_size(parts[0]), parse_bench_size(parts[1])
+    factor = int(parts[2]) if len(parts) == 3 and parts[2].strip().isdigit() else (2 if len(parts) == 2 else 0)
+    if lo < 1 or hi < lo or factor < 2:
+        raise ValueError(f"--sizes {text!r}: expected 1 <= MIN <= MAX and an integer FACTOR >= 2")
+    sizes = []
+    s = lo
+    while s <= hi:
+        sizes.append(s)
+        s *= factor
+    return sizes
