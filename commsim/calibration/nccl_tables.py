@@ -24,7 +24,7 @@ from commsim.calibration.nccl_log import NcclLogError
 KIND_OF_PERF = {"all_reduce": "all_reduce", "all_gather": "all_gather", "reduce_scatter": "reduce_scatter"}
 
 _START = re.compile(r"#\s*Collective test starting:\s*(\w+?)_perf")
-_DEVICE = re.compile(r"^#\s*Rank\s+(\d+)\b.*?\bon\s+(\S+)\s+device\s+(\d+)")
+_DEVICE = re.compile(r"^#\s*Rank\s+(\d+)\b.*?\bon\s+(\S+)\s+device\s+(\d+)\s+\[[^\]]*\]\s*(.*?)\s*$")
 _NRANKS = re.compile(r"\bnranks\s+(\d+)\b", re.IGNORECASE)
 _VERSION = re.compile(r"NCCL version\s+(\d+\.\d+\.\d+)|nccl-library=(\d+)")
 _INT = re.compile(r"^-?\d+$")
@@ -49,6 +49,7 @@ class LogTables:
     world_size: int
     nodes: Optional[int]       # distinct hosts of the device list; None if the log has none
     nccl_version: Optional[str]
+    gpu_name: Optional[str] = None  # the device list's GPU model (e.g. "NVIDIA A100-SXM4-40GB")
 
     def table(self, kind: str) -> Optional[Table]:
         for t in self.tables:
@@ -99,6 +100,7 @@ def parse_tables(text: str, source: str = "<log>", world_size: Optional[int] = N
     current: list = []
     start_line = 1
     hosts: List[str] = []
+    gpu_names: List[str] = []
     ranks: List[int] = []
     nranks_info = 0
     version = None
@@ -115,6 +117,7 @@ def parse_tables(text: str, source: str = "<log>", world_size: Optional[int] = N
         if (m := _DEVICE.match(line)):
             ranks.append(int(m.group(1)))
             hosts.append(m.group(2))
+            gpu_names.append(m.group(4))
             continue
         if "NCCL" in line and ("INFO" in line or "version" in line):
             if (m := _NRANKS.search(line)):
@@ -155,7 +158,8 @@ def parse_tables(text: str, source: str = "<log>", world_size: Optional[int] = N
     if not tables:
         raise NcclLogError(f"{source}: no all_reduce/all_gather/reduce_scatter row agrees with size/time and the bus factor for n={n}")
     nodes = len(set(hosts)) if hosts else None
-    return LogTables(source, tuple(tables), n, nodes, version)
+    gpu = sorted(set(gpu_names))[0] if len(set(gpu_names)) == 1 else None
+    return LogTables(source, tuple(tables), n, nodes, version, gpu)
 
 
 def _ratio_n(sections) -> int:
