@@ -45,6 +45,7 @@ from commsim.network.system import System
 PRIOR_FACTOR = 4.0        # prior: a constant is within a factor 4 of nominal (1 sigma in log)
 DETERMINED_SHRINK = 0.5   # determined: posterior sd of log(value) < 0.5 x prior sd
 HUBER_DELTA = 0.25        # log-ratio beyond which a row's weight falls off (|r| > ~28%)
+DATA_SIGMA = 0.05         # scatter of one nccl-tests row (log), to weigh the data against the prior
 
 # Which level each constant belongs to: a log must exercise the level to determine it.
 LEVEL = {
@@ -223,7 +224,7 @@ def fit_physical(
     *,
     names: Sequence[str] = System.FIT_NAMES,
     declared_same: bool = False,
-    max_iter: int = 60,
+    max_iter: int = 100,
 ) -> PhysicalFit:
     """Fit `names` of `nominal` to `measurements` (see the module docstring)."""
     ms = tuple(m for m in measurements if m.sizes.size)
@@ -258,7 +259,8 @@ def fit_physical(
 
         def res(x) -> np.ndarray:
             # data residuals, then the prior's pseudo-residuals (MAP with a log-normal prior)
-            return np.concatenate([_model_log_times(system_at(x), nominal, ms) - y, (x - x0) / sigma_prior])
+            return np.concatenate([(_model_log_times(system_at(x), nominal, ms) - y) / DATA_SIGMA,
+                                   (x - x0) / sigma_prior])
 
         return x0, system_at, res
 
@@ -275,7 +277,8 @@ def fit_physical(
     for name in candidates:
         trial = free + (name,)
         tx0, tsys, tres = make(trial)
-        tx, tr, tJ = _lm(tres, tx0, max_iter, y.size)
+        start = np.concatenate([x, tx0[-1:]])  # warm start from the constants already fitted
+        tx, tr, tJ = _lm(tres, start, max_iter, y.size)
         tpost, _ = _posterior(tJ, tr, y.size, sigma_prior, tx.size)
         ok = all(tpost[j, j] < (DETERMINED_SHRINK * sigma_prior) ** 2 for j in range(tx.size))
         if ok:
@@ -283,8 +286,8 @@ def fit_physical(
         else:
             notes.append(f"{name}: the logs do not determine it; nominal value kept")
     final = system_at(x)
-    r = r_all[:y.size]
-    Jf = J[:y.size]
+    r = r_all[:y.size] * DATA_SIGMA
+    Jf = J[:y.size] * DATA_SIGMA
     cov = post
 
     constants: Dict[str, FittedConstant] = {}
@@ -314,16 +317,17 @@ def fit_physical(
     return PhysicalFit(final, nominal, constants, ms, rms, cov, free, tuple(notes), residual_map)
 
 
-def _huber(r: np.ndarray) -> np.ndarray:
+def _huber(r: np.ndarray, delta: float = HUBER_DELTA / DATA_SIGMA) -> np.ndarray:
+    """Huber loss of residuals in units of DATA_SIGMA."""
     a = np.abs(r)
-    return np.where(a <= HUBER_DELTA, r ** 2, 2 * HUBER_DELTA * a - HUBER_DELTA ** 2)
+    return np.where(a <= delta, r ** 2, 2 * delta * a - delta ** 2)
 
 
 def _weights(r: np.ndarray, n_data: int) -> np.ndarray:
     """IRLS Huber weights for the data rows; prior rows keep weight 1."""
     w = np.ones(r.size)
     d = np.abs(r[:n_data])
-    w[:n_data] = np.minimum(1.0, HUBER_DELTA / np.maximum(d, 1e-12))
+    w[:n_data] = np.minimum(1.0, (HUBER_DELTA / DATA_SIGMA) / np.maximum(d, 1e-12))
     return w
 
 
