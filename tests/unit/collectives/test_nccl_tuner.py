@@ -44,20 +44,22 @@ def test_ring_across_nodes_is_paced_by_the_nics_in_use_and_counts_network_steps(
 
 
 def test_tree_at_two_nodes_moves_each_node_s_once_and_beats_the_nic_rate():
-    s = _sys(tree_efficiency=1.0)
+    s = _sys(tree_efficiency=1.0, nics_per_node=2)  # network-limited: 2 x 50 GB/s per node
     sc = nt.Scale.of(s, 2, 8)
     S = float(1 << 34)  # past the tree correction table
     t = nt.physical_time_us("all_reduce", "tree", "Simple", [S], s, sc)[0]
-    alg = min(360.0 / 2, 8 * 50.0 / 1.0)   # intra chain 2S/B, network S/(k B)
+    alg = min(360.0 / 2, 2 * 50.0 / 1.0)   # intra chain 2S/B, network S/(k B)
     lat = 8.4 + 5.0 + 2 * (7 * 3.0 * 4.0 / 3.4 + 1 * 10.0)  # tree hop ratios 4.0/3.4 (NVLink), 14/14 (NET)
     assert t == pytest.approx(lat + S / (1000 * alg))
     busbw = S / (t * 1e3) * 2 * 15 / 16
-    assert busbw > 8 * 50.0 * 0.4  # well above what a ring gets from 8 x 50 GB/s at 16 ranks
-    # more than 2 nodes: 2S per node through the NICs
+    assert busbw > 2 * 50.0 * 1.5  # above the node's NIC aggregate, which no ring can do
+    ring = nt.physical_time_us("all_reduce", "ring", "Simple", [S], s, sc)[0]
+    assert S / (ring * 1e3) * 2 * 15 / 16 <= 2 * 50.0
+    # 3 nodes: 2S per node through the NICs, the 2-node advantage is gone
     sc3 = nt.Scale.of(s, 3, 8)
-    ring = nt.physical_time_us("all_reduce", "ring", "Simple", [S], _sys(tree_efficiency=1.0, intra_bw_GBps=1e4), sc3)[0]
-    tree3 = nt.physical_time_us("all_reduce", "tree", "Simple", [S], _sys(tree_efficiency=1.0, intra_bw_GBps=1e4), sc3)[0]
-    assert tree3 > ring * 0.9  # no 2-node advantage at 3 nodes
+    t3 = nt.physical_time_us("all_reduce", "tree", "Simple", [S], s, sc3)[0]
+    lat3 = 8.4 + 5.0 + 2 * (7 * 3.0 * 4.0 / 3.4 + 1 * 10.0)
+    assert t3 == pytest.approx(lat3 + S / (1000 * (2 * 50.0 / 2.0)))
 
 
 def test_protocol_payload_fractions_scale_bandwidth():
@@ -151,15 +153,20 @@ def test_time_grows_with_size_and_busbw_never_beats_the_links(nodes, g, exp, kin
     s = preset("dgx-h100")
     if nodes * g < 2:
         return
-    # The fastest pair's time is a minimum of increasing functions: it grows with size. NCCL's
-    # own pick (by its a-priori estimate) may be slower, never faster, and need not be monotone
-    # (the Polaris logs show such dips where NCCL switches protocol).
+    # NCCL's own pick (by its a-priori estimate) may be slower than the fastest pair, never faster.
     fastest = nt.plan(kind, s, nodes, g, pick="fastest")
     p = nt.plan(kind, s, nodes, g)
     S = np.array([2.0 ** exp, 2.0 ** (exp + 1)])
     tf = fastest.time_us(S)
-    assert np.all(tf > 0) and tf[1] >= tf[0]
+    assert np.all(tf > 0)
     assert np.all(p.time_us(S) >= tf * (1 - 1e-12))
+    # Doubling the size at most halves the time: while NCCL adds channels with size (enqueue.cc)
+    # the bytes per channel can drop, so time may dip, but never by more than the channel step;
+    # once every channel is in use, time grows with size.
+    assert tf[1] >= 0.5 * tf[0]
+    full = 2.0 ** exp >= nt.nccl_channels(s, nt.Scale.of(s, nodes, g)) * 512 * 8 * nodes * g
+    if full:
+        assert tf[1] >= tf[0]
     bus = p.busbw_GBps(S)
     # bounds: a ring is paced by min(NVLink, NICs); the 2-node tree and NVLS by at most 2x that
     limit = 2.0 * max(s.intra_bw_GBps, 1.0)
