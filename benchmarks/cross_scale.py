@@ -1,0 +1,276 @@
+"""Leave-scale-out benchmark: calibrate a system's physical constants at its smallest
+scale(s), predict every larger scale; every log also from nominal hardware alone; and
+interpolation within a calibrated scale.
+
+    python benchmarks/cross_scale.py [--json OUT.json] [--pick nccl|fastest]
+
+Data: tests/data/nccl-tests-multiscale (one system at several scales) and
+tests/data/nccl-tests (single-scale logs, nominal only). Each system is described once by
+a nominal preset (commsim/network/system.py) with the NCCL version its logs print; nothing is
+tuned per system or per log.
+
+Protocol per system: the calibration scales are the logs with at most 2 nodes (what one can
+measure before buying), or the smallest node count when the system has nothing above 2 nodes;
+every other log is predicted. Errors are |predicted busbw / measured busbw - 1| per row,
+reported per size band (>= 1 MB, 64 KB - 1 MB, < 64 KB) as median and max in %.
+Interpolation: for every table, fit on every other size (its own scale only) and predict the
+sizes left out (physical model corrected by the measured residuals, interpolated in log size),
+against plain log-log interpolation of the measured neighbours.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+from dataclasses import dataclass, replace
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+
+from commsim.calibration.nccl_tables import load_tables  # noqa: E402
+from commsim.calibration.physical_fit import Measurement, fit_physical  # noqa: E402
+from commsim.collectives.nccl_tuner import bus_factor, plan  # noqa: E402
+from commsim.network.system import PRESETS, System  # noqa: E402
+
+DATA = os.path.join(os.path.dirname(HERE), "tests", "data")
+MULTI = os.path.join(DATA, "nccl-tests-multiscale")
+SINGLE = os.path.join(DATA, "nccl-tests")
+MB, KB = 1 << 20, 1 << 10
+BANDS = (("ge1MB", MB, np.inf), ("64K-1M", 64 * KB, MB), ("lt64K", 0, 64 * KB))
+
+
+@dataclass(frozen=True)
+class Log:
+    file: str
+    nodes: int
+    gpus: int
+    kind: Optional[str] = None       # collective when the log does not say
+    ranks: Optional[int] = None      # world size when the label contradicts the rows
+
+
+@dataclass(frozen=True)
+class Series:
+    name: str
+    preset: str
+    nccl: str
+    logs: Tuple[Log, ...]
+    folder: str = MULTI
+
+
+def _p4dn_log() -> Tuple[Log, ...]:
+    return tuple(Log(f"A100-p4dn_1-4x8_nccl-issue527-1GB.txt#{k}", k, 8) for k in (1, 2, 3, 4))
+
+
+SERIES = (
+    Series("H100-cluster01", "dgx-h100", "2.29", (
+        Log("H100-cluster01_1x4_xxrjun.txt", 1, 4), Log("H100-cluster01_1x8_xxrjun.txt", 1, 8),
+        Log("H100-cluster01_2x1_xxrjun-smoke.txt", 2, 1),
+        Log("H100-cluster01_10x1_xxrjun.txt", 10, 1), Log("H100-cluster01_10x2_xxrjun.txt", 10, 2),
+        Log("H100-cluster01_10x4_xxrjun.txt", 10, 4), Log("H100-cluster01_10x4_xxrjun-run20260128.txt", 10, 4),
+        Log("H100-cluster01_10x8_xxrjun.txt", 10, 8), Log("H100-cluster01_10x8_xxrjun-run20260128.txt", 10, 8),
+    )),
+    Series("Polaris-A100 (NCCL 2.18)", "polaris", "2.18", (
+        Log("Polaris-A100_2x4_alcf-nccl2.18-allreduce.txt", 2, 4),
+        Log("Polaris-A100_2x4_alcf-nccl2.18-allgather.txt", 2, 4, "all_gather"),
+        Log("Polaris-A100_8x4_alcf-nccl2.18-allreduce.txt", 8, 4),
+        Log("Polaris-A100_8x4_alcf-nccl2.18-allgather.txt", 8, 4, "all_gather"),
+        Log("Polaris-A100_128x4_alcf-nccl2.18-allgather.txt", 128, 4, "all_gather"),
+    )),
+    Series("Polaris-A100 (NCCL 2.21)", "polaris", "2.21", (
+        Log("Polaris-A100_2x4_alcf-nccl2.21-allreduce.txt", 2, 4),
+        Log("Polaris-A100_2x4_alcf-nccl2.21-allgather.txt", 2, 4, "all_gather"),
+        Log("Polaris-A100_8x4_alcf-nccl2.21-allreduce.txt", 8, 4),
+        Log("Polaris-A100_8x4_alcf-nccl2.21-allgather.txt", 8, 4, "all_gather"),
+    )),
+    Series("Polaris-A100 TCP sockets", "polaris-socket", "2.18", (
+        Log("Polaris-A100-defaultenv_2x4_alcf-nccl2.18-allreduce.txt", 2, 4),
+        Log("Polaris-A100-defaultenv_8x4_alcf-nccl2.18-allreduce.txt", 8, 4),
+        Log("Polaris-A100-defaultenv_128x4_alcf-nccl2.18-allreduce.txt", 128, 4),
+    )),
+    Series("Snellius-H100", "hgx-h100-4gpu", "2.22", tuple(
+        Log(f"Snellius-H100_{s}_odissei-{k}.txt", int(s[0]), 4)
+        for s in ("1x4", "2x4") for k in ("allreduce", "allgather", "reducescatter"))),
+    # The "2x4" table's busbw/algbw is 2(n-1)/n for n = 64: 16 hosts of one NVL72 rack.
+    Series("GB200-NVL72-OCI", "gb200-nvl72", "2.27", (
+        Log("GB200-NVL72-OCI_1x4_oci-quickstarts-allreduce.txt", 1, 4),
+        Log("GB200-NVL72-OCI_2x4_oci-quickstarts-allreduce.txt", 16, 4, ranks=64),
+        Log("GB200-NVL72-OCI_32x4_oci-quickstarts-allreduce.txt", 32, 4),
+        Log("GB200-NVL72-OCI_48x4_oci-quickstarts-allreduce.txt", 48, 4),
+    )),
+    Series("A100-p4dn", "p4d", "2.9", _p4dn_log()),
+)
+
+SINGLE_LOGS = (
+    ("A100-SXM4-80GB-1node_8ranks_gh-notes-dkh.txt", "dgx-a100", "2.19", 1, 8),
+    ("V100-SXM2-16GB-hybridCubeMesh-1node_8ranks_gh-blog-2019.txt", "dgx1-v100", "2.4", 1, 8),
+    ("T4-PCIe-AWS-g4dn-1node_8ranks_aws-hpc-tutorials.txt", "g4dn-t4", "2.19", 1, 8),
+    ("RTX2080Ti-PCIe3-noP2P-1node_2ranks_anthony-hoo-autodl.txt", "pcie3-nop2p", "2.21", 1, 2),
+    ("H100-AWS-p5-EFA-2nodes_16ranks_awsome-distributed-training.txt", "p5", "2.27", 2, 8),
+    ("GH200-Alps-2nodes-x4-NoOFIplugin-socket_8ranks_cscs-docs-nccl.txt", "gh200-alps-socket", "2.21", 2, 4),
+)
+
+
+def read_log(folder: str, log: Log, system_name: str) -> List[Measurement]:
+    """The log's tables as Measurements (the p4dn table has its own row layout)."""
+    if "#" in log.file:
+        name, k = log.file.split("#")
+        rows = []
+        for line in open(os.path.join(folder, name), encoding="utf-8"):
+            t = line.split()
+            if len(t) >= 8 and t[0] == k and t[1].isdigit():
+                rows.append((float(t[1]), float(t[5])))
+        return [Measurement(f"{name}#{k}", "all_reduce", log.nodes, log.gpus,
+                            np.array([r[0] for r in rows]), np.array([r[1] for r in rows]), system_name)]
+    lt = load_tables(os.path.join(folder, log.file), world_size=log.ranks or log.nodes * log.gpus, kind_hint=log.kind)
+    return [Measurement(log.file, t.kind, log.nodes, log.gpus,
+                        np.array([r[0] for r in t.rows], dtype=float), np.array([r[1] for r in t.rows], dtype=float),
+                        system_name)
+            for t in lt.tables]
+
+
+def band_errors(sizes: np.ndarray, err: np.ndarray) -> Dict[str, Optional[Tuple[float, float, int]]]:
+    out = {}
+    for name, lo, hi in BANDS:
+        sel = (sizes >= lo) & (sizes < hi)
+        out[name] = (float(np.median(err[sel])), float(np.max(err[sel])), int(sel.sum())) if sel.any() else None
+    return out
+
+
+def busbw_error(pred_t: np.ndarray, meas_t: np.ndarray) -> np.ndarray:
+    """|predicted busbw / measured busbw - 1| in % (busbw is inversely proportional to time)."""
+    return 100.0 * np.abs(meas_t / pred_t - 1.0)
+
+
+def nominal_system(preset: str, nccl: str) -> System:
+    return replace(PRESETS[preset], nccl_version=nccl)
+
+
+def run_series(series: Series, pick: str) -> dict:
+    nominal = nominal_system(series.preset, series.nccl)
+    per_log = [(log, read_log(series.folder, log, series.name)) for log in series.logs]
+    max_nodes = max(log.nodes for log in series.logs)
+    if max_nodes > 2:
+        cal_logs = [(l, m) for l, m in per_log if l.nodes <= 2]
+    else:
+        lo = min(l.nodes for l in series.logs)
+        cal_logs = [(l, m) for l, m in per_log if l.nodes == lo]
+    cal_nodes = max(l.nodes for l, _ in cal_logs)
+    ms = [m for _, mm in cal_logs for m in mm]
+    fit = fit_physical(ms, nominal)
+    out = {"system": series.name, "preset": series.preset, "nccl": series.nccl,
+           "calibrated_from": sorted({l.file for l, _ in cal_logs}),
+           "calibrated_nodes": cal_nodes, "fit_rms_log_error": fit.rms_log_error,
+           "constants": {k: {"value": c.value, "stderr": c.stderr, "determined": c.determined}
+                         for k, c in fit.constants.items()},
+           "fit_notes": list(fit.notes), "predicted": [], "nominal": []}
+    for log, mm in per_log:
+        for m in mm:
+            nom_t = plan(m.kind, nominal, m.nodes, m.gpus_per_node, pick=pick).time_us(m.sizes)
+            out["nominal"].append({"log": m.source, "kind": m.kind, "scale": f"{m.nodes}x{m.gpus_per_node}",
+                                   "bands": band_errors(m.sizes, busbw_error(nom_t, m.time_us))})
+            if any(log is l for l, _ in cal_logs):
+                continue
+            p = fit.predict(m.kind, m.nodes, m.gpus_per_node, m.sizes, use_measured=False, pick=pick)
+            err = busbw_error(p.time_us, m.time_us)
+            inside = (m.time_us >= p.low_us) & (m.time_us <= p.high_us)
+            out["predicted"].append({
+                "log": m.source, "kind": m.kind, "scale": f"{m.nodes}x{m.gpus_per_node}",
+                "node_ratio": m.nodes / cal_nodes, "bands": band_errors(m.sizes, err),
+                "interval_coverage": float(inside.mean()), "note": p.note,
+                "rows": [{"size_bytes": int(s), "measured_busbw_GBps": float(s / (t * 1e3) * bus_factor(m.kind, m.nodes * m.gpus_per_node)),
+                          "predicted_busbw_GBps": float(b), "error_pct": float(e)}
+                         for s, t, b, e in zip(m.sizes, m.time_us, p.busbw_GBps, err)],
+            })
+    return out
+
+
+def run_single(pick: str) -> List[dict]:
+    out = []
+    for name, preset, nccl, nodes, gpus in SINGLE_LOGS:
+        system = nominal_system(preset, nccl)
+        for m in read_log(SINGLE, Log(name, nodes, gpus), preset):
+            t = plan(m.kind, system, nodes, gpus, pick=pick).time_us(m.sizes)
+            out.append({"log": name, "kind": m.kind, "scale": f"{nodes}x{gpus}", "preset": preset,
+                        "bands": band_errors(m.sizes, busbw_error(t, m.time_us))})
+    return out
+
+
+def run_interpolation(series_list: Sequence[Series], pick: str) -> List[dict]:
+    out = []
+    for series in series_list:
+        nominal = nominal_system(series.preset, series.nccl)
+        for log in series.logs:
+            for m in read_log(series.folder, log, series.name):
+                if m.sizes.size < 6:
+                    continue
+                order = np.argsort(m.sizes)
+                S, T = m.sizes[order], m.time_us[order]
+                keep = np.arange(S.size) % 2 == 0
+                keep[-1] = True
+                test = ~keep
+                train = Measurement(m.source, m.kind, m.nodes, m.gpus_per_node, S[keep], T[keep], m.system)
+                fit = fit_physical([train], nominal)
+                pred = fit.predict(m.kind, m.nodes, m.gpus_per_node, S[test], use_measured=True, pick=pick).time_us
+                loglog = np.exp(np.interp(np.log(S[test]), np.log(S[keep]), np.log(T[keep])))
+                out.append({"log": m.source, "kind": m.kind, "scale": f"{m.nodes}x{m.gpus_per_node}",
+                            "model": busbw_error(pred, T[test]).tolist(),
+                            "loglog": busbw_error(loglog, T[test]).tolist()})
+    return out
+
+
+def _fmt(b) -> str:
+    return "      -      " if b is None else f"{b[0]:5.1f} / {b[1]:5.1f}"
+
+
+def print_report(results: List[dict], single: List[dict], interp: List[dict], file=sys.stdout) -> None:
+    p = lambda *a: print(*a, file=file)
+    p("Cross-scale: calibrated at the smallest scale(s), predicting larger ones; |busbw error| median / max (%)")
+    p(f"{'system':26} {'calibrated on':14} {'predicted':10} {'x nodes':>7} {'kind':14} {'>= 1 MB':>13} {'64K-1M':>13} {'< 64K':>13}")
+    for r in results:
+        cal = ",".join(sorted({re.search(r'_(\d+x\d+)', f).group(1) if re.search(r'_(\d+x\d+)', f) else f for f in r["calibrated_from"]}))
+        if r["system"] == "A100-p4dn":
+            cal = "1x8,2x8"
+        for q in r["predicted"]:
+            b = q["bands"]
+            p(f"{r['system']:26} {cal:14} {q['scale']:10} {q['node_ratio']:7.1f} {q['kind']:14} {_fmt(b['ge1MB']):>13} {_fmt(b['64K-1M']):>13} {_fmt(b['lt64K']):>13}")
+    p("")
+    p("Nominal hardware only (no calibration): |busbw error| median / max (%)")
+    p(f"{'log':58} {'kind':14} {'>= 1 MB':>13} {'64K-1M':>13} {'< 64K':>13}")
+    rows = [(q["log"], q["kind"], q["bands"]) for r in results for q in r["nominal"]] + [(q["log"], q["kind"], q["bands"]) for q in single]
+    for log, kind, b in rows:
+        p(f"{log[:58]:58} {kind:14} {_fmt(b['ge1MB']):>13} {_fmt(b['64K-1M']):>13} {_fmt(b['lt64K']):>13}")
+    allmed = [b["ge1MB"][0] for _, _, b in rows if b["ge1MB"]]
+    p(f"  median over logs of the >= 1 MB median: {np.median(allmed):.1f}%   (all bands pooled per log, median of medians: "
+      f"{np.median([np.median([v[0] for v in b.values() if v]) for _, _, b in rows]):.1f}%)")
+    p("")
+    model = np.concatenate([np.asarray(q["model"]) for q in interp]) if interp else np.zeros(0)
+    loglog = np.concatenate([np.asarray(q["loglog"]) for q in interp]) if interp else np.zeros(0)
+    p("Interpolation within a calibrated scale (every other size left out), |busbw error| over all left-out sizes:")
+    p(f"  physical fit + measured residuals: median {np.median(model):.1f}%  max {np.max(model):.1f}%  (n={model.size})")
+    p(f"  log-log interpolation of neighbours: median {np.median(loglog):.1f}%  max {np.max(loglog):.1f}%")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--json", help="write every figure (and each predicted row) to this file")
+    ap.add_argument("--pick", choices=("nccl", "fastest"), default="nccl",
+                    help="choose (algorithm, protocol) by NCCL's own estimate (default) or by the physical time")
+    args = ap.parse_args(argv)
+    results = [run_series(s, args.pick) for s in SERIES]
+    single = run_single(args.pick)
+    interp = run_interpolation(SERIES, args.pick)
+    print_report(results, single, interp)
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as fh:
+            json.dump({"series": results, "single_scale_nominal": single, "interpolation": interp}, fh, indent=1, sort_keys=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,403 @@
+"""Fit a system's physical constants jointly from nccl-tests logs of one system at any scale.
+
+Every log (1 node; 2 nodes x 1 GPU; full nodes; all_reduce, all_gather and reduce_scatter
+tables alike) is priced by :mod:`commsim.collectives.nccl_tuner` at its own scale, and the
+constants of :attr:`System.FIT_NAMES` (link bandwidths and hop latencies per level, NVLS and
+tree efficiencies, launch latency, per-channel protocol ceilings) are chosen to minimise the
+squared log ratio predicted/measured time over all rows (least squares on relative error
+across sizes), with a Huber weight so that one glitched row (a 4x outlier) cannot steer a
+fit. NCCL's choice of algorithm and protocol comes from the *nominal* system, as NCCL's own
+tuner does not know the measured rates.
+
+What the logs determine: a constant is *determined* when the logs shrink its uncertainty to
+less than half of the prior's (posterior vs prior standard deviation of its logarithm, with
+a prior of a factor :data:`PRIOR_FACTOR` around the nominal value); the others stay at their
+nominal value and are marked ``nominal`` with the reason (e.g. no multi-node log for the NIC
+bandwidth). A determined constant records its standard error (from the Gauss-Newton
+covariance of the final fit, scaled by the residual variance) and the logs that determined
+it (those carrying at least 10% of its sensitivity). A level's constants are only ever
+fitted from logs that exercise that level, so a 1-node log never prices a network hop.
+
+Calibrations compose: :func:`compose` takes the intra-node constants of one fit and the
+network constants of another. Predictions (:meth:`PhysicalFit.predict`) carry a 95%
+interval from the fit's covariance and residual scatter, and an extrapolation note (how many
+times the calibrated node count). At a scale that was measured, the physical prediction is
+corrected by the measured residuals, interpolated in log size between the measured sizes;
+at a scale that was not, never.
+
+The optimiser is a small Levenberg-Marquardt in numpy (scipy is not a dependency).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+
+import numpy as np
+
+from commsim.calibration.model import CalibrationError
+from commsim.calibration.nccl_tables import LogTables, load_tables
+from commsim.collectives.nccl_tuner import KINDS, Scale, bus_factor, plan
+from commsim.errors import InputError
+from commsim.network.system import System
+
+PRIOR_FACTOR = 4.0        # prior: a constant is within a factor 4 of nominal (1 sigma in log)
+DETERMINED_SHRINK = 0.5   # determined: posterior sd of log(value) < 0.5 x prior sd
+HUBER_DELTA = 0.25        # log-ratio beyond which a row's weight falls off (|r| > ~28%)
+DATA_SIGMA = 0.05         # scatter of one nccl-tests row (log), to weigh the data against the prior
+
+# Which level each constant belongs to: a log must exercise the level to determine it.
+LEVEL = {
+    "intra_bw_GBps": "intra", "intra_hop_us": "intra", "nvls_efficiency": "intra",
+    "nic_bw_GBps": "network", "net_hop_us": "network", "tree_efficiency": "any",
+    "launch_us": "any", "simple_ch_GBps": "any", "ll128_ch_GBps": "any", "ll_ch_GBps": "any",
+}
+INTRA_NAMES = ("intra_bw_GBps", "intra_hop_us", "nvls_efficiency")
+NETWORK_NAMES = ("nic_bw_GBps", "net_hop_us")
+
+
+class PhysicalFitError(CalibrationError):
+    """The logs cannot be fitted (one-line message naming the logs)."""
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One collective table of one log at one scale: sizes (bytes) and measured times (us)."""
+
+    source: str
+    kind: str
+    nodes: int
+    gpus_per_node: int
+    sizes: np.ndarray
+    time_us: np.ndarray
+    system: str = ""
+
+    @property
+    def label(self) -> str:
+        return f"{self.source}:{self.kind}"
+
+
+def measurements_from_log(path: str, nodes: int, gpus_per_node: int, kind_hint: Optional[str] = None,
+                          system: str = "", world_size: Optional[int] = None) -> List[Measurement]:
+    """The all_reduce / all_gather / reduce_scatter tables of one log as Measurements."""
+    lt: LogTables = load_tables(path, world_size=world_size or nodes * gpus_per_node, kind_hint=kind_hint)
+    out = []
+    for t in lt.tables:
+        sizes = np.array([r[0] for r in t.rows], dtype=float)
+        times = np.array([r[1] for r in t.rows], dtype=float)
+        out.append(Measurement(str(path), t.kind, nodes, gpus_per_node, sizes, times, system or lt.gpu_name or ""))
+    return out
+
+
+@dataclass(frozen=True)
+class FittedConstant:
+    """One physical constant after a fit: value, standard error (same unit; None when not
+    determined), whether the logs determined it, which logs did, and where it came from."""
+
+    name: str
+    value: float
+    stderr: Optional[float]
+    determined: bool
+    logs: Tuple[str, ...]
+    source: str
+
+
+@dataclass(frozen=True)
+class Prediction:
+    sizes: np.ndarray
+    time_us: np.ndarray
+    low_us: np.ndarray
+    high_us: np.ndarray
+    busbw_GBps: np.ndarray
+    note: str
+
+
+@dataclass(frozen=True)
+class PhysicalFit:
+    """A fitted system, the constants' provenance and the fit's quality."""
+
+    system: System
+    nominal: System
+    constants: Mapping[str, FittedConstant]
+    measurements: Tuple[Measurement, ...]
+    rms_log_error: float
+    covariance: np.ndarray          # of log(value) over `free` names
+    free: Tuple[str, ...]
+    notes: Tuple[str, ...] = ()
+    residuals: Mapping[str, np.ndarray] = field(default_factory=dict)
+
+    @property
+    def max_nodes(self) -> int:
+        return max(m.nodes for m in self.measurements)
+
+    def plan(self, kind: str, nodes: int, gpus_per_node: int, **kw):
+        return plan(kind, self.system, nodes, gpus_per_node, choice_system=self.nominal, **kw)
+
+    def predict(self, kind: str, nodes: int, gpus_per_node: int, sizes: Sequence[float], *,
+                use_measured: bool = True, pick: str = "nccl", **kw) -> Prediction:
+        """Times with a 95% interval (fit covariance and residual scatter), busbw, and a note.
+        At a measured (kind, scale) the physical curve is corrected by the measured residuals
+        interpolated in log size inside the measured range; at other scales it is not."""
+        S = np.atleast_1d(np.asarray(sizes, dtype=float))
+        p = self.plan(kind, nodes, gpus_per_node, pick=pick, **kw)
+        t = p.time_us(S)
+        # sensitivity of log t to each free log-constant, by central differences
+        var = np.full(S.shape, self.rms_log_error ** 2)
+        if self.free:
+            g = np.zeros((S.size, len(self.free)))
+            for j, name in enumerate(self.free):
+                h = 1e-3
+                up = self.system.with_constants({name: getattr(self.system, name) * math.exp(h)}, "probe")
+                dn = self.system.with_constants({name: getattr(self.system, name) * math.exp(-h)}, "probe")
+                tu = plan(kind, up, nodes, gpus_per_node, choice_system=self.nominal, pick=pick, **kw).time_us(S)
+                td = plan(kind, dn, nodes, gpus_per_node, choice_system=self.nominal, pick=pick, **kw).time_us(S)
+                g[:, j] = (np.log(tu) - np.log(td)) / (2 * h)
+            var = var + np.einsum("ij,jk,ik->i", g, self.covariance, g)
+        notes = []
+        if use_measured and not kw:
+            for m in self.measurements:
+                if (m.kind, m.nodes, m.gpus_per_node) == (kind, nodes, gpus_per_node):
+                    r = self.residuals.get(m.label)
+                    if r is None:
+                        continue
+                    inside = (S >= m.sizes.min()) & (S <= m.sizes.max())
+                    order = np.argsort(m.sizes)
+                    corr = np.interp(np.log(S), np.log(m.sizes[order]), r[order])
+                    t = np.where(inside, t * np.exp(corr), t)
+                    notes.append(f"measured scale: corrected by the residuals of {m.label}")
+                    break
+        if nodes > self.max_nodes:
+            notes.append(f"extrapolating: {nodes} nodes is {nodes / self.max_nodes:g}x the largest calibrated ({self.max_nodes})")
+        sd = np.sqrt(var)
+        bus = S / (t * 1e3) * bus_factor(kind, p.scale.ranks)
+        return Prediction(S, t, t * np.exp(-1.96 * sd), t * np.exp(1.96 * sd), bus, "; ".join(notes))
+
+    def describe(self) -> Dict[str, object]:
+        """Plain mapping for a calibration file: every constant with unit-bearing name, value,
+        standard error, determined flag, logs and source."""
+        return {
+            "system": self.nominal.name,
+            "rms_log_error": round(self.rms_log_error, 6),
+            "logs": sorted({m.source for m in self.measurements}),
+            "constants": {
+                c.name: {"value": c.value, "stderr": c.stderr, "determined": c.determined,
+                         "logs": list(c.logs), "source": c.source}
+                for c in self.constants.values()
+            },
+            "notes": list(self.notes),
+        }
+
+
+# --- the fit ---------------------------------------------------------------------------------
+
+
+def _model_log_times(system: System, nominal: System, ms: Sequence[Measurement]) -> np.ndarray:
+    out = []
+    for m in ms:
+        p = plan(m.kind, system, m.nodes, m.gpus_per_node, choice_system=nominal)
+        out.append(np.log(p.time_us(m.sizes)))
+    return np.concatenate(out)
+
+
+def _exercises(m: Measurement, nominal: System, level: str) -> bool:
+    sc = Scale.of(nominal, m.nodes, m.gpus_per_node)
+    if level == "intra":
+        return sc.local > 1
+    if level == "network":
+        return sc.domains > 1
+    return True
+
+
+def check_same_system(ms: Sequence[Measurement], declared_same: bool) -> None:
+    """Refuse logs of different systems (their GPU names differ) unless declared the same."""
+    names = sorted({m.system for m in ms if m.system})
+    if len(names) > 1 and not declared_same:
+        raise InputError(ms[0].source, None,
+                         f"logs of different systems ({' / '.join(names)}): refusing to fit them jointly; "
+                         "declare them the same system to fit anyway")
+
+
+def fit_physical(
+    measurements: Sequence[Measurement],
+    nominal: System,
+    *,
+    names: Sequence[str] = System.FIT_NAMES,
+    declared_same: bool = False,
+    max_iter: int = 100,
+) -> PhysicalFit:
+    """Fit `names` of `nominal` to `measurements` (see the module docstring)."""
+    ms = tuple(m for m in measurements if m.sizes.size)
+    if not ms:
+        raise PhysicalFitError("no measurement rows to fit")
+    for m in ms:
+        if m.kind not in KINDS:
+            raise PhysicalFitError(f"{m.source}: collective {m.kind!r} is not fitted (expected {', '.join(KINDS)})")
+        if np.any(m.time_us <= 0):
+            raise PhysicalFitError(f"{m.source}: non-positive time in the table")
+    check_same_system(ms, declared_same)
+    notes: List[str] = []
+    # constants of a level no log exercises stay nominal
+    candidates = []
+    for name in names:
+        level = LEVEL[name]
+        if level != "any" and not any(_exercises(m, nominal, level) for m in ms):
+            notes.append(f"{name}: no log exercises the {level} level; nominal value kept")
+            continue
+        if name == "nvls_efficiency" and not nominal.nvls:
+            continue
+        candidates.append(name)
+    y = np.concatenate([np.log(m.time_us) for m in ms])
+    row_log = np.concatenate([[i] * m.sizes.size for i, m in enumerate(ms)])
+    sigma_prior = math.log(PRIOR_FACTOR)
+
+    def make(free_names):
+        x0 = np.array([math.log(getattr(nominal, n)) for n in free_names])
+
+        def system_at(x) -> System:
+            return nominal.with_constants({n: math.exp(v) for n, v in zip(free_names, x)}, "fit")
+
+        def res(x) -> np.ndarray:
+            # data residuals, then the prior's pseudo-residuals (MAP with a log-normal prior)
+            return np.concatenate([(_model_log_times(system_at(x), nominal, ms) - y) / DATA_SIGMA,
+                                   (x - x0) / sigma_prior])
+
+        return x0, system_at, res
+
+    # Forward selection in FIT_NAMES order (bandwidths, then latencies, then efficiencies): a
+    # constant joins the fit when, with the ones already in, the logs determine it. Two
+    # constants the logs only see as a product (NVLink bandwidth x NVLS efficiency) would
+    # otherwise both look undetermined; this keeps the first and leaves the second nominal.
+    if not candidates:
+        raise PhysicalFitError(f"{ms[0].source}: nothing to fit (no constant the logs can exercise)")
+    free: Tuple[str, ...] = ()
+    x0, system_at, res = make(())
+    x, r_all, J = x0, res(x0), np.zeros((y.size, 0))
+    post = np.zeros((0, 0))
+    for name in candidates:
+        trial = free + (name,)
+        tx0, tsys, tres = make(trial)
+        start = np.concatenate([x, tx0[-1:]])  # warm start from the constants already fitted
+        tx, tr, tJ = _lm(tres, start, max_iter, y.size)
+        tpost, _ = _posterior(tJ, tr, y.size, sigma_prior, tx.size)
+        ok = all(tpost[j, j] < (DETERMINED_SHRINK * sigma_prior) ** 2 for j in range(tx.size))
+        if ok:
+            free, system_at, x, r_all, J, post = trial, tsys, tx, tr, tJ, tpost
+        else:
+            notes.append(f"{name}: the logs do not determine it; nominal value kept")
+    final = system_at(x)
+    r = r_all[:y.size] * DATA_SIGMA
+    Jf = J[:y.size] * DATA_SIGMA
+    cov = post
+
+    constants: Dict[str, FittedConstant] = {}
+    for n in System.FIT_NAMES:
+        v = float(getattr(final, n))
+        if n in free:
+            j = free.index(n)
+            sens = np.zeros(len(ms))
+            np.add.at(sens, row_log, Jf[:, j] ** 2)
+            total = sens.sum() or 1.0
+            logs = tuple(sorted({ms[i].label for i in range(len(ms)) if sens[i] >= 0.1 * total}))
+            se = v * math.sqrt(max(cov[j, j], 0.0))  # delta method: sd(log v) x v
+            src = "fit: " + ", ".join(logs)
+            constants[n] = FittedConstant(n, v, se, True, logs, src)
+        else:
+            constants[n] = FittedConstant(n, v, None, False, (), nominal.sources.get(n, "nominal"))
+    sources = dict(nominal.sources)
+    sources.update({n: c.source for n, c in constants.items()})
+    final = replace(final, sources=sources)
+    residual_map = {}
+    off = 0
+    for m in ms:
+        k = m.sizes.size
+        residual_map[m.label] = -r[off:off + k]  # log(measured / predicted)
+        off += k
+    rms = float(np.sqrt(np.mean(r ** 2)))
+    return PhysicalFit(final, nominal, constants, ms, rms, cov, free, tuple(notes), residual_map)
+
+
+def _huber(r: np.ndarray, delta: float = HUBER_DELTA / DATA_SIGMA) -> np.ndarray:
+    """Huber loss of residuals in units of DATA_SIGMA."""
+    a = np.abs(r)
+    return np.where(a <= delta, r ** 2, 2 * delta * a - delta ** 2)
+
+
+def _weights(r: np.ndarray, n_data: int) -> np.ndarray:
+    """IRLS Huber weights for the data rows; prior rows keep weight 1."""
+    w = np.ones(r.size)
+    d = np.abs(r[:n_data])
+    w[:n_data] = np.minimum(1.0, (HUBER_DELTA / DATA_SIGMA) / np.maximum(d, 1e-12))
+    return w
+
+
+def _cost(r: np.ndarray, n_data: int) -> float:
+    return float(np.sum(_huber(r[:n_data])) + np.sum(r[n_data:] ** 2))
+
+
+def _jacobian(res, x, r, h=1e-4) -> np.ndarray:
+    J = np.zeros((r.size, x.size))
+    for j in range(x.size):
+        xp = x.copy()
+        xp[j] += h
+        J[:, j] = (res(xp) - r) / h
+    return J
+
+
+def _lm(res, x, max_iter, n_data):
+    """Levenberg-Marquardt (IRLS for the Huber loss) on res(x); returns x, res(x), Jacobian."""
+    lam = 1e-2
+    r = res(x)
+    J = _jacobian(res, x, r)
+    for _ in range(max_iter):
+        w = _weights(r, n_data)
+        A = (J.T * w) @ J
+        b = (J.T * w) @ r
+        improved = False
+        step = np.zeros_like(x)
+        for _ in range(12):
+            step = np.linalg.solve(A + lam * np.diag(np.diag(A) + 1e-9), -b)
+            rn = res(x + step)
+            if _cost(rn, n_data) < _cost(r, n_data):
+                x, r, lam = x + step, rn, max(lam / 3, 1e-7)
+                improved = True
+                break
+            lam *= 4
+        if not improved:
+            break
+        J = _jacobian(res, x, r)
+        if np.max(np.abs(step)) < 1e-5:
+            break
+    return x, r, J
+
+
+def _posterior(J, r, n_data, sigma_prior, k):
+    """Covariance of the log-constants: data rows scaled by the residual variance, plus the
+    prior; and that variance."""
+    w = _weights(r, n_data)[:n_data]
+    rd, Jd = r[:n_data], J[:n_data]
+    s2 = max(float(np.sum(w * rd ** 2) / max(1, n_data - k)), 1e-8)
+    info = (Jd.T * w) @ Jd / s2 + np.eye(k) / sigma_prior ** 2
+    return np.linalg.inv(info), s2
+
+
+def compose(intra: PhysicalFit, network: PhysicalFit, name: Optional[str] = None) -> System:
+    """A system whose intra-node constants come from `intra` (e.g. a 1-node calibration) and
+    whose network constants come from `network` (e.g. a 2-node x 1 GPU calibration); the
+    protocol constants from the fit that determined them (network's when both did). A level's
+    constants never price another level's hops."""
+    base = intra.nominal
+    vals = {}
+    srcs = dict(base.sources)
+    for n in System.FIT_NAMES:
+        ci, cn = intra.constants[n], network.constants[n]
+        if n in INTRA_NAMES:
+            pick = ci
+        elif n in NETWORK_NAMES:
+            pick = cn
+        else:
+            pick = cn if cn.determined else ci
+        vals[n] = pick.value
+        srcs[n] = pick.source
+    s = base.with_constants(vals, "compose")
+    return replace(s, sources=srcs, name=name or base.name)

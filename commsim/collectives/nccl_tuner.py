@@ -1,0 +1,589 @@
+"""NCCL's collectives as NCCL runs them, priced from a physical :class:`System`.
+
+Two models share one structure (NVIDIA/nccl src/graph/tuning.cc ``ncclTopoTuneModel`` and
+``ncclTopoGetAlgoTime``, src/enqueue.cc ``topoGetAlgoInfo``):
+
+- :func:`nccl_estimate_us`: NCCL's own a-priori estimate, a port of tuning.cc with its
+  constants (:data:`NCCL_TABLES`). NCCL picks the (algorithm, protocol) with the smallest
+  estimate, so this decides *what runs*, never how long it takes.
+- :func:`physical_time_us`: the time of a given (algorithm, protocol), from the system's
+  physical constants (link bandwidths and hop latencies per level, NICs, tiers, protocol
+  efficiencies and per-channel ceilings). These are what a calibration fits and what
+  transfers across scale.
+
+Algorithms (AllReduce unless noted):
+
+- ``ring`` (also AllGather/ReduceScatter): 2(n-1) steps (n-1 for AG/RS), of which 2(D-1)
+  (D-1) cross the network, D network nodes. Bus bandwidth = the slowest level: the GPU's
+  intra-node bandwidth, or the node's NICs in use (one NIC per channel, at most the NICs
+  near the GPUs the job uses).
+- ``tree``: NCCL's double binary tree across nodes with an intra-node chain. Each GPU moves
+  2S through its node links; a node moves S through its NICs when D = 2 (each node's data
+  crosses the network once, which is why 2-node busbw exceeds the NIC rate) and 2S when
+  D > 2. Latency 2((L-1) h_intra + log2(D) h_net).
+- ``nvls``: NVSwitch multicast/in-switch reduction (Hopper+ with NVSwitch); one node, or
+  several with CollNet. ``nvls_tree``: NVLS inside the node, tree across nodes.
+- ``collnet_direct`` / ``collnet_chain``: in-network reduction (SHARP): a node's data
+  crosses the network once per direction at any node count.
+- ``pat`` (AllGather/ReduceScatter, one GPU per node, NCCL >= 2.23): Bruck-like
+  log-latency algorithm.
+
+Protocols: ``LL`` (8-byte lines with a 4-byte flag: half the bandwidth, lowest latency),
+``LL128`` (128-byte lines with an 8-byte flag: 120/128), ``Simple`` (full bandwidth,
+fences and flags per chunk: highest per-hop latency).
+
+Small sizes use fewer channels (enqueue.cc ``topoGetAlgoInfo``: while nBytes < nc * nThreads
+* threadThreshold, nc--): the physical model applies that reduction to the per-channel
+ceilings and to the NICs in use (a channel drives one NIC); NCCL's own estimate does not,
+which is one reason it is too fast at mid sizes across nodes.
+
+Sizes are nccl-tests ``size`` bytes (AG/RS: the whole gathered buffer). Times in us.
+:func:`plan` builds the per-(kind, system, scale) table once; :class:`Plan` evaluates many
+sizes at once with numpy.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from commsim.errors import InputError
+from commsim.network.system import System
+
+KINDS = ("all_reduce", "all_gather", "reduce_scatter")
+ALGORITHMS = ("tree", "ring", "collnet_direct", "collnet_chain", "nvls", "nvls_tree", "pat")
+PROTOCOLS = ("LL", "LL128", "Simple")
+LL, LL128, SIMPLE = PROTOCOLS
+
+# Payload fraction of each protocol's line format (src/device/prims_ll.h, prims_ll128.h):
+# LL stores 4 data bytes + 4 flag bytes per 8; LL128 120 data bytes per 128-byte line.
+PROTO_EFFICIENCY = {LL: 0.5, LL128: 120.0 / 128.0, SIMPLE: 1.0}
+
+# Threads per channel and bytes per thread before another channel is worth it
+# (tuning.cc maxThreads / NCCL_*_THREAD_THRESHOLD in src/include/comm.h and device.h:
+# NCCL_SIMPLE_MAX_NTHREADS 512, NCCL_LL_MAX_NTHREADS 512, NCCL_LL128_MAX_NTHREADS 640;
+# thresholds LL 8 (x nRanks for rings), LL128 8, Simple 64).
+MAX_THREADS = {LL: 512, LL128: 640, SIMPLE: 512}
+THREAD_THRESHOLD = {LL: 8, LL128: 8, SIMPLE: 64}
+
+_HW = ("NVLINK", "PCI", "NET")
+
+
+def _table(base, hw, ll_max, ring_ll128, tree_ll128, tree, nvls_tree, nvls_eff, tree_corr, ring_ll_factor, pat):
+    return dict(base=base, hw=hw, ll_max=ll_max, ring_ll128=ring_ll128, tree_ll128=tree_ll128, tree=tree,
+                nvls_tree=nvls_tree, nvls_eff=nvls_eff, tree_corr=tree_corr, ring_ll_factor=ring_ll_factor, pat=pat)
+
+
+_TREE_CORR_230 = {
+    LL: (1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0, 1.0, 1.0, 1.0, 1.0),
+    LL128: (1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9, .9, .9, 1.0, 1.0, 1.0),
+    SIMPLE: (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7, .8, .9, .9, .9),
+}
+
+# NCCL's a-priori constants, (LL, LL128, Simple) per entry, rows per architecture
+# (Volta, Ampere, Hopper, Blackwell) x node columns (1, 2, >2 nodes). Latencies us, bandwidths
+# GB/s. v2.30.7-1: src/graph/tuning.cc ncclTunerConstantsDefaults; v2.19.3-1: the same tables
+# before the struct (baseLat, hwLat, llMaxBws, perChMax*), NVLS/PAT entries as in that tag.
+NCCL_TABLES = {
+    "2.30": _table(
+        base={"tree": (6.8, 14.0, 8.4), "ring": (6.6, 14.0, 8.4), "collnet_direct": (0, 0, 0),
+              "collnet_chain": (0, 0, 0), "nvls": (0, 0, 0), "nvls_tree": (0, 0, 0), "pat": (8.0, 8.0, 8.0)},
+        hw={
+            "NVLINK": {"tree": (0.6, 1.25, 4.0), "ring": (0.6, 1.9, 3.4), "collnet_direct": (0, 0, 3.7),
+                       "collnet_chain": (0, 0, 2.8), "nvls": (0, 0, 25), "nvls_tree": (0, 0, 25), "pat": (0, 0, 4.0)},
+            "PCI": {"tree": (1.0, 1.9, 4.0), "ring": (1.0, 2.5, 5.7), "collnet_direct": (0, 0, 3.7),
+                    "collnet_chain": (0, 0, 2.8), "nvls": (0, 0, 0), "nvls_tree": (0, 0, 0), "pat": (0, 0, 4.0)},
+            "NET": {"tree": (5.0, 8.5, 14), "ring": (2.7, 4.0, 14.0), "collnet_direct": (0, 0, 31),
+                    "collnet_chain": (0, 0, 30), "nvls": (0, 0, 18), "nvls_tree": (0, 0, 20.9), "pat": (0, 0, 14)},
+        },
+        ll_max=((39.0, 39.0, 20.4), (87.7, 22.5, 19.0), (141.0, 45.0, 35.0), (282.0, 90.0, 70.0)),
+        ring_ll128=((20.0, 20.0, 20.0), (20.0, 20.0, 20.0), (36.7, 36.7, 36.7), (40.0, 40.0, 40.0)),
+        tree_ll128=((20.0, 20.0, 20.0), (20.0, 20.0, 20.0), (36.7, 36.7, 29.0), (55.6, 31.67, 20.0)),
+        tree=((26.5, 18.5, 10.0), (24.0, 23.6, 17.8), (38.7, 41.4, 36.0), (70.0, 42.8, 24.0)),
+        nvls_tree=((26.5, 18.5, 10.0), (24.0, 23.6, 17.8), (0.0, 57.7, 45.5), (0.0, 96.0, 80.0)),
+        nvls_eff=(0.0, 0.0, 0.85, 0.74),
+        tree_corr=_TREE_CORR_230,
+        ring_ll_factor=0.5,   # "Ring/LL: busBw = min(llMaxBw, busBw * .5)"
+        pat=True,
+    ),
+    "2.19": _table(
+        base={"tree": (6.8, 14.0, 0.0), "ring": (6.6, 14.0, 8.4), "collnet_direct": (0, 0, 0),
+              "collnet_chain": (0, 0, 0), "nvls": (0, 0, 0), "nvls_tree": (0, 0, 0), "pat": (0, 0, 0)},
+        hw={
+            "NVLINK": {"tree": (0.6, 1.25, 28.0), "ring": (0.6, 1.9, 3.4), "collnet_direct": (0, 0, 3.7),
+                       "collnet_chain": (0, 0, 2.8), "nvls": (0, 0, 23), "nvls_tree": (0, 0, 23), "pat": (0, 0, 0)},
+            "PCI": {"tree": (1.0, 1.9, 28.0), "ring": (1.0, 2.5, 5.7), "collnet_direct": (0, 0, 3.7),
+                    "collnet_chain": (0, 0, 2.8), "nvls": (0, 0, 0), "nvls_tree": (0, 0, 0), "pat": (0, 0, 0)},
+            "NET": {"tree": (5.0, 8.5, 28.0), "ring": (2.7, 4.0, 14.0), "collnet_direct": (0, 0, 31),
+                    "collnet_chain": (0, 0, 30), "nvls": (0, 0, 18), "nvls_tree": (0, 0, 14), "pat": (0, 0, 0)},
+        },
+        ll_max=((39.0, 39.0, 20.4), (87.7, 22.5, 19.0), (87.7, 22.5, 19.0), (87.7, 22.5, 19.0)),
+        ring_ll128=((20.0, 20.0, 20.0), (20.0, 20.0, 20.0), (36.7, 36.7, 36.7), (36.7, 36.7, 36.7)),
+        tree_ll128=((20.0, 20.0, 20.0), (20.0, 20.0, 20.0), (36.7, 36.7, 29.0), (36.7, 36.7, 29.0)),
+        tree=((26.5, 18.5, 10.0), (24.0, 23.6, 17.8), (38.7, 41.4, 36.0), (38.7, 41.4, 36.0)),
+        nvls_tree=((26.5, 18.5, 10.0), (24.0, 23.6, 17.8), (38.7, 41.4, 36.0), (38.7, 41.4, 36.0)),
+        nvls_eff=(0.0, 0.0, 0.85, 0.85),
+        tree_corr=_TREE_CORR_230,
+        ring_ll_factor=0.25,  # 2.19: "Ring/LL: busBw x 1/4 (nNodes>1 or AllReduce)"
+        pat=False,
+    ),
+}
+
+# getNetOverhead (tuning.cc): per network step, us, by CPU; x3 for Simple.
+NET_OVERHEAD_US = {"intel": 1.0, "amd": 2.0, "arm": 1.0}
+PCI_BW = 12.0  # topo.h PCI_BW (GB/s): rings at or below it get 256 Simple threads
+
+
+def nccl_table(version: str) -> dict:
+    """The constants of the NCCL release line a version string belongs to: "2.19" for releases
+    before 2.20 (the 2.19 tables), "2.30" for 2.20 and later (the tables moved into the tuner
+    constants struct; later releases changed NVLS/PAT entries only)."""
+    try:
+        major, minor = (int(x) for x in str(version).split(".")[:2])
+    except ValueError:
+        raise InputError("system", "nccl_version", f"expected a version like 2.21, got {version!r}") from None
+    return NCCL_TABLES["2.19" if (major, minor) < (2, 20) else "2.30"]
+
+
+def _version_tuple(version: str) -> Tuple[int, int]:
+    major, minor = (int(x) for x in str(version).split(".")[:2])
+    return major, minor
+
+
+# --- the scale ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Scale:
+    """A job's shape on a system: `nodes` hosts with `gpus_per_node` ranks each.
+
+    ``domains`` (D) are the network's nodes: hosts, or NVLink domains of several hosts;
+    ``local`` (L) ranks share one domain; ``nics`` is the NICs one domain drives.
+    """
+
+    nodes: int
+    gpus_per_node: int
+    ranks: int
+    domains: int
+    local: int
+    nics: int
+
+    @staticmethod
+    def of(system: System, nodes: int, gpus_per_node: int) -> "Scale":
+        system.check_scale(nodes, gpus_per_node)
+        d = system.domains(nodes)
+        hosts_per_domain = -(-nodes // d)
+        return Scale(nodes, gpus_per_node, nodes * gpus_per_node, d,
+                     nodes * gpus_per_node // d, system.nics_used(gpus_per_node) * hosts_per_domain)
+
+
+def bus_factor(kind: str, ranks: int) -> float:
+    """nccl-tests busbw / algbw (doc/PERFORMANCE.md): 2(n-1)/n for all-reduce, (n-1)/n for
+    all-gather and reduce-scatter."""
+    return 2.0 * (ranks - 1) / ranks if kind == "all_reduce" else (ranks - 1) / ranks
+
+
+def _log2i(x: int) -> int:
+    return int(math.floor(math.log2(x))) if x >= 1 else 0
+
+
+# --- which (algorithm, protocol) pairs can run ---------------------------------------------------
+
+
+def runnable(kind: str, algorithm: str, protocol: str, system: System, scale: Scale) -> Optional[str]:
+    """None when NCCL can run (algorithm, protocol) for `kind` here, else why not
+    (tuning.cc per-function algorithm lists and its enable rules; enqueue.cc updateCollCostTable)."""
+    if kind == "all_reduce" and algorithm == "pat":
+        return "PAT runs all_gather and reduce_scatter only"
+    if kind != "all_reduce" and algorithm not in ("ring", "pat", "nvls", "collnet_direct"):
+        return f"{algorithm} does not run {kind} (NCCL runs ring, pat, nvls, collnet_direct there)"
+    if algorithm in ("nvls", "nvls_tree"):
+        if not system.nvls:
+            return f"NVLS needs NVSwitch multicast (system {system.name!r}: intra_kind {system.intra_kind}, nvls false)"
+        if protocol != SIMPLE:
+            return "NVLS runs the Simple protocol only"
+        if scale.local < 2:
+            return "NVLS needs at least 2 GPUs per NVLink domain"
+        if algorithm == "nvls_tree" and scale.domains == 1:
+            return "NVLS tree needs more than one node"
+        if algorithm == "nvls" and scale.domains > 1 and not system.collnet:
+            return "NVLS across nodes needs CollNet (SHARP) on the fabric"
+        if algorithm == "nvls" and kind != "all_reduce" and scale.domains > 1:
+            return "NVLS all_gather/reduce_scatter across nodes needs CollNet one GPU per NIC"
+    if algorithm in ("collnet_direct", "collnet_chain"):
+        if not system.collnet:
+            return f"CollNet needs in-network reduction (SHARP) on the fabric (system {system.name!r}: collnet false)"
+        if protocol != SIMPLE:
+            return "CollNet runs the Simple protocol only"
+        if scale.domains < 2:
+            return "CollNet needs more than one node"
+        if algorithm == "collnet_direct" and system.intra_kind != "nvswitch":
+            return "CollNet Direct needs NVSwitch"
+        if scale.local > 8:
+            return "CollNet needs at most 8 GPUs per node"
+        if kind != "all_reduce":
+            return "CollNet all_gather/reduce_scatter is not modelled"
+    if algorithm == "pat":
+        if not nccl_table(system.nccl_version)["pat"] or _version_tuple(system.nccl_version) < (2, 23):
+            return "PAT needs NCCL 2.23 or later"
+        if scale.local != 1 or scale.domains < 2:
+            return "PAT needs one GPU per node"
+        if protocol != SIMPLE:
+            return "PAT runs the Simple protocol only"
+    if protocol == LL128:
+        # tuning.cc: LL128 on by default only with NVLink inside the node (typeIntra <= NVB) and,
+        # before Hopper, network paths up to PXB; not on PCIe-only nodes.
+        if system.intra_kind not in ("nvswitch", "nvlink") and scale.local > 1:
+            return "LL128 is enabled only over NVLink"
+        if system.intra_kind not in ("nvswitch", "nvlink") and scale.local == 1 and system.compcap_index < 2:
+            return "LL128 is enabled only over NVLink"
+    return None
+
+
+def parse_selection(text: Optional[str], names: Sequence[str], key: str, source: str) -> Tuple[str, ...]:
+    """NCCL_ALGO / NCCL_PROTO style selection: "ring,tree" keeps those, "^ll128" drops those,
+    None or "" keeps all. Case-insensitive; an unknown name is an InputError naming `key`."""
+    if text is None or str(text).strip() == "":
+        return tuple(names)
+    s = str(text).strip()
+    negate = s.startswith("^")
+    items = [t.strip() for t in s.lstrip("^").split(",") if t.strip()]
+    lower = {n.lower(): n for n in names}
+    chosen = []
+    for it in items:
+        if it.lower() not in lower:
+            raise InputError(source, key, f"unknown name {it!r} (expected {', '.join(names)}, comma-separated, optionally after ^)")
+        chosen.append(lower[it.lower()])
+    if negate:
+        return tuple(n for n in names if n not in chosen)
+    return tuple(n for n in names if n in chosen)
+
+
+# --- NCCL's a-priori estimate (port of tuning.cc) -----------------------------------------------
+
+
+def nccl_channels(system: System, scale: Scale) -> int:
+    """Ring/tree channels NCCL builds: the node's search result on one node; across nodes two
+    per NIC in use (NCCL duplicates each inter-node ring), at most the intra-node count."""
+    if scale.domains == 1:
+        return system.intra_channels
+    return max(1, min(system.intra_channels, 2 * scale.nics))
+
+
+def _intra_hw(system: System) -> str:
+    return "NVLINK" if system.intra_kind in ("nvswitch", "nvlink") else "PCI"
+
+
+def nccl_estimate_us(kind: str, algorithm: str, protocol: str, sizes, system: System, scale: Scale) -> np.ndarray:
+    """NCCL's own time estimate (us) for `sizes` (bytes): tuning.cc ncclTopoTuneModel's
+    bandwidth/latency for (kind, algorithm, protocol) and ncclTopoGetAlgoTime's
+    lat + nBytes / (1000 * bw) with the tree correction and the ring plateau factor.
+    NCCL's graph bandwidths are taken as the system's nominal link figures (bwIntra x
+    nChannels = intra-node bandwidth, bwInter x nChannels = the node's NICs in use)."""
+    t = nccl_table(system.nccl_version)
+    S = np.asarray(sizes, dtype=float)
+    p = PROTOCOLS.index(protocol)
+    a = algorithm
+    n, D, L = scale.ranks, scale.domains, scale.local
+    ci = system.compcap_index
+    idx2 = min(D, 3) - 1
+    C = nccl_channels(system, scale)
+    # Graph speeds per channel (search.cc ncclTopoCompute): across nodes a ring's search raises
+    # bwIntra and bwInter together, so both stop at the NICs; a tree's (and CollNet's) bwIntra
+    # may grow to twice bwInter ("increase bwIntra for trees (2 nodes or collnet)").
+    node_intra = system.intra_bw_GBps if L > 1 else math.inf
+    if D == 1:
+        bw_intra = bw_inter = node_intra / C
+    else:
+        bw_inter = min(node_intra, system.nic_bw_GBps * scale.nics * system.fabric_factor(D)) / C
+        bw_intra = bw_inter if a in ("ring", "pat") else min(node_intra / C, 2 * bw_inter)
+    nsteps = 2 * (n - 1) if kind == "all_reduce" else n - 1
+    ppn = n / D
+    collnet = a in ("collnet_direct", "collnet_chain")
+    bw = bw_intra if (D <= 2 or collnet) else bw_inter
+    ll_row = ci if D == 1 else (1 if system.cpu_vendor == "amd" else 0)
+    ll_max = t["ll_max"][ll_row][idx2]
+    if a in ("nvls", "nvls_tree"):
+        nvls_c = max(2, C)
+        intra = bw_intra * t["nvls_eff"][ci] * (nvls_c - 1) / nvls_c
+        intra *= 2.0 if kind == "all_reduce" else (ppn - 1) / ppn
+        inter = bw_inter * (2 if (D <= 2 and a == "nvls_tree") else 1)
+        bw = min(intra, inter if D > 1 else math.inf, t["nvls_tree"][ci][idx2] if a == "nvls_tree" else math.inf)
+    bus = C * bw
+    if a == "ring" and protocol == LL:
+        bus = min(ll_max, bus * t["ring_ll_factor"])
+    if a == "ring" and protocol == LL128:
+        bus = min(bus * 0.92, C * t["ring_ll128"][ci][idx2])
+    if a == "tree" and kind == "all_reduce":
+        bus = min(bus * 0.92, C * t["tree"][ci][idx2])
+    if a == "tree" and protocol == LL:
+        bus = min(bus / 3.8, ll_max)
+    if a == "tree" and protocol == LL128:
+        bus = min(bus * (7.0 / 9.0 if D == 1 else 120.0 / 128.0), C * t["tree_ll128"][ci][idx2])
+    if a == "pat":
+        bus *= 0.75
+    if a == "collnet_direct":
+        factor = ppn / C
+        factor -= (factor - 1) / 2
+        bus /= max(factor, 1e-9)
+        if ci >= 2:
+            bus *= 0.85
+    if not (a != "ring" and kind != "all_reduce"):
+        bus *= (n / nsteps) if a in ("ring", "nvls", "nvls_tree") else 0.5
+    intra_hw = _intra_hw(system)
+    lat = t["base"][a][p]
+    intra_lat = t["hw"][intra_hw][a][p]
+    inter_lat = t["hw"]["NET"]["tree" if ppn == 1 else a][p]
+    if a == "ring":
+        net_over = 0.0
+        if D > 1:
+            net_over = NET_OVERHEAD_US[system.cpu_vendor] * (3 if protocol == SIMPLE else 1)
+        n_inter = 0 if D == 1 else (2 * (D - 1) if kind == "all_reduce" else D - 1)
+        lat += (nsteps - n_inter) * max(intra_lat, net_over) + n_inter * inter_lat
+    elif a == "tree":
+        lat += 2 * ((L - 1) * intra_lat + _log2i(D) * inter_lat)
+    elif a == "collnet_direct":
+        lat += 2 * (min(1, L - 1) * intra_lat + (L - 1) * 0.4) + inter_lat
+    elif a == "collnet_chain":
+        lat += 2 * (L - 1) * intra_lat + inter_lat
+    elif a == "nvls":
+        lat = intra_lat + (inter_lat if D > 1 else 0.0)
+    elif a == "nvls_tree":
+        lat += intra_lat + 2 * _log2i(D) * inter_lat
+    elif a == "pat":
+        lat += _log2i(D) * (inter_lat / 3.5) + n * 2.8
+    bw_s = np.full_like(S, bus)
+    if a == "tree" and kind == "all_reduce":
+        bw_s = bw_s * _tree_correction(t, protocol, S)
+    lat_s = np.full_like(S, lat)
+    if a == "ring" and protocol == SIMPLE and D > 1 and kind == "all_reduce":
+        plateau = S / (C * n) >= 64
+        lat_s = np.where(plateau, lat * (1.9 if ci < 1 else 1.4), lat)
+    with np.errstate(divide="ignore"):
+        return np.where(bw_s > 0, lat_s + S / (1000.0 * bw_s), np.inf)
+
+
+def _tree_correction(t: dict, protocol: str, S: np.ndarray) -> np.ndarray:
+    """treeCorrectionFactor[protocol][log2(nBytes/64)], 1 outside the table (tuning.cc)."""
+    corr = np.asarray(t["tree_corr"][protocol], dtype=float)
+    with np.errstate(divide="ignore"):
+        log_size = np.floor(np.log2(np.maximum(S, 1.0) / 64.0)).astype(int)
+    ok = (log_size >= 0) & (log_size < min(23, len(corr)))
+    return np.where(ok, corr[np.clip(log_size, 0, len(corr) - 1)], 1.0)
+
+
+# --- the physical time ---------------------------------------------------------------------------
+
+
+def channels_used(algorithm: str, protocol: str, sizes, channels: int, ranks: int) -> np.ndarray:
+    """Channels NCCL launches for each size (enqueue.cc topoGetAlgoInfo): while nBytes <
+    nc * nThreads * threadThreshold, nc-- (ring LL's threshold is per rank). NVLS/CollNet
+    keep theirs."""
+    S = np.asarray(sizes, dtype=float)
+    if algorithm not in ("ring", "tree"):
+        return np.full(S.shape, float(channels))
+    thr = THREAD_THRESHOLD[protocol] * (ranks if (algorithm == "ring" and protocol == LL) else 1)
+    per_channel = MAX_THREADS[protocol] * thr
+    return np.clip(np.floor(S / per_channel), 1.0, float(channels))
+
+
+def _hop_us(system: System, hw: str, algorithm: str, protocol: str, table: dict, nominal_ring_simple: float,
+            physical_simple: float) -> float:
+    """A hop's latency for (algorithm, protocol): the level's physical Simple-ring hop latency
+    scaled by NCCL's ratio hwLat[hw][algorithm][protocol] / hwLat[hw][Ring][Simple]."""
+    ratio = table["hw"][hw][algorithm][PROTOCOLS.index(protocol)] / nominal_ring_simple
+    return physical_simple * ratio
+
+
+def physical_time_us(kind: str, algorithm: str, protocol: str, sizes, system: System, scale: Scale) -> np.ndarray:
+    """Time (us) of one collective of `sizes` bytes run with (algorithm, protocol), from the
+    system's physical constants (see the module docstring for each algorithm's traffic).
+
+    latency = baseLat[algorithm][protocol] + launch_us + hops, each hop's latency the level's
+    physical Simple-ring latency times NCCL's ratio for (algorithm, protocol);
+    bandwidth = the slowest level for the algorithm's traffic, times the protocol's payload
+    fraction, at most (channels used) x (the protocol's per-channel ceiling); network levels
+    drive min(channels used, NICs) NICs, shared by the fabric's oversubscription.
+    """
+    t = nccl_table(system.nccl_version)
+    S = np.asarray(sizes, dtype=float)
+    p = PROTOCOLS.index(protocol)
+    a = algorithm
+    n, D, L = scale.ranks, scale.domains, scale.local
+    C = nccl_channels(system, scale)
+    nc = channels_used(a, protocol, S, C, n)
+    eff = PROTO_EFFICIENCY[protocol]
+    ch = {LL: system.ll_ch_GBps, LL128: system.ll128_ch_GBps, SIMPLE: system.simple_ch_GBps}[protocol]
+    nic = system.nic_bw_GBps * system.fabric_factor(D)
+    nics = np.minimum(nc, float(scale.nics))
+    net_bw = nics * nic  # GB/s the domain's NICs in use can carry each way
+    inf = np.full(S.shape, np.inf)
+    factor = bus_factor(kind, n)
+
+    intra_hw = _intra_hw(system)
+    intra_nominal = t["hw"][intra_hw]["ring"][2]
+    net_nominal = t["hw"]["NET"]["ring"][2]
+    net_hop_physical = system.net_hop_latency_us(D)
+    lat_alg = a if t["hw"][intra_hw][a][p] > 0 else "ring"
+    h_intra = _hop_us(system, intra_hw, lat_alg, protocol, t, intra_nominal, system.intra_hop_us)
+    net_alg = "tree" if (L == 1 and a in ("ring", "tree")) else a
+    if t["hw"]["NET"][net_alg][p] <= 0:
+        net_alg = "ring"
+    h_net = _hop_us(system, "NET", net_alg, protocol, t, net_nominal, net_hop_physical)
+    lat = t["base"][a][p] + system.launch_us
+
+    if a == "ring":
+        link = inf.copy()
+        if L > 1:
+            link = np.minimum(link, system.intra_bw_GBps)
+        if D > 1:
+            link = np.minimum(link, net_bw)
+        bus = np.minimum(link * eff, nc * ch)
+        alg_bw = bus / factor
+        nsteps = 2 * (n - 1) if kind == "all_reduce" else n - 1
+        n_inter = 0 if D == 1 else (2 * (D - 1) if kind == "all_reduce" else D - 1)
+        if D > 1:
+            h_intra = max(h_intra, NET_OVERHEAD_US[system.cpu_vendor] * (3 if protocol == SIMPLE else 1))
+        lat_s = lat + (nsteps - n_inter) * h_intra + n_inter * h_net
+    elif a == "tree":
+        eta = system.tree_efficiency
+        alg_link = inf.copy()
+        if L > 1:
+            alg_link = np.minimum(alg_link, system.intra_bw_GBps * eta / 2.0)
+        if D > 1:
+            alg_link = np.minimum(alg_link, net_bw * eta / (1.0 if D == 2 else 2.0))
+        alg_bw = np.minimum(alg_link * eff, nc * ch * eta / 2.0) * _tree_correction(t, protocol, S)
+        lat_s = lat + 2 * ((L - 1) * h_intra + _log2i(D) * h_net)
+    elif a in ("nvls", "nvls_tree"):
+        intra = system.intra_bw_GBps * system.nvls_efficiency
+        if kind != "all_reduce":
+            intra = intra / factor  # AG/RS: the ring's traffic through the switch
+        alg_bw = np.full(S.shape, intra)
+        if D > 1:
+            net = scale.nics * nic * system.tree_efficiency / (1.0 if (D == 2 or a == "nvls") else 2.0)
+            alg_bw = np.minimum(alg_bw, net)
+        h_nvls = system.intra_hop_us * t["hw"]["NVLINK"][a][2] / intra_nominal
+        if a == "nvls":
+            lat_s = system.launch_us + h_nvls + (h_net if D > 1 else 0.0)
+        else:
+            lat_s = lat + h_nvls + 2 * _log2i(D) * h_net
+    elif a in ("collnet_direct", "collnet_chain"):
+        intra_share = system.intra_bw_GBps * (1.0 if a == "collnet_direct" else 0.5)
+        alg_bw = np.minimum(np.full(S.shape, intra_share), scale.nics * nic * 0.9)
+        if a == "collnet_direct":
+            lat_s = lat + 2 * (min(1, L - 1) * h_intra + (L - 1) * 0.4) + h_net
+        else:
+            lat_s = lat + 2 * (L - 1) * h_intra + h_net
+    elif a == "pat":
+        link = net_bw if L == 1 else np.minimum(net_bw, system.intra_bw_GBps)
+        alg_bw = np.minimum(link * eff, nc * ch) * 0.75 / factor
+        lat_s = lat + _log2i(D) * (h_net / 3.5) + n * 2.8
+    else:  # pragma: no cover - guarded by ALGORITHMS
+        raise ValueError(a)
+    lat_arr = np.broadcast_to(np.asarray(lat_s, dtype=float), S.shape)
+    return lat_arr + S / (1000.0 * alg_bw)
+
+
+# --- the plan ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The (algorithm, protocol) table of one (kind, system, scale), evaluated per size.
+
+    ``choice_system`` is the system as NCCL sees it (nominal links): it picks what runs.
+    ``system`` (possibly calibrated) prices it. A kernel calls :meth:`time_us` for its
+    sizes; :meth:`finish_times` gives per-rank finish times of a launch vector.
+    """
+
+    kind: str
+    system: System
+    choice_system: System
+    scale: Scale
+    candidates: Tuple[Tuple[str, str], ...]
+    pick: str = "nccl"
+
+    def choose(self, sizes) -> List[Tuple[str, str]]:
+        """The (algorithm, protocol) that runs at each size."""
+        idx = self._choice_index(np.asarray(sizes, dtype=float))
+        return [self.candidates[i] for i in idx]
+
+    def _choice_index(self, S: np.ndarray) -> np.ndarray:
+        model = nccl_estimate_us if self.pick == "nccl" else physical_time_us
+        est_sys = self.choice_system if self.pick == "nccl" else self.system
+        table = np.vstack([model(self.kind, a, p, S, est_sys, self.scale) for a, p in self.candidates])
+        return np.argmin(table, axis=0)
+
+    def time_us(self, sizes) -> np.ndarray:
+        """Predicted time (us) of each size, with the (algorithm, protocol) NCCL would pick."""
+        S = np.atleast_1d(np.asarray(sizes, dtype=float))
+        idx = self._choice_index(S)
+        table = np.vstack([physical_time_us(self.kind, a, p, S, self.system, self.scale) for a, p in self.candidates])
+        return table[idx, np.arange(S.size)]
+
+    def busbw_GBps(self, sizes) -> np.ndarray:
+        """nccl-tests bus bandwidth of the prediction."""
+        S = np.atleast_1d(np.asarray(sizes, dtype=float))
+        return S / (self.time_us(S) * 1e3) * bus_factor(self.kind, self.scale.ranks)
+
+    def finish_times(self, launch_s: Sequence[float], size_bytes: float) -> np.ndarray:
+        """Per-rank finish times (s) for per-rank launch times: a collective is a barrier, so
+        every rank finishes at max(launch) + T (uniform links; per-rank skew is the engine's)."""
+        launch = np.asarray(launch_s, dtype=float)
+        t = float(self.time_us([size_bytes])[0]) * 1e-6
+        return np.full(launch.shape, launch.max() + t)
+
+
+def plan(
+    kind: str,
+    system: System,
+    nodes: int,
+    gpus_per_node: int,
+    *,
+    choice_system: Optional[System] = None,
+    algorithm: Optional[str] = None,
+    protocol: Optional[str] = None,
+    pick: str = "nccl",
+    source: str = "collective",
+) -> Plan:
+    """Build the :class:`Plan` for `kind` on `nodes` x `gpus_per_node` ranks of `system`.
+
+    `algorithm` / `protocol` restrict the choice like NCCL_ALGO / NCCL_PROTO ("ring",
+    "ring,tree", "^nvls"; "LL,LL128", "^LL128"). An algorithm the topology cannot run when
+    asked for by name, or a selection that leaves nothing runnable, is an InputError naming
+    the key. `choice_system` is NCCL's view of the hardware (default: `system`); `pick`
+    "nccl" picks by NCCL's estimate, "fastest" by the physical time.
+    """
+    if kind not in KINDS:
+        raise InputError(source, "kind", f"expected one of {', '.join(KINDS)}, got {kind!r}")
+    if pick not in ("nccl", "fastest"):
+        raise InputError(source, "pick", f"expected nccl or fastest, got {pick!r}")
+    scale = Scale.of(system, nodes, gpus_per_node)
+    algos = parse_selection(algorithm, ALGORITHMS, "algorithm", source)
+    protos = parse_selection(protocol, PROTOCOLS, "protocol", source)
+    named = algorithm is not None and str(algorithm).strip() and not str(algorithm).strip().startswith("^")
+    cands = []
+    reasons: Dict[str, str] = {}
+    for a in algos:
+        for p in protos:
+            why = runnable(kind, a, p, system, scale)
+            if why is None:
+                cands.append((a, p))
+            else:
+                reasons.setdefault(a, why)
+    if named:
+        for a in algos:
+            if not any(c[0] == a for c in cands):
+                raise InputError(source, "algorithm", f"{a} cannot run {kind} on {nodes} x {gpus_per_node} of {system.name}: {reasons.get(a, 'no protocol left')}")
+    if not cands:
+        raise InputError(source, "protocol" if protocol else "algorithm",
+                         f"no algorithm/protocol left to run {kind} on {nodes} x {gpus_per_node} of {system.name}")
+    return Plan(kind, system, choice_system or system, scale, tuple(cands), pick)
+
+
+def predict_busbw(kind: str, system: System, nodes: int, gpus_per_node: int, sizes: Iterable[float], **kw) -> np.ndarray:
+    """Shorthand: bus bandwidth (GB/s) per size."""
+    return plan(kind, system, nodes, gpus_per_node, **kw).busbw_GBps(np.asarray(list(sizes), dtype=float))

@@ -1,0 +1,341 @@
+"""A physical description of a GPU cluster, for NCCL-style cost models that transfer across scale.
+
+A capacity model earns its keep by predicting the cluster you are about to buy from the two
+nodes you can measure. Fitted curve constants of one run do not transfer (a per-step alpha
+fitted on 2 ranks is a protocol artefact, not a hop latency); physical constants do: each link
+level's bandwidth and per-hop latency, NICs per node, rails, switch tiers and
+oversubscription, and the few protocol/algorithm efficiencies of the collective library.
+:class:`System` holds exactly those, with units in the field names and, per field, where the
+nominal value came from (:attr:`System.sources`); a calibration replaces some of them with
+fitted values and says so in the same mapping.
+
+Link levels (``intra_kind``):
+
+- ``nvswitch``: every GPU pair at full NVLink speed through NVSwitch (DGX/HGX 8-GPU boards,
+  NVL72 racks); NVLS (NVSwitch multicast/reduction) where ``nvls`` is set (Hopper and later).
+- ``nvlink``: direct NVLink between GPUs without a switch (4-GPU boards, hybrid cube-mesh).
+- ``pcie_p2p``: PCIe with peer-to-peer (GPUDirect P2P) between GPUs.
+- ``pcie_host``: PCIe without P2P: every byte is staged through host memory.
+
+Bandwidths are per direction, in GB/s (1e9 bytes/s, the nccl-tests unit), and are what a
+collective *achieves* on the link (line rate times an achievable fraction, see
+:data:`ACHIEVABLE_FRACTION`), since that is what a measurement determines. Latencies are per
+hop, in microseconds, for NCCL's Simple protocol; the other protocols scale from them with
+NCCL's own ratios (see :mod:`commsim.collectives.nccl_tuner`).
+
+Pure module: numbers and small closed forms only.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, fields, replace
+from typing import Dict, Mapping, Optional, Tuple
+
+from commsim.errors import InputError
+
+ARCHS = ("volta", "ampere", "hopper", "blackwell")  # NCCL's compute-capability rows (tuning.cc)
+INTRA_KINDS = ("nvswitch", "nvlink", "pcie_p2p", "pcie_host")
+TRANSPORTS = ("rdma", "socket")  # NCCL's IB/RoCE/EFA/libfabric plugins vs its internal TCP sockets
+CPU_VENDORS = ("intel", "amd", "arm")
+
+# Achievable fraction of line rate per link kind, for nominal (uncalibrated) descriptions.
+# Measured large-message bus bandwidth over line rate on well-configured systems:
+#   NVLink/NVSwitch rings 0.78-0.80 (H100 8-GPU all_gather 362 of 450 GB/s; A100 ~230 of 300),
+#   PCIe P2P ~0.8 of the x16 rate (Gen3 x16 15.75 GB/s -> ~12-13 GB/s),
+#   PCIe through host memory ~0.5 (two PCIe crossings and a host copy per byte),
+#   RDMA networks 0.95-0.98 (NCCL's own NET_BW is 12 GB/s for 12.5 GB/s = 100 Gb/s).
+# One global table: never a per-system value.
+ACHIEVABLE_FRACTION = {
+    "nvswitch": 0.80,
+    "nvlink": 0.80,
+    "pcie_p2p": 0.80,
+    "pcie_host": 0.50,
+    "rdma": 0.95,
+    # NCCL's internal socket transport copies through host memory and a TCP stack; there is no
+    # published achievable fraction, so the nominal value is a guess marked as such in sources.
+    "socket": 0.40,
+}
+
+# NCCL's a-priori per-hop latencies for the Simple protocol (src/graph/tuning.cc, 2.19-2.30:
+# hwLatencies[NVLINK|PCI|NET][Ring][Simple] = 3.4, 5.7, 14.0 us): priors for the hop latencies.
+NOMINAL_HOP_US = {"nvswitch": 3.4, "nvlink": 3.4, "pcie_p2p": 5.7, "pcie_host": 5.7, "network": 14.0}
+
+
+@dataclass(frozen=True)
+class SwitchTier:
+    """One switch tier above the leaves: how many nodes share one switch of the tier below it,
+    the tier's oversubscription (downlink : uplink bandwidth) and the latency one crossing adds."""
+
+    nodes_below: int
+    oversubscription: float = 1.0
+    latency_us: float = 0.0
+
+
+@dataclass(frozen=True)
+class System:
+    """One node type and the fabric between nodes; see the module docstring for units.
+
+    ``nics_per_node`` NICs of ``nic_bw_GBps`` each; with ``rails`` GPU j of every node talks
+    through its own nearby NIC (rail-optimised), so a job with G GPUs per node uses the NICs
+    near those G GPUs. ``nvlink_domain_nodes`` > 1 is a multi-node NVLink domain (GB200 NVL72:
+    18 hosts of 4 GPUs): hosts inside one domain talk over NVLink, domains over the network.
+    """
+
+    name: str
+    gpu_arch: str
+    gpus_per_node: int
+    intra_kind: str
+    intra_bw_GBps: float
+    intra_hop_us: float
+    nics_per_node: int
+    nic_bw_GBps: float
+    net_hop_us: float
+    transport: str = "rdma"
+    rails: bool = True
+    tiers: Tuple[SwitchTier, ...] = ()
+    nvls: bool = False
+    collnet: bool = False
+    nvlink_domain_nodes: int = 1
+    cpu_vendor: str = "intel"
+    nccl_version: str = "2.30"
+    intra_channels: int = 16
+    # Protocol/algorithm efficiencies of the collective library on this hardware (priors from
+    # NCCL's tuning.cc where it has one; fitted by a calibration):
+    nvls_efficiency: float = 0.85      # nvlsEfficiency[arch] (Hopper .85, Blackwell .74)
+    tree_efficiency: float = 0.92      # tree busBw x .92 (tuning.cc "Tree ... busBw * .92")
+    launch_us: float = 4.0             # host launch + completion per collective, beyond NCCL's baseLat
+    simple_ch_GBps: float = 40.0       # one channel's Simple throughput (perChMaxTreeBws-like)
+    ll128_ch_GBps: float = 36.7        # perChMaxRingLL128Bws[arch]
+    ll_ch_GBps: float = 10.0           # one channel's LL throughput (llMaxBws / channels)
+    sources: Mapping[str, str] = field(default_factory=dict, compare=False)
+
+    # the physical constants a calibration may fit (all positive)
+    FIT_NAMES = (
+        "intra_bw_GBps", "intra_hop_us", "nvls_efficiency",
+        "nic_bw_GBps", "net_hop_us", "tree_efficiency",
+        "launch_us", "simple_ch_GBps", "ll128_ch_GBps", "ll_ch_GBps",
+    )
+
+    def __post_init__(self) -> None:
+        src = f"system {self.name!r}"
+        if self.gpu_arch not in ARCHS:
+            raise InputError(src, "gpu_arch", f"expected one of {', '.join(ARCHS)}, got {self.gpu_arch!r}")
+        if self.intra_kind not in INTRA_KINDS:
+            raise InputError(src, "intra_kind", f"expected one of {', '.join(INTRA_KINDS)}, got {self.intra_kind!r}")
+        if self.transport not in TRANSPORTS:
+            raise InputError(src, "transport", f"expected one of {', '.join(TRANSPORTS)}, got {self.transport!r}")
+        if self.cpu_vendor not in CPU_VENDORS:
+            raise InputError(src, "cpu_vendor", f"expected one of {', '.join(CPU_VENDORS)}, got {self.cpu_vendor!r}")
+        for name in ("gpus_per_node", "nics_per_node", "nvlink_domain_nodes", "intra_channels"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise InputError(src, name, f"expected an integer >= 1, got {v!r}")
+        for name in self.FIT_NAMES:
+            v = getattr(self, name)
+            if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
+                raise InputError(src, name, f"expected a positive number, got {v!r}")
+        if self.nvls and self.intra_kind != "nvswitch":
+            raise InputError(src, "nvls", f"NVLS needs NVSwitch; intra_kind is {self.intra_kind!r}")
+        for i, t in enumerate(self.tiers):
+            if t.nodes_below < 1 or t.oversubscription < 1.0 or t.latency_us < 0:
+                raise InputError(src, f"tiers[{i}]", "expected nodes_below >= 1, oversubscription >= 1, latency_us >= 0")
+
+    # --- derived quantities -------------------------------------------------------------------
+
+    @property
+    def compcap_index(self) -> int:
+        """NCCL's per-architecture row (0 Volta, 1 Ampere, 2 Hopper, 3 Blackwell)."""
+        return ARCHS.index(self.gpu_arch)
+
+    def check_scale(self, nodes: int, gpus_per_node: int, source: str = "scale") -> None:
+        """InputError unless the system can hold `nodes` x `gpus_per_node` ranks."""
+        if not isinstance(nodes, int) or nodes < 1:
+            raise InputError(source, "nodes", f"expected an integer >= 1, got {nodes!r}")
+        if not isinstance(gpus_per_node, int) or not 1 <= gpus_per_node <= self.gpus_per_node:
+            raise InputError(source, "gpus_per_node",
+                             f"expected 1..{self.gpus_per_node} ({self.name} has {self.gpus_per_node} GPUs per node), got {gpus_per_node!r}")
+        if nodes * gpus_per_node < 2:
+            raise InputError(source, "nodes", "a collective needs at least 2 ranks")
+
+    def domains(self, nodes: int) -> int:
+        """NVLink domains a job of `nodes` nodes spans (the network's 'nodes')."""
+        return -(-nodes // self.nvlink_domain_nodes)
+
+    def nics_used(self, gpus_per_node: int) -> int:
+        """NICs a job with `gpus_per_node` GPUs per node drives: with rails, the NICs near those
+        GPUs (NICs are spread evenly over the node's GPUs); without, all of them."""
+        if not self.rails:
+            return self.nics_per_node
+        return max(1, min(self.nics_per_node, -(-gpus_per_node * self.nics_per_node // self.gpus_per_node)))
+
+    def fabric_factor(self, network_nodes: int) -> float:
+        """Share of a node's NIC bandwidth left when every node sends at once: the product of
+        the oversubscription of every tier the job spans (a job inside one leaf sees 1)."""
+        f = 1.0
+        for t in self.tiers:
+            if network_nodes > t.nodes_below:
+                f /= t.oversubscription
+        return f
+
+    def net_hop_latency_us(self, network_nodes: int) -> float:
+        """Mean latency of one inter-node hop of a ring over `network_nodes` nodes placed leaf by
+        leaf: the base hop latency plus each tier's latency times the fraction of the ring's
+        hops that cross that tier (ceil(N/nodes_below) crossings out of N hops)."""
+        lat = self.net_hop_us
+        for t in self.tiers:
+            if network_nodes > t.nodes_below:
+                lat += t.latency_us * 2.0 * min(1.0, -(-network_nodes // t.nodes_below) / network_nodes)
+        return lat
+
+    def with_constants(self, values: Mapping[str, float], source: str) -> "System":
+        """A copy with the named physical constants replaced, each marked with `source`."""
+        unknown = [k for k in values if k not in self.FIT_NAMES]
+        if unknown:
+            raise InputError(source, unknown[0], f"not a physical constant of a system (expected one of {', '.join(self.FIT_NAMES)})")
+        srcs = dict(self.sources)
+        srcs.update({k: source for k in values})
+        return replace(self, sources=srcs, **{k: float(v) for k, v in values.items()})
+
+    def constants(self) -> Dict[str, float]:
+        """The physical constants (FIT_NAMES) as a mapping."""
+        return {k: float(getattr(self, k)) for k in self.FIT_NAMES}
+
+    def describe(self) -> Dict[str, object]:
+        """Plain mapping of every field (for JSON/YAML output)."""
+        out: Dict[str, object] = {}
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if f.name == "tiers":
+                v = [dict(nodes_below=t.nodes_below, oversubscription=t.oversubscription, latency_us=t.latency_us) for t in v]
+            elif f.name == "sources":
+                v = dict(v)
+            out[f.name] = v
+        return out
+
+
+# --- protocol priors per architecture (NCCL tuning.cc, v2.30 defaults) -------------------------
+
+# perChMaxRingLL128Bws[arch][N1] (GB/s per channel): Volta 20, Ampere 20, Hopper 36.7, Blackwell 40.
+_LL128_CH = {"volta": 20.0, "ampere": 20.0, "hopper": 36.7, "blackwell": 40.0}
+# perChMaxTreeBws[arch][N1]: one channel's Simple ceiling, Volta 26.5, Ampere 24, Hopper 38.7, Blackwell 70.
+_SIMPLE_CH = {"volta": 26.5, "ampere": 24.0, "hopper": 38.7, "blackwell": 70.0}
+# llMaxBws[arch][N1] over 16 channels: LL's whole-GPU ceiling spread over a typical channel count
+# (Volta 39, Ampere 87.7, Hopper 141, Blackwell 282 GB/s).
+_LL_CH = {"volta": 39.0 / 16, "ampere": 87.7 / 16, "hopper": 141.0 / 16, "blackwell": 282.0 / 16}
+# nvlsEfficiency[arch] (Volta/Ampere have no NVLS; the value is unused there).
+_NVLS_EFF = {"volta": 0.85, "ampere": 0.85, "hopper": 0.85, "blackwell": 0.74}
+
+
+def nominal_system(
+    name: str,
+    gpu_arch: str,
+    gpus_per_node: int,
+    intra_kind: str,
+    intra_line_GBps: float,
+    nics_per_node: int,
+    nic_line_Gbps: float,
+    *,
+    transport: str = "rdma",
+    source: str,
+    intra_channels: Optional[int] = None,
+    **kw,
+) -> System:
+    """A System from line rates: bandwidths times :data:`ACHIEVABLE_FRACTION`, hop latencies
+    from :data:`NOMINAL_HOP_US`, protocol constants from NCCL's per-architecture priors, every
+    field's origin recorded in ``sources``."""
+    intra_bw = intra_line_GBps * ACHIEVABLE_FRACTION[intra_kind]
+    nic_bw = nic_line_Gbps / 8.0 * ACHIEVABLE_FRACTION[transport]
+    if intra_channels is None:
+        # NCCL's ring search: many channels on NVLink, few on PCIe (2 per NIC across nodes)
+        intra_channels = 16 if intra_kind in ("nvswitch", "nvlink") else 2
+    prior = "nominal: NCCL tuning.cc v2.30 prior for " + gpu_arch
+    sources = {
+        "intra_bw_GBps": f"nominal: {source}; {intra_line_GBps:g} GB/s line x {ACHIEVABLE_FRACTION[intra_kind]:g} achievable ({intra_kind})",
+        "intra_hop_us": f"nominal: NCCL tuning.cc hwLatencies[{'NVLINK' if 'nv' in intra_kind else 'PCI'}][Ring][Simple]",
+        "nic_bw_GBps": f"nominal: {source}; {nic_line_Gbps:g} Gb/s per NIC x {ACHIEVABLE_FRACTION[transport]:g} achievable ({transport})",
+        "net_hop_us": "nominal: NCCL tuning.cc hwLatencies[NET][Ring][Simple]",
+        "nvls_efficiency": prior + " (nvlsEfficiency)",
+        "tree_efficiency": "nominal: NCCL tuning.cc tree busBw x .92",
+        "launch_us": "nominal: typical CUDA launch + completion (a few us)",
+        "simple_ch_GBps": prior + " (perChMaxTreeBws[N1])",
+        "ll128_ch_GBps": prior + " (perChMaxRingLL128Bws)",
+        "ll_ch_GBps": prior + " (llMaxBws[N1] / 16 channels)",
+    }
+    if transport == "socket":
+        sources["nic_bw_GBps"] += " [guess: no published achievable fraction for NCCL sockets]"
+    defaults = dict(
+        nvls_efficiency=_NVLS_EFF[gpu_arch],
+        simple_ch_GBps=_SIMPLE_CH[gpu_arch],
+        ll128_ch_GBps=_LL128_CH[gpu_arch],
+        ll_ch_GBps=_LL_CH[gpu_arch],
+    )
+    defaults.update(kw)
+    return System(
+        name=name, gpu_arch=gpu_arch, gpus_per_node=gpus_per_node, intra_kind=intra_kind,
+        intra_bw_GBps=intra_bw, intra_hop_us=NOMINAL_HOP_US[intra_kind],
+        nics_per_node=nics_per_node, nic_bw_GBps=nic_bw, net_hop_us=NOMINAL_HOP_US["network"],
+        transport=transport, intra_channels=intra_channels, sources=sources, **defaults,
+    )
+
+
+def _presets() -> Dict[str, System]:
+    p: Dict[str, System] = {}
+    # NVIDIA DGX A100 datasheet: 8x A100 SXM4, 6 NVSwitches, NVLink3 600 GB/s bidirectional per
+    # GPU (300 each way), 8x ConnectX-6 HDR 200 Gb/s for compute, AMD EPYC 7742.
+    p["dgx-a100"] = nominal_system("dgx-a100", "ampere", 8, "nvswitch", 300.0, 8, 200.0, cpu_vendor="amd",
+                                   source="NVIDIA DGX A100 datasheet")
+    # AWS p4d/p4de/p4dn.24xlarge: 8x A100 SXM4 on NVSwitch (600 GB/s), 4x 100 Gb/s EFA, Intel Xeon.
+    p["p4d"] = nominal_system("p4d", "ampere", 8, "nvswitch", 300.0, 4, 100.0, cpu_vendor="intel",
+                              source="AWS p4d instance page (4x 100 Gb/s EFA)")
+    # NVIDIA DGX H100 datasheet: 8x H100 SXM5, 4 NVSwitches (NVLS capable), NVLink4 900 GB/s
+    # bidirectional per GPU, 8x ConnectX-7 400 Gb/s for compute, Intel Xeon 8480C.
+    p["dgx-h100"] = nominal_system("dgx-h100", "hopper", 8, "nvswitch", 450.0, 8, 400.0, nvls=True,
+                                   cpu_vendor="intel", source="NVIDIA DGX H100 datasheet")
+    # AWS p5.48xlarge: 8x H100 SXM on NVSwitch, 3200 Gb/s EFAv2 as 32x 100 Gb/s NICs (4 per GPU).
+    p["p5"] = nominal_system("p5", "hopper", 8, "nvswitch", 450.0, 32, 100.0, nvls=True, cpu_vendor="amd",
+                             source="AWS p5 instance page (3200 Gb/s EFAv2, 32 NICs)")
+    # HGX H100 4-GPU board: NVLink4 between every pair without NVSwitch (18 links per GPU, 6 to
+    # each peer: 450 GB/s each way in all), no NVLS; here with 4x 200 Gb/s InfiniBand (NDR200).
+    p["hgx-h100-4gpu"] = nominal_system("hgx-h100-4gpu", "hopper", 4, "nvlink", 450.0, 4, 200.0,
+                                        cpu_vendor="amd", source="NVIDIA HGX H100 4-GPU; 4x NDR200 per node")
+    # HPE Apollo 6500 Gen10+ (ALCF Polaris): 4x A100 SXM4 with NVLink3 between every pair (12
+    # links per GPU, 300 GB/s each way), 2x HPE Slingshot-11 200 Gb/s NICs, AMD EPYC Milan.
+    p["polaris"] = nominal_system("polaris", "ampere", 4, "nvlink", 300.0, 2, 200.0, cpu_vendor="amd",
+                                  source="ALCF Polaris system overview (2x Slingshot-11 per node)")
+    # The same nodes with NCCL's internal TCP socket transport (no libfabric plugin).
+    p["polaris-socket"] = nominal_system("polaris-socket", "ampere", 4, "nvlink", 300.0, 2, 200.0, cpu_vendor="amd",
+                                         transport="socket", source="ALCF Polaris, NCCL socket transport")
+    # OCI BM.GPU.GB200.4: 4x B200 per Grace host in an NVL72 rack (18 hosts on one NVLink5
+    # domain, 900 GB/s each way per GPU, NVLS), 4x 400 Gb/s InfiniBand between racks.
+    p["gb200-nvl72"] = nominal_system("gb200-nvl72", "blackwell", 4, "nvswitch", 900.0, 4, 400.0, nvls=True,
+                                      nvlink_domain_nodes=18, cpu_vendor="arm",
+                                      source="NVIDIA GB200 NVL72 spec; OCI GB200.4 shape (4x 400 Gb/s IB)")
+    # NVIDIA DGX-1 (V100): hybrid cube-mesh NVLink2, 6 links x 25 GB/s = 150 GB/s each way per
+    # GPU (not all pairs connected), 4x 100 Gb/s InfiniBand EDR, Intel Xeon.
+    p["dgx1-v100"] = nominal_system("dgx1-v100", "volta", 8, "nvlink", 150.0, 4, 100.0, cpu_vendor="intel",
+                                    source="NVIDIA DGX-1 datasheet")
+    # AWS g4dn.metal: 8x T4 (Turing; NCCL's Volta row) on PCIe Gen3 x16 (15.75 GB/s), 100 Gb/s.
+    p["g4dn-t4"] = nominal_system("g4dn-t4", "volta", 8, "pcie_p2p", 15.75, 1, 100.0, cpu_vendor="intel",
+                                  source="AWS g4dn instance page")
+    # A 2-GPU PCIe Gen3 x16 box without P2P (consumer GPUs): traffic through host memory.
+    p["pcie3-nop2p"] = nominal_system("pcie3-nop2p", "volta", 2, "pcie_host", 15.75, 1, 25.0, cpu_vendor="intel",
+                                      source="PCIe Gen3 x16 line rate")
+    # CSCS Alps GH200 node: 4x GH200 with NVLink4 between every pair (6 links, 150 GB/s each way,
+    # to each peer: 450 GB/s in all), 4x Slingshot-11 200 Gb/s, Grace (Arm) CPUs.
+    p["gh200-alps"] = nominal_system("gh200-alps", "hopper", 4, "nvlink", 450.0, 4, 200.0, cpu_vendor="arm",
+                                     source="CSCS Alps GH200 node description")
+    p["gh200-alps-socket"] = nominal_system("gh200-alps-socket", "hopper", 4, "nvlink", 450.0, 4, 200.0, cpu_vendor="arm",
+                                            transport="socket", source="CSCS Alps GH200 node, NCCL socket transport")
+    return p
+
+
+PRESETS: Dict[str, System] = _presets()
+
+
+def preset(name: str, source: str = "system") -> System:
+    """The named nominal system (InputError naming the key for an unknown name)."""
+    try:
+        return PRESETS[name]
+    except KeyError:
+        raise InputError(source, "preset", f"unknown system preset {name!r} (known: {', '.join(sorted(PRESETS))})") from None

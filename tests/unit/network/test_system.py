@@ -1,0 +1,81 @@
+"""The physical system description: validation, derived quantities, presets' provenance."""
+
+from dataclasses import replace
+
+import pytest
+
+from commsim.errors import InputError
+from commsim.network.system import ACHIEVABLE_FRACTION, PRESETS, SwitchTier, System, nominal_system, preset
+
+
+def _sys(**kw) -> System:
+    base = dict(name="t", gpu_arch="hopper", gpus_per_node=8, intra_kind="nvswitch", intra_bw_GBps=360.0,
+                intra_hop_us=3.4, nics_per_node=8, nic_bw_GBps=47.5, net_hop_us=14.0)
+    base.update(kw)
+    return System(**base)
+
+
+def test_nominal_bandwidths_are_line_rate_times_achievable_fraction():
+    s = nominal_system("x", "ampere", 4, "nvlink", 300.0, 2, 200.0, source="spec")
+    assert s.intra_bw_GBps == pytest.approx(300.0 * ACHIEVABLE_FRACTION["nvlink"])
+    assert s.nic_bw_GBps == pytest.approx(200.0 / 8 * ACHIEVABLE_FRACTION["rdma"])
+    assert s.sources["nic_bw_GBps"].startswith("nominal: spec")
+
+
+def test_every_preset_names_a_source_for_every_constant():
+    for name, s in PRESETS.items():
+        for k in System.FIT_NAMES:
+            assert s.sources.get(k, "").startswith("nominal"), (name, k)
+
+
+def test_nics_used_follows_rails():
+    s = _sys(nics_per_node=8)
+    assert [s.nics_used(g) for g in (1, 2, 4, 8)] == [1, 2, 4, 8]
+    polaris = preset("polaris")  # 2 NICs for 4 GPUs
+    assert [polaris.nics_used(g) for g in (1, 2, 3, 4)] == [1, 1, 2, 2]
+    assert replace(s, rails=False).nics_used(1) == 8
+
+
+def test_fabric_factor_and_tier_latency():
+    s = _sys(tiers=(SwitchTier(nodes_below=16, oversubscription=2.0, latency_us=1.0),))
+    assert s.fabric_factor(16) == 1.0
+    assert s.fabric_factor(17) == 0.5
+    assert s.net_hop_latency_us(16) == 14.0
+    # 64 nodes over 4 leaves: 4 of 64 ring hops cross the spine, each crossing up and down
+    assert s.net_hop_latency_us(64) == pytest.approx(14.0 + 1.0 * 2 * 4 / 64)
+
+
+def test_domains_for_a_multi_node_nvlink_domain():
+    gb = preset("gb200-nvl72")
+    assert gb.domains(16) == 1 and gb.domains(18) == 1 and gb.domains(19) == 2 and gb.domains(48) == 3
+
+
+@pytest.mark.parametrize("kw, key", [
+    (dict(gpu_arch="kepler"), "gpu_arch"),
+    (dict(intra_kind="infinityfabric"), "intra_kind"),
+    (dict(nic_bw_GBps=0.0), "nic_bw_GBps"),
+    (dict(gpus_per_node=0), "gpus_per_node"),
+    (dict(intra_kind="nvlink", nvls=True), "nvls"),
+])
+def test_bad_values_name_their_key(kw, key):
+    with pytest.raises(InputError) as e:
+        _sys(**kw)
+    assert e.value.path == key
+
+
+def test_check_scale_and_unknown_preset():
+    s = _sys()
+    with pytest.raises(InputError, match="gpus_per_node"):
+        s.check_scale(2, 9)
+    with pytest.raises(InputError, match="at least 2 ranks"):
+        s.check_scale(1, 1)
+    with pytest.raises(InputError) as e:
+        preset("dgx-z900")
+    assert e.value.path == "preset"
+
+
+def test_with_constants_marks_the_source_and_refuses_unknown_names():
+    s = _sys().with_constants({"nic_bw_GBps": 40.0}, "fit: a.log")
+    assert s.nic_bw_GBps == 40.0 and s.sources["nic_bw_GBps"] == "fit: a.log"
+    with pytest.raises(InputError):
+        _sys().with_constants({"gpus_per_node": 4}, "x")
