@@ -15,6 +15,7 @@ reads them back.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
@@ -28,7 +29,7 @@ from commsim.network.fabric import Fabric
 from commsim.scenario.spec import Scenario
 from commsim.sim.links import scenario_fabric
 
-from commsim.analysis.sweep_table import ResultsError, key_value_label
+from commsim.analysis.sweep_table import LINK_PREFIXES, ResultsError, key_value_label, numeric_order
 
 RESULTS_KEY = "busbw_curves"
 # 8 B .. 16 GiB, doubling: nccl-tests' usual range and beyond the largest DDP bucket.
@@ -111,8 +112,19 @@ def sweep_curves(points: Sequence[Any], link_keys: Sequence[str],
     if not points:
         return []
     top = max(p.scenario.world_size for p in points)
+
+    # curves in numeric order of their link values (25 Gbps before 100 Gbps), whatever the grid order
+    order = {}
+    for k in link_keys:
+        distinct = {json_key(v): v for v in (dict(p.params)[k] for p in points)}
+        order[k] = {json_key(v): i for i, v in enumerate(numeric_order(list(distinct.values())))}
+
+    def rank(p) -> Tuple[int, ...]:
+        params = dict(p.params)
+        return tuple(order[k][json_key(params[k])] for k in link_keys)
+
     curves, seen = [], set()
-    for p in points:
+    for p in sorted(points, key=rank):
         sc = p.scenario
         ident = (scenario_fabric(sc), sc.collective)
         if sc.world_size != top or ident in seen:
@@ -122,6 +134,18 @@ def sweep_curves(points: Sequence[Any], link_keys: Sequence[str],
         label = key_value_label(link_keys, [params[k] for k in link_keys]) if link_keys else "scenario"
         curves.append(scenario_curve(sc, label, sizes))
     return curves
+
+
+def json_key(value: Any) -> str:
+    """A swept value as a hashable key (values may be lists or mappings)."""
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+def results_field(points: Sequence[Any], grid: Mapping[str, Sequence[Any]]) -> List[Dict[str, Any]]:
+    """What a sweep stores under RESULTS_KEY in its results.json: :func:`sweep_curves` of its
+    planned points, labelled by the grid's varied link keys, as JSON."""
+    link_keys = [k for k, v in grid.items() if len(v) > 1 and k.startswith(LINK_PREFIXES)]
+    return [c.to_json() for c in sweep_curves(points, link_keys)]
 
 
 def stored_curves(doc: Mapping[str, Any], source: str) -> Optional[List[BusbwCurve]]:

@@ -134,7 +134,8 @@ def natural_key(name: str) -> Tuple[Tuple[int, float, str], ...]:
     return tuple(key)
 
 
-def _same(a: Any, b: Any) -> bool:
+def same_value(a: Any, b: Any) -> bool:
+    """Two swept values are the same (values may be lists or mappings)."""
     return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
 
 
@@ -203,7 +204,7 @@ class SweepTable:
         rows = self.rows if rows is None else rows
         out = []
         for combo in itertools.product(*[self.values(k) for k in keys]):
-            sub = [r for r in rows if all(_same(r.get(k), v) for k, v in zip(keys, combo))]
+            sub = [r for r in rows if all(same_value(r.get(k), v) for k, v in zip(keys, combo))]
             if sub:
                 out.append((combo, sub))
         return out
@@ -260,7 +261,7 @@ def breakdown_by_gpus(rows: Sequence[Mapping[str, Any]]) -> Breakdown:
 
 def breakdown_by_key(table: SweepTable, key: str, rows: Sequence[Mapping[str, Any]]) -> Breakdown:
     """One bar per value of `key`, in numeric order."""
-    ordered = [r for v in table.values(key) for r in rows if _same(r.get(key), v)]
+    ordered = [r for v in table.values(key) for r in rows if same_value(r.get(key), v)]
     return breakdown(ordered, [value_text(r[key]) for r in ordered])
 
 
@@ -341,7 +342,7 @@ def slowdown_grids(table: SweepTable, severity_key: str) -> List[SlowdownGrid]:
     for combo, rows in table.groups(others)[:MAX_PANELS]:
         grid = np.full((len(severities), len(gpus)), np.nan)
         for r in rows:
-            i = next(i for i, s in enumerate(severities) if _same(r.get(severity_key), s))
+            i = next(i for i, s in enumerate(severities) if same_value(r.get(severity_key), s))
             j = gpus.index(int(r["world_size"]))
             if np.isnan(grid[i, j]):
                 grid[i, j] = float(r["slowdown"])

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from commsim.analysis.busbw_curve import (DEFAULT_SIZES, RESULTS_KEY, BusbwCurve, calibration_points,
-                                          collective_finish, predicted_busbw, stored_curves, sweep_curves)
+                                          collective_finish, predicted_busbw, results_field, stored_curves,
+                                          sweep_curves)
 from commsim.analysis.sweep_table import ResultsError
 from commsim.collectives import get
 from commsim.collectives.busbw import busbw
@@ -83,12 +84,32 @@ def test_sweep_curves_one_per_network_at_the_largest_world_size(tmp_path):
                           parse_grid_option("ddp.bucket_cap=1 MB,4 MB")])
     points = plan_sweep(path, grid)
     curves = sweep_curves(points, ["cluster.inter_node.bandwidth"])
-    assert [c.label for c in curves] == ["inter_node.bandwidth = 100 Gbps", "inter_node.bandwidth = 25 Gbps"]
+    assert [c.label for c in curves] == ["inter_node.bandwidth = 25 Gbps", "inter_node.bandwidth = 100 Gbps"]
     assert {c.world_size for c in curves} == {8} and {(c.algorithm, c.model) for c in curves} == {("ring", "alpha-beta")}
     big = next(p for p in points if p.scenario.world_size == 8)
-    assert curves[0].busbw_Bps == pytest.approx(tuple(predicted_busbw(big.scenario.cluster, DEFAULT_SIZES)))
+    assert curves[1].busbw_Bps == pytest.approx(tuple(predicted_busbw(big.scenario.cluster, DEFAULT_SIZES)))
     # the slower network's large-message busbw is lower
-    assert curves[1].busbw_Bps[-1] < curves[0].busbw_Bps[-1]
+    assert curves[0].busbw_Bps[-1] < curves[1].busbw_Bps[-1]
+
+
+def test_results_field_is_what_plot_reads_back(tmp_path):
+    """The sweep stores results_field(points, grid) in results.json; commsim plot reads the
+    same curves back without the scenario file."""
+    path = tmp_path / "tiny.yaml"
+    path.write_text(TINY)
+    g = combine_grids([parse_grid_option("cluster.nodes=1,2"), parse_grid_option("cluster.inter_node.bandwidth=25 Gbps,100 Gbps")])
+    points = plan_sweep(path, g)
+    field = results_field(points, g.as_dict())
+    doc = json.loads(json.dumps({RESULTS_KEY: field}))
+    assert stored_curves(doc, "results.json") == sweep_curves(points, ["cluster.inter_node.bandwidth"])
+    assert [c["label"] for c in field] == ["inter_node.bandwidth = 25 Gbps", "inter_node.bandwidth = 100 Gbps"]
+    # in numeric order whatever the grid order
+    assert [c.label for c in sweep_curves(plan_sweep(path, combine_grids([
+        parse_grid_option("cluster.inter_node.bandwidth=100 Gbps,25 Gbps")])), ["cluster.inter_node.bandwidth"])] == \
+        ["inter_node.bandwidth = 25 Gbps", "inter_node.bandwidth = 100 Gbps"]
+    # nothing of the links varied: one curve, named after the scenario
+    g = combine_grids([parse_grid_option("cluster.nodes=1,2")])
+    assert [c["label"] for c in results_field(plan_sweep(path, g), g.as_dict())] == ["scenario"]
 
 
 def test_curves_round_trip_through_results_json():
