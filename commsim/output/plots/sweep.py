@@ -40,8 +40,8 @@ def _stacked_bars(ax, data: Breakdown, scale: float) -> None:
 
 
 def _bar_panels(fig, panels: Sequence[Breakdown], titles: Sequence[str], xlabel: str) -> bool:
-    """Stacked bars in panels, one legend for the figure below them in as many columns as
-    fit its width (a legend wider than the figure is clipped). The panels share one value
+    """Stacked bars in panels, one legend for the figure below them: four columns on a
+    figure of 9 inches or more, else two (a legend wider than the figure is clipped). The panels share one value
     axis unless their heights differ too much (:func:`share_value_axis`); each axis starts
     at 0 unless the compute floor would squeeze the rest (:func:`bar_limits`), and then says
     so. Returns whether the axis is shared."""
