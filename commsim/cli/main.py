@@ -12,7 +12,7 @@ from typing import Optional, Sequence
 import click
 
 from commsim import __version__
-from commsim.errors import ScenarioError
+from commsim.errors import InputError
 
 from commsim.cli.common import fail, load_or_fail, positive_int, write_output
 
@@ -80,8 +80,8 @@ def run(scenario, steps, seed, overrides, calibration, json_path, csv_path, trac
         from commsim.output.plots import plot_run
 
         try:
-            plot_run(result, summary, plot_path)
-        except ScenarioError as exc:  # PlotError: no matplotlib, bad suffix, unwritable path
+            plot_run(result, summary, plot_path, baseline=baseline)
+        except InputError as exc:  # PlotError: no matplotlib, bad suffix, unwritable path
             fail(str(exc))
     if not quiet:
         print_summary(sc, summary)
