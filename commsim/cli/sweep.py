@@ -10,13 +10,8 @@ from typing import Optional, Sequence, Tuple
 
 import click
 
-from commsim.errors import ScenarioError
-
-
-def _fail(message: str, code: int = 2) -> None:
-    from commsim.cli.common import fail  # the CLI's one-line error (imported late: cli imports this module)
-
-    fail(message, code)
+from commsim.cli.common import fail
+from commsim.errors import EXIT_INTERRUPTED, InputError
 
 
 @click.command("sweep")
@@ -55,10 +50,10 @@ def sweep_command(scenario: Path, grids: Tuple[str, ...], out_dir: Path, overrid
         result = run_sweep(scenario, grid, out_dir, overrides=overrides, steps=steps, seed=seed,
                            jobs=jobs, dask_scheduler=dask_scheduler, resume=resume,
                            progress=not quiet and sys.stderr.isatty())
-    except ScenarioError as exc:
-        _fail(str(exc))
+    except InputError as exc:
+        fail(str(exc))
     except SweepInterrupted as exc:
-        _fail(str(exc), 130)
+        fail(str(exc), EXIT_INTERRUPTED)
     click.echo(
         f"{len(result.points)} points ({result.ran} run, {result.reused} reused) in "
         f"{result.wall_s:.1f} s -> {out_dir / 'results.csv'}, {out_dir / 'results.json'}"
@@ -74,8 +69,8 @@ def _plot(directory: Path, validations: Sequence[Path], calibration: Optional[Pa
     try:
         written = plot_directory(directory, validations=validations, calibration=calibration,
                                  threshold=threshold)
-    except (PlotError, ScenarioError) as exc:
-        _fail(str(exc))
+    except (PlotError, InputError) as exc:
+        fail(str(exc))
     for path in written:
         click.echo(str(path))
 

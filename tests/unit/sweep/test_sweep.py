@@ -12,13 +12,13 @@ from click.testing import CliRunner
 
 from commsim.cli.sweep import register
 from commsim.errors import ScenarioError
+from commsim.sweep.grid import split_top_level as _split_top_level
+from commsim.sweep.plan import yaml_flow as _yaml_flow
 from commsim.sweep.run import (
     JOURNAL,
     Grid,
     SweepError,
     SweepInterrupted,
-    _split_top_level,
-    _yaml_flow,
     combine_grids,
     load_grid_file,
     parse_grid_args,
