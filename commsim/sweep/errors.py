@@ -55,9 +55,9 @@ class SweepInterrupted(Exception):
     """The sweep was interrupted (Ctrl-C or SIGTERM); `done` of `total` points are saved in the
     output directory. Not an input error: the CLI exits 130."""
 
-    def __init__(self, done: int, total: int, out_dir: Path):
+    def __init__(self, done: int, total: int, out_dir: Path, note: str = ""):
         super().__init__(
-            f"interrupted: {done} of {total} points saved in {out_dir}; "
+            f"interrupted: {done} of {total} points saved in {out_dir}{'; ' + note if note else ''}; "
             "rerun with --resume to complete the sweep"
         )
         self.done, self.total, self.out_dir = done, total, out_dir

@@ -12,6 +12,10 @@ Files in the output directory:
   that grew is completed, not restarted, and a changed scenario file is rerun.
 - ``results.csv`` and ``results.json``: one row per finished point of the current grid, in
   grid order, byte-identical for the same grid whatever order the points finished in.
+- ``sweep.lock``: held for the whole run, so a second sweep into the directory is refused.
+
+However a sweep stops (done, Ctrl-C, SIGTERM, a full disk, a dead worker), the results files
+agree with the journal, and no worker process is left behind.
 
 The names below are re-exported so that ``commsim.sweep.run`` stays the sweep's one entry point.
 """
@@ -24,16 +28,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, Optional, Sequence, Tuple
 
-from commsim.sweep.errors import SweepError, SweepInterrupted
-from commsim.sweep.executors import iter_dask, iter_process_pool, progress_bar
+from commsim.sweep import signals
+from commsim.sweep.errors import (SweepError, SweepInterrupted, SweepLocked, SweepRunFailed, SweepWriteError,
+                                  os_error_text)
+from commsim.sweep.executors import WorkerDied, iter_dask, iter_process_pool, progress_bar
 from commsim.sweep.grid import Grid, combine_grids, load_grid_file, parse_grid_args, parse_grid_option
-from commsim.sweep.journal import JOURNAL, read_journal
+from commsim.sweep.journal import JOURNAL, Journal, read_journal
+from commsim.sweep.lock import LOCK_FILE, sweep_lock
 from commsim.sweep.plan import Point, fingerprint, plan_sweep, run_point
 from commsim.sweep.results import RESULTS_CSV, RESULTS_JSON, ResultsWriter, result_rows, write_results
 
 __all__ = [
-    "JOURNAL", "RESULTS_CSV", "RESULTS_JSON", "Grid", "Point", "ProgressHook", "SweepError",
-    "SweepInterrupted", "SweepResult", "combine_grids", "fingerprint", "load_grid_file",
+    "JOURNAL", "LOCK_FILE", "RESULTS_CSV", "RESULTS_JSON", "Grid", "Point", "ProgressHook", "SweepError",
+    "SweepInterrupted", "SweepLocked", "SweepResult", "SweepRunFailed", "SweepWriteError", "combine_grids", "fingerprint", "load_grid_file",
     "parse_grid_args", "parse_grid_option", "plan_sweep", "read_journal", "result_rows",
     "run_point", "run_sweep", "write_results",
 ]
@@ -74,24 +81,13 @@ def run_sweep(
     `jobs` local processes (default: the CPU count; 1 runs inline), or a Dask cluster given by
     `dask_scheduler` (an address) or `dask_client` (a ``dask.distributed.Client``).
     `on_point(done, total)` is called after each finished point (tests use it to interrupt).
-    Raises SweepInterrupted on Ctrl-C after saving what finished."""
+
+    Raises SweepLocked if another sweep holds `out_dir`; SweepInterrupted on Ctrl-C or SIGTERM
+    (from the main thread) and SweepWriteError when an output file cannot be written (a full
+    disk), both after saving what finished; SweepRunFailed if a pool worker dies."""
     t0 = time.perf_counter()
     points = plan_sweep(scenario_path, grid, overrides, steps, seed)
-    out = Path(out_dir)
-    if out.exists() and not out.is_dir():
-        raise SweepError(f"-o {out}", None, "expected a directory, got a file")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise SweepError(f"-o {out}", None, f"cannot create the output directory: {exc.strerror or exc}") from None
-    journal = out / JOURNAL
-    if not resume and journal.is_file() and journal.stat().st_size > 0:
-        raise SweepError(
-            f"-o {out}", None,
-            f"already holds sweep results ({JOURNAL}); pass --resume to complete them "
-            "or choose another directory",
-        )
-    done = read_journal(out) if resume else {}
+    out = _output_dir(Path(out_dir))
     meta = {
         "scenario": str(scenario_path),
         "overrides": list(overrides),
@@ -99,6 +95,41 @@ def run_sweep(
         "seed": seed,
         "grid": grid.as_dict(),
     }
+    # The lock covers the whole run, from the "already holds results" check to the last write:
+    # two sweeps into one directory would otherwise interleave (or lose) each other's points.
+    with signals.interrupts_handled(), sweep_lock(out):
+        journal_path = out / JOURNAL
+        if not resume and journal_path.is_file() and journal_path.stat().st_size > 0:
+            raise SweepError(
+                f"-o {out}", None,
+                f"already holds sweep results ({JOURNAL}); pass --resume to complete them "
+                "or choose another directory",
+            )
+        journal = Journal(out)  # repairs a torn last line before anything is read or appended
+        try:
+            done = read_journal(out) if resume else {}
+            writer = ResultsWriter(out, points, meta, done, journal)
+            ran, reused = _run_points(points, writer, jobs, dask_scheduler, dask_client, progress, on_point)
+        finally:
+            journal.close()
+    return SweepResult(out, tuple(points), ran, reused, time.perf_counter() - t0)
+
+
+def _output_dir(out: Path) -> Path:
+    if out.exists() and not out.is_dir():
+        raise SweepError(f"-o {out}", None, "expected a directory, got a file")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise SweepError(f"-o {out}", None, f"cannot create the output directory: {os_error_text(exc)}") from None
+    return out
+
+
+def _run_points(points: Sequence[Point], writer: ResultsWriter, jobs: Optional[int],
+                dask_scheduler: Optional[str], dask_client, progress: bool,
+                on_point: Optional[ProgressHook]) -> Tuple[int, int]:
+    """Run the points the journal lacks and record each as it finishes: (run now, reused)."""
+    done, out = writer.done, writer.out_dir
     # Two grid points that resolve to the same scenario run once.
     todo, seen = [], set(done)
     for p in points:
@@ -113,7 +144,6 @@ def run_sweep(
         per_key[p.key] = per_key.get(p.key, 0) + 1
     finished = sum(n for k, n in per_key.items() if k in done)
     bar, task = progress_bar(total, finished, progress)
-    writer = ResultsWriter(out, points, meta, done)
     if dask_scheduler is not None or dask_client is not None:
         stream = iter_dask(todo, dask_client, dask_scheduler)
     else:
@@ -122,17 +152,29 @@ def run_sweep(
     try:
         with bar:
             for p, summary in stream:
-                writer.record(p, summary)
-                ran += 1
-                finished += per_key[p.key]
+                with signals.deferred():  # the journal line and the count go together
+                    writer.record(p, summary)
+                    ran += 1
+                    finished += per_key[p.key]
                 bar.update(task, completed=finished)
                 if on_point is not None:
                     on_point(finished, total)
+        writer.flush()
     except KeyboardInterrupt:
+        stream.close()  # stops the workers now, not after the points in flight
+        state = writer.settle()
+        raise SweepInterrupted(finished, total, out, "" if writer.results_match else state) from None
+    except SweepWriteError as exc:
         stream.close()
-        writer.close()
-        raise SweepInterrupted(finished, total, out) from None
+        state = writer.settle()
+        raise exc.with_summary(
+            f"{finished} of {total} points saved in {writer.journal.path}, {state}; "
+            "make room and rerun with --resume to complete the sweep"
+        ) from None
+    except WorkerDied as exc:
+        stream.close()
+        state = writer.settle()
+        raise SweepRunFailed(f"{exc}; {state}", finished, total, out) from None
     finally:
         stream.close()
-        writer.close()
-    return SweepResult(out, tuple(points), ran, reused, time.perf_counter() - t0)
+    return ran, reused
