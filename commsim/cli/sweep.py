@@ -63,8 +63,8 @@ def sweep_command(scenario: Path, grids: Tuple[str, ...], out_dir: Path, overrid
             fail(str(exc), EXIT_INTERRUPTED)
         except SweepRunFailed as exc:
             fail(str(exc), EXIT_RUN_FAILED)
-        except KeyboardInterrupt:  # before any point ran (planning the grid)
-            fail(f"interrupted before the sweep started; nothing written to {out_dir}", EXIT_INTERRUPTED)
+        except KeyboardInterrupt:  # outside the run proper (planning the grid, a second Ctrl-C)
+            fail(f"interrupted; rerun with --resume to complete the sweep in {out_dir}", EXIT_INTERRUPTED)
         click.echo(
             f"{len(result.points)} points ({result.ran} run, {result.reused} reused) in "
             f"{result.wall_s:.1f} s -> {out_dir / 'results.csv'}, {out_dir / 'results.json'}"

@@ -33,6 +33,8 @@ from commsim.sweep.plan import Point, run_point
 _PR_SET_PDEATHSIG = 1
 # How often a worker without PR_SET_PDEATHSIG checks that its parent is still there.
 PARENT_POLL_S = 0.2
+# How often the pool loop looks for a pending Ctrl-C/SIGTERM (see commsim.sweep.signals).
+INTERRUPT_POLL_S = 0.1
 # How long stopped workers get to exit on SIGTERM before they are killed.
 _STOP_GRACE_S = 5.0
 
@@ -116,13 +118,12 @@ def init_worker(sweep_pid: int) -> None:
 
 def stop_workers(pool: ProcessPoolExecutor) -> None:
     """Stop the pool now: cancel what has not started, terminate the workers, reap them."""
-    if hasattr(pool, "terminate_workers"):  # Python 3.14+
-        procs = list((getattr(pool, "_processes", None) or {}).values())
+    # Before Python 3.14 the executor has no public way to stop running workers: take them
+    # from its process table and terminate them, which is what 3.14's terminate_workers() does.
+    procs = list((getattr(pool, "_processes", None) or {}).values())
+    if hasattr(pool, "terminate_workers"):
         pool.terminate_workers()
     else:
-        # Before 3.14 the executor has no public way to stop running workers; its process table
-        # is the documented-by-code way 3.14's terminate_workers() does it.
-        procs = list((getattr(pool, "_processes", None) or {}).values())
         pool.shutdown(wait=False, cancel_futures=True)
         for proc in procs:
             with suppress(Exception):
@@ -144,29 +145,33 @@ def iter_process_pool(todo: Sequence[Point], jobs: int) -> Finished:
     if jobs <= 1 or len(todo) <= 1:
         yield from iter_serial(todo)
         return
-    pool = ProcessPoolExecutor(max_workers=min(jobs, len(todo)), initializer=init_worker,
-                               initargs=(os.getpid(),))
-    drained = False
-    try:
-        pending = {pool.submit(run_point, p.scenario): p for p in todo}
-        while pending:
-            finished, _ = wait(pending, return_when=FIRST_COMPLETED)
-            for fut in sorted(finished, key=lambda f: pending[f].index):
-                p = pending.pop(fut)
-                try:
-                    summary = fut.result()
-                except BrokenProcessPool:
-                    if signals.received():
-                        raise KeyboardInterrupt from None
-                    raise WorkerDied(f"a worker process died while running grid point {p.index} "
-                                     "(killed by a signal or out of memory?)") from None
-                yield p, summary
-        drained = True
-    finally:
-        if drained:
-            pool.shutdown(wait=True)
-        else:
-            stop_workers(pool)
+    # Deferred interrupts for the pool's whole life: the workers are forked in here, and a signal
+    # must not raise inside a fork hook (in this process or, inherited, in a new worker).
+    with signals.deferred():
+        pool = ProcessPoolExecutor(max_workers=min(jobs, len(todo)), initializer=init_worker,
+                                   initargs=(os.getpid(),))
+        drained = False
+        try:
+            pending = {pool.submit(run_point, p.scenario): p for p in todo}
+            while pending:
+                finished, _ = wait(pending, timeout=INTERRUPT_POLL_S, return_when=FIRST_COMPLETED)
+                signals.check()
+                for fut in sorted(finished, key=lambda f: pending[f].index):
+                    p = pending.pop(fut)
+                    try:
+                        summary = fut.result()
+                    except BrokenProcessPool:
+                        if signals.received():
+                            raise KeyboardInterrupt from None
+                        raise WorkerDied(f"a worker process died while running grid point {p.index} "
+                                         "(killed by a signal or out of memory?)") from None
+                    yield p, summary
+            drained = True
+        finally:
+            if drained:
+                pool.shutdown(wait=True)
+            else:
+                stop_workers(pool)
 
 
 def iter_dask(todo: Sequence[Point], client=None, address: Optional[str] = None) -> Finished:

@@ -75,12 +75,25 @@ def encode_record(key: str, params: Mapping[str, Any], summary: Mapping[str, Any
     return (line + "\n").encode("utf-8")
 
 
+def _read_at(fd: int, offset: int, size: int) -> bytes:
+    # lseek + read rather than os.pread, which Windows lacks; appends ignore the offset (O_APPEND).
+    os.lseek(fd, offset, os.SEEK_SET)
+    chunks = []
+    while size > 0:
+        chunk = os.read(fd, size)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size -= len(chunk)
+    return b"".join(chunks)
+
+
 def _last_line_start(fd: int, size: int) -> int:
     """Offset just past the last newline of the file (0 if it has none), read from the end."""
     pos = size
     while pos > 0:
         start = max(0, pos - _TAIL_BLOCK)
-        block = os.pread(fd, pos - start, start)
+        block = _read_at(fd, start, pos - start)
         i = block.rfind(b"\n")
         if i >= 0:
             return start + i + 1
@@ -94,7 +107,7 @@ def repair_tail(fd: int) -> str:
     start = _last_line_start(fd, size)
     if start == size:
         return ""
-    tail = os.pread(fd, size - start, start)
+    tail = _read_at(fd, start, size - start)
     if _parse_record(tail) is not None:  # whole record, only its newline lost
         os.write(fd, b"\n")
         return "newline added"

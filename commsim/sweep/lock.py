@@ -35,7 +35,8 @@ def holder_text() -> str:
 def _write_holder(fd: int) -> None:
     data = (holder_text() + "\n").encode()
     os.ftruncate(fd, 0)
-    os.pwrite(fd, data, 0)
+    os.lseek(fd, 0, os.SEEK_SET)
+    os.write(fd, data)
 
 
 def read_holder(path: Path) -> str:

@@ -2,9 +2,13 @@
 
 Inside :func:`interrupts_handled`, SIGINT and SIGTERM raise ``KeyboardInterrupt`` in the main
 thread, so a ``kill`` (a batch scheduler's time limit, ``systemctl stop``) saves what finished
-exactly like Ctrl-C does. Inside :func:`deferred` blocks (appending a record to the journal and
-counting it) a signal only marks itself pending and is raised when the block ends, so the
-journal and the results never disagree about a point.
+exactly like Ctrl-C does. Inside :func:`deferred` blocks a signal only marks itself pending; it
+is raised when the block ends, or where the code in the block calls :func:`check`. Deferred are:
+appending a record to the journal and counting it (so the journal and the results never
+disagree about a point), and the whole life of a process pool. A KeyboardInterrupt raised by a
+handler that runs inside a fork hook or a finalizer is printed and swallowed by Python ("Exception
+ignored in ..."), which lost the interrupt and could leave a lock held; the pool instead waits
+in short slices and calls check() between them.
 """
 
 from __future__ import annotations
@@ -55,6 +59,13 @@ def interrupts_handled() -> Iterator[None]:
             signal.signal(s, h)
 
 
+def check() -> None:
+    """Raise KeyboardInterrupt now if a signal arrived during a deferred block."""
+    if _State.pending:
+        _State.pending = False
+        raise KeyboardInterrupt
+
+
 @contextmanager
 def deferred() -> Iterator[None]:
     """Hold back an interrupt until the body is done (it is then raised as KeyboardInterrupt).
@@ -65,6 +76,5 @@ def deferred() -> Iterator[None]:
         yield
     finally:
         _State.depth -= 1
-    if not _State.depth and _State.pending:
-        _State.pending = False
-        raise KeyboardInterrupt
+    if not _State.depth:
+        check()

@@ -69,3 +69,18 @@ def test_outside_the_main_thread_nothing_is_installed():
     t.start()
     t.join()
     assert seen == [before]
+
+
+@posix_only
+def test_check_raises_a_pending_interrupt_once():
+    reached = []
+    with signals.interrupts_handled():
+        with signals.deferred():
+            os.kill(os.getpid(), signal.SIGINT)
+            spin()
+            reached.append("still running")
+            with pytest.raises(KeyboardInterrupt):
+                signals.check()
+            signals.check()  # consumed: nothing left to raise
+        reached.append("the block ended quietly")
+    assert reached == ["still running", "the block ended quietly"]

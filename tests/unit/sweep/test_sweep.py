@@ -63,6 +63,18 @@ def test_cli_hostile_grid_file_exits_2_with_one_line(scenario, tmp_path, capsys,
     assert not (tmp_path / "o").exists()
 
 
+def test_cli_interrupted_while_planning_exits_130(scenario, tmp_path, capsys, monkeypatch):
+    from commsim.sweep import run
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(run, "plan_sweep", interrupted)
+    assert run_cli(["sweep", str(scenario), "-o", str(tmp_path / "o"), "--grid", "cluster.nodes=1,2", "-q"]) == 130
+    err = capsys.readouterr().err
+    assert err == f"commsim: error: interrupted; rerun with --resume to complete the sweep in {tmp_path / 'o'}\n"
+
+
 def test_cli_missing_scenario_exits_2(tmp_path):
     r = CliRunner().invoke(cli(), ["sweep", str(tmp_path / "nope.yaml"), "-o", str(tmp_path / "o"),
                                    "--grid", "cluster.nodes=1,2"])
