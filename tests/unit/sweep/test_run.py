@@ -9,7 +9,7 @@ import pytest
 
 from commsim.cli.main import run_cli
 from commsim.sweep.errors import SweepError, SweepInterrupted
-from commsim.sweep.grid import combine_grids, parse_grid_args, parse_grid_option
+from commsim.sweep.grid import combine_grids, parse_grid_option
 from commsim.sweep.journal import JOURNAL, read_journal
 from commsim.sweep.run import run_sweep
 from tests.unit.sweep.helpers import files

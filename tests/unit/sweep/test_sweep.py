@@ -7,7 +7,6 @@ import os
 import shutil
 import signal
 import subprocess
-from pathlib import Path
 
 import click
 import pytest
@@ -18,8 +17,11 @@ from commsim.cli.sweep import register
 from commsim.sweep.grid import parse_grid_args
 from commsim.sweep.journal import JOURNAL, read_journal
 from commsim.sweep.run import run_sweep
-from tests.unit.sweep.helpers import TINY, files, kill_session, poll, start_sweep  # noqa: F401 - TINY: test_plots imports it from here
+from tests.unit.sweep import helpers
+from tests.unit.sweep.helpers import files, kill_session, poll, start_sweep
 from tests.unit.sweep.test_grid import HOSTILE_FILES
+
+TINY = helpers.TINY  # tests/unit/output/test_plots.py imports it from here
 
 
 def cli():
