@@ -28,7 +28,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from commsim.sweep.run import combine_grids, parse_grid_option, run_sweep  # noqa: E402
+from commsim.sweep.grid import combine_grids, parse_grid_option  # noqa: E402
+from commsim.sweep.run import run_sweep  # noqa: E402
 
 GRID = [
     "cluster.inter_node.bandwidth=25 Gbps,50 Gbps,100 Gbps,200 Gbps,400 Gbps,800 Gbps,1600 Gbps,"

@@ -1,6 +1,8 @@
 """`commsim sweep` and `commsim plot`: thin click wrappers over :mod:`commsim.sweep.run` and
-:mod:`commsim.output.plots`. Parse, call the library, print, return an exit code (2 for bad input,
-one line on stderr, no traceback; 130 for an interrupted sweep)."""
+:mod:`commsim.output.plots`. Parse, call the library, print, return an exit code: 2 for bad
+input (one line on stderr, no traceback; also an output directory in use by another sweep or a
+file that cannot be written), 130 for a sweep stopped by Ctrl-C or SIGTERM, 3 when a worker
+process died under a point."""
 
 from __future__ import annotations
 
@@ -10,13 +12,10 @@ from typing import Optional, Sequence, Tuple
 
 import click
 
-from commsim.errors import ScenarioError
-
-
-def _fail(message: str, code: int = 2) -> None:
-    from commsim.cli.common import fail  # the CLI's one-line error (imported late: cli imports this module)
-
-    fail(message, code)
+from commsim.cli.common import fail
+from commsim.errors import EXIT_INTERRUPTED, EXIT_RUN_FAILED, InputError
+from commsim.sweep import signals
+from commsim.sweep.errors import SweepInterrupted, SweepRunFailed, os_error_text
 
 
 @click.command("sweep")
@@ -48,23 +47,34 @@ def sweep_command(scenario: Path, grids: Tuple[str, ...], out_dir: Path, overrid
       commsim sweep scenarios/scaling_1024.yaml -o out/ \\
         --grid cluster.nodes=4,16,64,128 --grid "cluster.inter_node.bandwidth=100 Gbps,400 Gbps"
     """
-    from commsim.sweep.run import SweepInterrupted, parse_grid_args, run_sweep
+    from commsim.sweep.grid import parse_grid_args  # heavy (the loader, the engine): only when run
+    from commsim.sweep.run import run_sweep
 
-    try:
-        grid = parse_grid_args(grids)
-        result = run_sweep(scenario, grid, out_dir, overrides=overrides, steps=steps, seed=seed,
-                           jobs=jobs, dask_scheduler=dask_scheduler, resume=resume,
-                           progress=not quiet and sys.stderr.isatty())
-    except ScenarioError as exc:
-        _fail(str(exc))
-    except SweepInterrupted as exc:
-        _fail(str(exc), 130)
-    click.echo(
-        f"{len(result.points)} points ({result.ran} run, {result.reused} reused) in "
-        f"{result.wall_s:.1f} s -> {out_dir / 'results.csv'}, {out_dir / 'results.json'}"
-    )
-    if make_plots:
-        _plot(out_dir, (), None, 0.85)
+    # SIGTERM stops the command like Ctrl-C, from the first line to the plots.
+    with signals.interrupts_handled():
+        try:
+            grid = parse_grid_args(grids)
+            result = run_sweep(scenario, grid, out_dir, overrides=overrides, steps=steps, seed=seed,
+                               jobs=jobs, dask_scheduler=dask_scheduler, resume=resume,
+                               progress=not quiet and sys.stderr.isatty())
+        except InputError as exc:
+            fail(str(exc))
+        except SweepInterrupted as exc:
+            fail(str(exc), EXIT_INTERRUPTED)
+        except SweepRunFailed as exc:
+            fail(str(exc), EXIT_RUN_FAILED)
+        except KeyboardInterrupt:  # outside the run proper (planning the grid, a second Ctrl-C)
+            fail(f"interrupted; rerun with --resume to complete the sweep in {out_dir}", EXIT_INTERRUPTED)
+        click.echo(
+            f"{len(result.points)} points ({result.ran} run, {result.reused} reused) in "
+            f"{result.wall_s:.1f} s -> {out_dir / 'results.csv'}, {out_dir / 'results.json'}"
+        )
+        if make_plots:
+            try:
+                _plot(out_dir, (), None, 0.85)
+            except KeyboardInterrupt:
+                fail(f"interrupted while plotting; the sweep's results are complete in {out_dir}",
+                     EXIT_INTERRUPTED)
 
 
 def _plot(directory: Path, validations: Sequence[Path], calibration: Optional[Path],
@@ -74,8 +84,11 @@ def _plot(directory: Path, validations: Sequence[Path], calibration: Optional[Pa
     try:
         written = plot_directory(directory, validations=validations, calibration=calibration,
                                  threshold=threshold)
-    except (PlotError, ScenarioError) as exc:
-        _fail(str(exc))
+    except (PlotError, InputError) as exc:
+        fail(str(exc))
+    except OSError as exc:  # a read-only or full directory
+        where = f"{exc.filename}: " if exc.filename else f"{directory}: "
+        fail(f"{where}cannot write the plots: {os_error_text(exc)}")
     for path in written:
         click.echo(str(path))
 

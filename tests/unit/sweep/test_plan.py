@@ -1,0 +1,41 @@
+"""Plans: every grid point resolved through the loader before anything runs."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from commsim.errors import ScenarioError
+from commsim.sweep.grid import parse_grid_args, parse_grid_option
+from commsim.sweep.plan import plan_sweep, yaml_flow
+from commsim.sweep.run import run_sweep
+from tests.unit.sweep.test_grid import small_grid
+
+
+def test_yaml_flow_round_trips():
+    for v in ["100 Gbps", "1e9", 3, 0.05, True, [], [{"kind": "jitter", "cv": 0.1}], "yes", "a: b"]:
+        assert yaml.safe_load(yaml_flow(v)) == v
+
+
+@pytest.mark.parametrize("arg, fragment", [
+    ("cluster.nodse=1,2", "cluster.nodse"),          # unknown key: the loader's message
+    ("cluster.nodes=2,0", "cluster.nodes"),          # invalid value at point 1
+    ("cluster.inter_node.bandwidth=100 Gbps,5 us", "bandwidth"),  # unit of the wrong kind
+])
+def test_bad_points_rejected_before_anything_runs(scenario, tmp_path, arg, fragment):
+    out = tmp_path / "out"
+    with pytest.raises(ScenarioError, match=fragment) as err:
+        run_sweep(scenario, parse_grid_args([arg]), out, jobs=1)
+    assert "grid point" in str(err.value) and "\n" not in str(err.value)
+    assert not out.exists()  # nothing ran, nothing written
+
+
+def test_plan_resolves_each_point(scenario):
+    points = plan_sweep(scenario, small_grid())
+    assert [p.scenario.world_size for p in points] == [2, 2, 4, 4, 8, 8]
+    assert points[1].scenario.cluster.inter_node.bandwidth == pytest.approx(100e9 / 8)
+    assert len({p.key for p in points}) == 6
+    assert points[3].label == "cluster.nodes=2 cluster.inter_node.bandwidth=100 Gbps"
+    # Two spellings of one rate are one point (the fingerprint is of the resolved scenario).
+    same = plan_sweep(scenario, parse_grid_option("cluster.inter_node.bandwidth=100 Gbps,12.5 GB/s"))
+    assert same[0].key == same[1].key
