@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, Optional, Sequence, Tuple
 
+from commsim.analysis.busbw_curve import RESULTS_KEY, results_field
 from commsim.sweep import signals
 from commsim.sweep.errors import (SweepError, SweepInterrupted, SweepLocked, SweepRunFailed, SweepWriteError,
                                   os_error_text)
@@ -94,6 +95,9 @@ def run_sweep(
         "steps": steps,
         "seed": seed,
         "grid": grid.as_dict(),
+        # the predicted busbw curves of the planned points, so that `commsim plot` draws them
+        # from results.json alone (from any folder, after the scenario file moved)
+        RESULTS_KEY: results_field(points, grid.as_dict()),
     }
     # The lock covers the whole run, from the "already holds results" check to the last write:
     # two sweeps into one directory would otherwise interleave (or lose) each other's points.

@@ -24,7 +24,8 @@ from commsim.analysis.busbw_curve import BusbwCurve, calibration_points, stored_
 from commsim.analysis.sweep_table import GPU_KEYS, SweepTable
 from commsim.analysis.validation_cases import is_validation, load_cases
 from commsim.errors import InputError
-from commsim.sweep.run import Grid, plan_sweep
+from commsim.sweep.grid import Grid
+from commsim.sweep.plan import plan_sweep
 
 from commsim.output.plots.busbw import plot_busbw
 from commsim.output.plots.common import PlotError, check_plot_folder

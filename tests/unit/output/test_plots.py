@@ -262,11 +262,18 @@ def test_stored_curves_are_drawn_after_the_scenario_moved(scenario, tmp_path, ca
     out = tmp_path / "out"
     run_sweep(scenario, grid("cluster.nodes=1,2", "cluster.inter_node.bandwidth=25 Gbps,100 Gbps"), out, jobs=1)
     scenario.unlink()
-    # no curves stored: the sweep cannot be re-planned; a note, and the other plots
+    # the sweep stored its curves: drawn from results.json alone
+    written = plots.plot_directory(out)
+    assert (out / "busbw_vs_size.png") in written and capsys.readouterr().err == ""
+    # a results.json without them (an older sweep): the sweep cannot be re-planned; a note, and the other plots
+    doc = json.loads((out / "results.json").read_text())
+    assert doc[RESULTS_KEY]
+    del doc[RESULTS_KEY]
+    (out / "results.json").write_text(json.dumps(doc))
+    (out / "busbw_vs_size.png").unlink()
     written = plots.plot_directory(out)
     assert "busbw_vs_size.png" not in {p.name for p in written}
     assert "predicted busbw curves skipped" in capsys.readouterr().err
-    doc = json.loads((out / "results.json").read_text())
     doc[RESULTS_KEY] = [BusbwCurve("inter_node.bandwidth = 25 Gbps", 4, "ring", "alpha-beta",
                                    (8.0, 2.0**20, 2.0**30), (1e3, 1e8, 3e9)).to_json()]
     (out / "results.json").write_text(json.dumps(doc))

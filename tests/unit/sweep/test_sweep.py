@@ -90,7 +90,7 @@ def test_plot_into_a_full_directory_is_one_line(scenario, small_tmpfs, capsys):
     (small_tmpfs / "filler").write_bytes(b"\0" * shutil.disk_usage(small_tmpfs).free)
     assert run_cli(["plot", str(out)]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("commsim: error: ") and "cannot write the plots" in err and "errno 28" in err
+    assert err.startswith("commsim: error: ") and "cannot write the plot" in err and "No space left on device" in err
     assert err.count("\n") == 1 and str(small_tmpfs) in err
 
 
