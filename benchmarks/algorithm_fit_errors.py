@@ -25,7 +25,7 @@ from dataclasses import replace
 import numpy as np
 
 from commsim import calibration as calib
-from commsim.cli.algorithms import _calibrated_fabric
+from commsim.sim.links import fitted_fabric
 from commsim.calibration.from_logs import calibration_from_nccl_logs
 from commsim.collectives import Fabric, algorithms_for, busbw, uniform_time
 from commsim.scenario.topology import fabric as preset_fabric
@@ -64,7 +64,7 @@ def main(paths):
         base = log_fabric(cal, nodes)
         cells = []
         for name in ALGORITHMS:
-            med, mx = errors(cal, lambda s: _calibrated_fabric(base, cal, s), name)
+            med, mx = errors(cal, lambda s: fitted_fabric(base, cal).at_size(s), name)
             cells.append(f"{med:7.1f}/{mx:7.1f}")
         print(f"{os.path.basename(p)[:40]:40s} {cal.provenance.world_size:3d} {nodes:5d} " + " ".join(f"{c:>16s}" for c in cells))
         if nodes > 1:
@@ -76,7 +76,7 @@ def main(paths):
             continue
 
         def mixed(size, cal=cal, base=base, nominal=nominal):
-            f = _calibrated_fabric(base, cal, size)  # the network level from the log ...
+            f = fitted_fabric(base, cal).at_size(size)  # the network level from the log ...
             return replace(f, intra_latency=nominal.intra_latency, intra_bandwidth=nominal.intra_bandwidth)  # ... NVLink nominal
 
         print(f"\n{os.path.basename(p)}: network level from the log, intra-node hops nominal ({NOMINAL_INTRA[key]}: "

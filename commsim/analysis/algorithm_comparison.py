@@ -1,7 +1,8 @@
 """Compare collective algorithms and cost models on one scenario (`commsim algorithms`).
 
-The engine picks the kernel from ``collective.algorithm`` / ``collective.model``;
-these helpers run a scenario under each combination and node count.
+The engine plans its kernels from ``collective.algorithm`` / ``collective.model``
+(:func:`commsim.collectives.kernels.make_kernel`); these helpers run a scenario under each
+combination and node count.
 """
 
 from __future__ import annotations
@@ -9,9 +10,10 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Optional
 
-from commsim.sim.engine import RunResult, simulate
 from commsim.analysis.report import summarize
-from commsim.scenario.spec import Scenario
+from commsim.collectives.kernels import algorithms_for
+from commsim.scenario.spec import Scenario, SlowLink, Straggler
+from commsim.sim.engine import RunResult, simulate
 
 
 def with_algorithm(scenario: Scenario, algorithm: str, model: str) -> Scenario:
@@ -44,22 +46,20 @@ def summarize_algorithm(scenario: Scenario, algorithm: str = "ring", model: str 
 def with_nodes(scenario: Scenario, nodes: int, steps: Optional[int] = None) -> Scenario:
     """The same scenario on ``nodes`` nodes (stragglers naming ranks beyond the world are dropped)."""
     cluster = replace(scenario.cluster, nodes=nodes)
-    n = cluster.world_size
-    kept = []
-    for s in scenario.stragglers:
-        ranks = getattr(s, "ranks", None)
-        if ranks is not None:
-            ranks = tuple(r for r in ranks if r < n)
-            if not ranks:
-                continue
-            s = replace(s, ranks=ranks)
-        if getattr(s, "rank", None) is not None and s.rank >= n:
-            continue
-        if getattr(s, "node", None) is not None and s.node >= nodes:
-            continue
-        kept.append(s)
+    kept = [s for s in (_within(s, cluster.world_size, nodes) for s in scenario.stragglers) if s is not None]
     return replace(scenario, cluster=cluster, stragglers=tuple(kept),
                    steps=scenario.steps if steps is None else steps)
+
+
+def _within(s: Straggler, n: int, nodes: int) -> Optional[Straggler]:
+    """Straggler ``s`` restricted to a world of ``n`` ranks on ``nodes`` nodes (None: nothing left)."""
+    if isinstance(s, SlowLink):
+        inside = s.rank < n if s.rank is not None else s.node < nodes
+        return s if inside else None
+    if s.ranks is None:  # jitter on every rank
+        return s
+    ranks = tuple(r for r in s.ranks if r < n)
+    return replace(s, ranks=ranks) if ranks else None
 
 
 def compare(scenario: Scenario, nodes: list, algorithms: list, models: list, steps: Optional[int] = None) -> list:
@@ -69,8 +69,6 @@ def compare(scenario: Scenario, nodes: list, algorithms: list, models: list, ste
     baseline step's all-reduce time), exposed_comm_s, scaling_efficiency, fastest (the
     quickest row of its node count).
     """
-    from commsim.collectives import algorithms_for
-
     rows = []
     for count in nodes:
         sc = with_nodes(scenario, int(count), steps)

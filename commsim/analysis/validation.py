@@ -3,7 +3,7 @@
 Pure (numpy, no torch): :mod:`validate.replay` measures, this module predicts and compares.
 
 - :func:`simulate_calibrated` runs the engine with the scenario's calibration replaced: every
-  ring hop is timed from it (:func:`commsim.calibration.model.calibrated_hop_times`) instead of the
+  ring hop is timed from it (:func:`commsim.calibration.model.measured_level_constants`) instead of the
   scenario's nominal links.
 - :func:`measured_summary` turns per-step, per-rank timestamps of a real run into the same
   statistics as ``commsim run`` (step time from the previous step's end to this one's, etc.).

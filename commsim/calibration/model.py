@@ -500,31 +500,38 @@ def hop_level_names(cal: Calibration, crosses: np.ndarray) -> List[str]:
     return ["inter_node" if c else "intra_node" for c in crosses]
 
 
-def calibrated_hop_times(cal: Calibration, crosses: Sequence[bool], size_bytes: Number,
-                         bandwidth_factors: Optional[Sequence[float]] = None) -> np.ndarray:
-    """Per-hop step times t_i of a ring all-reduce of `size_bytes` over n = len(crosses) ranks,
-    for DESIGN.md's max-plus recurrence (hop i enters rank i from rank i-1).
+def _calibrated_level(cal: Calibration, level: str) -> str:
+    """The calibration level that prices the fabric's ``level`` (intra_node / inter_node)."""
+    return hop_level_names(cal, [level == "inter_node"])[0]
 
-    A healthy hop of level L takes predict_allreduce_time(cal, S, n, L) / (2(n-1)): with every
-    hop on one level the ring then takes exactly the calibrated all-reduce time (measured
-    curve or model). `crosses[i]` says whether hop i crosses nodes (see
-    commsim.scenario.topology.ring_hop_links). As in commsim.collectives.ring_closed_form.hop_times, a hop's time splits into a
-    latency part, alpha of its level's size range, charged as the ring's mean hop latency
-    (latencies pipeline across the ring), and a transfer part, the rest, which a bandwidth
-    factor f_i < 1 (a slow link) stretches by 1/f_i.
+
+def measured_level_constants(cal: Calibration, level: str, size_bytes: Number, n: int) -> Tuple[float, float]:
+    """(latency, bandwidth) of the fabric's ``level`` for a collective of ``size_bytes`` over
+    ``n`` ranks, from the calibration's measured curve (where it has one) or its model: a
+    :class:`commsim.network.fabric.LevelPricing`, what ``commsim run`` prices the ring with.
+
+    A healthy hop takes t = predict_allreduce_time(cal, S, n, L) / (2(n-1)) per ring step
+    (:func:`hop_time`), so a uniform ring over one level takes exactly the calibrated time.
+    t splits into a latency part, alpha of the level's size range (at most t), charged as the
+    ring's mean hop latency (latencies pipeline across the ring:
+    :func:`commsim.collectives.ring_closed_form.hop_times`), and a transfer part, the rest,
+    which moves S/n bytes: the bandwidth is (S/n) / (t - alpha) (infinite when nothing is
+    left), so a slow link (a bandwidth factor f) stretches the transfer part only, by 1/f.
     """
-    crosses = np.asarray(crosses, dtype=bool)
-    n = len(crosses)
-    if n <= 1:
-        return np.zeros(n)
-    levels = hop_level_names(cal, crosses)
-    per_level = {lv: hop_time(cal, size_bytes, n, lv) for lv in set(levels)}
-    t = np.array([per_level[lv] for lv in levels], dtype=np.float64)
-    alpha = np.array([min(cal.level(lv).range_for(size_bytes).alpha_s, per_level[lv]) for lv in levels])
+    lv = _calibrated_level(cal, level)
+    t = hop_time(cal, size_bytes, n, lv)
+    alpha = min(cal.level(lv).range_for(size_bytes).alpha_s, t)
     transfer = t - alpha
-    if bandwidth_factors is not None:
-        transfer = transfer / np.asarray(bandwidth_factors, dtype=np.float64)
-    return alpha.mean() + transfer
+    return alpha, (float(size_bytes) / n) / transfer if transfer > 0 else math.inf
+
+
+def fitted_level_constants(cal: Calibration, level: str, size_bytes: Number, n: int) -> Tuple[float, float]:
+    """(latency, bandwidth) of the fabric's ``level``: the alpha and B fitted to the size range
+    ``size_bytes`` falls in (the measured table is not used; ``n`` is not either): a
+    :class:`commsim.network.fabric.LevelPricing`, what ``commsim collective SCENARIO
+    --calibration`` prices every algorithm with."""
+    r = cal.level(_calibrated_level(cal, level)).range_for(size_bytes)
+    return r.alpha_s, r.beta_Bps
 
 
 # --------------------------------------------------------------------------------------------

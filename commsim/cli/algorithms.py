@@ -52,18 +52,6 @@ def _resized(scenario, ranks: int):
     raise ValueError(f"--ranks: expected a multiple of the scenario's gpus_per_node ({g}) or fewer, got {ranks}")
 
 
-def _calibrated_fabric(fabric, cal, size: float):
-    """`fabric` with the calibration's fitted alpha/beta (for this size's range) per link level."""
-    from dataclasses import replace
-
-    from commsim.calibration.model import hop_level_names
-
-    intra_name, inter_name = hop_level_names(cal, [False, True])
-    intra, inter = cal.level(intra_name).range_for(size), cal.level(inter_name).range_for(size)
-    return replace(fabric, intra_latency=intra.alpha_s, intra_bandwidth=intra.beta_Bps,
-                   inter_latency=inter.alpha_s, inter_bandwidth=inter.beta_Bps)
-
-
 def algorithm_tables(scenario_path, overrides, algorithm, model, ranks, cal_path, sizes):
     """Rows and text of `commsim collective SCENARIO --algorithm NAME|LIST|all`.
 
@@ -71,7 +59,9 @@ def algorithm_tables(scenario_path, overrides, algorithm, model, ranks, cal_path
     fastest all-reduce of each size. Rows: size_bytes, algorithm, chosen, time_us,
     algbw_GBps, busbw_GBps, fastest.
     """
-    from commsim.sim.links import scenario_fabric
+    from dataclasses import replace
+
+    from commsim.sim.links import fitted_fabric, scenario_fabric
     from commsim.calibration.file import load_calibration
     from commsim.cli.common import load_or_fail
     from commsim.output.nccl_table import ELEMENT_BYTES, format_nccl_table
@@ -87,11 +77,9 @@ def algorithm_tables(scenario_path, overrides, algorithm, model, ranks, cal_path
         names = _split(algorithm, "--algorithm", algorithms_for(model) if algorithm.strip() == "all" else ALGORITHMS)
     if ranks is not None:
         sc = _resized(sc, ranks)
-    fabric = scenario_fabric(sc)
+    fabric = scenario_fabric(replace(sc, calibration=None))  # nominal links unless --calibration
     cal = load_calibration(cal_path) if cal_path else None
-    raw = []
-    for size in sizes:
-        raw.extend(table(names, _calibrated_fabric(fabric, cal, size) if cal else fabric, [size], model))
+    raw = table(names, fitted_fabric(fabric, cal) if cal else fabric, sizes, model)
     rows = [{"size_bytes": r["size"], "algorithm": r["algorithm"], "chosen": r["chosen"], "time_us": r["time_s"] * 1e6,
              "algbw_GBps": r["algbw"] / 1e9, "busbw_GBps": r["busbw"] / 1e9, "fastest": bool(r["fastest"])} for r in raw]
     where = f"{sc.world_size} ranks ({sc.cluster.nodes} nodes x {sc.cluster.gpus_per_node}), model {model}"

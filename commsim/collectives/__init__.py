@@ -1,14 +1,16 @@
-"""Collective algorithms: closed forms, heterogeneous-launch kernels and busbw (numpy only).
+"""Collective algorithms: one kernel contract, one registry, numpy only.
 
-Every algorithm module has ``NAME``, ``COLLECTIVE`` (the nccl-tests collective its busbw is
-reported as), ``time(fabric, size) -> seconds`` (closed form, all ranks launching together)
-and ``finish_times(fabric, launch, size) -> per-rank finish times`` for arbitrary launch times
-(a vectorized max-plus kernel with the algorithm's dependency structure).
+Every algorithm (ring, tree, hierarchical, halving_doubling, reduce_broadcast, auto; the ring's
+reduce-scatter and all-gather; NCCL's cost models) is planned once per (kind, size, fabric)
+into a :class:`~commsim.collectives.contract.Kernel` with ``finish_times(launch)`` (per-rank
+finish times for arbitrary launch times: a vectorized max-plus kernel with the algorithm's
+dependency structure), ``uniform_time()`` (all ranks launching together), ``kind`` and
+``chosen``. :mod:`commsim.collectives.kernels` holds the registry and :func:`make_kernel`.
 
-    >>> from commsim.collectives import Fabric, get, busbw
+    >>> from commsim.collectives import Fabric, make_kernel
     >>> f = Fabric(nodes=4, gpus_per_node=8, intra_latency=3e-6, intra_bandwidth=450e9,
     ...            inter_latency=10e-6, inter_bandwidth=400e9)
-    >>> t = get("tree").time(f, 256 * 2**20)
+    >>> t = make_kernel("tree", f, 256 * 2**20).uniform_time()
 
 Sizes are bytes, times seconds, bandwidths bytes/s (per direction).
 """
@@ -17,40 +19,22 @@ from __future__ import annotations
 
 import numpy as np
 
-from commsim.collectives import auto, halves, halving_doubling, hierarchical, reduce_broadcast, ring, tree
 from commsim.collectives.busbw import algbw, busbw, busbw_factor
+from commsim.collectives.contract import KINDS, Algorithm, Kernel
+from commsim.collectives.kernels import (ALGORITHMS, ALL_REDUCE, COST_MODELS, REGISTRY, algorithms_for, check_model,
+                                         make_kernel, selection)
 from commsim.network.fabric import Fabric, flat
 
 
-class _Half:
-    """reduce_scatter / all_gather share one cost (half a ring) under two names."""
-
-    def __init__(self, name: str):
-        self.NAME = name
-        self.COLLECTIVE = name
-        self.time = halves.time
-        self.finish_times = halves.finish_times
-
-
-ALL_REDUCE = ("ring", "tree", "hierarchical", "halving_doubling", "reduce_broadcast", "auto")
-ALGORITHMS: dict = {m.NAME: m for m in (ring, tree, hierarchical, halving_doubling,
-                                         reduce_broadcast, auto)}
-ALGORITHMS["reduce_scatter"] = _Half("reduce_scatter")
-ALGORITHMS["all_gather"] = _Half("all_gather")
-
-
-def get(name: str):
-    """The algorithm module called ``name``; ValueError naming the choices otherwise."""
-    try:
-        return ALGORITHMS[name]
-    except KeyError:
-        raise ValueError(f"unknown collective algorithm {name!r}; expected one of "
-                         f"{', '.join(ALGORITHMS)}") from None
+def get(name: str) -> Algorithm:
+    """The registered algorithm a user-facing name runs (the ring for reduce_scatter and
+    all_gather); ValueError naming the choices otherwise."""
+    return selection(name)[0]
 
 
 def uniform_time(name: str, fabric: Fabric, size: float) -> float:
     """Closed-form time of algorithm ``name`` when every rank launches together."""
-    return get(name).time(fabric, size)
+    return make_kernel(name, fabric, size).uniform_time()
 
 
 def finish_times(name: str, fabric: Fabric, launch, size: float) -> np.ndarray:
@@ -58,16 +42,7 @@ def finish_times(name: str, fabric: Fabric, launch, size: float) -> np.ndarray:
     launch = np.asarray(launch, dtype=float)
     if launch.shape != (fabric.world_size,):
         raise ValueError(f"launch must have shape ({fabric.world_size},), got {launch.shape}")
-    return get(name).finish_times(fabric, launch, size)
-
-
-def algorithms_for(model: str = "alpha-beta") -> tuple:
-    """Algorithm names a cost model covers, in display order (``--algorithm all``)."""
-    if model == "alpha-beta":
-        return tuple(ALGORITHMS)
-    from commsim.collectives.nccl_model import SUPPORTED
-
-    return tuple(name for name in ALGORITHMS if name in SUPPORTED)
+    return make_kernel(name, fabric, size).finish_times(launch)
 
 
 def table(names, fabric: Fabric, sizes, model: str = "alpha-beta") -> list[dict]:
@@ -76,36 +51,32 @@ def table(names, fabric: Fabric, sizes, model: str = "alpha-beta") -> list[dict]
     collective), ``chosen`` (what runs: auto's pick, or NCCL's algorithm/protocol under an NCCL
     model) and ``fastest`` (True on the quickest all-reduce of each size). For
     ``commsim collective --algorithm NAME|all``."""
-    from commsim.collectives.kernels import collective_time
-    from commsim.collectives.nccl_model import MODELS, SUPPORTED, NcclModel
-
+    check_model(model)
     names = list(names)
+    covered = algorithms_for(model)
     for name in names:
-        get(name)
-        if model != "alpha-beta" and name not in SUPPORTED:
-            raise ValueError(f"collective model {model} covers algorithms {', '.join(algorithms_for(model))}; got {name!r}")
-    nccl = NcclModel.named(model) if model in MODELS else None
+        selection(name)
+        if name not in covered:
+            raise ValueError(f"collective model {model} covers algorithms {', '.join(covered)}; got {name!r}")
     rows = []
     for size in sizes:
         group = []
         for name in names:
-            alg = get(name)
-            t = collective_time(name, fabric, size, model)
-            if nccl is not None:
-                algo, collective = SUPPORTED[name]
-                a, p, _ = nccl.choose(fabric, size, collective, algo)
-                chosen = f"{a}/{p}"
-            else:
-                chosen = auto.choose(fabric, size)[0] if name == "auto" else name
+            k = make_kernel(name, fabric, size, model)
+            t = k.uniform_time()
+            # the name itself, unless something else runs (auto's pick, NCCL's algorithm/protocol)
+            chosen = name if k.chosen == selection(name)[0].name else k.chosen
             group.append({"size": int(size), "algorithm": name, "time_s": t, "algbw": algbw(size, t),
-                          "busbw": busbw(alg.COLLECTIVE, size, t, fabric.world_size), "chosen": chosen})
-        reducing = [r["time_s"] for r in group if get(r["algorithm"]).COLLECTIVE == "all_reduce"]
+                          "busbw": busbw(k.kind, size, t, fabric.world_size), "chosen": chosen,
+                          "_kind": k.kind})
+        reducing = [r["time_s"] for r in group if r["_kind"] == "all_reduce"]
         best = min(reducing) if reducing else None
         for r in group:
-            r["fastest"] = get(r["algorithm"]).COLLECTIVE == "all_reduce" and r["time_s"] == best
+            r["fastest"] = r.pop("_kind") == "all_reduce" and r["time_s"] == best
         rows.extend(group)
     return rows
 
 
-__all__ = ["ALGORITHMS", "ALL_REDUCE", "Fabric", "flat", "get", "uniform_time", "finish_times",
-           "table", "algorithms_for", "algbw", "busbw", "busbw_factor"]
+__all__ = ["ALGORITHMS", "ALL_REDUCE", "COST_MODELS", "KINDS", "REGISTRY", "Algorithm", "Fabric", "Kernel", "flat",
+           "get", "make_kernel", "uniform_time", "finish_times", "table", "algorithms_for", "algbw", "busbw",
+           "busbw_factor"]

@@ -17,7 +17,8 @@ two <= p and r = p - p', the first 2r ranks pair up; each even one sends its who
 its odd neighbour (alpha + S/B) and sits out; the p' survivors run the algorithm above; the
 odd ones then send the result back (alpha + S/B): 2 more steps and 2 S/B more.
 
-Each exchange is a max-plus step: both partners finish it at max(f_i, f_j) + t_ij.
+Each exchange is a max-plus step: both partners finish it at max(f_i, f_j) + t_ij, where t_ij
+moves the bytes at the slower of the two directions (both partners send at once).
 Closed form (all launch together): the sum over steps of the slowest pair of the step, exact
 when every pair of a step uses the same link class (g and n powers of two);
 an upper bound otherwise.
@@ -27,15 +28,15 @@ from __future__ import annotations
 
 import numpy as np
 
+from commsim.collectives.contract import Algorithm, check_kind, checked_launch
 from commsim.network.fabric import Fabric
 
 NAME = "halving_doubling"
-COLLECTIVE = "all_reduce"
 
 
 def _pair_time(fabric: Fabric, a: np.ndarray, b: np.ndarray, nbytes: float) -> np.ndarray:
     same = (a // fabric.gpus_per_node) == (b // fabric.gpus_per_node)
-    bandwidth = fabric.pair_bandwidth(a, b) / np.where(same, 1, fabric.gpus_per_node)
+    bandwidth = fabric.exchange_bandwidth(a, b) / np.where(same, 1, fabric.gpus_per_node)
     return fabric.pair_latency(a, b) + nbytes / bandwidth
 
 
@@ -68,19 +69,30 @@ def _steps(fabric: Fabric, size: float):
     return out
 
 
-def time(fabric: Fabric, size: float) -> float:
-    """Closed form for simultaneous launch: sum over steps of the step's slowest pair
-    (with degraded links, the kernel's finish for simultaneous launch)."""
-    if fabric.degraded:
-        return float(finish_times(fabric, np.zeros(fabric.world_size), size).max())
-    return float(sum(t.max() for _, _, t in _steps(fabric, size)))
+class HalvingDoublingKernel:
+    """The exchanges of one fabric and size, planned once."""
+
+    def __init__(self, kind: str, fabric: Fabric, size: float):
+        check_kind(NAME, kind, ALGORITHM.kinds)
+        self.kind, self.chosen, self.size, self.world_size = kind, NAME, float(size), fabric.world_size
+        self._steps = _steps(fabric, size)
+        self._degraded = fabric.degraded
+
+    def finish_times(self, launch: np.ndarray) -> np.ndarray:
+        """Per-rank finish times: every exchange sets both partners to max(f_a, f_b) + t."""
+        f = checked_launch(launch, self.world_size).copy()
+        for a, b, t in self._steps:
+            done = np.maximum(f[a], f[b]) + t
+            f[a] = done
+            f[b] = done
+        return f
+
+    def uniform_time(self) -> float:
+        """Closed form for simultaneous launch: sum over steps of the step's slowest pair
+        (with degraded links, the kernel's finish for simultaneous launch)."""
+        if self._degraded:
+            return float(self.finish_times(np.zeros(self.world_size)).max())
+        return float(sum(t.max() for _, _, t in self._steps))
 
 
-def finish_times(fabric: Fabric, launch: np.ndarray, size: float) -> np.ndarray:
-    """Per-rank finish times: every exchange sets both partners to max(f_a, f_b) + t."""
-    f = np.asarray(launch, dtype=float).copy()
-    for a, b, t in _steps(fabric, size):
-        done = np.maximum(f[a], f[b]) + t
-        f[a] = done
-        f[b] = done
-    return f
+ALGORITHM = Algorithm(NAME, ("all_reduce",), HalvingDoublingKernel, "recursive halving then doubling (Rabenseifner)")

@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from commsim.collectives.contract import Algorithm, check_kind, checked_launch
+from commsim.collectives.maxplus import ring_recurrence
+from commsim.collectives.ring_closed_form import RingAllReduce
 from commsim.network.fabric import Fabric
-from commsim.collectives.maxplus import ring_steps
 
 NAME = "hierarchical"
-COLLECTIVE = "all_reduce"
 
 
 def _stage_hops(fabric: Fabric, size: float) -> tuple[np.ndarray, np.ndarray]:
@@ -41,40 +42,41 @@ def _stage_hops(fabric: Fabric, size: float) -> tuple[np.ndarray, np.ndarray]:
     return intra, inter
 
 
-def time(fabric: Fabric, size: float) -> float:
-    """Closed form for simultaneous launch (nominal links; with degraded links, the kernel's
-    finish for simultaneous launch)."""
-    g, N = fabric.gpus_per_node, fabric.nodes
-    if fabric.degraded:
-        return float(finish_times(fabric, np.zeros(N * g), size).max())
-    intra = fabric.intra_latency + (size / g) / fabric.intra_bandwidth
-    inter = fabric.inter_latency + (size / (g * N)) / (fabric.inter_bandwidth / g)
-    return 2 * (g - 1) * intra + 2 * (N - 1) * inter
+class HierarchicalKernel:
+    """Planned once per fabric and size. The inter-node stage is a full ring all-reduce per
+    rail, evaluated with the O(n) ring closed form (:class:`RingAllReduce`); the intra-node
+    stages run the ring recurrence over all nodes at once."""
 
-
-def finish_times(fabric: Fabric, launch: np.ndarray, size: float) -> np.ndarray:
-    """Per-rank finish times: the three stages' ring recurrences, each rank starting a stage
-    as soon as it has finished the previous one."""
-    return Kernel(fabric, size).finish_times(launch)
-
-
-class Kernel:
-    """Planned once per fabric and size: ``finish_times(launch)``. The inter-node stage is a
-    full ring all-reduce per rail, evaluated with commsim's O(n) ring kernel (commsim.collectives.ring_closed_form),
-    which runs the same recurrence as :func:`commsim.collectives.maxplus.ring_steps`."""
-
-    def __init__(self, fabric: Fabric, size: float):
-        from commsim.collectives.ring_closed_form import RingAllReduce  # numpy only
-
+    def __init__(self, kind: str, fabric: Fabric, size: float):
+        check_kind(NAME, kind, ALGORITHM.kinds)
+        self.kind, self.chosen, self.size, self.world_size = kind, NAME, float(size), fabric.world_size
         self.g, self.N = fabric.gpus_per_node, fabric.nodes
         self.intra, inter = _stage_hops(fabric, size)
         self.rails = [RingAllReduce(inter[j]) for j in range(self.g)] if self.N > 1 else []
+        self._nominal = None
+        if not fabric.degraded:  # closed form (module docstring)
+            intra = fabric.intra_latency + (size / self.g) / fabric.intra_bandwidth
+            inter = fabric.inter_latency + (size / (self.g * self.N)) / (fabric.inter_bandwidth / self.g)
+            self._nominal = 2 * (self.g - 1) * intra + 2 * (self.N - 1) * inter
 
     def finish_times(self, launch: np.ndarray) -> np.ndarray:
+        """Per-rank finish times: the three stages' ring recurrences, each rank starting a
+        stage as soon as it has finished the previous one."""
         g, N = self.g, self.N
-        f = np.asarray(launch, dtype=float).reshape(N, g)   # row = node, column = local rank
-        f = ring_steps(f, self.intra, g - 1)                 # reduce-scatter within each node
-        if self.rails:                                       # one ring all-reduce per rail
+        f = checked_launch(launch, self.world_size).reshape(N, g)  # row = node, column = local rank
+        f = ring_recurrence(f, self.intra, g - 1)                  # reduce-scatter within each node
+        if self.rails:                                             # one ring all-reduce per rail
             f = np.stack([ring.finish_times(f[:, j]) for j, ring in enumerate(self.rails)], axis=1)
-        f = ring_steps(f, self.intra, g - 1)                 # all-gather within each node
+        f = ring_recurrence(f, self.intra, g - 1)                  # all-gather within each node
         return f.reshape(-1)
+
+    def uniform_time(self) -> float:
+        """Closed form for simultaneous launch with nominal links; with degraded links, the
+        kernel's finish for simultaneous launch."""
+        if self._nominal is not None:
+            return self._nominal
+        return float(self.finish_times(np.zeros(self.world_size)).max())
+
+
+ALGORITHM = Algorithm(NAME, ("all_reduce",), HierarchicalKernel,
+                      "intra-node reduce-scatter, inter-node ring per rail, intra-node all-gather")

@@ -1,82 +1,90 @@
-"""The engine's hook: one kernel object per (algorithm, model, bucket size).
+"""The registry of collective algorithms and the one way to plan a kernel.
 
-The engine (commsim/sim/engine.py) builds one kernel per distinct bucket size and calls
-``kernel.finish_times(launch)`` for every collective. :func:`make_kernel` returns such an
-object for any algorithm of this package under either cost model:
+:data:`REGISTRY` maps every algorithm's name to its :class:`commsim.collectives.contract.Algorithm`
+record (name, kinds it implements, planner). :func:`make_kernel` plans a collective under a
+cost model and returns a :class:`commsim.collectives.contract.Kernel`:
 
-- ``alpha-beta`` (default): the algorithm's max-plus kernel, with its dependency structure
-  (a late rank delays exactly the ranks that depend on it). A ring (or ``auto`` choosing the
-  ring for this size) uses the lead's O(n) closed-form evaluation :class:`commsim.collectives.ring_closed_form.RingAllReduce`;
-  ``reduce_scatter`` and ``all_gather`` (half a ring, :mod:`.halves`) use its n-1-step
-  counterpart :class:`commsim.collectives.ring_closed_form.RingHalf` (the same finish times as ``halves.finish_times``).
+- ``alpha-beta`` (default): the algorithm's own planner on ``fabric.at_size(size)`` (the fabric
+  priced for this size), with its dependency structure (a late rank delays exactly the ranks
+  that depend on it);
 - ``nccl-2.7`` / ``nccl-2.19`` / ``nccl-2.30``: NCCL's tuning model gives one time per call
   (fastest protocol for the size); every rank finishes at max(launch) + that time.
+
+Names a user can ask for (:data:`ALGORITHMS`, ``collective.algorithm``, ``--algorithm``) are the
+all-reduce algorithms plus ``reduce_scatter`` and ``all_gather``: those two collectives run as
+rings (:func:`selection`), as NCCL runs them whatever algorithm its all-reduce uses.
 """
 
 from __future__ import annotations
 
-import numpy as np
+from typing import Dict, Tuple
 
-from commsim.collectives import ALGORITHMS, auto, get
-from commsim.collectives import ring as ring_module
+from commsim.collectives import auto, halving_doubling, hierarchical, reduce_broadcast, ring, tree
+from commsim.collectives.contract import Algorithm, Kernel, check_kind
+from commsim.collectives.nccl_model import MODELS, NCCL_ALGORITHMS, NcclKernel
 from commsim.network.fabric import Fabric
-from commsim.collectives.nccl_model import MODELS, UniformKernel
-from commsim.collectives.nccl_model import collective_time as nccl_time
 
-COST_MODELS = ("alpha-beta",) + tuple(MODELS)
+COST_MODELS: Tuple[str, ...] = ("alpha-beta",) + tuple(MODELS)
 
+REGISTRY: Dict[str, Algorithm] = {m.ALGORITHM.name: m.ALGORITHM for m in (
+    ring, tree, hierarchical, halving_doubling, reduce_broadcast, auto)}
 
-class AlgorithmKernel:
-    """finish_times(launch) of one algorithm for one fabric and size."""
-
-    def __init__(self, algorithm: str, fabric: Fabric, size: float):
-        self.algorithm = algorithm
-        self.fabric = fabric
-        self.size = float(size)
-        self._module = get(algorithm)
-        planned = getattr(self._module, "Kernel", None)  # precomputed structure, when the module has one
-        self._planned = planned(fabric, size) if planned is not None else None
-
-    def finish_times(self, launch: np.ndarray) -> np.ndarray:
-        if self._planned is not None:
-            return self._planned.finish_times(launch)
-        return self._module.finish_times(self.fabric, np.asarray(launch, dtype=float), self.size)
+HALVES = ("reduce_scatter", "all_gather")
+ALL_REDUCE: Tuple[str, ...] = tuple(name for name, a in REGISTRY.items() if "all_reduce" in a.kinds)
+ALGORITHMS: Tuple[str, ...] = ALL_REDUCE + HALVES  # what a user can name, in display order
 
 
-def resolve(algorithm: str, fabric: Fabric, size: float) -> str:
-    """The algorithm that actually runs: ``auto`` becomes its choice for this size."""
-    get(algorithm)
-    return auto.choose(fabric, size)[0] if algorithm == "auto" else algorithm
+def selection(name: str) -> Tuple[Algorithm, str]:
+    """(algorithm, kind) that a user-facing name runs: an all-reduce algorithm, or a
+    reduce-scatter / all-gather on the ring. ValueError naming the choices otherwise."""
+    if name in HALVES:
+        return REGISTRY[ring.NAME], name
+    try:
+        return REGISTRY[name], "all_reduce"
+    except KeyError:
+        raise ValueError(f"unknown collective algorithm {name!r}; expected one of {', '.join(ALGORITHMS)}") from None
+
+
+def algorithm_for(kind: str, all_reduce_algorithm: str) -> str:
+    """The user-facing name a job's collective of ``kind`` runs as when its all-reduce algorithm
+    is ``all_reduce_algorithm``: that algorithm for all-reduces, the ring half otherwise."""
+    return all_reduce_algorithm if kind == "all_reduce" else kind
+
+
+def make_kernel(algorithm: str, fabric: Fabric, size: float, model: str = "alpha-beta") -> Kernel:
+    """Plan the collective ``algorithm`` (a name of :data:`ALGORITHMS`) of ``size`` bytes on
+    ``fabric`` under cost ``model`` (module docstring)."""
+    check_model(model)
+    alg, kind = selection(algorithm)
+    check_kind(alg.name, kind, alg.kinds)
+    priced = fabric.at_size(size)
+    if model != "alpha-beta":
+        return NcclKernel(model, alg.name, kind, priced, size)
+    return alg.plan(kind, priced, size)
 
 
 def collective_time(algorithm: str, fabric: Fabric, size: float, model: str = "alpha-beta") -> float:
     """Seconds for one collective when all ranks launch together, under ``model``."""
-    _check_model(model)
+    return make_kernel(algorithm, fabric, size, model).uniform_time()
+
+
+def resolve(algorithm: str, fabric: Fabric, size: float) -> str:
+    """The algorithm that actually runs under the alpha-beta model: ``auto`` becomes its choice."""
+    return make_kernel(algorithm, fabric, size).chosen
+
+
+def algorithms_for(model: str = "alpha-beta") -> tuple:
+    """User-facing names a cost model covers, in display order (``--algorithm all``)."""
     if model == "alpha-beta":
-        return get(algorithm).time(fabric, size)
-    return nccl_time(model, algorithm, fabric, size)
+        return ALGORITHMS
+    return tuple(name for name in ALGORITHMS if selection(name)[0].name in NCCL_ALGORITHMS)
 
 
-def make_kernel(algorithm: str, fabric: Fabric, size: float, model: str = "alpha-beta"):
-    """An object with ``finish_times(launch) -> per-rank finish times`` (see module docstring)."""
-    _check_model(model)
-    if model != "alpha-beta":
-        return UniformKernel(nccl_time(model, algorithm, fabric, size))
-    chosen = resolve(algorithm, fabric, size)
-    if chosen == "ring":
-        from commsim.collectives.ring_closed_form import RingAllReduce  # numpy only
-
-        return RingAllReduce(ring_module.hop_times(fabric, size))
-    if chosen in ("reduce_scatter", "all_gather"):
-        from commsim.collectives.ring_closed_form import RingHalf  # numpy only
-
-        return RingHalf(ring_module.hop_times(fabric, size))
-    return AlgorithmKernel(chosen, fabric, size)
-
-
-def _check_model(model: str) -> None:
+def check_model(model: str) -> None:
+    """ValueError unless ``model`` is one of :data:`COST_MODELS`."""
     if model not in COST_MODELS:
         raise ValueError(f"collective model must be one of {', '.join(COST_MODELS)}, got {model!r}")
 
 
-__all__ = ["ALGORITHMS", "COST_MODELS", "AlgorithmKernel", "collective_time", "make_kernel", "resolve"]
+__all__ = ["ALGORITHMS", "ALL_REDUCE", "COST_MODELS", "HALVES", "REGISTRY", "algorithm_for", "algorithms_for",
+           "check_model", "collective_time", "make_kernel", "resolve", "selection"]

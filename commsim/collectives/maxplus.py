@@ -1,4 +1,4 @@
-"""Max-plus recurrences shared by the kernels (numpy only).
+"""The max-plus recurrences of the kernels, written once (numpy only).
 
 A synchronous step of a ring: rank i can do step k once it has done step k-1 and its
 predecessor i-1 has done step k-1 (it needs the chunk that i-1 produced), and the hop into i
@@ -17,12 +17,14 @@ from __future__ import annotations
 import numpy as np
 
 
-def ring_steps(launch: np.ndarray, hop: np.ndarray, steps: int) -> np.ndarray:
-    """Finish times after ``steps`` steps of the ring recurrence.
+def ring_recurrence(launch: np.ndarray, hop: np.ndarray, steps: int) -> np.ndarray:
+    """Finish times after ``steps`` steps of the ring recurrence, step by step: O(m x steps).
 
     ``launch`` and ``hop`` have shape (..., m): the last axis is the ring (position i receives
     from position i-1, cyclically); leading axes are independent rings evaluated together.
-    ``hop[..., i]`` is the time of the hop *into* position i.
+    ``hop[..., i]`` is the time of the hop *into* position i. The rings inside a node of the
+    hierarchical all-reduce run it directly; :mod:`commsim.collectives.ring_closed_form`
+    evaluates the same recurrence in O(m) per ring for long rings.
     """
     f = np.array(launch, dtype=float, copy=True)
     hop = np.asarray(hop, dtype=float)

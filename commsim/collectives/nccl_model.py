@@ -215,28 +215,38 @@ def _steps(collective: str, n: int, nodes: int) -> tuple[int, int]:
     raise ValueError(f"NCCL model covers all_reduce, reduce_scatter and all_gather, not {collective!r}")
 
 
-# algorithm names of this package -> (NCCL algorithm or None for "fastest", collective)
-SUPPORTED = {"ring": ("Ring", "all_reduce"), "tree": ("Tree", "all_reduce"), "auto": (None, "all_reduce"),
-             "reduce_scatter": ("Ring", "reduce_scatter"), "all_gather": ("Ring", "all_gather")}
+# algorithms of this package NCCL's model covers -> NCCL's algorithm (None: the fastest, NCCL's own choice)
+NCCL_ALGORITHMS = {"ring": "Ring", "tree": "Tree", "auto": None}
 
 
-def collective_time(model: str, algorithm: str, fabric: Fabric, size: float, **kw) -> float:
-    """Seconds for ``algorithm`` under NCCL model ``model`` (fastest protocol for the size)."""
-    try:
-        nccl_algo, collective = SUPPORTED[algorithm]
-    except KeyError:
-        raise ValueError(f"collective model {model} covers algorithms {', '.join(SUPPORTED)}; "
-                         f"got {algorithm!r} (use model alpha-beta)") from None
-    return NcclModel.named(model, **kw).choose(fabric, size, collective, nccl_algo)[2]
+def nccl_algorithm(model: str, algorithm: str, kind: str) -> Optional[str]:
+    """NCCL's algorithm for this package's ``algorithm`` and collective ``kind``; ValueError
+    for what the model does not cover (NCCL runs reduce-scatter and all-gather as rings)."""
+    if algorithm not in NCCL_ALGORITHMS:
+        raise ValueError(f"collective model {model} covers algorithms {', '.join(NCCL_ALGORITHMS)}; "
+                         f"got {algorithm!r} (use model alpha-beta)")
+    nccl = NCCL_ALGORITHMS[algorithm]
+    if kind != "all_reduce" and nccl == "Tree":
+        raise ValueError(f"collective model {model}: NCCL's Tree implements all_reduce only, not {kind}")
+    return nccl
 
 
-class UniformKernel:
-    """A collective whose finish is max(launch) + T for every rank: the NCCL model gives one
-    time per call, not a dependency structure, so a late rank delays everyone by its lateness."""
+class NcclKernel:
+    """A collective under NCCL model ``model`` (nccl-2.7 / nccl-2.19 / nccl-2.30): the fastest
+    protocol (and, for ``auto``, algorithm) for the size gives one time T per call, not a
+    dependency structure, so every rank finishes at max(launch) + T: a late rank delays
+    everyone by its lateness. ``chosen`` is NCCL's ``Algorithm/Protocol``."""
 
-    def __init__(self, seconds: float):
+    def __init__(self, model: str, algorithm: str, kind: str, fabric: Fabric, size: float, **kw):
+        algo = nccl_algorithm(model, algorithm, kind)
+        a, p, seconds = NcclModel.named(model, **kw).choose(fabric, size, kind, algo)
+        self.kind, self.size, self.world_size = kind, float(size), fabric.world_size
+        self.chosen = f"{a}/{p}"
         self.seconds = float(seconds)
 
     def finish_times(self, launch: np.ndarray) -> np.ndarray:
         launch = np.asarray(launch, dtype=float)
         return np.full(launch.shape, launch.max() + self.seconds)
+
+    def uniform_time(self) -> float:
+        return self.seconds

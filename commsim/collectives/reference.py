@@ -2,8 +2,9 @@
 
 One process per rank (or per tree edge) and one event per message or chunk: the dependency
 structure of each algorithm written out event by event, to check the vectorized max-plus
-kernels against on small cases (tests/test_collective_kernels.py). O(n x steps) or
-O(n x chunks) events per collective: not for large n.
+kernels against on small cases (tests/unit/collectives/test_<algorithm>.py). O(n x steps) or
+O(n x chunks) events per collective: not for large n. The whole-run reference (compute,
+buckets, stragglers) is :mod:`commsim.sim.reference`, built on :func:`ring_events`.
 """
 
 from __future__ import annotations
@@ -60,14 +61,21 @@ def _collect(env, events):
     return out
 
 
-def ring_reference(fabric: Fabric, launch, size, steps=None) -> np.ndarray:
-    """Flat ring (all-reduce: 2(n-1) steps; pass steps=n-1 for reduce-scatter/all-gather)."""
-    n = fabric.world_size
+def ring_events(launch, hop_time, steps=None) -> np.ndarray:
+    """One ring over per-hop step times ``hop_time`` (the hop into rank i), event by event:
+    2(n-1) steps (an all-reduce) unless ``steps`` says otherwise (n-1: a reduce-scatter or an
+    all-gather)."""
+    n = len(launch)
     steps = 2 * (n - 1) if steps is None else steps
     env = simpy.Environment()
     fin = [env.event() for _ in range(n)]
-    _rings(env, _launched(env, launch), ring.hop_times(fabric, size), steps, fin)
+    _rings(env, _launched(env, launch), hop_time, steps, fin)
     return _collect(env, fin)
+
+
+def ring_reference(fabric: Fabric, launch, size, steps=None) -> np.ndarray:
+    """Flat ring on ``fabric`` (all-reduce: 2(n-1) steps; pass steps=n-1 for reduce-scatter/all-gather)."""
+    return ring_events(launch, ring.hop_times(fabric, size), steps)
 
 
 def hierarchical_reference(fabric: Fabric, launch, size) -> np.ndarray:
@@ -170,9 +178,9 @@ def halving_doubling_reference(fabric: Fabric, launch, size) -> np.ndarray:
     old_of = {v: k for k, v in new_of.items()}
     levels = p2.bit_length() - 1
 
-    def cost(a, b, nbytes):
+    def cost(a, b, nbytes):  # an exchange: both directions at once, as fast as the slower one
         share = 1 if a // fabric.gpus_per_node == b // fabric.gpus_per_node else fabric.gpus_per_node
-        return float(fabric.pair_latency(a, b) + nbytes / (fabric.pair_bandwidth(a, b) / share))
+        return float(fabric.pair_latency(a, b) + nbytes / (fabric.exchange_bandwidth(a, b) / share))
 
     # per rank: list of (step id, partner, bytes)
     plan = {rank: [] for rank in range(n)}
@@ -211,7 +219,7 @@ def halving_doubling_reference(fabric: Fabric, launch, size) -> np.ndarray:
 def reduce_broadcast_reference(fabric: Fabric, launch, size) -> np.ndarray:
     """Root 0 receives from 1..n-1 in order, then sends the result to 1..n-1 in order."""
     n = fabric.world_size
-    t = reduce_broadcast.transfer_times(fabric, size)
+    up, down = reduce_broadcast.transfer_times(fabric, size)
     env = simpy.Environment()
     launched = _launched(env, launch)
     finish = np.zeros(n)
@@ -220,9 +228,9 @@ def reduce_broadcast_reference(fabric: Fabric, launch, size) -> np.ndarray:
         yield launched[0]
         for j in range(1, n):
             yield launched[j]
-            yield env.timeout(t[j])
+            yield env.timeout(up[j])
         for j in range(1, n):
-            yield env.timeout(t[j])
+            yield env.timeout(down[j])
             finish[j] = env.now
         finish[0] = env.now
 
@@ -231,7 +239,7 @@ def reduce_broadcast_reference(fabric: Fabric, launch, size) -> np.ndarray:
     return finish
 
 
-REFERENCES = {
+REFERENCES = {  # user-facing algorithm name -> reference(fabric, launch, size)
     "ring": ring_reference,
     "reduce_scatter": lambda f, L, S: ring_reference(f, L, S, steps=f.world_size - 1),
     "all_gather": lambda f, L, S: ring_reference(f, L, S, steps=f.world_size - 1),

@@ -37,14 +37,17 @@ Other classes take exact prefix/suffix maxima over a period. A class whose windo
 cannot beat the answer so far (max(g) + K*v <= min(f)) is skipped: its windows weigh at
 most that much.
 
-The per-chunk SimPy model in :mod:`commsim.sim.reference` evaluates the same recurrence event
-by event; the tests hold the two to 1e-9.
+The step-by-step recurrence is :func:`commsim.collectives.maxplus.ring_recurrence`; the
+SimPy reference :func:`commsim.collectives.reference.ring_events` evaluates it event by event;
+the tests hold all three to 1e-9. :class:`RingAllReduce` (K = 2(n-1)) and :class:`RingHalf`
+(K = n-1, a reduce-scatter or all-gather) share the set-up and the class loop
+(:class:`_RingClosedForm`) and differ in how they take the range maxima.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import List
+from typing import List, Optional
 
 import numpy as np
 
@@ -52,15 +55,8 @@ NEG_INF = -np.inf
 REGULAR_MIN_SEGMENTS = 256
 
 
-def ring_steps(n: int) -> int:
-    """Number of sequential steps of a ring all-reduce over n ranks: 2(n-1)."""
-    return 2 * (n - 1)
-
-
-def hop_times(
-    size_bytes: float, alpha: np.ndarray, bandwidth: np.ndarray
-) -> np.ndarray:
-    """Per-hop step time of a ring all-reduce of S bytes: t[i] = mean(alpha) + (S/n) / B[i].
+def hop_times(size_bytes: float, alpha: np.ndarray, bandwidth: np.ndarray) -> np.ndarray:
+    """Per-hop step time of a ring collective of S bytes: t[i] = mean(alpha) + (S/n) / B[i].
 
     ``alpha[i]`` and ``bandwidth[i]`` describe the hop into rank i (from rank i-1). Every step
     moves one chunk of S/n bytes over every hop (DESIGN.md), occupying hop i for (S/n)/B[i]:
@@ -88,41 +84,63 @@ def _checked_hop_times(hop_time) -> np.ndarray:
 
 @dataclass
 class _Class:
-    """Precomputed index data for one threshold v of the closed form."""
+    """One threshold v of the closed form: what both ring lengths need."""
 
     v: float
+    D: float  # drift of h_v over one period: n*v - sum(t)
     base: np.ndarray  # -P[a-1] + a*v over one period, a in [0, n)
     const: np.ndarray  # P[i] - i*v + (K-1)*v
-    fast: bool
+
+
+@dataclass
+class _AllReduceClass(_Class):
+    """K = 2(n-1): a window of the rightmost copies (fast) or a range of a whole period (general)."""
+
+    fast: bool = True
     # fast path (D >= 0): segment maxima between class positions
-    seg_starts: np.ndarray | None = None
-    pre_seg: np.ndarray | None = None
-    suf_seg: np.ndarray | None = None
-    off_pre: np.ndarray | None = None
-    off_suf: np.ndarray | None = None
-    key_of_rank: np.ndarray | None = None
-    regular: tuple | None = None  # (first cut, last cut, spacing) when the cuts are evenly spaced
+    seg_starts: Optional[np.ndarray] = None
+    pre_seg: Optional[np.ndarray] = None
+    suf_seg: Optional[np.ndarray] = None
+    off_pre: Optional[np.ndarray] = None
+    off_suf: Optional[np.ndarray] = None
+    key_of_rank: Optional[np.ndarray] = None
+    regular: Optional[tuple] = None  # (first cut, last cut, spacing) when the cuts are evenly spaced
     # general path: prefix/suffix maxima over a whole period
-    l0: np.ndarray | None = None
-    r0: np.ndarray | None = None
-    off_l: np.ndarray | None = None
-    off_r: np.ndarray | None = None
-    off_full: np.ndarray | None = None
+    l0: Optional[np.ndarray] = None
+    r0: Optional[np.ndarray] = None
+    off_l: Optional[np.ndarray] = None
+    off_r: Optional[np.ndarray] = None
+    off_full: Optional[np.ndarray] = None
 
 
-class RingAllReduce:
-    """Finish times of a ring all-reduce with fixed per-hop times, for any launch times.
+@dataclass
+class _HalfClass(_Class):
+    """K = n-1: every window is shorter than the ring (see :class:`RingHalf`)."""
 
-    Build once per (hop times) — in the engine, once per distinct bucket size — and call
-    :meth:`finish_times` for every collective. ``hop_time[i]`` is the time of one ring step
-    over the hop into rank i (see :func:`hop_times`).
-    """
+    all_across: bool = True
+    across: Optional[np.ndarray] = None  # ranks whose range runs from period -1 into period 0
+    cuts: Optional[np.ndarray] = None  # segment starts when the class is sparse, else None
+    prefix_at: Optional[np.ndarray] = None
+    suffix_at: Optional[np.ndarray] = None  # suffix from i+2, read in the reversed accumulation
+    before: Optional[np.ndarray] = None  # ranks whose range lies inside period -1
+    before_at: Optional[np.ndarray] = None
+    last: int = 0  # last class position
+    within: tuple = ()  # (i, lo, q) of the ranks whose range lies inside period 0
 
-    def __init__(self, hop_time: np.ndarray, *, use_fast_path: bool = True):
+
+class _RingClosedForm:
+    """Finish times after K steps of the ring recurrence, with fixed per-hop times, for any
+    launch times: the set-up and the loop over classes (module docstring) shared by
+    :class:`RingAllReduce` and :class:`RingHalf`, which prepare and evaluate one class each.
+
+    Build once per hop-time vector (in the engine: once per collective kind and bucket size) and
+    call :meth:`finish_times` for every collective."""
+
+    def __init__(self, hop_time: np.ndarray, steps: int):
         t = _checked_hop_times(hop_time)
         self.n = n = len(t)
         self.hop_time = t
-        self.steps = K = ring_steps(n)
+        self.steps = K = steps
         self._g = np.empty(n)
         self._classes: List[_Class] = []
         if n == 1:
@@ -134,21 +152,59 @@ class RingAllReduce:
         lo = idx - K + 1  # leftmost window start for each i (unwrapped)
         for v in np.unique(t)[::-1]:  # largest first: it is never skipped
             positions = np.flatnonzero(t >= v)
-            D = n * v - total
-            base = -P_before + idx * v
-            const = P - idx * v + (K - 1) * v
             # q_v(i): last class position <= i, unwrapped (one period back if none yet)
             k = np.searchsorted(positions, idx, side="right") - 1
             q = np.where(k >= 0, positions[k], positions[k] - n)
-            cls = _Class(v=float(v), base=base, const=const, fast=use_fast_path and D >= 0)
-            if cls.fast:
-                self._prepare_fast(cls, positions, q, lo, D)
-            else:
-                self._prepare_general(cls, q, lo, D)
-            self._classes.append(cls)
+            common = _Class(v=float(v), D=n * v - total, base=-P_before + idx * v, const=P - idx * v + (K - 1) * v)
+            self._classes.append(self._prepare(common, positions, k, q, lo))
+
+    def _prepare(self, common: _Class, positions, k, q, lo) -> _Class:
+        raise NotImplementedError
+
+    def _evaluate(self, cls, h: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+    def finish_times(self, launch: np.ndarray) -> np.ndarray:
+        """Per-rank finish times for per-rank launch times ``launch`` (a new array)."""
+        L = np.asarray(launch, dtype=np.float64)
+        if L.shape != (self.n,):
+            raise ValueError(f"launch must have shape ({self.n},), got {L.shape}")
+        if self.n == 1:
+            return L.copy()
+        g = self._g
+        np.maximum(L[1:], L[:-1], out=g[1:])
+        g[0] = max(L[0], L[-1])
+        best = None
+        for k, cls in enumerate(self._classes):
+            if k == 1:  # bounds for skipping classes, needed only when there is more than one
+                g_max = g.max()
+            if k >= 1 and g_max + self.steps * cls.v <= best.min():
+                continue  # no window whose max is v can reach the current answer
+            f = self._evaluate(cls, g + cls.base)
+            f += cls.const
+            best = f if best is None else np.maximum(best, f, out=best)
+        return best
+
+
+class RingAllReduce(_RingClosedForm):
+    """Finish times of a ring all-reduce (K = 2(n-1) steps) with fixed per-hop times, for any
+    launch times. ``hop_time[i]`` is the time of one ring step over the hop into rank i (see
+    :func:`hop_times`)."""
+
+    def __init__(self, hop_time: np.ndarray, *, use_fast_path: bool = True):
+        self._use_fast_path = use_fast_path
+        super().__init__(hop_time, 2 * (len(np.atleast_1d(hop_time)) - 1))
 
     # -- precomputation -------------------------------------------------------------
-    def _prepare_fast(self, cls: _Class, positions, q, lo, D) -> None:
+    def _prepare(self, common: _Class, positions, k, q, lo) -> _Class:
+        cls = _AllReduceClass(**vars(common), fast=self._use_fast_path and common.D >= 0)
+        if cls.fast:
+            self._prepare_fast(cls, positions, q, lo, common.D)
+        else:
+            self._prepare_general(cls, q, lo, common.D)
+        return cls
+
+    def _prepare_fast(self, cls: _AllReduceClass, positions, q, lo, D) -> None:
         """Window of the rightmost copies: [q-m+1, q], m = n, or n-1 when the range is that short.
 
         All ranks with the same (q, short) share one window, so the maxima are taken once
@@ -179,7 +235,7 @@ class RingAllReduce:
         cls.off_suf = (pq - 1) * D
         cls.key_of_rank = key_of_rank.ravel()
 
-    def _prepare_general(self, cls: _Class, q, lo, D) -> None:
+    def _prepare_general(self, cls: _AllReduceClass, q, lo, D) -> None:
         """Exact maximum of h over the unwrapped range [lo, q] (length n-1 .. 2n-2)."""
         n = self.n
         pl, l0 = np.divmod(lo, n)
@@ -193,30 +249,11 @@ class RingAllReduce:
         cls.off_full = np.where(pr - pl >= 2, (pl + 1) * D, NEG_INF)
 
     # -- evaluation -----------------------------------------------------------------
-    def finish_times(self, launch: np.ndarray) -> np.ndarray:
-        """Per-rank finish times for per-rank launch times ``launch`` (a new array)."""
-        L = np.asarray(launch, dtype=np.float64)
-        if L.shape != (self.n,):
-            raise ValueError(f"launch must have shape ({self.n},), got {L.shape}")
-        if self.n == 1:
-            return L.copy()
-        g = self._g
-        np.maximum(L[1:], L[:-1], out=g[1:])
-        g[0] = max(L[0], L[-1])
-        best = None
-        for k, cls in enumerate(self._classes):
-            if k == 1:  # bounds for skipping classes, needed only when there is more than one
-                g_max = g.max()
-            if k >= 1 and g_max + self.steps * cls.v <= best.min():
-                continue  # no window whose max is v can reach the current answer
-            h = g + cls.base
-            f = self._fast(cls, h) if cls.fast else self._general(cls, h)
-            f += cls.const
-            best = f if best is None else np.maximum(best, f, out=best)
-        return best
+    def _evaluate(self, cls: _AllReduceClass, h: np.ndarray) -> np.ndarray:
+        return self._fast(cls, h) if cls.fast else self._general(cls, h)
 
     @staticmethod
-    def _fast(cls: _Class, h: np.ndarray) -> np.ndarray:
+    def _fast(cls: _AllReduceClass, h: np.ndarray) -> np.ndarray:
         seg = _segment_max(h, cls.seg_starts, cls.regular)
         prefix = np.maximum.accumulate(seg)
         suffix = np.empty(len(seg) + 1)  # suffix maxima, then -inf for "nothing"
@@ -226,7 +263,7 @@ class RingAllReduce:
         return per_window[cls.key_of_rank]
 
     @staticmethod
-    def _general(cls: _Class, h: np.ndarray) -> np.ndarray:
+    def _general(cls: _AllReduceClass, h: np.ndarray) -> np.ndarray:
         prefix = np.maximum.accumulate(h)
         suffix = np.maximum.accumulate(h[::-1])[::-1]
         out = np.maximum(suffix[cls.l0] + cls.off_l, prefix[cls.r0] + cls.off_r)
@@ -252,18 +289,7 @@ def _segment_max(h: np.ndarray, starts: np.ndarray, regular) -> np.ndarray:
     return seg
 
 
-def ring_recurrence(launch: np.ndarray, hop_time: np.ndarray, steps: int | None = None) -> np.ndarray:
-    """The recurrence itself, step by step over numpy vectors: O(n^2). For tests and checks.
-
-    ``steps``: 2(n-1) (an all-reduce) unless given; n-1 is a reduce-scatter or all-gather."""
-    f = np.asarray(launch, dtype=np.float64).copy()
-    t = np.asarray(hop_time, dtype=np.float64)
-    for _ in range(ring_steps(len(f)) if steps is None else steps):
-        f = np.maximum(f, np.roll(f, 1)) + t
-    return f
-
-
-class RingHalf:
+class RingHalf(_RingClosedForm):
     """Finish times of a ring reduce-scatter or all-gather: K = n-1 steps of the same recurrence.
 
     A ring all-reduce is a reduce-scatter then an all-gather (DESIGN.md); either half alone is
@@ -288,81 +314,46 @@ class RingHalf:
     """
 
     def __init__(self, hop_time: np.ndarray):
-        t = _checked_hop_times(hop_time)
-        self.n = n = len(t)
-        self.hop_time = t
-        self.steps = K = n - 1
-        self._g = np.empty(n)
-        self._classes: list = []
-        if n == 1:
-            return
-        P = np.cumsum(t)
-        P_before = np.concatenate(([0.0], P[:-1]))
-        total = P[-1]
-        idx = np.arange(n)
-        lo = idx - n + 2  # leftmost window start (unwrapped): K = n-1 steps
-        for v in np.unique(t)[::-1]:  # largest first: it is never skipped
-            positions = np.flatnonzero(t >= v)
-            k = np.searchsorted(positions, idx, side="right") - 1
-            q = np.where(k >= 0, positions[k], positions[k] - n)  # last class position <= i
-            nonempty = q >= lo
-            across = nonempty & (q >= 0) & (lo < 0)  # period -1 into period 0
-            before = nonempty & (q < 0)  # inside period -1: [i+2, last position]
-            within = np.flatnonzero(nonempty & (lo >= 0))  # inside period 0: i = n-2, n-1
-            a = np.flatnonzero(across)
-            sparse = len(positions) <= n // 4
-            cls = {
-                "v": float(v), "D": n * v - total,
-                "base": -P_before + idx * v, "const": P - idx * v + (K - 1) * v,
-                "all_across": len(a) == n,
-                "across": a,
-                # prefix maxima at q: via segment maxima ending at each class position (sparse)
-                # segment k = [c_{k-1}+1, c_k] (a last one after c_{m-1}, if any, is not read)
-                "cuts": np.concatenate(([0], positions[positions < n - 1] + 1)) if sparse else None,
-                "prefix_at": k[a] if sparse else q[a],
-                "suffix_at": n - 1 - (a + 2),  # suffix from i+2, read in the reversed accumulation
-                "before": np.flatnonzero(before),
-                "last": int(positions[-1]),
-                "within": [(int(i), int(lo[i]), int(q[i])) for i in within],
-            }
-            b = cls["before"]
-            cls["before_at"] = cls["last"] - (b + 2)  # in the reversed accumulation of h[:last+1]
-            self._classes.append(cls)
+        super().__init__(hop_time, len(np.atleast_1d(hop_time)) - 1)
 
-    def finish_times(self, launch: np.ndarray) -> np.ndarray:
-        """Per-rank finish times for per-rank launch times ``launch`` (a new array)."""
-        L = np.asarray(launch, dtype=np.float64)
-        if L.shape != (self.n,):
-            raise ValueError(f"launch must have shape ({self.n},), got {L.shape}")
+    def _prepare(self, common: _Class, positions, k, q, lo) -> _Class:
         n = self.n
-        if n == 1:
-            return L.copy()
-        g = self._g
-        np.maximum(L[1:], L[:-1], out=g[1:])
-        g[0] = max(L[0], L[-1])
-        g_max = g.max()
-        best = None
-        for c in self._classes:
-            if best is not None and g_max + self.steps * c["v"] <= best.min():
-                continue  # no window whose max is v can reach the current answer
-            h = g + c["base"]
-            D = c["D"]
-            if c["cuts"] is not None:
-                prefix = np.maximum.accumulate(np.maximum.reduceat(h, c["cuts"]))
-            else:
-                prefix = np.maximum.accumulate(h)
-            suffix = np.maximum.accumulate(h[::-1])  # suffix[n-1-y] = max h[y:]
-            across = np.maximum(prefix[c["prefix_at"]], suffix[c["suffix_at"]] - D)
-            if c["all_across"]:
-                f = across
-            else:
-                f = np.full(n, NEG_INF)
-                f[c["across"]] = across
-                if len(c["before"]):
-                    head_suffix = np.maximum.accumulate(h[c["last"] :: -1])
-                    f[c["before"]] = head_suffix[c["before_at"]] - D
-                for i, l, r in c["within"]:
-                    f[i] = h[l : r + 1].max()
-            f += c["const"]
-            best = f if best is None else np.maximum(best, f, out=best)
-        return best
+        nonempty = q >= lo
+        across = nonempty & (q >= 0) & (lo < 0)  # period -1 into period 0
+        before = np.flatnonzero(nonempty & (q < 0))  # inside period -1: [i+2, last position]
+        within = np.flatnonzero(nonempty & (lo >= 0))  # inside period 0: i = n-2, n-1
+        a = np.flatnonzero(across)
+        sparse = len(positions) <= n // 4
+        last = int(positions[-1])
+        return _HalfClass(
+            **vars(common),
+            all_across=len(a) == n,
+            across=a,
+            # prefix maxima at q: via segment maxima ending at each class position (sparse)
+            # segment k = [c_{k-1}+1, c_k] (a last one after c_{m-1}, if any, is not read)
+            cuts=np.concatenate(([0], positions[positions < n - 1] + 1)) if sparse else None,
+            prefix_at=k[a] if sparse else q[a],
+            suffix_at=n - 1 - (a + 2),
+            before=before,
+            before_at=last - (before + 2),  # in the reversed accumulation of h[:last+1]
+            last=last,
+            within=tuple((int(i), int(lo[i]), int(q[i])) for i in within),
+        )
+
+    def _evaluate(self, c: _HalfClass, h: np.ndarray) -> np.ndarray:
+        if c.cuts is not None:
+            prefix = np.maximum.accumulate(np.maximum.reduceat(h, c.cuts))
+        else:
+            prefix = np.maximum.accumulate(h)
+        suffix = np.maximum.accumulate(h[::-1])  # suffix[n-1-y] = max h[y:]
+        across = np.maximum(prefix[c.prefix_at], suffix[c.suffix_at] - c.D)
+        if c.all_across:
+            return across
+        f = np.full(self.n, NEG_INF)
+        f[c.across] = across
+        if len(c.before):
+            head_suffix = np.maximum.accumulate(h[c.last :: -1])
+            f[c.before] = head_suffix[c.before_at] - c.D
+        for i, l, r in c.within:
+            f[i] = h[l : r + 1].max()
+        return f

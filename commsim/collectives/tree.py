@@ -45,11 +45,11 @@ import math
 
 import numpy as np
 
-from commsim.network.fabric import Fabric
+from commsim.collectives.contract import Algorithm, check_kind, checked_launch
 from commsim.collectives.maxplus import pipeline
+from commsim.network.fabric import Fabric
 
 NAME = "tree"
-COLLECTIVE = "all_reduce"
 
 CHUNK_BYTES = 256 * 1024
 MAX_CHUNKS = 512
@@ -113,7 +113,8 @@ def edge_costs(fabric: Fabric, trees, chunk: float):
     """Per tree: (alpha, up occupancy, down occupancy) of the edge between each rank and its parent.
 
     ``trees`` is a list of (parent, inter) from :func:`rank_tree`. Occupancy = chunk x (edges
-    the sender sends on in its link class, over all trees) / the class bandwidth.
+    the sender sends on in its link class, over all trees) / the bandwidth of the transfer
+    (up: the rank sends to its parent; down: the parent sends to the rank).
     """
     n = fabric.world_size
     inter_out = np.zeros(n)
@@ -128,9 +129,8 @@ def edge_costs(fabric: Fabric, trees, chunk: float):
     for parent, inter in trees:
         p = np.maximum(parent, 0)
         alpha = np.where(inter, fabric.inter_latency, fabric.intra_latency)
-        per_byte = 1.0 / fabric.pair_bandwidth(ranks, p)
-        up = chunk * per_byte * np.where(inter, inter_out, intra_out)
-        down = chunk * per_byte * np.where(inter, inter_out[p], intra_out[p])
+        up = chunk * (1.0 / fabric.pair_bandwidth(ranks, p)) * np.where(inter, inter_out, intra_out)
+        down = chunk * (1.0 / fabric.pair_bandwidth(p, ranks)) * np.where(inter, inter_out[p], intra_out[p])
         out.append((alpha, up, down))
     return out
 
@@ -183,30 +183,35 @@ def _trees(fabric: Fabric):
     return [rank_tree(fabric, p) for p in dtree_parents(fabric.nodes)]
 
 
-class Kernel:
-    """The double tree for one fabric and size, planned once: ``finish_times(launch)``."""
+class TreeKernel:
+    """The double tree for one fabric and size, planned once (module docstring)."""
 
-    def __init__(self, fabric: Fabric, size: float, chunk_bytes: float = CHUNK_BYTES):
-        self.n = fabric.world_size
+    def __init__(self, kind: str, fabric: Fabric, size: float, chunk_bytes: float = CHUNK_BYTES):
+        check_kind(NAME, kind, ALGORITHM.kinds)
+        self.kind, self.chosen, self.size, self.world_size = kind, NAME, float(size), fabric.world_size
         self.chunks, chunk = chunking(size, chunk_bytes)
-        trees = _trees(fabric) if self.n > 1 else []
+        trees = _trees(fabric) if self.world_size > 1 else []
         costs = edge_costs(fabric, trees, chunk) if trees else []
-        self._trees = [(_Plan(parent), *c) for (parent, _), c in zip(trees, costs)]
+        self._parents = [parent for parent, _ in trees]
+        self._costs = costs
+        self._trees = [(_Plan(parent), *c) for parent, c in zip(self._parents, costs)]
 
     def finish_times(self, launch: np.ndarray) -> np.ndarray:
-        launch = np.asarray(launch, dtype=float)
-        if self.n == 1:
+        """Per-rank finish times: the later of the two trees, each carrying S/2."""
+        launch = checked_launch(launch, self.world_size)
+        if self.world_size == 1:
             return launch.copy()
-        out = np.full(self.n, -np.inf)
+        out = np.full(self.world_size, -np.inf)
         for plan, alpha, up, down in self._trees:
             out = np.maximum(out, _finish_planned(plan, alpha, up, down, launch, self.chunks))
         return out
 
-
-def finish_times(fabric: Fabric, launch: np.ndarray, size: float,
-                 chunk_bytes: float = CHUNK_BYTES) -> np.ndarray:
-    """Per-rank finish times: the later of the two trees, each carrying S/2."""
-    return Kernel(fabric, size, chunk_bytes).finish_times(launch)
+    def uniform_time(self) -> float:
+        """Closed form for simultaneous launch (module docstring)."""
+        if self.world_size == 1:
+            return 0.0
+        return float(max(_uniform_one_tree(parent, *costs, self.chunks)
+                         for parent, costs in zip(self._parents, self._costs)))
 
 
 def inter_depth(nodes: int) -> int:
@@ -246,11 +251,4 @@ def _uniform_one_tree(parent, alpha, up, down, C) -> float:
     return best
 
 
-def time(fabric: Fabric, size: float, chunk_bytes: float = CHUNK_BYTES) -> float:
-    """Closed form for simultaneous launch (see module docstring)."""
-    if fabric.world_size == 1:
-        return 0.0
-    C, chunk = chunking(size, chunk_bytes)
-    trees = _trees(fabric)
-    return float(max(_uniform_one_tree(parent, *costs, C)
-               for (parent, _), costs in zip(trees, edge_costs(fabric, trees, chunk))))
+ALGORITHM = Algorithm(NAME, ("all_reduce",), TreeKernel, "NCCL's double binary tree")

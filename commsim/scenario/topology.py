@@ -21,12 +21,14 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
+from typing import Optional, Tuple
 
 import numpy as np
 
 from commsim.errors import ScenarioError
-from commsim.units import parse_count, parse_number, parse_rate
+from commsim.network.fabric import Fabric, LevelPricing
 from commsim.scenario.spec import Cluster
+from commsim.units import parse_count, parse_number, parse_rate
 
 GBIT = 1e9 / 8  # bytes/s in one Gb/s
 GBYTE = 1e9     # bytes/s in one GB/s
@@ -151,8 +153,9 @@ PRESETS: dict[str, Topology] = {
 OVERSUBSCRIPTION_EXPECTED = "expected a factor >= 1 (1 = non-blocking, 2 = 2:1), got {:g}"
 
 
-class TopologyError(ScenarioError, ValueError):
-    """A bad preset name or topology key: ``SOURCE: PATH: MESSAGE`` like every scenario error."""
+class TopologyError(ScenarioError):
+    """A bad preset name or topology key: ``SOURCE: PATH: MESSAGE`` like every scenario error
+    (an :class:`commsim.errors.InputError`, built through its ``__init__``)."""
 
 
 def resolve_preset(name: str, source: str = "cluster", path: str = "cluster.preset") -> dict:
@@ -206,10 +209,8 @@ def _parsed(parse, value, source, path):
         raise TopologyError(source, path, str(exc)) from None
 
 
-def fabric(preset: str, nodes: int):
-    """A :class:`commsim.collectives.Fabric` for ``nodes`` nodes of preset ``preset``."""
-    from commsim.network.fabric import Fabric
-
+def fabric(preset: str, nodes: int) -> Fabric:
+    """The :class:`commsim.network.fabric.Fabric` of ``nodes`` nodes of preset ``preset``."""
     t = PRESETS.get(preset)
     if t is None:
         resolve_preset(preset)  # raises with the list of names
@@ -218,25 +219,29 @@ def fabric(preset: str, nodes: int):
                   inter_bandwidth=t.node_bandwidth, nics_per_node=t.nics_per_node, intra_kind=t.intra_kind)
 
 
+def cluster_fabric(cluster: Cluster, pricing: Optional[LevelPricing] = None) -> Fabric:
+    """A scenario's cluster as a :class:`commsim.network.fabric.Fabric`: ``inter_node.bandwidth``
+    is the node's aggregate network bandwidth (see :func:`resolve_preset`); ``pricing`` (a
+    calibration) replaces the levels' constants per collective size."""
+    return Fabric(
+        nodes=cluster.nodes,
+        gpus_per_node=cluster.gpus_per_node,
+        intra_latency=cluster.intra_node.latency,
+        intra_bandwidth=cluster.intra_node.bandwidth,
+        inter_latency=cluster.inter_node.latency,
+        inter_bandwidth=cluster.inter_node.bandwidth,
+        nics_per_node=cluster.nics_per_node,
+        intra_kind=cluster.intra_kind,
+        pricing=pricing,
+    )
+
+
 def ring_crossings(cluster: Cluster) -> np.ndarray:
-    """Whether the ring hop into rank i crosses the network: i is a node's first rank (its
-    predecessor, rank i-1 or n-1 for i = 0, sits on the previous node) and there is more than
-    one node. Ranks are numbered node-major."""
-    ranks = np.arange(cluster.world_size)
-    return (ranks % cluster.gpus_per_node == 0) & (cluster.nodes > 1)
+    """Whether the ring hop into rank i crosses the network (:meth:`Fabric.ring_crossings`)."""
+    return cluster_fabric(cluster).ring_crossings()
 
 
-def ring_hop_links(cluster: Cluster, bandwidth_factors: np.ndarray | None = None):
-    """Per-hop (alpha, bandwidth) vectors of the node-major ring, indexed by receiving rank.
-
-    The hop into rank i comes from rank i-1 (rank n-1 for i = 0). It crosses the network when
-    the two ranks sit on different nodes (i is a node's first rank and there is more than one
-    node), else it stays on the intra-node fabric. `bandwidth_factors` (e.g. slow links)
-    multiply the bandwidth hop by hop.
-    """
-    crosses = ring_crossings(cluster)
-    alpha = np.where(crosses, cluster.inter_node.latency, cluster.intra_node.latency).astype(np.float64)
-    bandwidth = np.where(crosses, cluster.inter_node.bandwidth, cluster.intra_node.bandwidth).astype(np.float64)
-    if bandwidth_factors is not None:
-        bandwidth = bandwidth * bandwidth_factors
-    return alpha, bandwidth
+def ring_hop_links(cluster: Cluster) -> Tuple[np.ndarray, np.ndarray]:
+    """Per-hop (latency, bandwidth) of the cluster's node-major ring, indexed by receiving rank
+    (:meth:`Fabric.ring_links`; nominal links, no stragglers)."""
+    return cluster_fabric(cluster).ring_links()

@@ -10,33 +10,38 @@ rank then starts its next step. Gradient accumulation: only the last micro-batch
 all-reduces (no_sync on the others).
 
 Rank state lives in numpy vectors. One SimPy process drives the job: it advances the clock
-to the completion of every collective and of every step, while the finish time of each
-collective on every rank comes from the vectorized ring kernel (:mod:`commsim.collectives.ring_closed_form`). A
-process per rank and an event per ring chunk is the reference model
-(:mod:`commsim.sim.reference`): the same semantics in O(n^2) events per collective.
+to the completion of every collective and of every step. The engine only schedules: the
+collectives of a step are :func:`commsim.sim.sharding.stream_order`'s (one all-reduce per
+bucket; reduce-scatters and all-gathers with ``ddp.sharding`` zero2 or fsdp, whose semantics
+:mod:`commsim.sim.sharding` states), each planned once per (kind, bucket size) by
+:func:`commsim.collectives.kernels.make_kernel` on the scenario's one fabric
+(:func:`commsim.sim.links.scenario_fabric`: links, calibration, slow links), and the finish time
+of every collective on every rank is that kernel's ``finish_times(launch)``. A process per rank
+and an event per ring chunk is the reference model (:mod:`commsim.sim.reference`): the same
+semantics in O(n^2) events per collective.
 
-With ``ddp.sharding`` zero2 or fsdp the step runs the collectives of
-:func:`commsim.sim.sharding.stream_order` instead (reduce-scatters and all-gathers, half a ring
-each: :class:`commsim.collectives.ring_closed_form.RingHalf`); :mod:`commsim.sim.sharding` states the semantics.
+``log`` (a list, optional) receives ``(time, step, event)`` for every point the clock advances
+to: ``"<kind> <k>"`` when the step's k-th collective is done on every rank, ``"end"`` when the
+step is (steps filled in as repeats of a steady state are not logged).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Dict, Optional
+from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 import simpy
 
-from commsim.calibration.model import calibrated_hop_times
-from commsim.collectives.kernels import make_kernel
+from commsim.collectives.contract import Kernel
+from commsim.collectives.kernels import algorithm_for, make_kernel
 from commsim.network.costs import ddp_buckets
-from commsim.scenario.topology import ring_crossings, ring_hop_links
-from commsim.collectives.ring_closed_form import RingAllReduce, RingHalf, hop_times
-from commsim.sim.sharding import optimizer_time, stream_order, unit_shares
 from commsim.scenario.spec import Scenario
 from commsim.sim.links import scenario_fabric
-from commsim.sim.stragglers import Perturbations, ThermalClock, link_bandwidth_factors, perturbations
+from commsim.sim.sharding import optimizer_time, stream_order, unit_shares
+from commsim.sim.stragglers import Perturbations, ThermalClock, perturbations
+
+EventLog = List[Tuple[float, int, str]]
 
 @dataclass(frozen=True)
 class RunResult:
@@ -98,9 +103,11 @@ class Engine:
         scenario: Scenario,
         perturb: Optional[Perturbations] = None,
         on_step: Optional[Callable[[int, int], None]] = None,
+        log: Optional[EventLog] = None,
     ):
         self.scenario = scenario
         self.on_step = on_step  # called as on_step(steps_done, steps) after every step
+        self.log = log
         self.n = scenario.world_size
         self.perturb = perturb if perturb is not None else perturbations(scenario)
         self.env = simpy.Environment()
@@ -111,57 +118,23 @@ class Engine:
         if self.sharding != "none" and scenario.ddp.gradient_accumulation != 1:
             raise ValueError("gradient accumulation is modeled for ddp.sharding none only (the loader says so too)")
         self.ops = stream_order(self.sharding, len(self.buckets), scenario.ddp.overlap)
-        if self.sharding == "none":
-            kernels: Dict[float, object] = {}
-            for size in self.buckets:  # a few distinct sizes: first, full, remainder
-                if size not in kernels:
-                    kernels[size] = self._kernel(size)
-            self.kernels = [kernels[size] for size in self.buckets]
-        else:  # reduce-scatters and all-gathers: one kernel per (kind, size)
-            halves: Dict[tuple, object] = {}
-            for op in self.ops:
-                key = (op.kind, self.buckets[op.bucket])
-                if key not in halves:
-                    halves[key] = self._half_kernel(*key)
-            self.op_kernels = [halves[(op.kind, self.buckets[op.bucket])] for op in self.ops]
+        self.kernels = self._plan()
         self.ranks = _Ranks(self.perturb.clocks)
 
-    def _calibrated_hop_times(self, size: float) -> np.ndarray:
-        """Ring hop times from the scenario's calibration (measured curve or fitted alpha-beta)."""
+    def _plan(self) -> List[Kernel]:
+        """One kernel per collective of a step (stream order), planned once per (kind, size):
+        a step has a few distinct bucket sizes (first, full, remainder)."""
         sc = self.scenario
-        return calibrated_hop_times(sc.calibration, ring_crossings(sc.cluster), size, link_bandwidth_factors(sc))
-
-    def _kernel(self, size: float):
-        """The collective for one bucket size: an object with ``finish_times(launch)``.
-
-        A calibration (which the loader allows with the ring and the alpha-beta model only:
-        it measured the library's own all-reduce) replaces the nominal link numbers.
-        """
-        sc = self.scenario
-        if sc.calibration is not None:
-            if (sc.collective.algorithm, sc.collective.model) != ("ring", "alpha-beta"):
-                raise ValueError("a calibration prices the measured ring only: collective.algorithm must be ring "
-                                 f"with model alpha-beta, got {sc.collective.algorithm} / {sc.collective.model}")
-            return RingAllReduce(self._calibrated_hop_times(size))
-        if sc.collective.algorithm == "ring" and sc.collective.model == "alpha-beta":
-            alpha, bandwidth = ring_hop_links(sc.cluster, link_bandwidth_factors(sc))
-            return RingAllReduce(hop_times(size, alpha, bandwidth))
-        return make_kernel(sc.collective.algorithm, scenario_fabric(sc), size, sc.collective.model)
-
-    def _half_kernel(self, kind: str, size: float):
-        """A reduce-scatter or all-gather of a bucket of `size` bytes (total, n shards).
-
-        NCCL runs both as rings whatever all-reduce algorithm it picks; so does commsim: with the
-        ring and the alpha-beta model, the engine's own hop times (as for the all-reduce); else
-        the collectives package's ring half under the scenario's cost model.
-        """
-        sc = self.scenario
-        if sc.calibration is not None:  # a half ring: the same hops, n-1 steps instead of 2(n-1)
-            return RingHalf(self._calibrated_hop_times(size))
-        if sc.collective.algorithm == "ring" and sc.collective.model == "alpha-beta":
-            alpha, bandwidth = ring_hop_links(sc.cluster, link_bandwidth_factors(sc))
-            return RingHalf(hop_times(size, alpha, bandwidth))
-        return make_kernel(kind, scenario_fabric(sc), size, sc.collective.model)
+        fabric = scenario_fabric(sc)
+        planned: Dict[Tuple[str, float], Kernel] = {}
+        out = []
+        for op in self.ops:
+            key = (op.kind, float(self.buckets[op.bucket]))
+            if key not in planned:
+                name = algorithm_for(op.kind, sc.collective.algorithm)
+                planned[key] = make_kernel(name, fabric, key[1], sc.collective.model)
+            out.append(planned[key])
+        return out
 
     def run(self) -> RunResult:
         sc = self.scenario
@@ -197,7 +170,7 @@ class Engine:
 
     # -- the job: one SimPy process stepping all ranks as vectors ------------------------
     def _job(self):
-        sc, env = self.scenario, self.env
+        sc = self.scenario
         c = sc.compute
         m = sc.ddp.gradient_accumulation
         steps = sc.steps
@@ -209,24 +182,17 @@ class Engine:
         for s in range(steps):
             f = self.perturb.factor[s]
             t0 = start + self.perturb.stall[s]
+            self._begin_step(s)
             backward_start = self.ranks.finish(t0, f * work_before)
             backward = f * c.backward
             # throttled ranks: every bucket's ready time at once (a thermal clock is not linear)
             throttled_ready = self.ranks.throttled_ready(backward_start, backward, fractions)
             finish = None
-            for j, kernel in enumerate(self.kernels):
+            for j in range(len(self.kernels)):
                 ready = backward_start + backward * fractions[j]
                 if throttled_ready is not None:
                     ready[self.ranks.throttled] = throttled_ready[:, j]
-                last = int(ready.argmax())
-                self._last_rank[s, j] = last
-                self._launch_spread[s, j] = ready[last] - ready.min()
-                launch = ready if finish is None else np.maximum(ready, finish)
-                finish = kernel.finish_times(launch)
-                done = finish.max()
-                if self._steady_possible or s == steps - 1:  # comm_time is reported for the last step
-                    self._comm_time[j] = done - launch.max()
-                yield env.timeout(max(done - env.now, 0.0))
+                finish = yield from self._collective(s, ready, finish)
             backward_end = self.ranks.finish(backward_start, backward)
             if finish is None:  # nothing to all-reduce (a single rank or no parameters)
                 finish = backward_end
@@ -247,12 +213,15 @@ class Engine:
         for s in range(steps):
             f = self.perturb.factor[s]
             t0 = start + self.perturb.stall[s]
-            self._op = 0
-            self._record = self._steady_possible or s == steps - 1  # comm_time is reported for the last step
+            self._begin_step(s)
             end, backward_end, comm_end, busy = yield from step(s, f, t0, optimizer)
             if (yield from self._close_step(s, end, backward_end, comm_end, busy + self.perturb.stall[s])):
                 return
             start = end
+
+    def _begin_step(self, s: int) -> None:
+        self._op = 0
+        self._record = self._steady_possible or s == self.scenario.steps - 1  # comm_time is reported for the last step
 
     def _collective(self, s: int, issue: np.ndarray, stream: Optional[np.ndarray]):
         """Run the step's next collective (stream order): issued on each rank at `issue`, it
@@ -263,11 +232,13 @@ class Engine:
         self._last_rank[s, k] = last
         self._launch_spread[s, k] = issue[last] - issue.min()
         launch = issue if stream is None else np.maximum(issue, stream)
-        finish = self.op_kernels[k].finish_times(launch)
+        finish = self.kernels[k].finish_times(launch)
         done = finish.max()
         if self._record:
             self._comm_time[k] = done - launch.max()
         yield self.env.timeout(max(done - self.env.now, 0.0))
+        if self.log is not None:
+            self.log.append((self.env.now, s, f"{self.ops[k].kind} {k}"))
         return finish
 
     def _zero2_step(self, s, f, t0, optimizer):
@@ -340,6 +311,8 @@ class Engine:
         if self.on_step is not None:
             self.on_step(s + 1, self.scenario.steps)
         yield self.env.timeout(max(end.max() - self.env.now, 0.0))
+        if self.log is not None:
+            self.log.append((self.env.now, s, "end"))
         if self._steady_possible and s >= 1 and self._is_steady(s):
             self._repeat_steady_state(s)
             return True
@@ -367,6 +340,8 @@ class Engine:
         self._launch_spread[s + 1 :] = self._launch_spread[s]
 
 
-def simulate(scenario: Scenario, on_step: Optional[Callable[[int, int], None]] = None) -> RunResult:
-    """Run the scenario and return its per-step records (`on_step(done, total)` reports progress)."""
-    return Engine(scenario, on_step=on_step).run()
+def simulate(scenario: Scenario, on_step: Optional[Callable[[int, int], None]] = None,
+             log: Optional[EventLog] = None) -> RunResult:
+    """Run the scenario and return its per-step records (`on_step(done, total)` reports progress;
+    `log` receives the engine's events, see the module docstring)."""
+    return Engine(scenario, on_step=on_step, log=log).run()

@@ -6,7 +6,9 @@ per rank runs the buckets in order, and each of the 2(n-1) ring steps of a bucke
 the rank's own previous step and its predecessor's previous step, then takes the hop's
 time (DESIGN.md's recurrence f[i,k] = max(f[i,k-1], f[i-1,k-1]) + t_i, event by event).
 That is O(n^2) events per all-reduce: fine for checking the fast engine on small cases,
-hopeless at scale (benchmarks/ measures how hopeless).
+hopeless at scale (benchmarks/ measures how hopeless). It models the ring only (the engine's
+other algorithms are checked kernel by kernel against :mod:`commsim.collectives.reference`);
+its hop times come from the same fabric as the engine's.
 
 With ``ddp.sharding`` (zero2, fsdp: :mod:`commsim.sim.sharding`) the communication process runs
 the step's collectives in :func:`commsim.sim.sharding.stream_order`, each a ring of 2(n-1)
@@ -22,35 +24,12 @@ from typing import Optional
 import numpy as np
 import simpy
 
+from commsim.collectives import ring
 from commsim.network.costs import ddp_buckets
-from commsim.scenario.topology import ring_hop_links
-from commsim.collectives.ring_closed_form import hop_times, ring_steps
-from commsim.sim.sharding import collective_steps, optimizer_time, stream_order, unit_shares
 from commsim.scenario.spec import Scenario
-from commsim.sim.stragglers import Perturbations, link_bandwidth_factors, perturbations
-
-
-def reference_ring_finish(launch: np.ndarray, hop_time: np.ndarray) -> np.ndarray:
-    """Finish times of one ring all-reduce, chunk step by chunk step, as SimPy events."""
-    env = simpy.Environment()
-    n = len(launch)
-    K = ring_steps(n)
-    done = [[env.event() for _ in range(K + 1)] for _ in range(n)]
-    finish = np.zeros(n)
-
-    def rank(i):
-        yield env.timeout(launch[i])
-        done[i][0].succeed()
-        for k in range(1, K + 1):
-            yield done[i][k - 1] & done[i - 1][k - 1]
-            yield env.timeout(hop_time[i])
-            done[i][k].succeed()
-        finish[i] = env.now
-
-    for i in range(n):
-        env.process(rank(i))
-    env.run()
-    return finish
+from commsim.sim.links import scenario_fabric
+from commsim.sim.sharding import collective_steps, optimizer_time, stream_order, unit_shares
+from commsim.sim.stragglers import Perturbations, perturbations
 
 
 class ReferenceModel:
@@ -61,8 +40,8 @@ class ReferenceModel:
         self.n = scenario.world_size
         self.perturb = perturb if perturb is not None else perturbations(scenario)
         self.buckets = ddp_buckets(scenario.model.grad_bytes, scenario.ddp.first_bucket, scenario.ddp.bucket_cap)
-        alpha, bandwidth = ring_hop_links(scenario.cluster, link_bandwidth_factors(scenario))
-        self.hop = [hop_times(size, alpha, bandwidth) for size in self.buckets]
+        fabric = scenario_fabric(scenario)  # the engine's fabric: its ring hops, slow links included
+        self.hop = [ring.hop_times(fabric.at_size(size), size) for size in self.buckets]
         self.sharding = scenario.ddp.sharding
         self.ops = stream_order(self.sharding, len(self.buckets), scenario.ddp.overlap)
         self.op_index = {(op.kind, op.bucket, op.phase): o for o, op in enumerate(self.ops)}
@@ -109,7 +88,7 @@ class ReferenceModel:
             if done_frac < 1.0:
                 yield env.timeout(self._work(r, f * c.backward * (1.0 - done_frac)))
             if len(self.buckets) and self.n > 1:
-                yield self._event(self.chunk, (r, s, len(self.buckets) - 1, ring_steps(self.n)))
+                yield self._event(self.chunk, (r, s, len(self.buckets) - 1, collective_steps("all_reduce", self.n)))
             yield env.timeout(self._work(r, f * c.optimizer))
             self.rank_end[s, r] = env.now
 

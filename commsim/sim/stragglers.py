@@ -1,4 +1,7 @@
-"""Stragglers as inputs: per-rank, per-step compute factors and stalls, thermal clocks, slow links.
+"""Stragglers as inputs: per-rank, per-step compute factors and stalls, thermal clocks.
+
+Slow links are not here: they degrade the fabric (:func:`commsim.sim.links.scenario_fabric`,
+:mod:`commsim.network.fabric` for which ports), which every collective is priced on.
 
 Everything random is drawn here, from the scenario seed only: each straggler entry (the
 "purpose", its index in the scenario's list) and each rank get their own stream,
@@ -14,7 +17,7 @@ from typing import Dict, Tuple
 
 import numpy as np
 
-from commsim.scenario.spec import Jitter, Scenario, SlowLink, SlowRank, Stall, Throttle
+from commsim.scenario.spec import Jitter, Scenario, SlowRank, Stall, Throttle
 
 # A normal jitter draw is floored here: a GPU cannot run faster than this multiple of its
 # nominal time (and never in negative time). With cv <= 0.3 the floor is > 3 sigma away.
@@ -135,25 +138,3 @@ class ThermalClock:
     def finish(self, start, work):
         """Time at which `work` full-clock seconds started at `start` are done."""
         return self.time_for_work(self.work_done(start) + work)
-
-
-def link_bandwidth_factors(scenario: Scenario) -> np.ndarray:
-    """Fraction of nominal bandwidth of each ring hop, indexed by the receiving rank.
-
-    A slow link on `rank` r is the hop r -> r+1; a slow network link of node k slows both
-    ring hops that cross node k's network interface (into its first rank, out of its last).
-    Factors of several entries on one hop multiply.
-    """
-    c = scenario.cluster
-    n = c.world_size
-    factors = np.ones(n)
-    for s in scenario.stragglers:
-        if not isinstance(s, SlowLink):
-            continue
-        if s.rank is not None:
-            factors[(s.rank + 1) % n] *= s.factor
-        elif c.nodes > 1:  # a single node's ring never leaves the node
-            first = s.node * c.gpus_per_node
-            factors[first] *= s.factor
-            factors[(first + c.gpus_per_node) % n] *= s.factor
-    return factors

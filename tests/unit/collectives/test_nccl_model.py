@@ -4,9 +4,11 @@ import math
 
 import pytest
 
+import numpy as np
+
+from commsim.collectives.kernels import collective_time
+from commsim.collectives.nccl_model import NcclKernel, NcclModel, log2i
 from commsim.scenario import topology
-from commsim.collectives import nccl_model
-from commsim.collectives.nccl_model import NcclModel, collective_time, log2i
 
 MiB = 1 << 20
 
@@ -85,13 +87,17 @@ def test_reduce_scatter_is_a_half_ring():
 
 def test_named_models_and_errors():
     f = topology.fabric("dgx-h100", 2)
-    assert collective_time("nccl-2.30", "auto", f, MiB) <= collective_time("nccl-2.30", "ring", f, MiB)
+    assert collective_time("auto", f, MiB, "nccl-2.30") <= collective_time("ring", f, MiB, "nccl-2.30")
     with pytest.raises(ValueError, match="alpha-beta or one of nccl-2.7"):
         NcclModel.named("nccl-9")
     with pytest.raises(ValueError, match="use model alpha-beta"):
-        collective_time("nccl-2.19", "hierarchical", f, MiB)
-    k = nccl_model.UniformKernel(2.0)
-    assert list(k.finish_times([0.0, 1.0, 3.0])) == [5.0, 5.0, 5.0]
+        collective_time("hierarchical", f, MiB, "nccl-2.19")
+    with pytest.raises(ValueError, match="Tree implements all_reduce only"):
+        NcclKernel("nccl-2.19", "tree", "all_gather", f, MiB)
+    k = NcclKernel("nccl-2.19", "ring", "reduce_scatter", f, MiB)
+    expected = NcclModel("2.19").choose(f, MiB, "reduce_scatter", "Ring")
+    assert (k.chosen, k.uniform_time()) == (f"{expected[0]}/{expected[1]}", expected[2])
+    assert list(k.finish_times(np.array([0.0, 1.0, 3.0] + [0.0] * 13))) == [3.0 + expected[2]] * 16
 
 
 def test_channels_default_without_nic_count_matches_the_preset():

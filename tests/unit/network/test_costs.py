@@ -9,8 +9,6 @@ from commsim.network.costs import (
     ring_allreduce_time,
     ring_traffic_bytes,
 )
-from commsim.scenario.topology import ring_hop_links
-from commsim.scenario.spec import Cluster, Link
 
 
 @pytest.mark.parametrize("gbps, seconds", [(100, 0.56), (25, 2.24)])
@@ -41,16 +39,3 @@ def test_ddp_buckets_layout():
     assert ddp_buckets(10.0, 1e6, 25e6).tolist() == [10.0]
     assert ddp_buckets(4e9, 4e9, 4e9).tolist() == [4e9]
     assert ddp_buckets(51e6, 1e6, 25e6).tolist() == [1e6, 25e6, 25e6]
-
-
-def test_ring_hop_links_two_levels():
-    c = Cluster(3, 4, Link(300e9, 1e-6), Link(12.5e9, 5e-6))
-    alpha, bw = ring_hop_links(c)
-    crossing = [0, 4, 8]  # hops into each node's first rank (rank 0 receives from rank 11)
-    assert [i for i in range(12) if bw[i] == 12.5e9] == crossing
-    assert [i for i in range(12) if alpha[i] == 5e-6] == crossing
-    one_node = Cluster(1, 4, Link(300e9, 1e-6), Link(12.5e9, 5e-6))
-    assert np.all(ring_hop_links(one_node)[1] == 300e9)
-    factors = np.ones(12)
-    factors[5] = 0.5
-    assert ring_hop_links(c, factors)[1][5] == 150e9

@@ -4,9 +4,14 @@ from pathlib import Path
 
 import pytest
 
-from commsim.scenario import topology
+import numpy as np
+
 from commsim.collectives import uniform_time
-from commsim.scenario.topology import PRESETS, TopologyError, expand_cluster, resolve_preset
+from commsim.errors import InputError
+from commsim.scenario import topology
+from commsim.scenario.spec import Cluster, Link
+from commsim.scenario.topology import (PRESETS, TopologyError, cluster_fabric, expand_cluster, resolve_preset,
+                                       ring_crossings, ring_hop_links)
 
 
 def test_every_preset_has_cluster_keys_and_a_source():
@@ -99,3 +104,30 @@ def test_nic_keys_derive_the_network_without_a_preset_and_bad_inter_node_is_one_
     bad = {**doc, "cluster": {"preset": "dgx-h100", "nodes": 2, "inter_node": 5, "nics_per_node": 4}}
     with pytest.raises(ScenarioError, match="cluster.inter_node"):
         parse_scenario(bad, "t.yaml")
+
+
+def test_ring_hop_links_two_levels():
+    c = Cluster(3, 4, Link(300e9, 1e-6), Link(12.5e9, 5e-6))
+    alpha, bw = ring_hop_links(c)
+    crossing = [0, 4, 8]  # hops into each node's first rank (rank 0 receives from rank 11)
+    assert [i for i in range(12) if bw[i] == 12.5e9] == crossing
+    assert [i for i in range(12) if alpha[i] == 5e-6] == crossing
+    assert np.flatnonzero(ring_crossings(c)).tolist() == crossing
+    one_node = Cluster(1, 4, Link(300e9, 1e-6), Link(12.5e9, 5e-6))
+    assert np.all(ring_hop_links(one_node)[1] == 300e9) and not ring_crossings(one_node).any()
+
+
+def test_cluster_fabric_carries_every_cluster_key():
+    c = Cluster(3, 4, Link(300e9, 1e-6), Link(12.5e9, 5e-6), intra_kind="pcie", nics_per_node=2)
+    f = cluster_fabric(c)
+    assert (f.nodes, f.gpus_per_node, f.intra_bandwidth, f.intra_latency, f.inter_bandwidth, f.inter_latency,
+            f.intra_kind, f.nics_per_node, f.pricing) == (3, 4, 300e9, 1e-6, 12.5e9, 5e-6, "pcie", 2, None)
+    assert topology.fabric("dgx-h100", 2) == cluster_fabric(Cluster(2, 8, Link(450e9, 3.4e-6), Link(400e9, 14e-6),
+                                                                    nics_per_node=8))
+
+
+def test_topology_errors_are_input_errors_built_through_their_init():
+    with pytest.raises(TopologyError) as err:
+        resolve_preset("nope", "f.yaml")
+    assert isinstance(err.value, InputError) and not isinstance(err.value, ValueError)
+    assert (err.value.source, err.value.path) == ("f.yaml", "cluster.preset")

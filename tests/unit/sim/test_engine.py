@@ -7,13 +7,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from commsim.network.costs import ring_allreduce_time
-from commsim.sim.engine import simulate
-from commsim.sim.reference import ReferenceModel
 from commsim.analysis.report import summarize
-from commsim.scenario.spec import Jitter, SlowLink, SlowRank, Stall, Throttle
+from commsim.collectives.kernels import make_kernel
+from commsim.network.costs import ring_allreduce_time
 from commsim.output.run_files import summary_json
-from tests.conftest import make_scenario
+from commsim.scenario.spec import Collective, Jitter, SlowLink, SlowRank, Stall, Throttle
+from commsim.sim.engine import Engine, simulate
+from commsim.sim.links import scenario_fabric
+from commsim.sim.reference import ReferenceModel
+from tests.conftest import make_scenario, replace
 
 ONE_BUCKET = dict(bucket_cap=4e9, first_bucket=4e9, overlap=False)
 
@@ -142,22 +144,81 @@ def test_engine_equals_per_chunk_reference(sc):
                                               ("halving_doubling", "alpha-beta"), ("auto", "alpha-beta"),
                                               ("ring", "nccl-2.19"), ("tree", "nccl-2.30")])
 def test_engine_runs_every_algorithm_from_the_scenario(algorithm, model):
-    from dataclasses import replace
-
-    from commsim.scenario.spec import Collective
-
     base = make_scenario(nodes=4, gpus_per_node=4, parameters=50_000_000, stragglers=[Jitter(0.05)], steps=4, **ONE_BUCKET)
     sc = replace(base, collective=Collective(algorithm=algorithm, model=model))
     ring = simulate(base)
     other = simulate(sc)
     assert np.all(other.step_time > 0.15)  # never faster than compute
     assert not np.allclose(other.step_time, ring.step_time)  # the algorithm matters
-    # the engine's kernel is the collectives package's kernel for that algorithm and model
-    from commsim.sim.links import scenario_fabric
-    from commsim.collectives.kernels import make_kernel
-
+    # the engine's kernel is the registry's kernel for that algorithm and model on the scenario's fabric
     launch = np.linspace(0.0, 0.01, 16)
     expected = make_kernel(algorithm, scenario_fabric(sc), 200e6, model).finish_times(launch)
-    from commsim.sim.engine import Engine
-
     np.testing.assert_allclose(Engine(sc).kernels[0].finish_times(launch), expected, rtol=1e-12)
+
+
+def test_ring_and_auto_picking_the_ring_agree_rank_by_rank():
+    """1 node x 4 GPUs, slow_link on rank 1: the ring's hops and auto's ring are one fabric's."""
+    B = 2.0 ** 38  # powers of two: the ring and halving-doubling tie exactly, and ties go to the ring
+    sc = make_scenario(nodes=1, gpus_per_node=4, parameters=2 ** 24, intra=(B, 0.0), steps=6, seed=3,
+                       stragglers=[SlowLink(0.5, rank=1), Jitter(0.1)], **ONE_BUCKET)
+    auto = replace(sc, collective=Collective(algorithm="auto"))
+    assert Engine(auto).kernels[0].chosen == "ring"
+    ring_run, auto_run = simulate(sc), simulate(auto)
+    np.testing.assert_array_equal(ring_run.rank_end, auto_run.rank_end)
+    np.testing.assert_array_equal(ring_run.rank_comm_end, auto_run.rank_comm_end)
+    # and the slow link is the hop 1 -> 2 only: the hop 0 -> 1 runs at full speed
+    launch = np.array([0.0, 0.0, 0.0, 0.0])
+    t = 2 ** 26 / 4 / B  # one step of S/n bytes at full speed
+    k = Engine(sc).kernels[0]
+    np.testing.assert_array_equal(k.hop_time, [t, t, 2 * t, t])
+    assert k.finish_times(launch).max() == 6 * 2 * t
+
+
+# -- exact event logs (SimPy style): every point the engine's clock advances to -------------
+
+def _two_ranks(**kw):
+    """1 node x 2 GPUs, no latency, S = 4 MiB at 32 MiB/s: an all-reduce step (S/2 over a hop)
+    takes 1/16 s; forward 0.25 s, backward 0.5 s, optimizer 0.125 s (all exact in binary)."""
+    args = dict(nodes=1, gpus_per_node=2, parameters=2 ** 20, forward=0.25, backward=0.5, optimizer=0.125,
+                intra=(2.0 ** 25, 0.0), steps=3)
+    args.update(kw)
+    return make_scenario(**args)
+
+
+def test_event_log_one_bucket():
+    log = []
+    r = simulate(_two_ranks(**ONE_BUCKET), log=log)
+    # backward ends at 0.75, the all-reduce takes 2 x 1/16, the optimizer 0.125; step 1 repeats
+    # step 0, so the engine stops stepping and fills step 2 in (not logged)
+    assert log == [(0.875, 0, "all_reduce 0"), (1.0, 0, "end"), (1.875, 1, "all_reduce 0"), (2.0, 1, "end")]
+    assert r.rank_end.tolist() == [[1.0, 1.0], [2.0, 2.0], [3.0, 3.0]] and r.steps_simulated == 2
+
+
+def test_event_log_two_buckets_overlapping_backward_with_a_slow_rank():
+    log = []
+    sc = _two_ranks(first_bucket=2 ** 21, bucket_cap=2 ** 21, overlap=True, steps=5,
+                    stragglers=[SlowRank((1,), 2.0)])
+    r = simulate(sc, log=log)
+    # each all-reduce: 2 steps of 1/32. Step 0: rank 1 (twice as slow) has bucket 0 ready at 1.0
+    # and bucket 1 at 1.5; its optimizer ends at 1.8125, rank 0's at 1.6875. No barrier: step 1
+    # starts on each rank when it is done, and is a repeat of step 0.
+    assert log == [(1.0625, 0, "all_reduce 0"), (1.5625, 0, "all_reduce 1"), (1.8125, 0, "end"),
+                   (2.875, 1, "all_reduce 0"), (3.375, 1, "all_reduce 1"), (3.625, 1, "end")]
+    assert r.rank_end[:, 0].tolist() == [1.6875 + 1.8125 * k for k in range(5)]
+    assert r.last_rank[0].tolist() == [1, 1]
+
+
+def test_event_log_zero2():
+    log = []
+    simulate(_two_ranks(sharding="zero2", steps=1, **ONE_BUCKET), log=log)
+    # a reduce-scatter (1 step of 1/16) after backward, the 1/2 optimizer, an all-gather (1/16)
+    assert log == [(0.8125, 0, "reduce_scatter 0"), (0.9375, 0, "all_gather 1"), (0.9375, 0, "end")]
+
+
+def test_the_engine_plans_one_kernel_per_kind_and_size():
+    sc = make_scenario(sharding="fsdp", parameters=20_000_000, bucket_cap=25e6, first_bucket=1e6)
+    e = Engine(sc)
+    assert len(e.kernels) == len(e.ops)
+    distinct = {id(k) for k in e.kernels}
+    assert len(distinct) == len({(op.kind, e.buckets[op.bucket]) for op in e.ops}) == 6  # 3 sizes x 2 kinds
+    assert all(k.kind == op.kind for k, op in zip(e.kernels, e.ops))

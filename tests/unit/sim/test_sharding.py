@@ -149,7 +149,7 @@ def test_other_algorithms_and_cost_models_price_the_halves():
         sc = replace(base, collective=Collective(algorithm=algorithm, model=model))
         engine = Engine(sc)
         launch = np.linspace(0.0, 0.01, 16)
-        for kind, kernel in zip(("reduce_scatter", "all_gather"), engine.op_kernels):
+        for kind, kernel in zip(("reduce_scatter", "all_gather"), engine.kernels):
             expected = make_kernel(kind, scenario_fabric(sc), 200e6, model).finish_times(launch)
             np.testing.assert_allclose(kernel.finish_times(launch), expected, rtol=1e-12)
         assert np.all(simulate(sc).step_time > 0.15)

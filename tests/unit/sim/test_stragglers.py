@@ -1,10 +1,10 @@
-"""Straggler inputs: jitter statistics against theory, the thermal clock, stalls, slow links."""
+"""Straggler inputs: jitter statistics against theory, the thermal clock, stalls (slow links: test_links.py)."""
 
 import numpy as np
 import pytest
 
-from commsim.scenario.spec import Jitter, SlowLink, SlowRank, Stall, Throttle
-from commsim.sim.stragglers import ThermalClock, jitter_draws, link_bandwidth_factors, perturbations
+from commsim.scenario.spec import Jitter, SlowRank, Stall, Throttle
+from commsim.sim.stragglers import ThermalClock, jitter_draws, perturbations
 from tests.conftest import make_scenario
 
 
@@ -71,10 +71,3 @@ def test_throttle_twice_on_one_rank_is_rejected():
     sc = make_scenario(stragglers=[Throttle((1,), 1, 1, 0.5), Throttle((1,), 2, 2, 0.5)])
     with pytest.raises(ValueError, match="rank 1"):
         perturbations(sc)
-
-
-def test_slow_link_factors():
-    sc = make_scenario(nodes=3, gpus_per_node=2, stragglers=[SlowLink(0.5, rank=5), SlowLink(0.25, node=1)])
-    f = link_bandwidth_factors(sc)
-    # rank 5 -> 0 is hop 0; node 1 = ranks 2,3: hops into 2 and out of 3 (into 4)
-    assert f.tolist() == [0.5, 1, 0.25, 1, 0.25, 1]

@@ -1,0 +1,152 @@
+"""The registry and the kernel contract: every algorithm, every kind, every cost model."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from commsim.collectives import (ALGORITHMS, Fabric, finish_times, flat, get, make_kernel, table,
+                                 uniform_time)
+from commsim.collectives.contract import KINDS, Algorithm, Kernel
+from commsim.collectives.kernels import (ALL_REDUCE, REGISTRY, algorithm_for, algorithms_for, collective_time,
+                                         resolve, selection)
+from commsim.network.fabric import LEVELS
+
+MB = 1 << 20
+F = Fabric(nodes=3, gpus_per_node=4, intra_latency=1e-6, intra_bandwidth=300e9,
+           inter_latency=5e-6, inter_bandwidth=12.5e9)
+
+
+def test_registry_names_kinds_and_planners():
+    assert list(REGISTRY) == ["ring", "tree", "hierarchical", "halving_doubling", "reduce_broadcast", "auto"]
+    assert REGISTRY["ring"].kinds == KINDS
+    assert all(a.kinds == ("all_reduce",) for name, a in REGISTRY.items() if name != "ring")
+    assert ALGORITHMS == ALL_REDUCE + ("reduce_scatter", "all_gather")
+    assert selection("all_gather") == (REGISTRY["ring"], "all_gather")
+    assert get("tree") is REGISTRY["tree"]
+    with pytest.raises(ValueError, match="kinds must be among"):
+        Algorithm("bogus", ("alltoall",), lambda kind, fabric, size: None)
+
+
+@pytest.mark.parametrize("model", ["alpha-beta", "nccl-2.7", "nccl-2.19", "nccl-2.30"])
+def test_every_kernel_honours_the_contract(model):
+    launch = np.random.default_rng(2).uniform(0, 1e-3, F.world_size)
+    for name in algorithms_for(model):
+        k = make_kernel(name, F, 4 * MB, model)
+        assert isinstance(k.kind, str) and isinstance(k.chosen, str) and k.world_size == 12 and k.size == 4 * MB
+        assert k.kind == selection(name)[1]
+        got = k.finish_times(launch)
+        assert got.shape == (12,) and np.all(got >= launch)
+        # simultaneous launch finishes uniform_time later (halving-doubling: its closed form is
+        # exact here, every exchange of a step on one level)
+        t0 = 2.0
+        assert k.finish_times(np.full(12, t0)).max() == pytest.approx(t0 + k.uniform_time(), rel=1e-9)
+        assert isinstance(k, Kernel)
+
+
+def test_a_kernel_is_planned_on_the_fabric_priced_for_its_size():
+    seen = []
+
+    def pricing(level, size, n):
+        seen.append((level, size, n))
+        return (1e-6, 100e9) if level == "intra_node" else (4e-6, 10e9)
+
+    priced = Fabric(**{**vars(F), "pricing": pricing})
+    assert make_kernel("ring", priced, 8 * MB).uniform_time() == make_kernel(
+        "ring", priced.at_size(8 * MB), 8 * MB).uniform_time()
+    nominal = Fabric(**{**vars(F), "intra_latency": 1e-6, "intra_bandwidth": 100e9, "inter_latency": 4e-6,
+                        "inter_bandwidth": 10e9})
+    assert uniform_time("tree", priced, 8 * MB) == uniform_time("tree", nominal, 8 * MB)
+    assert seen[:2] == [(LEVELS[0], 8 * MB, 12), (LEVELS[1], 8 * MB, 12)]
+
+
+def test_halves_run_as_rings_whatever_the_all_reduce_algorithm():
+    assert algorithm_for("all_reduce", "tree") == "tree"
+    assert algorithm_for("reduce_scatter", "tree") == "reduce_scatter"
+    assert make_kernel(algorithm_for("all_gather", "hierarchical"), F, MB).chosen == "ring"
+
+
+def test_auto_resolves_per_size():
+    big = Fabric(nodes=64, gpus_per_node=8, intra_latency=3.4e-6, intra_bandwidth=450e9,
+                 inter_latency=14e-6, inter_bandwidth=400e9)
+    assert resolve("auto", big, 1024) != "ring"
+    assert resolve("tree", big, 1024) == "tree"
+
+
+def test_nccl_model_kernel_waits_for_the_last_launch():
+    k = make_kernel("tree", F, 4e6, model="nccl-2.19")
+    t = collective_time("tree", F, 4e6, model="nccl-2.19")
+    np.testing.assert_allclose(k.finish_times(np.array([0.0] * 11 + [1.0])), 1.0 + t)
+    assert k.chosen.startswith("Tree/")
+    with pytest.raises(ValueError, match="collective model must be one of alpha-beta"):
+        make_kernel("ring", F, 1e6, model="logp")
+    with pytest.raises(ValueError, match="use model alpha-beta"):
+        make_kernel("hierarchical", F, 1e6, model="nccl-2.19")
+
+
+def test_algorithms_for_each_model():
+    assert algorithms_for("alpha-beta") == ALGORITHMS
+    assert algorithms_for("nccl-2.19") == ("ring", "tree", "auto", "reduce_scatter", "all_gather")
+
+
+def test_single_rank_costs_nothing():
+    f = flat(1, 5e-6, 10e9)
+    for name in ALGORITHMS:
+        assert uniform_time(name, f, MB) == 0.0
+        assert finish_times(name, f, [2.5], MB).tolist() == [2.5]
+
+
+def test_table_rows_name_what_runs_and_the_fastest():
+    rows = table(["ring", "auto", "reduce_scatter"], F, [MB])
+    by = {r["algorithm"]: r for r in rows}
+    assert by["ring"]["chosen"] == "ring" and by["reduce_scatter"]["chosen"] == "reduce_scatter"
+    assert by["auto"]["chosen"] in ALL_REDUCE and by["auto"]["fastest"]
+    assert not by["reduce_scatter"]["fastest"]  # only all-reduces compete
+    nccl = table(["ring"], F, [MB], "nccl-2.19")[0]
+    assert nccl["chosen"].startswith("Ring/")
+    with pytest.raises(ValueError, match="covers algorithms"):
+        table(["hierarchical"], F, [MB], "nccl-2.19")
+
+
+fabrics = st.builds(Fabric, nodes=st.integers(1, 40), gpus_per_node=st.sampled_from([1, 2, 3, 4, 8]),
+                    intra_latency=st.floats(0, 1e-5), intra_bandwidth=st.floats(1e9, 1e12),
+                    inter_latency=st.floats(0, 5e-5), inter_bandwidth=st.floats(1e9, 1e12))
+
+
+@settings(max_examples=60, deadline=None)
+@given(fabrics, st.floats(0, 1e9), st.floats(1.0, 8.0), st.sampled_from(list(ALGORITHMS)))
+def test_monotone_in_size(f, size, factor, name):
+    assert uniform_time(name, f, size * factor) >= uniform_time(name, f, size) * (1 - 1e-12)
+
+
+@settings(max_examples=40, deadline=None)
+@given(fabrics, st.floats(1, 1e9), st.sampled_from(list(ALGORITHMS)))
+def test_kernel_with_equal_launch_matches_closed_form(f, size, name):
+    pow2 = lambda x: x & (x - 1) == 0
+    runs = resolve(name, f, size)  # auto runs its pick, which may be halving-doubling
+    if runs == "halving_doubling" and f.nodes > 1 and not (pow2(f.gpus_per_node) and pow2(f.world_size)):
+        return  # closed form is exact only when every exchange of a step uses one link class
+    t0 = 3.0
+    got = finish_times(name, f, np.full(f.world_size, t0), size)
+    assert got.max() == pytest.approx(t0 + uniform_time(name, f, size), rel=1e-9, abs=1e-15)
+
+
+@pytest.mark.parametrize("name", ALGORITHMS)
+def test_kernels_scale_to_thousands_of_ranks(name):
+    f = Fabric(nodes=256, gpus_per_node=8, intra_latency=3.4e-6, intra_bandwidth=450e9,
+               inter_latency=14e-6, inter_bandwidth=400e9)
+    launch = np.random.default_rng(0).uniform(0, 1e-3, f.world_size)
+    got = make_kernel(name, f, 25e6).finish_times(launch)
+    assert got.shape == (2048,) and np.all(got >= launch)
+
+
+def test_unknown_algorithm_and_bad_launch_shape():
+    with pytest.raises(ValueError, match="unknown collective algorithm 'bogus'"):
+        get("bogus")
+    with pytest.raises(ValueError, match="shape"):
+        finish_times("ring", flat(4, 5e-6, 10e9), np.zeros(3), MB)
+    for name in ("tree", "hierarchical", "halving_doubling", "reduce_broadcast"):
+        with pytest.raises(ValueError, match="shape"):
+            make_kernel(name, flat(4, 5e-6, 10e9), MB).finish_times(np.zeros(3))
+    with pytest.raises(ValueError, match="implements all_reduce, not 'all_gather'"):
+        REGISTRY["tree"].plan("all_gather", F, MB)
