@@ -3,7 +3,7 @@
 Writing is atomic (a temporary sibling, then os.replace). Reading is strict: an unknown or
 missing key, a value of the wrong kind or range, or a table row whose bandwidth columns do
 not follow from its size, time and world size raises a one-line CalibrationError naming the
-file and the key path. The records and the model live in :mod:`commsim.calibration.model`.
+file and the key path. The records live in :mod:`commsim.calibration.records`.
 """
 
 from __future__ import annotations
@@ -16,21 +16,21 @@ from typing import Any, Dict, Mapping, Optional, Sequence, Tuple, Union
 import yaml
 
 from commsim.atomic import atomic_write_text
-from commsim.calibration.model import (
-    FORMAT,
+from commsim.calibration.errors import CalibrationError
+from commsim.calibration.fit import make_link
+from commsim.calibration.records import (
     LEVELS,
     Calibration,
-    CalibrationError,
     ComputeTiming,
     Measurement,
     Provenance,
     RankCompute,
     SizeRange,
     SourceFile,
-    make_link,
 )
 
 
+FORMAT = "commsim-calibration/1"
 TABLE_COLUMNS = ["size_bytes", "time_s", "algbw_Bps", "busbw_Bps", "world_size"]
 
 

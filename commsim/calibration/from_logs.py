@@ -6,15 +6,9 @@ import hashlib
 from typing import Optional, Sequence, Tuple
 
 from commsim.calibration.file import utc_now_iso
-from commsim.calibration.model import (
-    LEVELS,
-    Calibration,
-    CalibrationError,
-    Measurement,
-    Provenance,
-    SourceFile,
-    fit_link,
-)
+from commsim.calibration.errors import CalibrationError
+from commsim.calibration.fit import fit_link
+from commsim.calibration.records import LEVELS, Calibration, Measurement, Provenance, SourceFile
 from commsim.calibration.nccl_log import check_allreduce, load_nccl_log
 
 

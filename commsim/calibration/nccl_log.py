@@ -22,7 +22,8 @@ import re
 from dataclasses import dataclass
 from typing import List, Optional, Tuple
 
-from commsim.calibration.model import CalibrationError, allreduce_factor
+from commsim.calibration.errors import CalibrationError
+from commsim.calibration.records import allreduce_factor
 
 # nccl-tests counts GB/s as 1e9 bytes/s (src/common.cu: 1.0E9)
 GB = 1.0e9

@@ -246,12 +246,14 @@ def test_model_time_is_the_simulators_ring_formula(monkeypatch):
     # one formula for the ring (commsim.network.costs), not a copy that could drift from it
     from commsim.network import costs
 
-    assert cal_model.ring_allreduce_time is costs.ring_allreduce_time
+    from commsim.calibration import records
+
+    assert records.ring_allreduce_time is costs.ring_allreduce_time
     for args in [(2e-6, 3e9, 2**20, 8), (0.0, 1e9, 8, 2), (1e-5, 5e10, 2**30, 1)]:
         alpha, beta, size, n = args
         assert model_time(*args) == costs.ring_allreduce_time(size, n, alpha, beta)
     calls = []
-    monkeypatch.setattr(cal_model, "ring_allreduce_time", lambda *a: calls.append(a) or 1.0)
+    monkeypatch.setattr(records, "ring_allreduce_time", lambda *a: calls.append(a) or 1.0)
     assert model_time(2e-6, 3e9, 1024, 4) == 1.0 and calls == [(1024.0, 4, 2e-6, 3e9)]
 
 
