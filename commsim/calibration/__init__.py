@@ -11,6 +11,7 @@ from commsim.calibration.file import FORMAT, load_calibration, save_calibration,
 from commsim.calibration.fit import (  # noqa: F401
     FIT_ERROR_MIN_SIZE,
     MAX_RANGES,
+    MIN_BANDWIDTH_SHARE,
     MIN_SIZES_PER_RANGE,
     MIN_TRANSFER_SHARE,
     RESIDUAL_FLOOR,
@@ -22,6 +23,8 @@ from commsim.calibration.fit import (  # noqa: F401
 )
 from commsim.calibration.model import calibrated_hop_times, hop_level_names, hop_time  # noqa: F401
 from commsim.calibration.prediction import (  # noqa: F401
+    calibrated_world_sizes,
+    extrapolation_note,
     interpolate_busbw,
     predict_allreduce_time,
     predict_with_source,

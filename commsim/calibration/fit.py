@@ -180,14 +180,64 @@ def _merge_duplicates(measurements: Iterable[Measurement]) -> Tuple[Measurement,
     )
 
 
+# A sweep determines the bandwidth only where the transfer term is a large part of the time:
+# below that, 1/B is fitted to the small slope that timer noise and rounding leave on
+# latency-bound times (the 8-32 B rows of a real log gave B = 0.032 GB/s; the whole log, 3.9).
+# So the whole-sweep fit must put at least half of some measurement's time in the transfer
+# term: there transfer dominates latency, and a 2x error in B would show as a 25%+ misfit.
+MIN_BANDWIDTH_SHARE = 0.5
+
+
+def transfer_share(alpha_s: float, beta_Bps: float, size: Number, n: int) -> float:
+    """Share of the model's all-reduce time spent in the transfer term 2(n-1)/n S/B."""
+    transfer = 2.0 * (n - 1) / n * float(size) / beta_Bps
+    return transfer / (2.0 * (n - 1) * alpha_s + transfer)
+
+
+def balance_size(alpha_s: float, beta_Bps: float, n: int) -> float:
+    """Size at which the model's transfer term equals its latency term:
+    2(n-1) alpha = 2(n-1)/n S/B, so S = n alpha B."""
+    return n * alpha_s * beta_Bps
+
+
+def check_bandwidth_determined(level: str, alpha_s: float, beta_Bps: float, table: Sequence[Measurement]) -> None:
+    """CalibrationError unless the fitted transfer term is at least MIN_BANDWIDTH_SHARE of the
+    time of some measurement; the message says which sizes to add: from the size where the
+    fitted transfer term would equal the latency term, rounded up to a power of two. (It is a
+    lower bound: latency-bound data tend to over-fit 1/B, so the true size is larger.)"""
+    shares = [transfer_share(alpha_s, beta_Bps, m.size_bytes, m.world_size) for m in table]
+    best = int(np.argmax(shares))
+    share, m = shares[best], table[best]
+    if share >= MIN_BANDWIDTH_SHARE:
+        return
+    need = 1 << max(0, math.ceil(math.log2(max(balance_size(alpha_s, beta_Bps, m.world_size), 1.0))))
+    sizes = sorted({x.size_bytes for x in table})
+    raise CalibrationError(
+        f"level {level}: sizes {sizes[0]} to {sizes[-1]} B cannot determine the bandwidth: the fitted transfer "
+        f"term is only {share:.1%} of the time at {m.size_bytes} B (latency dominates; a fit needs "
+        f">= {MIN_BANDWIDTH_SHARE:.0%} at some size); add sizes >= {need} B, where the fitted transfer term would "
+        "equal the latency (a sweep up to 1 GB determines the bandwidth best)"
+    )
+
+
 def fit_link(level: str, measurements: Iterable[Measurement]) -> LinkCalibration:
-    """Fit one link level from its measurements (any mix of world sizes >= 2)."""
+    """Fit one link level from its measurements (any mix of world sizes >= 2).
+
+    Refused (CalibrationError) when the sizes cannot determine the bandwidth: the times do not
+    grow with size, or the fitted transfer term is under MIN_BANDWIDTH_SHARE of every
+    measurement's time (see :func:`check_bandwidth_determined`)."""
     if level not in LEVELS:
         raise CalibrationError(f"unknown link level {level!r}; expected one of {', '.join(LEVELS)}")
     table = _merge_duplicates(measurements)
-    return make_link(level, *fit_alpha_beta(
-        [m.size_bytes for m in table], [m.time_s for m in table], [m.world_size for m in table]
-    ), table, fit_ranges(table))
+    try:
+        alpha_s, beta_Bps = fit_alpha_beta(
+            [m.size_bytes for m in table], [m.time_s for m in table], [m.world_size for m in table]
+        )
+    except CalibrationError as err:
+        sizes = sorted({m.size_bytes for m in table})
+        raise CalibrationError(f"level {level}: sizes {sizes[0]} to {sizes[-1]} B: {err.message}") from None
+    check_bandwidth_determined(level, alpha_s, beta_Bps, table)
+    return make_link(level, alpha_s, beta_Bps, table, fit_ranges(table))
 
 
 def make_link(level: str, alpha_s: float, beta_Bps: float, table: Tuple[Measurement, ...],

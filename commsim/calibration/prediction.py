@@ -47,3 +47,38 @@ def predict_allreduce_time(cal: Calibration, size: Number, n: int, level: Option
     table (busbw interpolated in log-size, then t = S / (busbw * n / (2(n-1)))); otherwise
     the alpha-beta model of the size range `size` falls in. One rank, or zero bytes, costs nothing."""
     return predict_with_source(cal, size, n, level)[0]
+
+
+def calibrated_world_sizes(cal: Calibration, level: Optional[str] = None) -> Tuple[int, ...]:
+    """The world sizes measured on link level `level` (None: on every level), increasing."""
+    levels = [cal.level(level)] if level is not None else list(cal.levels)
+    return tuple(sorted({m.world_size for lv in levels for m in lv.table}))
+
+
+def extrapolation_note(cal: Calibration, ranks: int, nodes: Optional[int] = None,
+                       level: Optional[str] = None) -> Optional[str]:
+    """None when a prediction for `ranks` ranks (on `nodes` nodes, where known) stays within
+    what the calibration measured, else one line saying how far it reaches beyond:
+
+        extrapolating: 64 ranks is 8 x the largest calibrated world size 8
+
+    The ring model's n-dependence (2(n-1) latency steps, the 2(n-1)/n transfer factor) is
+    fitted at the measured world sizes only; at other rank counts congestion, protocol and
+    topology changes are not in the data. Rank counts are those of level `level` (None: every
+    level). Nodes: a prediction over several nodes from a calibration with only intra-node
+    links, or over more nodes than the calibration's hosts (when it names them)."""
+    if ranks <= 1:  # one rank does not communicate: nothing is predicted
+        return None
+    notes = []
+    sizes = calibrated_world_sizes(cal, level)
+    if ranks > sizes[-1]:
+        notes.append(f"{ranks} ranks is {ranks / sizes[-1]:.3g} x the largest calibrated world size {sizes[-1]}")
+    elif ranks < sizes[0]:
+        notes.append(f"{ranks} ranks is below the smallest calibrated world size {sizes[0]}")
+    if nodes is not None and nodes > 1:
+        hosts = len(cal.provenance.hostnames)
+        if cal.level_names == ("intra_node",):
+            notes.append(f"{nodes} nodes, but the calibration measured links inside one node only (level intra_node)")
+        elif hosts and nodes > hosts:
+            notes.append(f"{nodes} nodes is {nodes / hosts:.3g} x the {hosts} calibrated host{'s' if hosts > 1 else ''}")
+    return "extrapolating: " + "; ".join(notes) if notes else None
