@@ -1,4 +1,4 @@
-"""Issue 4's targets: how well each all-reduce algorithm, priced with a calibration fitted from a
+"""How well each all-reduce algorithm, priced with a calibration fitted from a
 published nccl-tests log, reproduces that log's busbw (sizes >= 1 MiB).
 
     python benchmarks/algorithm_fit_errors.py [LOG ...]

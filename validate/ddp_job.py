@@ -84,7 +84,7 @@ def rank_ddp(ctx, plan: Dict) -> Dict:
 
 
 def _plan(scenario, warmup_steps: int, compute_iters: int = 5) -> Dict:
-    from commsim.calibration.model import CalibrationError
+    from commsim.calibration import CalibrationError
     from commsim.scenario.spec import Stall
     from commsim.sim.stragglers import perturbations
     from commsim.analysis.validation import refuse_sharding

@@ -26,6 +26,7 @@ from commsim.calibration.file import load_calibration
 from commsim.collectives.busbw import busbw
 from commsim.collectives.kernels import make_kernel
 from commsim.network.fabric import Fabric
+from commsim.scenario.topology import cluster_fabric
 from commsim.scenario.spec import Scenario
 from commsim.sim.links import scenario_fabric
 
@@ -48,7 +49,7 @@ def _fabric(links: Any) -> Fabric:
         return links
     if isinstance(links, Scenario):
         return scenario_fabric(links)
-    return Fabric.from_cluster(links)  # a scenario.spec.Cluster
+    return cluster_fabric(links)  # a scenario.spec.Cluster
 
 
 def predicted_busbw(links: Any, sizes: Iterable[float], algorithm: str = "ring",

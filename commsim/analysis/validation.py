@@ -18,7 +18,7 @@ import numpy as np
 
 from dataclasses import replace
 
-from commsim.calibration.model import Calibration, CalibrationError
+from commsim.calibration import Calibration, CalibrationError
 from commsim.network.costs import ddp_buckets
 from commsim.sim.engine import RunResult, simulate
 from commsim.analysis.report import percentiles, summarize

@@ -3,7 +3,7 @@
 Writing is atomic (a temporary sibling, then os.replace). Reading is strict: an unknown or
 missing key, a value of the wrong kind or range, or a table row whose bandwidth columns do
 not follow from its size, time and world size raises a one-line CalibrationError naming the
-file and the key path. The records and the model live in :mod:`commsim.calibration.model`.
+file and the key path. The records live in :mod:`commsim.calibration.records`.
 """
 
 from __future__ import annotations
@@ -11,26 +11,29 @@ from __future__ import annotations
 import datetime as _dt
 import math
 import os
+import reprlib
 from typing import Any, Dict, Mapping, Optional, Sequence, Tuple, Union
 
 import yaml
 
 from commsim.atomic import atomic_write_text
-from commsim.calibration.model import (
-    FORMAT,
+from commsim.errors import InputError
+from commsim.yamlio import parse_yaml, read_text_file
+from commsim.calibration.errors import CalibrationError
+from commsim.calibration.fit import make_link
+from commsim.calibration.records import (
     LEVELS,
     Calibration,
-    CalibrationError,
     ComputeTiming,
     Measurement,
     Provenance,
     RankCompute,
     SizeRange,
     SourceFile,
-    make_link,
 )
 
 
+FORMAT = "commsim-calibration/1"
 TABLE_COLUMNS = ["size_bytes", "time_s", "algbw_Bps", "busbw_Bps", "world_size"]
 
 
@@ -43,7 +46,7 @@ def utc_now_iso() -> str:
             when = _dt.datetime.fromtimestamp(int(epoch), _dt.timezone.utc)
         except (OverflowError, OSError, ValueError):  # past year 9999 or the platform's time_t
             raise CalibrationError(
-                f"SOURCE_DATE_EPOCH: expected seconds since 1970-01-01 up to year 9999, got {epoch!r}"
+                f"expected seconds since 1970-01-01 up to year 9999, got {epoch!r}", "SOURCE_DATE_EPOCH"
             ) from None
     else:
         when = _dt.datetime.now(_dt.timezone.utc)
@@ -144,45 +147,93 @@ def save_calibration(cal: Calibration, path: Union[str, os.PathLike]) -> None:
     atomic_write_text(path, dump_calibration(cal))
 
 
+# What an error message shows of a value: a few items of a list or mapping, a few levels deep,
+# the ends of a long string or number. A value from a hostile file can be an alias bomb (a
+# list that holds itself a billion times over) or nested 50,000 deep; plain repr() would walk
+# all of it.
+class _Show(reprlib.Repr):
+    def __init__(self) -> None:
+        super().__init__()
+        self.maxlevel, self.maxlist, self.maxtuple, self.maxdict = 2, 4, 4, 4
+        self.maxstring, self.maxlong, self.maxother = 60, 40, 60
+
+    def repr_int(self, x: int, level: int) -> str:
+        # repr() of an int past 4300 digits raises (YAML makes one from 0x and 5,000 hex digits)
+        if x.bit_length() > 128:
+            return f"an integer of {math.floor(x.bit_length() * math.log10(2)) + 1} digits"
+        return super().repr_int(x, level)
+
+
+_SHOW = _Show()
+
+# Largest integer accepted for a size, count or world size: every integer up to 2^53 is exact
+# as a float, and the model computes in floats (size / time, S / B).
+MAX_INTEGER = 2**53
+
+
+def show(value: Any) -> str:
+    """A short, bounded rendering of `value` for a one-line error message."""
+    return _SHOW.repr(value)
+
+
 class _Reader:
     """Strict reading of the YAML mapping: every error names the file and the key path."""
 
     def __init__(self, source: str):
         self.source = source
 
-    def fail(self, where: str, expected: str, got: Any) -> CalibrationError:
-        return CalibrationError(f"{self.source}: {where}: expected {expected}, got {got!r}")
+    def error(self, where: Optional[str], message: str) -> CalibrationError:
+        return CalibrationError(message, self.source, where)
 
-    def mapping(self, value: Any, where: str, required: Sequence[str], optional: Sequence[str] = ()) -> Mapping:
+    def fail(self, where: Optional[str], expected: str, got: Any) -> CalibrationError:
+        return self.error(where, f"expected {expected}, got {show(got)}")
+
+    def mapping(self, value: Any, where: Optional[str], required: Sequence[str],
+                optional: Sequence[str] = ()) -> Mapping:
         if not isinstance(value, Mapping):
             raise self.fail(where, "a mapping", value)
         unknown = [k for k in value if k not in required and k not in optional]
         if unknown:
             allowed = ", ".join(list(required) + list(optional))
-            raise CalibrationError(f"{self.source}: {where}: unknown key {unknown[0]!r} (allowed: {allowed})")
+            raise self.error(where, f"unknown key {show(unknown[0])} (allowed: {allowed})")
         missing = [k for k in required if k not in value]
         if missing:
-            raise CalibrationError(f"{self.source}: {where}: missing key {missing[0]!r}")
+            raise self.error(where, f"missing key {missing[0]!r}")
         return value
 
     def number(self, value: Any, where: str, minimum: float = 0.0, strict: bool = False) -> float:
         given = value
+        expected = f"a finite number {'>' if strict else '>='} {minimum:g}"
         if isinstance(value, str):
             # YAML 1.1 (PyYAML) reads 1e-6 without a dot as a string: take what float() reads
             try:
                 value = float(value)
             except ValueError:
                 raise self.fail(where, "a finite number", given) from None
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-        ok = ok and (value > minimum if strict else value >= minimum)
-        if not ok:
-            raise self.fail(where, f"a finite number {'>' if strict else '>='} {minimum:g}", given)
-        return float(value)
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            raise self.fail(where, expected, given)
+        try:
+            value = float(value)  # an integer of 400 digits is past any float
+        except OverflowError:
+            raise self.fail(where, expected, given) from None
+        if not (math.isfinite(value) and (value > minimum if strict else value >= minimum)):
+            raise self.fail(where, expected, given)
+        return value
 
     def integer(self, value: Any, where: str, minimum: int) -> int:
         if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
             raise self.fail(where, f"an integer >= {minimum}", value)
+        if value > MAX_INTEGER:
+            raise self.fail(where, f"an integer <= 2^53 ({MAX_INTEGER})", value)
         return int(value)
+
+    def items(self, value: Any, where: str) -> list:
+        """An optional list (absent or null: empty)."""
+        if value is None:
+            return []
+        if not isinstance(value, list):
+            raise self.fail(where, "a list", value)
+        return value
 
     def opt_str(self, value: Any, where: str) -> Optional[str]:
         if value is None:
@@ -200,7 +251,7 @@ class _Reader:
 def calibration_from_dict(doc: Any, source: str = "<calibration>") -> Calibration:
     """Validate a parsed YAML mapping and build the Calibration (CalibrationError on any defect)."""
     r = _Reader(source)
-    top = r.mapping(doc, "(top level)", ["format", "provenance", "levels"], ["compute"])
+    top = r.mapping(doc, None, ["format", "provenance", "levels"], ["compute"])
     if top["format"] != FORMAT:
         raise r.fail("format", repr(FORMAT), top["format"])
 
@@ -209,10 +260,13 @@ def calibration_from_dict(doc: Any, source: str = "<calibration>") -> Calibratio
         ["hostnames", "torch_version", "nccl_version", "gloo_version", "date", "command", "sources"],
     )
     sources = []
-    for i, s in enumerate(pv.get("sources") or []):
+    for i, s in enumerate(r.items(pv.get("sources"), "provenance.sources")):
         where = f"provenance.sources[{i}]"
         s = r.mapping(s, where, ["path"], ["sha256", "command"])
-        sources.append(SourceFile(str(s["path"]), r.opt_str(s.get("sha256"), where + ".sha256"),
+        path = r.opt_str(s["path"], where + ".path")
+        if not path:
+            raise r.fail(where + ".path", "a non-empty string", s["path"])
+        sources.append(SourceFile(path, r.opt_str(s.get("sha256"), where + ".sha256"),
                                   r.opt_str(s.get("command"), where + ".command")))
     backend = r.opt_str(pv["backend"], "provenance.backend")
     if not backend:
@@ -248,13 +302,13 @@ def calibration_from_dict(doc: Any, source: str = "<calibration>") -> Calibratio
                 "busbw_error_max_pct", "line_busbw_error_median_pct", "line_busbw_error_max_pct"])
         levels.append(make_link(name, alpha, beta, table, ranges))
     if "flat" in levels_doc and len(levels_doc) > 1:
-        raise CalibrationError(f"{source}: levels: 'flat' cannot be combined with intra_node/inter_node")
+        raise r.error("levels", "'flat' cannot be combined with intra_node/inter_node")
 
     compute = None
     if top.get("compute") is not None:
         c = r.mapping(top["compute"], "compute", ["parameters", "batch_size", "forward_s", "backward_s"], ["per_rank"])
         per_rank = []
-        for i, pr in enumerate(c.get("per_rank") or []):
+        for i, pr in enumerate(r.items(c.get("per_rank"), "compute.per_rank")):
             w = f"compute.per_rank[{i}]"
             pr = r.mapping(pr, w, ["rank", "forward_s", "backward_s"])
             per_rank.append(RankCompute(r.integer(pr["rank"], w + ".rank", 0),
@@ -315,6 +369,8 @@ def _read_table(r: _Reader, doc: Any, where: str) -> Tuple[Measurement, ...]:
         time = r.number(row[1], w + "[1] (time_s)", strict=True)
         n = r.integer(row[4], w + "[4] (world_size)", 2)
         m = Measurement(size, time, n)
+        if not math.isfinite(m.algbw):  # 1e-320 s is a positive time, but size/time overflows
+            raise r.fail(w + "[1] (time_s)", "a time for which size/time is a finite bandwidth", row[1])
         # the bandwidth columns are for readers; a hand edit that breaks them is caught here
         for col, value, want in ((2, row[2], m.algbw), (3, row[3], m.busbw)):
             got = r.number(value, f"{w}[{col}] ({TABLE_COLUMNS[col]})")
@@ -323,22 +379,39 @@ def _read_table(r: _Reader, doc: Any, where: str) -> Tuple[Measurement, ...]:
         out.append(m)
     keys = [(m.world_size, m.size_bytes) for m in out]
     if keys != sorted(set(keys)):
-        raise CalibrationError(f"{r.source}: {where}.rows: rows must be sorted by (world_size, size_bytes) without repeats")
+        raise r.error(where + ".rows", "rows must be sorted by (world_size, size_bytes) without repeats")
     return tuple(out)
 
 
+def _unconstructible(exc: BaseException) -> str:
+    """What a value the YAML reader could not build was, for the one-line error."""
+    text = " ".join(str(exc).split())
+    if "integer string conversion" in text:  # Python's int() refuses > sys.get_int_max_str_digits()
+        return "an integer with too many digits"
+    if isinstance(exc, (ValueError, OverflowError)) and text:
+        return f"a value that does not fit its type ({text})"
+    return "a value that does not fit its explicit tag (e.g. !!timestamp on text that is no date)"
+
+
 def load_calibration(path: Union[str, os.PathLike]) -> Calibration:
-    """Read and validate a calibration YAML file (CalibrationError with a one-line message)."""
+    """Read and validate a calibration YAML file (CalibrationError with a one-line message).
+
+    The file is read and parsed by :mod:`commsim.yamlio`, the reader of every input file
+    (UTF-8, safe YAML, duplicate keys refused)."""
     source = os.fspath(path)
     try:
-        with open(source, encoding="utf-8") as fh:
-            doc = yaml.safe_load(fh)
-    except OSError as exc:
-        raise CalibrationError(f"{source}: cannot read calibration file: {exc.strerror or exc}") from None
-    except UnicodeDecodeError as exc:  # a binary or mis-encoded file: name it, no traceback
-        raise CalibrationError(f"{source}: not a UTF-8 text file (byte {exc.start})") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        at = f" (line {mark.line + 1})" if mark is not None else ""
-        raise CalibrationError(f"{source}: not valid YAML{at}") from None
+        text = read_text_file(source, "a calibration YAML file (commsim calibrate writes them)")
+    except InputError as err:
+        detail = err.message
+        if detail.startswith("cannot read the file: "):  # said once, in this message's own words
+            detail = detail[len("cannot read the file: "):]
+        raise CalibrationError(f"cannot read calibration file: {detail}", err.source, err.path) from None
+    try:
+        doc = parse_yaml(text, source)
+    except InputError as err:
+        raise CalibrationError(err.message, err.source, err.path) from None
+    except (ValueError, TypeError, AttributeError, KeyError, OverflowError) as exc:
+        # PyYAML's constructors raise these for an explicit tag on content it cannot hold
+        # (`!!int abc`, `!!timestamp x`, `!!bool maybe`) and for integers past Python's digit limit
+        raise CalibrationError(f"invalid YAML: {_unconstructible(exc)}", source) from None
     return calibration_from_dict(doc, source)

@@ -1,21 +1,17 @@
-"""A calibration from nccl-tests logs: parse each log, group its rows by link level, fit each level."""
+"""A calibration from nccl-tests logs: parse each log, check that they come from one system,
+group their rows by link level, fit each level."""
 
 from __future__ import annotations
 
 import hashlib
-from typing import Optional, Sequence, Tuple
+from dataclasses import dataclass
+from typing import List, Optional, Sequence, Tuple
 
+from commsim.calibration.errors import CalibrationError
 from commsim.calibration.file import utc_now_iso
-from commsim.calibration.model import (
-    LEVELS,
-    Calibration,
-    CalibrationError,
-    Measurement,
-    Provenance,
-    SourceFile,
-    fit_link,
-)
-from commsim.calibration.nccl_log import check_allreduce, load_nccl_log
+from commsim.calibration.fit import fit_link
+from commsim.calibration.nccl_log import NcclLog, check_allreduce, load_nccl_log
+from commsim.calibration.records import LEVELS, Calibration, Measurement, Provenance, SourceFile
 
 
 def _sha256(path: str) -> str:
@@ -36,17 +32,81 @@ def auto_level(hostnames: Sequence[str], nodes: Optional[int] = None) -> str:
     return "flat"
 
 
+@dataclass(frozen=True)
+class SystemLayout:
+    """What a log says about the system it ran on; None where the log does not say.
+
+    - gpus: the distinct GPU model names of its device list (``#  Rank  0 ... on HOST device 0
+      [BUS] NVIDIA A100-SXM4-80GB``);
+    - nodes: the distinct hosts of the device list, else the node count of the file's own
+      ``# NRANKS: N (K nodes ...)`` header (NCCL INFO lines are not counted: a log often
+      holds only some ranks' INFO lines);
+    - ranks_per_node: world size / nodes when that divides.
+    """
+
+    gpus: Optional[Tuple[str, ...]]
+    nodes: Optional[int]
+    ranks_per_node: Optional[int]
+
+    def describe(self) -> str:
+        parts = []
+        if self.gpus:
+            parts.append(" + ".join(self.gpus))
+        if self.nodes:
+            parts.append(f"{self.nodes} node{'s' if self.nodes > 1 else ''}"
+                         + (f" x {self.ranks_per_node} ranks" if self.ranks_per_node else ""))
+        return ", ".join(parts) or "no device list or node count"
+
+
+def system_layout(log: NcclLog) -> SystemLayout:
+    """The :class:`SystemLayout` of a parsed log."""
+    gpus = tuple(sorted({d.name for d in log.devices if d.name})) or None
+    hosts = {d.host for d in log.devices}
+    nodes = len(hosts) if hosts else log.nodes
+    per_node = log.world_size // nodes if nodes and log.world_size % nodes == 0 else None
+    return SystemLayout(gpus, nodes, per_node)
+
+
+def layout_difference(a: SystemLayout, b: SystemLayout) -> Optional[str]:
+    """How two layouts differ, where both say ("GPUs X vs Y", "8 vs 2 ranks per node"); None
+    when nothing that both state differs. The node count alone is no difference: one system
+    is calibrated from a one-node log (intra_node) and a multi-node log (inter_node)."""
+    diffs = []
+    if a.gpus and b.gpus and a.gpus != b.gpus:
+        diffs.append(f"GPU {' + '.join(a.gpus)} vs {' + '.join(b.gpus)}")
+    if a.ranks_per_node and b.ranks_per_node and a.ranks_per_node != b.ranks_per_node:
+        diffs.append(f"{a.ranks_per_node} vs {b.ranks_per_node} ranks per node")
+    return ", ".join(diffs) or None
+
+
+def check_same_system(logs: Sequence[Tuple[str, NcclLog]]) -> None:
+    """CalibrationError naming the first two logs (path, parsed log) whose device lists or
+    layouts differ: one calibration describes one system, and a fit over two systems' rows
+    describes neither (six published logs from four GPU models fitted to 2,590% error)."""
+    layouts = [(path, system_layout(log)) for path, log in logs]
+    for i, (path_b, b) in enumerate(layouts):
+        for path_a, a in layouts[:i]:
+            diff = layout_difference(a, b)
+            if diff:
+                raise CalibrationError(
+                    f"{path_a} and {path_b} come from different systems ({diff}); a calibration describes one "
+                    "system: fit them separately, or pass --same-system if they are one"
+                )
+
+
 def calibration_from_nccl_logs(
     paths: Sequence[str], level: str = "auto", ranks: Optional[int] = None,
-    in_place: bool = False, command: Optional[str] = None,
+    in_place: bool = False, command: Optional[str] = None, same_system: bool = False,
 ) -> Tuple[Calibration, list]:
-    """Parse every log, group its measurements by link level, fit each level.
+    """Parse every log, check they come from one system (unless `same_system`: see
+    :func:`check_same_system`), group their measurements by link level, fit each level.
 
-    Returns the calibration and the parsed logs (for reporting)."""
+    Returns the calibration and the parsed logs as (path, log, level) (for reporting). A
+    level whose sizes cannot determine the bandwidth is a CalibrationError naming its logs."""
     if not paths:
         raise CalibrationError("no nccl-tests log given")
     by_level: dict = {}
-    logs = []
+    logs: List[Tuple[str, NcclLog, str]] = []
     for path in paths:
         log = load_nccl_log(path, world_size=ranks)
         check_allreduce(log)
@@ -55,11 +115,18 @@ def calibration_from_nccl_logs(
             Measurement(size, t, log.world_size) for size, t in log.times(in_place=in_place)
         )
         logs.append((path, log, lv))
+    if not same_system:
+        check_same_system([(str(p), log) for p, log, _ in logs])
     if "flat" in by_level and len(by_level) > 1:
         raise CalibrationError(
             "some logs have no host information (level 'flat') and others do: pass --level for a consistent split"
         )
-    levels = tuple(fit_link(lv, ms) for lv, ms in sorted(by_level.items(), key=lambda kv: LEVELS.index(kv[0])))
+    levels = []
+    for lv, ms in sorted(by_level.items(), key=lambda kv: LEVELS.index(kv[0]) if kv[0] in LEVELS else len(LEVELS)):
+        try:
+            levels.append(fit_link(lv, ms))
+        except CalibrationError as err:
+            raise CalibrationError(err.message, ", ".join(str(p) for p, _, l in logs if l == lv)) from None
     versions = sorted({log.nccl_version for _, log, _ in logs if log.nccl_version})
     prov = Provenance(
         backend="nccl-tests",
@@ -70,4 +137,4 @@ def calibration_from_nccl_logs(
         command=command,
         sources=tuple(SourceFile(str(p), _sha256(p), log.command) for p, log, _ in logs),
     )
-    return Calibration(levels, prov), logs
+    return Calibration(tuple(levels), prov), logs

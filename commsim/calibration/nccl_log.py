@@ -12,6 +12,12 @@ provenance headers in tests/data/nccl-tests/); and last, the busbw/algbw ratio o
 which for all-reduce is 2(n-1)/n (nccl-tests doc/PERFORMANCE.md). When a stated world size
 contradicts that ratio the log is rejected.
 
+Parsing takes time linear in the log's length: every pattern below is anchored or scans each
+character a bounded number of times (no nested or adjacent unbounded repeats that a regex
+engine would retry at every split of a long line), numbers are read only up to
+:data:`MAX_DIGITS` digits, and a line longer than :data:`MAX_LINE_CHARS` characters is skipped
+with a note: no line nccl-tests or NCCL prints is that long.
+
 Pure module: no numpy needed, no torch.
 """
 
@@ -22,10 +28,19 @@ import re
 from dataclasses import dataclass
 from typing import List, Optional, Tuple
 
-from commsim.calibration.model import CalibrationError, allreduce_factor
+from commsim.calibration.errors import CalibrationError
+from commsim.calibration.records import allreduce_factor
 
 # nccl-tests counts GB/s as 1e9 bytes/s (src/common.cu: 1.0E9)
 GB = 1.0e9
+
+# Longest line read. nccl-tests' rows and headers are under 200 characters; the longest lines
+# of a real log are its command line and NCCL INFO ring/tree lists (a few thousand characters
+# at 1,024 ranks), neither of which the parser needs beyond its first line or its start.
+MAX_LINE_CHARS = 10_000
+# Longest integer read (a size, a count, a rank): 18 digits is past any size or rank count
+# and far below the 4,300 digits where Python's int() refuses a string.
+MAX_DIGITS = 18
 
 
 class NcclLogError(CalibrationError):
@@ -105,21 +120,25 @@ class NcclLog:
 
 # launcher prefixes: "0: " (srun -l), "[1,0]<stdout>: " (Open MPI --tag-output), "[0] " (some wrappers)
 _PREFIX = re.compile(r"^\s*(?:\d+:\s|\[\d+,\d+\]<std(?:out|err)>:\s?|\[\d+\]\s)")
-_DEVICE = re.compile(
-    r"^#\s*Rank\s+(\d+)\b.*?\bon\s+(\S+)\s+device\s+(\d+)\s+\[([^\]]*)\]\s*(.*?)\s*$"
-)
-_NRANKS = re.compile(r"\bnranks\s+(\d+)\b")
+# "#  Rank  0 Group  0 Pid 584419 on  dkh device  0 [0000:14:00] NVIDIA A100-SXM4-80GB": the
+# head, then the first "on HOST device N [BUS]" after it (searched from the head's end), then
+# the GPU name. The bus id has no blanks, so each try of the search scans a few tokens.
+_DEVICE_HEAD = re.compile(r"#\s*Rank\s+(\d{1,9})\b")
+_DEVICE_ON = re.compile(r"\bon\s+(\S+)\s+device\s+(\d{1,9})\s+\[([^\]\s]*)\]")
+_NRANKS = re.compile(r"\bnranks\s+(\d{1,9})\b")
 _INFO_HOST = re.compile(r"^\s*([A-Za-z0-9][\w.\-]*):\d+:\d+\s+\[\d+\]\s+NCCL\s+(?:INFO|WARN)")
 _NCCL_VERSION = re.compile(r"NCCL version\s+(\d+\.\d+\.\d+)")
-_TESTS_VERSION = re.compile(r"#\s*nccl-tests version\s+(\S+)(?:.*nccl-library=(\d+))?")
-_FILE_NRANKS = re.compile(r"^#\s*NRANKS:\s*(\d+)(.*)$")
-_FILE_NODES = re.compile(r"\((?:(\d+)\s+nodes?\b|(single node))", re.IGNORECASE)
+_TESTS_VERSION = re.compile(r"#\s*nccl-tests version\s+(\S+)(?:.*nccl-library=(\d{1,9})(?!\d))?")
+_FILE_NRANKS = re.compile(r"^#\s*NRANKS:\s*(\d{1,9})(?!\d)(.*)$")
+_FILE_NODES = re.compile(r"\((?:(\d{1,9})\s+nodes?\b|(single node))", re.IGNORECASE)
 _COLLECTIVE = re.compile(r"#\s*Collective test starting:\s*(\S+)")
 _AVG = re.compile(r"#\s*Avg bus bandwidth\s*:\s*([0-9.eE+-]+)")
-_PERF_CMD = re.compile(r"(\S*?(\w+_perf)(?:_mpi)?\b.*)$")
+_WORD = re.compile(r"\w+")
 _HEADER = re.compile(r"^#\s*size\s+count\s+type\s+redop\s+(root\s+)?time\b", re.IGNORECASE)
 _INT = re.compile(r"^-?\d+$")
-_NUM = re.compile(r"^-?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")
+# `\d+\.?\d*` would split a long digit run between its two repeats in every way before failing
+# (quadratic); with the dot required inside the optional group the run is read once.
+_NUM = re.compile(r"-?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?")
 
 
 def _nccl_version_from_code(code: str) -> str:
@@ -133,7 +152,7 @@ def _nccl_version_from_code(code: str) -> str:
 def _cell(tok: str) -> Optional[float]:
     if tok.upper() == "N/A":
         return None
-    if not _NUM.match(tok):
+    if not _NUM.fullmatch(tok):
         raise ValueError(tok)
     value = float(tok)
     if not math.isfinite(value):  # 1e400 overflows to inf: no measurement, like any junk cell
@@ -166,7 +185,7 @@ def _split_row(toks: List[str], has_root: Optional[bool]):
         else:
             return None
     if has_root:
-        if not rest or not _INT.match(rest[0]):
+        if not rest or not _INT.match(rest[0]) or len(rest[0]) > MAX_DIGITS:
             return None
         return int(rest[0]), rest[1:]
     return None, rest
@@ -188,6 +207,10 @@ def parse_nccl_log(text: str, source: str = "<log>", world_size: Optional[int] =
     has_root: Optional[bool] = None
 
     for lineno, raw in enumerate(text.splitlines(), start=1):
+        if len(raw) > MAX_LINE_CHARS:
+            skipped.append((lineno, f"line of {len(raw)} characters skipped (longer than {MAX_LINE_CHARS}; "
+                                    "no nccl-tests line is)"))
+            continue
         line = _PREFIX.sub("", raw, count=1).rstrip()
         stripped = line.strip()
         if not stripped:
@@ -199,8 +222,8 @@ def parse_nccl_log(text: str, source: str = "<log>", world_size: Optional[int] =
                 file_nodes = int(nm.group(1)) if nm.group(1) else 1
             continue
         if stripped.startswith("#"):
-            if (m := _DEVICE.match(stripped)):
-                devices.append(Device(int(m.group(1)), m.group(2), int(m.group(3)), m.group(4), m.group(5)))
+            if (device := _device(stripped)) is not None:
+                devices.append(device)
             elif (m := _HEADER.match(stripped)):
                 has_root = bool(m.group(1))
             elif (m := _TESTS_VERSION.match(stripped)):
@@ -231,17 +254,18 @@ def parse_nccl_log(text: str, source: str = "<log>", world_size: Optional[int] =
                 if has_root is None:  # the first complete row fixes the layout for cut-off rows
                     has_root = row.root is not None
             continue
-        if command is None and (m := _PERF_CMD.search(stripped)) and "_perf" in stripped:
+        if command is None and (name := _perf_name(stripped)) is not None:
             command = _strip_prompt(stripped)
-            collective = collective or m.group(2)
+            collective = collective or name
 
     if not rows:
-        raise NcclLogError(f"{source}: no nccl-tests data table found (expected rows like '   8   2  float  sum  -1  12.3  0.00  0.00  0 ...')")
+        raise NcclLogError("no nccl-tests data table found (expected rows like "
+                           "'   8   2  float  sum  -1  12.3  0.00  0.00  0 ...')", source)
 
     n, n_from = _world_size(source, rows, devices, nranks_info, file_nranks, world_size)
     rows = _drop_inconsistent(rows, n, skipped)
     if not rows:
-        raise NcclLogError(f"{source}: no data row has algbw = size/time and busbw = algbw*2(n-1)/n for n={n}")
+        raise NcclLogError(f"no data row has algbw = size/time and busbw = algbw*2(n-1)/n for n={n}", source)
     host_list = sorted({d.host for d in devices} | set(hosts))
     return NcclLog(
         source=source,
@@ -260,13 +284,56 @@ def parse_nccl_log(text: str, source: str = "<log>", world_size: Optional[int] =
     )
 
 
+def _device(line: str) -> Optional[Device]:
+    """The device of a "#  Rank  0 ... on HOST device N [BUS] NAME" line, else None."""
+    head = _DEVICE_HEAD.match(line)
+    if head is None:
+        return None
+    on = _DEVICE_ON.search(line, head.end())
+    if on is None:
+        return None
+    return Device(int(head.group(1)), on.group(1), int(on.group(2)), on.group(3), line[on.end():].strip())
+
+
+def _perf_name(line: str) -> Optional[str]:
+    """The benchmark a command line runs ("all_reduce_perf" in "./build/all_reduce_perf -b 8",
+    also of "all_reduce_perf_mpi"): the first word ending in _perf (or _perf_mpi) after at least
+    one other character; None when there is none."""
+    if "_perf" not in line:
+        return None
+    for word in _WORD.finditer(line):
+        w = word.group()
+        if w.endswith("_perf_mpi") and len(w) > len("_perf_mpi"):
+            return w[: -len("_mpi")]
+        if w.endswith("_perf") and len(w) > len("_perf"):
+            return w
+    return None
+
+
 def _strip_prompt(line: str) -> str:
-    """Drop a shell prompt ("user@host:~/dir# ", "$ ") in front of a command."""
-    m = re.match(r"^(?:\S+@\S+?[#$]\s*|[$#>]\s+)(.*)$", line)
-    return (m.group(1) if m else line).strip()
+    """Drop a shell prompt ("user@host:~/dir# ", "$ ") in front of a command.
+
+    A prompt is the first word up to the first '#' or '$' that follows its last '@' (by at
+    least one character, with one before the '@'), or a lone '$', '#' or '>'. Found with string
+    searches, not a regex whose two repeats around '@' backtrack over a long word."""
+    words = line.split(None, 1)
+    if not words:
+        return ""
+    first = words[0]
+    last_mark = max(first.rfind("#"), first.rfind("$"))
+    at = first.rfind("@", 1, last_mark - 1) if last_mark >= 3 else -1
+    if at != -1:
+        end = min(i for i in (first.find("#", at + 2), first.find("$", at + 2)) if i != -1)
+        return line[len(line) - len(line.lstrip()) + end + 1:].strip()
+    if first in ("$", "#", ">") and len(words) > 1:
+        return words[1].strip()
+    return line.strip()
 
 
 def _parse_row(lineno: int, toks: List[str], has_root: Optional[bool], skipped) -> Optional[NcclRow]:
+    if max(len(toks[0]), len(toks[1])) > MAX_DIGITS:
+        skipped.append((lineno, f"data row with a size or count of more than {MAX_DIGITS} digits"))
+        return None
     if len(toks) < 4:
         skipped.append((lineno, "cut-off data row (fewer than 4 columns)"))
         return None
@@ -358,16 +425,17 @@ def _world_size(source, rows, devices, nranks_info, file_nranks, given) -> Tuple
     elif ratio_n is not None:
         n, where = ratio_n, "busbw/algbw ratio"
     else:
-        raise NcclLogError(f"{source}: cannot determine the world size (no device list, no nranks, no NRANKS header); pass it explicitly")
+        raise NcclLogError("cannot determine the world size (no device list, no nranks, no NRANKS header); "
+                           "pass it explicitly", source)
     if n < 2:
-        raise NcclLogError(f"{source}: world size {n} (from {where}): an all-reduce needs >= 2 ranks")
+        raise NcclLogError(f"world size {n} (from {where}): an all-reduce needs >= 2 ranks", source)
     if ratio_n is not None and ratio_n != n:
         disc = _discriminating(rows)
         fits_ratio = sum(_consistent(r.size_bytes, r.out_of_place, ratio_n) for r in disc)
         fits_n = sum(_consistent(r.size_bytes, r.out_of_place, n) for r in disc)
         if fits_ratio > len(disc) / 2 and fits_n < len(disc) / 2:
             raise NcclLogError(
-                f"{source}: world size {n} (from {where}) contradicts the rows: busbw/algbw implies {ratio_n} ranks"
+                f"world size {n} (from {where}) contradicts the rows: busbw/algbw implies {ratio_n} ranks", source
             )
     return n, where
 
@@ -378,20 +446,22 @@ def load_nccl_log(path: str, world_size: Optional[int] = None) -> NcclLog:
         with open(path, encoding="utf-8", errors="replace") as fh:
             text = fh.read()
     except OSError as exc:
-        raise NcclLogError(f"{path}: cannot read log: {exc.strerror or exc}") from None
+        raise NcclLogError(f"cannot read log: {exc.strerror or exc}", str(path)) from None
     return parse_nccl_log(text, source=str(path), world_size=world_size)
 
 
 def check_allreduce(log: NcclLog) -> None:
     """Raise NcclLogError unless `log` is all-reduce output (busbw factor 2(n-1)/n applies)."""
     if log.collective and "all_reduce" not in log.collective:
-        raise NcclLogError(f"{log.source}: this is {log.collective} output; only all_reduce_perf logs calibrate an all-reduce")
+        raise NcclLogError(f"this is {log.collective} output; only all_reduce_perf logs calibrate an all-reduce",
+                           log.source)
     if any(r.redop == "none" for r in log.rows):
-        raise NcclLogError(f"{log.source}: rows have redop 'none' (not an all-reduce); only all_reduce_perf logs are supported")
+        raise NcclLogError("rows have redop 'none' (not an all-reduce); only all_reduce_perf logs are supported",
+                           log.source)
     # reduce_perf / broadcast_perf print a root >= 0 (all-reduce prints -1, old logs none); at
     # 2 ranks reduce's busbw = algbw equals all-reduce's 2(n-1)/n = 1, so the bandwidth
     # columns alone would let such a table through
     rooted = [r for r in log.rows if r.root is not None and r.root != -1]
     if rooted:
-        raise NcclLogError(f"{log.source}: line {rooted[0].line}: root {rooted[0].root} (an all-reduce prints -1): "
-                           "not all_reduce_perf output; only all_reduce_perf logs are supported")
+        raise NcclLogError(f"root {rooted[0].root} (an all-reduce prints -1): not all_reduce_perf output; "
+                           "only all_reduce_perf logs are supported", log.source, f"line {rooted[0].line}")

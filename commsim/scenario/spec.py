@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal, Optional, Tuple, Union
 
 if TYPE_CHECKING:  # the record lives with its fitting code; the spec only carries it
-    from commsim.calibration.model import Calibration
+    from commsim.calibration import Calibration
 
 GradDtype = Literal["fp32", "bf16", "fp16"]
 BYTES_PER_ELEMENT = {"fp32": 4, "bf16": 2, "fp16": 2}

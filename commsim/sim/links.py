@@ -13,7 +13,7 @@ from dataclasses import replace
 from functools import partial
 from typing import Iterable
 
-from commsim.calibration.model import Calibration, fitted_level_constants, measured_level_constants
+from commsim.calibration import Calibration, fitted_level_constants, measured_level_constants
 from commsim.network.fabric import Fabric
 from commsim.scenario.spec import Scenario, SlowLink
 from commsim.scenario.topology import cluster_fabric

@@ -115,8 +115,14 @@ def test_calibrate_output_and_provenance(tmp_path):
 
 def test_two_logs_two_levels(tmp_path):
     out = tmp_path / "cal.yaml"
-    run("calibrate", "--from-nccl-tests", DATA / "A100-SXM4-80GB-1node_8ranks_gh-notes-dkh.txt",
-        DATA / "GH200-Alps-2nodes-x4-NoOFIplugin-socket_8ranks_cscs-docs-nccl.txt", "-o", out)
+    logs = [DATA / "A100-SXM4-80GB-1node_8ranks_gh-notes-dkh.txt",
+            DATA / "GH200-Alps-2nodes-x4-NoOFIplugin-socket_8ranks_cscs-docs-nccl.txt"]
+    # two systems (A100, GH200): refused unless said to be one
+    r = run("calibrate", "--from-nccl-tests", *logs, "-o", out, ok=False)
+    assert r.exit_code == 2 and "come from different systems" in r.output and not out.exists()
+    from commsim.calibration.from_logs import calibration_from_nccl_logs
+
+    calib.save_calibration(calibration_from_nccl_logs([str(p) for p in logs], same_system=True)[0], out)
     cal = calib.load_calibration(out)
     assert cal.level_names == ("intra_node", "inter_node")
     # the default level of a two-level calibration is the slower, inter-node one

@@ -47,7 +47,7 @@ def test_compare_marks_the_fastest_and_skips_what_a_model_does_not_cover():
 
 
 def test_a_calibration_prices_the_ring_only():
-    from commsim.calibration.model import Calibration, Measurement, Provenance, fit_link
+    from commsim.calibration import Calibration, Measurement, Provenance, fit_link
 
     rows = [Measurement(2 ** k, 1e-5 + 2 ** k / 1e10, 4) for k in range(10, 24)]
     cal = Calibration((fit_link("intra_node", rows),), Provenance(backend="gloo", world_size=4))

@@ -14,7 +14,7 @@ from commsim.analysis.busbw_curve import (DEFAULT_SIZES, RESULTS_KEY, BusbwCurve
                                           collective_finish, predicted_busbw, results_field, stored_curves,
                                           sweep_curves)
 from commsim.analysis.sweep_table import ResultsError
-from commsim.collectives import get
+from commsim.collectives.kernels import REGISTRY
 from commsim.collectives.busbw import busbw
 from commsim.network.fabric import Fabric
 from commsim.scenario.spec import Cluster, Link
@@ -66,7 +66,7 @@ def test_other_algorithms_come_from_their_own_module(algorithm):
     sizes = [4096.0, 64e6]
     got = predicted_busbw(fabric, sizes, algorithm=algorithm)
     for s, b in zip(sizes, got):
-        t = float(np.max(get(algorithm).finish_times(fabric, np.zeros(16), s)))
+        t = float(np.max(REGISTRY[algorithm].plan("all_reduce", fabric.at_size(s), s).finish_times(np.zeros(16))))
         assert b == pytest.approx(busbw("all_reduce", s, t, 16), rel=1e-9)
     assert not np.allclose(got, predicted_busbw(fabric, sizes))
     assert collective_finish(fabric, 64e6, algorithm) == pytest.approx(busbw("all_reduce", 64e6, 1.0, 16) / got[1])

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from commsim import calibration as calib
-from commsim.calibration.model import Calibration, Measurement, Provenance, SizeRange, make_link
+from commsim.calibration import Calibration, Measurement, Provenance, SizeRange, make_link
 from commsim.sim.engine import simulate
 from commsim.scenario.spec import Jitter, SlowLink, SlowRank, Stall, Throttle
 from commsim.analysis.validation import (

@@ -215,3 +215,95 @@ def test_split_row_returns_root_and_cells():
     assert _split_row(toks, True) == (-1, toks[5:])
     assert _split_row(toks[:4] + toks[5:], False) == (None, toks[5:])
     assert _split_row(toks[:4] + ["x"], None) is None
+
+
+# --- linear-time parsing ---------------------------------------------------------------------
+
+# Lines that made a backtracking pattern retry every split of a long run: a word with no
+# blank (the command-line search was cubic in it), '@'s (the prompt), a long digit run in a
+# cell, long whitespace, many partial device entries, numbers past int()'s 4,300 digits.
+_ADVERSARIAL = """
+import json, sys, time
+from commsim.calibration.nccl_log import MAX_LINE_CHARS as L, parse_nccl_log
+base = open(sys.argv[1]).read()
+lines = ["x" * L, "@" * L, "a_perf" * (L // 6), "u@h" * (L // 4) + " all_reduce_perf", "a@" * (L // 2 - 20) + " x_perf",
+         "8 2 float sum -1 " + "1" * (L - 40) + "x 0 0 0", "8 2 float sum -1 1e" + "1" * (L - 40) + "x 0 0 0",
+         "1" * (L - 20) + " 2 float sum", "# Rank 0 " + "on h device 0 [" * (L // 16),
+         "#  Rank 0 on " + " " * (L - 40) + "h device 0 [0] X", "h:1:1 [0] NCCL INFO nranks " + "1" * (L - 40),
+         "# NRANKS: " + "1" * (L - 20), "# nccl-tests version 1 " + "nccl-library=" * (L // 14), " " * (L - 1) + "x",
+         "a" * (L - 30) + ":1:1 [0] NCCL INFO x", "ab_perf@#$ [] on device " * (L // 25)]
+times = []
+for line in lines:
+    assert len(line) <= L
+    t0 = time.perf_counter()
+    log = parse_nccl_log(line + "\\n" + base + "\\n" + line + "\\n", "adv")
+    times.append(time.perf_counter() - t0)
+    assert len(log.rows) == 25, len(log.rows)
+t0 = time.perf_counter()
+log = parse_nccl_log("x" * 100_000 + "\\n" + base, "long")
+times.append(time.perf_counter() - t0)
+print(json.dumps({"max_s": max(times), "notes": log.notes[:1]}))
+"""
+
+
+def test_long_and_adversarial_lines_parse_in_linear_time():
+    # a subprocess, so that a regression fails after the timeout instead of running for minutes
+    import json
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[3]
+    res = subprocess.run([sys.executable, "-c", _ADVERSARIAL, str(DATA / LOGS[-1].name)], cwd=root,
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr[-2000:]
+    out = json.loads(res.stdout)
+    assert out["max_s"] < 1.0  # a few ms each here; the cubic pattern took minutes on the 100,000-character line
+    assert out["notes"] == [[1, "line of 100000 characters skipped (longer than 10000; no nccl-tests line is)"]]
+
+
+def test_line_length_limit_is_exact():
+    from commsim.calibration.nccl_log import MAX_LINE_CHARS
+
+    assert MAX_LINE_CHARS == 10_000
+    padded = ROW_2M + " " * (MAX_LINE_CHARS - len(ROW_2M))
+    log = parse_nccl_log(HEADER + "\n".join([ROW_1M, padded, ROW_4M]) + "\n", "pad.log")
+    assert [r.size_bytes for r in log.rows] == [1048576, 2097152, 4194304] and not log.notes
+    log = parse_nccl_log(HEADER + "\n".join([ROW_1M, padded + " ", ROW_4M]) + "\n", "pad.log")
+    line = HEADER.count("\n") + 2
+    assert [r.size_bytes for r in log.rows] == [1048576, 4194304]
+    assert log.notes == ((line, f"line of {MAX_LINE_CHARS + 1} characters skipped (longer than 10000; no nccl-tests line is)"),)
+
+
+@pytest.mark.parametrize("line", [
+    "# NRANKS: " + "9" * 5000,
+    "# nccl-tests version 2.19.4 nccl-headers=21903 nccl-library=" + "9" * 5000,
+    "host1:1:1 [0] NCCL INFO comm 0x1 rank 0 nranks " + "9" * 5000 + " cudaDev 0",
+    "#  Rank " + "9" * 5000 + " Group 0 Pid 1 on host1 device 0 [0x07] GPU",
+    "#  Rank 0 Group 0 Pid 1 on host1 device " + "9" * 5000 + " [0x07] GPU",
+])
+def test_numbers_past_int_limits_are_not_read(line):
+    # int() refuses strings of more than 4,300 digits: such a number is no rank count or version
+    log = parse_nccl_log(HEADER + line + "\n" + ROW_1M + "\n", "big.log")
+    assert [r.size_bytes for r in log.rows] == [1048576]
+    assert log.nccl_version is None and [d.rank for d in log.devices] == [0, 1] and log.world_size == 2
+
+
+def test_data_rows_with_overlong_sizes_are_skipped_with_a_note():
+    big = ROW_2M.replace("2097152", "2" * 5000, 1)
+    log = parse_nccl_log(HEADER + "\n".join([ROW_1M, big, ROW_4M]) + "\n", "big.log")
+    assert [r.size_bytes for r in log.rows] == [1048576, 4194304]
+    assert any("size or count of more than 18 digits" in note for _, note in log.notes)
+
+
+@pytest.mark.parametrize("line,command,collective", [
+    ("root@dkh:~/nccl-tests# ./build/all_reduce_perf -b 8", "./build/all_reduce_perf -b 8", "all_reduce_perf"),
+    ("u@h:~$ mpirun -np 8 all_reduce_perf_mpi -b 8", "mpirun -np 8 all_reduce_perf_mpi -b 8", "all_reduce_perf"),
+    ("$ ./build/all_gather_perf -g 8", "./build/all_gather_perf -g 8", "all_gather_perf"),
+    ("> srun ./all_reduce_perf", "srun ./all_reduce_perf", "all_reduce_perf"),
+    ("a@b@c#d$e ./all_reduce_perf", "d$e ./all_reduce_perf", "all_reduce_perf"),  # the last @, the first # after it
+    ("x@#y ./all_reduce_perf", "x@#y ./all_reduce_perf", "all_reduce_perf"),
+    ("run foo_perfx then bar_perf", "run foo_perfx then bar_perf", "bar_perf"),
+])
+def test_command_lines_and_prompts(line, command, collective):
+    log = parse_nccl_log(line + "\n" + HEADER + ROW_1M + "\n", "cmd.log")
+    assert (log.command, log.collective) == (command, collective)

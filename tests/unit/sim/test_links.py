@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from commsim.calibration.model import (Calibration, Measurement, Provenance, fit_link, hop_time,
+from commsim.calibration import (Calibration, Measurement, Provenance, fit_link, hop_time,
                                        measured_level_constants)
 from commsim.network.fabric import PortScales
 from commsim.scenario.spec import SlowLink

@@ -1,27 +1,15 @@
-"""Tests for commsim.calibration.model: conventions, the alpha-beta fit, size ranges, prediction."""
+"""Tests for commsim.calibration.fit: the alpha-beta fit, size ranges, fit errors, and the
+refusal of sweeps whose sizes cannot determine the bandwidth."""
 
-import math
+import re
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from commsim import calibration as cal_mod
-from commsim.calibration import model as cal_model
-from commsim.calibration.model import (
-    Calibration,
-    CalibrationError,
-    Measurement,
-    Provenance,
-    algbw,
-    busbw,
-    fit_alpha_beta,
-    fit_link,
-    hop_time,
-    model_time,
-    predict_allreduce_time,
-)
+from commsim.calibration import CalibrationError, Measurement, fit_alpha_beta, fit_link, model_time
+from commsim.calibration.fit import MIN_BANDWIDTH_SHARE, balance_size, transfer_share
 
 SIZES = [8 * 2**k for k in range(28)]  # 8 B .. 1 GiB, an nccl-tests sweep
 
@@ -32,19 +20,6 @@ def synthetic(alpha, beta, n, sizes=SIZES, noise=None):
         times = times * noise
     return [Measurement(int(s), float(t), n) for s, t in zip(sizes, times)]
 
-
-def make_cal(levels):
-    return Calibration(tuple(levels), Provenance(backend="test", world_size=8))
-
-
-def test_nccl_tests_factors():
-    # A100 log row: 134217728 B in 1295.41 us -> algbw 103.61 GB/s, busbw 181.32 GB/s (n=8)
-    assert algbw(134217728, 1295.41e-6) / 1e9 == pytest.approx(103.61, abs=0.005)
-    assert busbw("all_reduce", 134217728, 1295.41e-6, 8) / 1e9 == pytest.approx(181.32, abs=0.005)
-    # two ranks: busbw equals algbw; one rank: no traffic
-    assert busbw("all_reduce", 1000, 1.0, 2) == algbw(1000, 1.0)
-    assert busbw("all_reduce", 1000, 1.0, 1) == 0.0
-    assert Measurement(134217728, 1295.41e-6, 8).busbw / 1e9 == pytest.approx(181.32, abs=0.005)
 
 
 def test_fit_recovers_exact_parameters():
@@ -143,84 +118,11 @@ def test_ranges_recover_piecewise_model():
     assert link.model_time(2**31, 64) == model_time(30e-6, 120e9, 2**31, 64)
 
 
-def test_predict_uses_table_inside_and_model_outside():
-    alpha, beta = 5e-6, 10e9
-    # a measured curve that wanders 0..20% off the model line: distinguishes the two paths
-    ms = [Measurement(m.size_bytes, m.time_s * (1.0 + 0.1 * (1 + math.sin(i))), 8)
-          for i, m in enumerate(synthetic(alpha, beta, 8, sizes=SIZES[:20]))]
-    link = fit_link("intra_node", ms)
-    cal = make_cal([link])
-    for m in ms:  # exactly the measured time at a measured size
-        assert predict_allreduce_time(cal, m.size_bytes, 8) == pytest.approx(m.time_s, rel=1e-12)
-    # between two measured sizes: busbw interpolated in log-size
-    s0, s1 = ms[10], ms[11]
-    mid = int(math.sqrt(s0.size_bytes * s1.size_bytes))
-    w = math.log(mid / s0.size_bytes) / math.log(s1.size_bytes / s0.size_bytes)
-    bw = (1 - w) * s0.busbw + w * s1.busbw
-    assert 0.4 < w < 0.6
-    assert predict_allreduce_time(cal, mid, 8) == pytest.approx(mid / (bw * 8 / 14), rel=1e-6)
-    # outside the table, or another world size: the fitted model
-    big = SIZES[25]
-    assert predict_allreduce_time(cal, big, 8) == link.model_time(big, 8)
-    assert predict_allreduce_time(cal, 4096, 16) == link.model_time(4096, 16)
-    assert predict_allreduce_time(cal, 4096, 1) == 0.0
-    assert predict_allreduce_time(cal, 0, 8) == 0.0
-    # and the two paths really differ here
-    assert predict_allreduce_time(cal, ms[5].size_bytes, 8) != link.model_time(ms[5].size_bytes, 8)
-
-
-def test_hop_time_times_steps_is_allreduce_time():
-    cal = make_cal([fit_link("flat", synthetic(5e-6, 10e9, 4))])
-    for size in (1000, 2**20, 2**31):
-        assert hop_time(cal, size, 4) * 6 == pytest.approx(predict_allreduce_time(cal, size, 4))
-
-
-def test_levels_and_default_level():
-    intra = fit_link("intra_node", synthetic(1e-6, 100e9, 8))
-    inter = fit_link("inter_node", synthetic(10e-6, 10e9, 16))
-    cal = make_cal([intra, inter])
-    assert cal_mod.default_level(cal) == "inter_node"
-    assert predict_allreduce_time(cal, 2**30, 8, "intra_node") < predict_allreduce_time(cal, 2**30, 8)
-    with pytest.raises(CalibrationError, match="no link level 'flat'"):
-        cal.level("flat")
-    with pytest.raises(ValueError, match="cannot be combined"):
-        make_cal([intra, fit_link("flat", synthetic(1e-6, 1e9, 2))])
-
-
 def test_duplicate_measurements_are_merged_by_median():
     ms = [Measurement(2**20, t, 4) for t in (1e-3, 2e-3, 9e-3)] + [Measurement(2**21, 3e-3, 4)]
     link = fit_link("flat", ms)
     assert [(m.size_bytes, m.time_s) for m in link.table] == [(2**20, 2e-3), (2**21, 3e-3)]
 
-
-def _log_links():
-    from pathlib import Path
-
-    from commsim.calibration.nccl_log import load_nccl_log
-
-    links = []
-    for p in sorted((Path(__file__).resolve().parents[2] / "data" / "nccl-tests").glob("*.txt")):
-        log = load_nccl_log(str(p))
-        links.append(fit_link("flat", [Measurement(s, t, log.world_size) for s, t in log.times()]))
-    return links
-
-
-LOG_LINKS = _log_links()
-
-
-@settings(max_examples=200, deadline=None)
-@given(
-    which=st.integers(0, len(LOG_LINKS) - 1),
-    size=st.floats(1.0, 1e11),
-    grow=st.floats(1.0, 100.0),
-    n=st.integers(2, 4096),
-    more=st.integers(0, 4096),
-)
-def test_model_is_monotone_in_size_and_ranks(which, size, grow, n, more):
-    """A larger message, or more ranks, never costs less: also across size-range boundaries."""
-    link = LOG_LINKS[which]
-    assert link.model_time(size * grow, n) >= link.model_time(size, n)
-    assert link.model_time(size, n + more) >= link.model_time(size, n)
 
 
 def test_fit_rejects_the_constant_time_log():
@@ -242,24 +144,60 @@ def test_fit_rejects_every_constant_time_sweep(sizes, t, n):
         fit_alpha_beta(sizes, [t] * len(sizes), n)
 
 
-def test_model_time_is_the_simulators_ring_formula(monkeypatch):
-    # one formula for the ring (commsim.network.costs), not a copy that could drift from it
-    from commsim.network import costs
-
-    assert cal_model.ring_allreduce_time is costs.ring_allreduce_time
-    for args in [(2e-6, 3e9, 2**20, 8), (0.0, 1e9, 8, 2), (1e-5, 5e10, 2**30, 1)]:
-        alpha, beta, size, n = args
-        assert model_time(*args) == costs.ring_allreduce_time(size, n, alpha, beta)
-    calls = []
-    monkeypatch.setattr(cal_model, "ring_allreduce_time", lambda *a: calls.append(a) or 1.0)
-    assert model_time(2e-6, 3e9, 1024, 4) == 1.0 and calls == [(1024.0, 4, 2e-6, 3e9)]
 
 
-def test_file_format_wrappers_without_callers_are_gone():
-    # the file format's home is commsim.calibration.file; the records module holds no wrappers
-    # (it would import the file module back), the package's public surface re-exports the file API
-    for name in ("dump_calibration", "calibration_to_dict", "calibration_from_dict", "load_calibration",
-                 "save_calibration", "utc_now_iso"):
-        assert not hasattr(cal_model, name)
-    for name in ("load_calibration", "save_calibration", "utc_now_iso"):
-        assert callable(getattr(cal_mod, name))
+# --- sweeps whose sizes cannot determine the bandwidth ----------------------------------------
+
+
+def test_latency_bound_sweep_is_refused_with_the_sizes_to_add():
+    # alpha 5 us, B 10 GB/s, 8 ranks: transfer equals latency at S = n alpha B = 400 kB
+    alpha, beta, n = 5e-6, 10e9, 8
+    assert balance_size(alpha, beta, n) == pytest.approx(400_000)
+    small = synthetic(alpha, beta, n, sizes=SIZES[:14])  # 8 B .. 64 KiB: 14% transfer at the top
+    with pytest.raises(CalibrationError) as exc:
+        fit_link("intra_node", small)
+    assert str(exc.value) == (
+        "level intra_node: sizes 8 to 65536 B cannot determine the bandwidth: the fitted transfer term is only "
+        "14.1% of the time at 65536 B (latency dominates; a fit needs >= 50% at some size); add sizes >= 524288 B, "
+        "where the fitted transfer term would equal the latency (a sweep up to 1 GB determines the bandwidth best)"
+    )
+    link = fit_link("intra_node", small + synthetic(alpha, beta, n, sizes=[524288]))  # as the message says
+    assert (link.alpha_s, link.beta_Bps) == (pytest.approx(alpha), pytest.approx(beta))
+
+
+def test_transfer_share_is_the_models_split():
+    alpha, beta, n = 2e-6, 4e9, 4
+    for size in (8, 4096, 2**20, 2**30):
+        t = model_time(alpha, beta, size, n)
+        assert transfer_share(alpha, beta, size, n) == pytest.approx((t - 2 * (n - 1) * alpha) / t)
+    assert transfer_share(alpha, beta, balance_size(alpha, beta, n), n) == pytest.approx(0.5)
+    assert MIN_BANDWIDTH_SHARE == 0.5
+
+
+@settings(max_examples=150, deadline=None)
+@given(alpha=st.floats(1e-7, 1e-3), beta=st.floats(1e8, 1e12), n=st.integers(2, 512), top=st.integers(4, 27))
+def test_refused_exactly_when_no_size_is_transfer_dominated(alpha, beta, n, top):
+    """Exact model data: refused iff the largest size's transfer share is under 50%; then the
+    suggested size, added, gives a fit that is accepted and recovers the parameters (where the
+    transfer term is under the times' rounding, the refusal says they do not grow)."""
+    sizes = SIZES[:top + 1]
+    ms = synthetic(alpha, beta, n, sizes=sizes)
+    share = transfer_share(alpha, beta, sizes[-1], n)
+    if abs(share - MIN_BANDWIDTH_SHARE) < 1e-6:
+        return  # on the boundary the fit's rounding decides
+    if share >= MIN_BANDWIDTH_SHARE:
+        fit_link("flat", ms)
+        return
+    with pytest.raises(CalibrationError, match="cannot determine the bandwidth|do not grow with size") as exc:
+        fit_link("flat", ms)
+    if share < 1e-5:  # below float rounding of the times: no slope at all
+        return
+    need = int(re.search(r"add sizes >= (\d+) B", str(exc.value)).group(1))
+    assert need >= balance_size(alpha, beta, n) * (1 - 1e-6) and need & (need - 1) == 0
+    link = fit_link("flat", ms + synthetic(alpha, beta, n, sizes=[need]))
+    assert link.beta_Bps == pytest.approx(beta, rel=1e-6)
+
+
+def test_constant_times_name_the_level_and_sizes():
+    with pytest.raises(CalibrationError, match=r"^level flat: sizes 8 to 32 B: all-reduce times do not grow with size"):
+        fit_link("flat", [Measurement(s, 1e-5, 2) for s in (8, 16, 32)])
