@@ -12,6 +12,8 @@ whatever the world size, so scenarios that differ only in scale see the same per
 
 from __future__ import annotations
 
+import sys
+
 from dataclasses import dataclass
 from typing import Dict, Tuple
 
@@ -36,7 +38,7 @@ def jitter_draws(rng: np.random.Generator, distribution: str, cv: float, size: i
     gamma: shape 1/cv^2, scale cv^2. exponential: 1 - cv + cv * Exp(1) (mean 1, sd cv;
     needs cv <= 1). normal: 1 + cv * Z, floored at NORMAL_JITTER_FLOOR.
     """
-    if cv * cv == 0.0:  # no spread (also a cv so small its square underflows)
+    if cv * cv < sys.float_info.min:  # no spread (also a cv whose square underflows to a subnormal: 1/cv^2 is inf)
         return np.ones(size)
     if distribution == "lognormal":
         sigma2 = np.log1p(cv * cv)

@@ -71,3 +71,11 @@ def test_throttle_twice_on_one_rank_is_rejected():
     sc = make_scenario(stragglers=[Throttle((1,), 1, 1, 0.5), Throttle((1,), 2, 2, 0.5)])
     with pytest.raises(ValueError, match="rank 1"):
         perturbations(sc)
+
+
+@pytest.mark.parametrize("distribution", ["lognormal", "gamma", "exponential", "normal"])
+@pytest.mark.parametrize("cv", [0.0, 1e-160, 4.384378151162787e-159, 1e-300])
+def test_a_cv_whose_square_underflows_draws_no_spread(distribution, cv):
+    # gamma's shape 1/cv^2 is inf once cv^2 is subnormal: the draws must be exactly 1, not NaN
+    draws = jitter_draws(np.random.default_rng(0), distribution, cv, 5)
+    assert draws.tolist() == [1.0] * 5
