@@ -1,18 +1,17 @@
-"""Tests for commsim.cli.validate: calibrate --from-nccl-tests and collective, end to end."""
+"""`commsim calibrate --from-nccl-tests` and `commsim collective --calibration`, end to end."""
 
 import json
 import subprocess
 import sys
 from pathlib import Path
 
-import click
 import numpy as np
 import pytest
 from click.testing import CliRunner
 
 from commsim import calibration as calib
 from commsim.benchsizes import parse_bench_size, parse_size_range
-from commsim.cli.validate import register
+from commsim.cli.main import main as cli
 from commsim.calibration.nccl_log import load_nccl_log
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "nccl-tests"
@@ -22,13 +21,6 @@ LOGS = sorted(DATA.glob("*.txt"))
 # smooth model follows. It is kept as a robustness case and excluded from the model-error target.
 NOISY = {"GH200-Alps-2nodes-x4-NoOFIplugin-socket_8ranks_cscs-docs-nccl.txt"}
 
-
-@click.group()
-def cli():
-    """Stand-in for commsim.cli.main:main."""
-
-
-register(cli)
 
 
 def run(*args, ok=True):
@@ -186,23 +178,10 @@ def test_log_without_table_is_rejected(tmp_path):
     assert not (tmp_path / "c.yaml").exists()
 
 
-def test_cli_module_does_not_import_torch():
-    code = "import commsim.cli.validate, sys; print('torch' in sys.modules, 'validate' in sys.modules)"
+def test_cli_does_not_import_torch():
+    code = "import commsim.cli.main, sys; print('torch' in sys.modules, 'validate' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["False", "False"]
-
-
-def test_failed_measurement_keeps_partial_results(tmp_path):
-    from commsim.cli.validate import _Failure, save_partial
-
-    class FakeLaunchError(RuntimeError):
-        partial = {0: [{"size_bytes": 8}], 1: []}
-
-    out = tmp_path / "cal.yaml"
-    with pytest.raises(_Failure, match=r"rank 1 hung.*saved to .*cal.yaml.partial.json"):
-        save_partial(str(out), FakeLaunchError("rank 1 hung: no progress for 5 s"))
-    saved = json.loads((tmp_path / "cal.yaml.partial.json").read_text())
-    assert saved["partial"] == {"0": [{"size_bytes": 8}], "1": []} and "rank 1 hung" in saved["error"]
 
 
 def test_nccl_table_header_is_all_reduce_perfs():
