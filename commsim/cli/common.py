@@ -100,6 +100,15 @@ def _silence_stdout() -> None:
         os.close(devnull)
 
 
+class _BrokenPipe(Exception):
+    """Carries a BrokenPipeError past click's own handler, which would turn any EPIPE (from a
+    socket as much as from stdout) into a silent exit 1."""
+
+    def __init__(self, error: BrokenPipeError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
 # click >= 8.2 raises this for a group called without a command (older versions print the help)
 _NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())
 
@@ -110,6 +119,12 @@ class Group(click.Group):
     Usage errors (a missing argument, ``--steps 0``, a directory given as a file) are one line
     like every other input error, not click's three lines; Ctrl-C is exit 130, not "Aborted!"
     and 1; a closed stdout ends quietly; anything unexpected propagates with its traceback."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError as exc:
+            raise _BrokenPipe(exc) from exc
 
     def main(self, args: Optional[Sequence[str]] = None, prog_name: Optional[str] = None,
              complete_var: Optional[str] = None, standalone_mode: bool = True, **extra):
@@ -140,9 +155,9 @@ class Group(click.Group):
             except click.Abort:  # click's name for Ctrl-C (KeyboardInterrupt) and EOF
                 click.echo(f"{PROG}: error: interrupted", err=True)
                 return EXIT_INTERRUPTED
-        except BrokenPipeError:
-            if not _stdout_closed():
-                raise  # a pipe other than stdout broke: not the reader going away
+        except (BrokenPipeError, _BrokenPipe) as exc:
+            if not _stdout_closed():  # a pipe other than stdout broke: not the reader going away
+                raise (exc.error if isinstance(exc, _BrokenPipe) else exc) from None
             _silence_stdout()
             return 0
 

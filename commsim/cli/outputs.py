@@ -100,13 +100,28 @@ def echo_to(stdout_taken: bool):
     return echo
 
 
+# Written to stdout in pieces: one large write() that a closed pipe cuts short is dropped
+# silently by Python's buffered writer, while a piece-wise write reports the broken pipe.
+STDOUT_CHUNK = 1 << 16
+
+
+def _write_stdout(text: str, what: str) -> None:
+    try:
+        for start in range(0, len(text), STDOUT_CHUNK):
+            sys.stdout.write(text[start:start + STDOUT_CHUNK])
+        sys.stdout.flush()
+    except BrokenPipeError:
+        raise  # the reader went away: the CLI ends quietly (commsim.cli.common.Group)
+    except OSError as exc:  # stdout redirected to a full disk, say
+        fail(f"cannot write {what} to stdout: {exc.strerror or exc}")
+
+
 def write_output(path: str, text: str, what: str) -> None:
     """Write an output file atomically, or `text` to stdout for ``-``; a write that fails
     (a full disk, a folder removed meanwhile) is one line naming the path, exit 2, and the
     file that was there is left as it was."""
     if is_stdout(path):
-        sys.stdout.write(text)
-        sys.stdout.flush()
+        _write_stdout(text, what)
         return
     try:
         atomic_write_text(path, text)
