@@ -118,3 +118,38 @@ def test_a_broken_pipe_elsewhere_is_not_silenced(monkeypatch):
     monkeypatch.setattr(engine, "simulate", broken)
     with pytest.raises(BrokenPipeError):
         run_cli(["run", SCENARIO, "-q", "--steps", "2"])
+
+
+def test_the_progress_bar_draws_on_the_terminal_of_stderr_not_in_stdouts_document(tmp_path):
+    """stderr a terminal, stdout a pipe carrying `--json -`: the bar shows on stderr and the
+    JSON on stdout is exactly the file's (rich's default console is stdout's)."""
+    import pty
+    import threading
+
+    args = ["run", "scenarios/scaling_1024.yaml", "--steps", "300", "--seed", "1"]  # over the bar's threshold
+    path = tmp_path / "s.json"
+    assert run_cli([*args, "-q", "--json", str(path)]) == 0
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "commsim.cli", *args, "--json", "-"], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=slave)
+    os.close(slave)
+    chunks = []
+
+    def read_terminal():
+        while True:
+            try:
+                data = os.read(master, 65536)
+            except OSError:  # the terminal's other end closed
+                break
+            if not data:
+                break
+            chunks.append(data)
+
+    reader = threading.Thread(target=read_terminal)
+    reader.start()
+    out, _ = proc.communicate(timeout=300)
+    reader.join(30)
+    os.close(master)
+    assert proc.returncode == 0
+    assert out == path.read_bytes()
+    assert b"simulating scenario" in b"".join(chunks)
