@@ -4,6 +4,10 @@ Every output option (``--json``, ``--csv``, ``--trace``, ``calibrate -o``) takes
 stdout. Then stdout carries that one document and nothing else: the command's report moves
 to stderr (:func:`report_stream`), and two options cannot both take ``-``.
 
+An output that names an existing device or pipe (``/dev/null``, ``/dev/stdout``, a FIFO) is
+written into, not replaced: an atomic write renames a new file over its path, which would
+turn ``/dev/null`` into a regular file for every process on the machine.
+
 A bad output path (a folder that does not exist or cannot be written, a directory named as
 the file, an unsupported plot suffix, no matplotlib) is reported before the simulation or
 measurement runs, not after it.
@@ -13,6 +17,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import stat
 import sys
 from typing import Mapping, Optional
 
@@ -30,12 +35,26 @@ def is_stdout(path: Optional[str]) -> bool:
     return path is not None and os.fspath(path) == STDOUT
 
 
+def is_stream(path: str) -> bool:
+    """Whether `path` (its symlinks followed) is an existing device, FIFO or socket: written
+    into, never replaced."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
+
+
 def check_output_path(path: str, option: str) -> None:
-    """Fail (exit 2, one line) unless `path` can be written: ``-``, or a file path whose
-    folder exists and is writable and which is not itself a directory."""
+    """Fail (exit 2, one line) unless `path` can be written: ``-``, a writable device or pipe,
+    or a file path whose folder exists and is writable and which is not itself a directory."""
     if is_stdout(path):
         return
     path = os.fspath(path)
+    if is_stream(path):
+        if not os.access(path, os.W_OK):
+            fail(f"{option} {path}: cannot write here: permission denied")
+        return
     if os.path.isdir(path):
         fail(f"{option} {path}: cannot write here: it is a directory (expected a file path)")
     folder = os.path.dirname(os.path.abspath(path))
@@ -117,13 +136,19 @@ def _write_stdout(text: str, what: str) -> None:
 
 
 def write_output(path: str, text: str, what: str) -> None:
-    """Write an output file atomically, or `text` to stdout for ``-``; a write that fails
-    (a full disk, a folder removed meanwhile) is one line naming the path, exit 2, and the
-    file that was there is left as it was."""
+    """Write an output file atomically (a device or pipe: into it), or `text` to stdout for
+    ``-``. A write that fails (a full disk, a folder removed meanwhile) is one line naming the
+    path, exit 2, and the file that was there is left as it was."""
     if is_stdout(path):
         _write_stdout(text, what)
         return
     try:
-        atomic_write_text(path, text)
+        if is_stream(path):
+            with open(path, "w", encoding="utf-8") as fh:
+                fh.write(text)
+        else:
+            atomic_write_text(path, text)
+    except BrokenPipeError:
+        raise  # a pipe's reader went away: the CLI ends quietly where that pipe is stdout
     except OSError as exc:
         fail(f"cannot write {what} to {path}: {exc.strerror or exc}")

@@ -41,7 +41,7 @@ def test_csv_and_trace_to_stdout(capsys):
     assert run_cli(["run", SCENARIO, "-q", "--steps", "3", "--csv", "-"]) == 0
     rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
     assert len(rows) == 3 and list(rows[0]) == ["step", "start_s", "end_s", "duration_s", "last_rank"]
-    assert run_cli(["run", SCENARIO, "-q", "--steps", "2", "--trace", "-", "--json", os.devnull]) == 0
+    assert run_cli(["run", SCENARIO, "-q", "--steps", "2", "--trace", "-"]) == 0
     assert "traceEvents" in json.loads(capsys.readouterr().out)
 
 
@@ -72,6 +72,31 @@ def test_collective_and_algorithms_json_to_stdout(tmp_path, capsys):
                     "--steps", "2", "--set", "model.parameters=1e8", "--json", "-"]) == 0
     out, err = capsys.readouterr()
     assert json.loads(out)["rows"][0]["algorithm"] == "ring" and "GPUs" in err
+
+
+def test_a_fifo_is_written_into_not_replaced(tmp_path, capsys):
+    fifo = tmp_path / "summary.fifo"
+    os.mkfifo(fifo)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # a reader, so that the writer's open returns
+    try:
+        assert run_cli(["run", SCENARIO, "-q", "--steps", "2", "--json", str(fifo)]) == 0
+        assert fifo.is_fifo()
+        data = os.read(reader, 1 << 20)
+    finally:
+        os.close(reader)
+    assert json.loads(data)["steps"] == 2
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="creating a device node needs root")
+def test_a_device_is_written_into_not_replaced(tmp_path):
+    """`--json /dev/null` must not turn the machine's /dev/null into a regular file (an atomic
+    write renames over its path); checked on a null device node of our own."""
+    import stat
+
+    null = tmp_path / "null"
+    os.mknod(null, stat.S_IFCHR | 0o666, os.makedev(1, 3))
+    assert run_cli(["run", SCENARIO, "-q", "--steps", "2", "--json", str(null), "--csv", str(tmp_path / "s.csv")]) == 0
+    assert stat.S_ISCHR(null.stat().st_mode) and (tmp_path / "s.csv").stat().st_size > 0
 
 
 def test_text_does_not_wrap_when_stdout_is_not_a_terminal():
