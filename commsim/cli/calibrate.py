@@ -19,6 +19,9 @@ from commsim.cli.outputs import check_outputs, echo_to, write_output
 from commsim.errors import InputError
 LEVEL_CHOICES = ("auto",) + calib.LEVELS
 SWEEP_MIN_SIZE = 8  # the measured sweep starts at 8 B (two floats), as all_reduce_perf -b 8
+# Each rank holds a few buffers of the largest size: far beyond any host's memory, a rank is
+# killed by the OOM killer mid-sweep (exit 3) instead of the option being refused up front.
+SWEEP_MAX_SIZE = 1 << 40
 
 
 def fit_lines(cal: "calib.Calibration") -> list:
@@ -93,11 +96,11 @@ def _measured(output, backend, nprocs, max_size, iters, warmup, compute_params, 
               help="Measure on this machine with torch.distributed (needs the validate extra).")
 @click.option("--nprocs", type=click.IntRange(min=2), default=2, show_default=True,
               help="Local processes to launch when measuring.")
-@click.option("--max-size", type=ByteSize(minimum=SWEEP_MIN_SIZE), default="64M", show_default=True,
+@click.option("--max-size", type=ByteSize(minimum=SWEEP_MIN_SIZE, maximum=SWEEP_MAX_SIZE), default="64M", show_default=True,
               help="Largest all-reduce size of the sweep (from 8 B, doubling); K/M/G are binary.")
 @click.option("--iters", type=click.IntRange(min=1), default=10, show_default=True, help="Timed iterations per size.")
 @click.option("--warmup", type=click.IntRange(min=0), default=3, show_default=True, help="Untimed warm-up iterations per size.")
-@click.option("--compute-params", type=ByteSize(), default="4M", show_default=True,
+@click.option("--compute-params", type=ByteSize(maximum=SWEEP_MAX_SIZE), default="4M", show_default=True,
               help="Parameters of the synthetic model timed for compute (0 to skip, else >= 2); K/M/G are binary.")
 @click.option("--timeout", "timeout_s", type=POSITIVE_SECONDS, default=300.0, show_default=True,
               help="Seconds before a hung or dead rank fails the run (exit 3).")

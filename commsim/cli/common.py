@@ -17,6 +17,7 @@ that escapes a command propagates, so a bug is never passed off as bad input. A 
 
 from __future__ import annotations
 
+import math
 import os
 import select
 import sys
@@ -177,8 +178,9 @@ class ByteSize(click.ParamType):
 
     name = "SIZE"
 
-    def __init__(self, minimum: int = 0) -> None:
+    def __init__(self, minimum: int = 0, maximum: Optional[int] = None) -> None:
         self.minimum = minimum
+        self.maximum = maximum
 
     def convert(self, value, param, ctx) -> int:
         if isinstance(value, int):
@@ -190,6 +192,8 @@ class ByteSize(click.ParamType):
                 self.fail(f"expected a size like 8, 64K, 16M or 1G, got {value!r} ({exc})", param, ctx)
         if size < self.minimum:
             self.fail(f"expected a size >= {self.minimum}, got {value!r}", param, ctx)
+        if self.maximum is not None and size > self.maximum:
+            self.fail(f"expected a size <= {self.maximum} ({self.maximum >> 30}G), got {value!r}", param, ctx)
         return size
 
 
@@ -219,8 +223,23 @@ def split_choices(text: str, option: str, choices: Sequence[str]) -> list:
     return items
 
 
+class Seconds(click.ParamType):
+    """A finite number of seconds > 0 (click's FloatRange lets nan and inf through)."""
+
+    name = "SECONDS"
+
+    def convert(self, value, param, ctx) -> float:
+        try:
+            seconds = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"expected a number of seconds, got {value!r}", param, ctx)
+        if not (math.isfinite(seconds) and seconds > 0):
+            self.fail(f"expected a finite number of seconds > 0, got {value!r}", param, ctx)
+        return seconds
+
+
 POSITIVE_INT = click.IntRange(min=1)
-POSITIVE_SECONDS = click.FloatRange(min=0, min_open=True)
+POSITIVE_SECONDS = Seconds()
 
 FORCE_HELP = ("Run a scenario even when its estimated memory or work exceeds the loader's limit "
               "(see the README's limits).")
