@@ -165,3 +165,21 @@ def test_ctrl_c_of_a_simulation_is_exit_130_without_a_traceback(tmp_path):
     assert "Traceback" not in stderr and "Aborted" not in stderr
     assert stderr.strip().splitlines() == ["commsim: error: interrupted"]
     assert not out.exists()
+
+
+def test_a_missing_torch_is_one_line_with_an_install_command_that_works_from_a_clone(monkeypatch, tmp_path, capsys):
+    import importlib
+
+    import commsim.cli.jobs as jobs
+
+    real = importlib.import_module
+
+    def no_torch(name, *args):
+        if name.startswith("validate."):
+            raise ModuleNotFoundError("No module named 'torch'")
+        return real(name, *args)
+
+    monkeypatch.setattr(jobs.importlib, "import_module", no_torch)
+    assert calibrate(tmp_path) == 2
+    line = one_line(capsys)
+    assert "pip install -e '.[validate]'" in line and "repository root" in line and "commsim[validate]" not in line
