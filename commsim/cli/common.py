@@ -17,6 +17,7 @@ that escapes a command propagates, so a bug is never passed off as bad input. A 
 
 from __future__ import annotations
 
+import errno
 import math
 import os
 import select
@@ -101,6 +102,29 @@ def _silence_stdout() -> None:
         os.close(devnull)
 
 
+_DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
+def _is_full_stdout(exc: OSError) -> bool:
+    """Whether `exc` is a write to stdout failing for want of space (``> /dev/full``, a full
+    disk): an error a file path would name, and the CLI's own files name theirs."""
+    if exc.errno not in _DISK_FULL or exc.filename is not None:
+        return False
+    try:
+        return not os.isatty(sys.__stdout__.fileno())
+    except (AttributeError, OSError, ValueError):
+        return False
+
+
+def _flush_stdout() -> None:
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        raise
+    except OSError as exc:  # stdout redirected to a full disk, say
+        fail(f"cannot write to stdout: {exc.strerror or exc}")
+
+
 class _BrokenPipe(Exception):
     """Carries a BrokenPipeError past click's own handler, which would turn any EPIPE (from a
     socket as much as from stdout) into a silent exit 1."""
@@ -126,6 +150,10 @@ class Group(click.Group):
             return super().invoke(ctx)
         except BrokenPipeError as exc:
             raise _BrokenPipe(exc) from exc
+        except OSError as exc:
+            if _is_full_stdout(exc):
+                fail(f"cannot write to stdout: {exc.strerror or exc}")
+            raise
 
     def main(self, args: Optional[Sequence[str]] = None, prog_name: Optional[str] = None,
              complete_var: Optional[str] = None, standalone_mode: bool = True, **extra):
@@ -139,7 +167,7 @@ class Group(click.Group):
             try:
                 rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
                 code = rv if isinstance(rv, int) else 0  # click returns ctx.exit(n)'s n here
-                sys.stdout.flush()  # a closed pipe shows here, not at interpreter exit
+                _flush_stdout()  # a closed pipe or a full disk shows here, not at interpreter exit
                 return code
             except _NO_ARGS_IS_HELP as exc:  # plain `commsim`: the help, not an error
                 click.echo(exc.ctx.get_help())

@@ -178,3 +178,12 @@ def test_the_progress_bar_draws_on_the_terminal_of_stderr_not_in_stdouts_documen
     assert proc.returncode == 0
     assert out == path.read_bytes()
     assert b"simulating scenario" in b"".join(chunks)
+
+
+def test_a_full_stdout_is_one_line_exit_2():
+    """`commsim ... > /dev/full`: the report cannot be written; one line, no traceback."""
+    with open("/dev/full", "w") as full:
+        r = subprocess.run([sys.executable, "-m", "commsim.cli", "collective", "scenarios/dgx_h100_scaling.yaml",
+                            "--sizes", "8:64"], cwd=ROOT, stdout=full, stderr=subprocess.PIPE, text=True)
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines() == ["commsim: error: cannot write to stdout: No space left on device"]
