@@ -1,6 +1,7 @@
 """Wall time of `commsim run` on the example scenarios, start-up included (issue 2, section 8).
 
-Runs each command N times in a fresh process and reports min / median. Usage:
+Runs each command N times (default 5) in a fresh process, as `python -m commsim.cli` from
+this checkout, and reports min / median. Usage:
 
     python benchmarks/cli_speed.py [--repeat 5]
 """
@@ -8,11 +9,13 @@ Runs each command N times in a fresh process and reports min / median. Usage:
 from __future__ import annotations
 
 import argparse
-import shutil
 import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
 
 COMMANDS = [
     ["run", "scenarios/32gpu_throttle.yaml", "-q"],
@@ -24,14 +27,17 @@ COMMANDS = [
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--repeat", type=int, default=5, help="runs of each command (the median is of these)")
     a = ap.parse_args()
-    exe = shutil.which("commsim") or sys.exit("commsim is not installed (pip install -e .)")
+    if a.repeat < 1:
+        ap.error(f"--repeat: expected a positive count, got {a.repeat}")
+    # this checkout's CLI (the `commsim` script on PATH may be another installation's)
+    exe = [sys.executable, "-m", "commsim.cli"]
     for cmd in COMMANDS:
         walls = []
         for _ in range(a.repeat):
             t = time.perf_counter()
-            subprocess.run([exe, *cmd], check=True)
+            subprocess.run([*exe, *cmd], check=True, cwd=ROOT)
             walls.append(time.perf_counter() - t)
         print(f"commsim {' '.join(cmd)}: min {min(walls):.3f} s, median {statistics.median(walls):.3f} s over {a.repeat}")
 

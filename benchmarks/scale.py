@@ -8,25 +8,36 @@ The per-chunk SimPy reference (commsim.sim.reference) is O(n^2) events per all-r
 timed on the same scenario cut to a few buckets and one step, and compared per
 rank x bucket x step. Usage:
 
-    python benchmarks/scale.py [--sizes 32,1024,4096,16384] [--json benchmarks/scale.json]
+    python benchmarks/scale.py [--sizes 32,1024,4096,16384] [--json out/scale.json]
+
+The results go to out/scale.json (ignored by git) unless --json names another file; a file
+git tracks (docs/measurements/scale.json, the README's figures) is replaced only with
+--update-committed, so that a rerun never overwrites the committed measurement by accident.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import resource
 import subprocess
 import sys
 import time
+from pathlib import Path
 
-import numpy as np
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # measure this checkout's commsim, not an installed one
 
-from commsim.network.costs import ddp_buckets
-from commsim.sim.engine import simulate
-from commsim.sim.reference import ReferenceModel
-from commsim.scenario.spec import DDP, Cluster, Compute, Jitter, Link, Model, Scenario, Throttle
+import numpy as np  # noqa: E402
+
+from commsim.network.costs import ddp_buckets  # noqa: E402
+from commsim.sim.engine import simulate  # noqa: E402
+from commsim.sim.reference import ReferenceModel  # noqa: E402
+from commsim.scenario.spec import DDP, Cluster, Compute, Jitter, Link, Model, Scenario, Throttle  # noqa: E402
+
+DEFAULT_JSON = ROOT / "out" / "scale.json"
 
 GPUS_PER_NODE = 8
 
@@ -95,16 +106,43 @@ def run_child(*args) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def tracked_by_git(path: Path) -> bool:
+    """Whether git tracks `path` (False outside a git checkout or without git)."""
+    try:
+        r = subprocess.run(["git", "ls-files", "--error-unmatch", str(path)], cwd=ROOT,
+                           capture_output=True, text=True)
+    except OSError:
+        return False
+    return r.returncode == 0
+
+
+def output_path(json_arg, update_committed: bool) -> Path:
+    """Where the results go; refuses (before measuring) a committed file without --update-committed."""
+    path = Path(json_arg) if json_arg else DEFAULT_JSON
+    if path.exists() and not update_committed and tracked_by_git(path):
+        sys.exit(f"scale.py: error: --json {path}: a file git tracks (a committed measurement); "
+                 f"pass --update-committed to replace it, or write elsewhere (default {DEFAULT_JSON})")
+    if not path.parent.is_dir():
+        if path == DEFAULT_JSON:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        else:
+            sys.exit(f"scale.py: error: --json {path}: the folder {path.parent} does not exist")
+    return path
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--sizes", default="32,1024,4096,16384")
+    ap.add_argument("--sizes", default="32,1024,4096,16384", help="rank counts timed with the engine")
     ap.add_argument("--reference", default="32:8,256:4,1024:2", help="ranks:buckets pairs timed with the reference")
-    ap.add_argument("--json", default=None, help="also write the results here")
+    ap.add_argument("--json", default=None, help=f"write the results here (default: {DEFAULT_JSON.relative_to(ROOT)})")
+    ap.add_argument("--update-committed", action="store_true",
+                    help="allow --json to replace a file git tracks (docs/measurements/scale.json)")
     ap.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child:
         child(a.child[0], int(a.child[1]), int(a.child[2]))
         return
+    json_path = output_path(a.json, a.update_committed)  # before the minutes of measuring
     sizes = [int(s) for s in a.sizes.split(",")]
     print(f"machine: {platform.machine()} {platform.processor() or ''} python {platform.python_version()} numpy {np.__version__}")
     print(f"{'ranks':>7} {'buckets':>7} {'steps':>5} {'wall s':>8} {'peak MB':>8} {'units/s':>12}")
@@ -131,10 +169,10 @@ def main() -> None:
         print(f"reference {n} ranks x {b} buckets x 1 step: {r['reference_wall_s']:.2f} s "
               f"({r['reference_units_per_s']:.3e} units/s); engine/reference per unit: {speed}; "
               f"max rel diff {r['max_rel_diff']:.1e}")
-    if a.json:
-        from commsim.output.run_files import atomic_write_text
+    from commsim.atomic import atomic_write_text
 
-        atomic_write_text(a.json, json.dumps({"engine": engine, "slope": slope, "reference": refs}, indent=2) + "\n")
+    atomic_write_text(json_path, json.dumps({"engine": engine, "slope": slope, "reference": refs}, indent=2) + "\n")
+    print(f"wrote {os.path.relpath(json_path)}")
 
 
 if __name__ == "__main__":

@@ -58,6 +58,12 @@ def atomic_write_bytes(path: Union[str, os.PathLike], data: bytes) -> None:
         existing: Optional[os.stat_result] = os.stat(target)
     except FileNotFoundError:
         existing = None
+    if existing is not None and not (stat.S_ISREG(existing.st_mode) or stat.S_ISDIR(existing.st_mode)):
+        # A device, FIFO or socket (/dev/null, /dev/stdout, a named pipe): write into it. A rename
+        # over it would replace the device node with a regular file (as root, /dev/null itself).
+        with open(target, "wb") as fh:
+            fh.write(data)
+        return
     remove_stale_temps(folder, base)
     fd, tmp = _create_locked_temp(folder, base)
     try:

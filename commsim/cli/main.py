@@ -1,7 +1,8 @@
 """The `commsim` command line: parse, call the library, print, return an exit code.
 
-Bad input (scenario, overrides, output paths) exits with code 2 and one line on stderr,
-never a traceback.
+The exit codes are those of :mod:`commsim.cli.common` (listed in ``commsim --help``): bad
+input is exit 2 with one line on stderr, never a traceback; an unexpected error is a bug and
+shows as one.
 """
 
 from __future__ import annotations
@@ -12,12 +13,25 @@ from typing import Optional, Sequence
 import click
 
 from commsim import __version__
-from commsim.errors import InputError
+from commsim.cli.common import FORCE_HELP, POSITIVE_INT, command, group, load_or_fail
+from commsim.cli.outputs import check_outputs, check_plot_output, write_output
+from commsim.errors import EXIT_INPUT, EXIT_INTERRUPTED, EXIT_RUN_FAILED
 
-from commsim.cli.common import fail, load_or_fail, positive_int, write_output
+EXIT_CODES_HELP = f"""\b
+Exit codes:
+  0    done
+  1    an unexpected error: a bug, shown with its traceback (also: validate --numerics
+       when a check fails)
+  {EXIT_INPUT}    bad input: a file, key, option or output path (one line on stderr)
+  {EXIT_RUN_FAILED}    the job failed at run time: a rank died or hung (validate, calibrate --backend)
+  {EXIT_INTERRUPTED}  interrupted (Ctrl-C, SIGTERM); what was measured or finished is kept
+
+\b
+Output options (--json, --csv, --trace, calibrate -o) take '-' for stdout; the report
+then goes to stderr."""
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@group(context_settings={"help_option_names": ["-h", "--help"]}, epilog=EXIT_CODES_HELP)
 @click.version_option(__version__, prog_name="commsim")
 def main() -> None:
     """commsim: predict how synchronous data-parallel training scales.
@@ -34,38 +48,47 @@ SET_HELP = (
 )
 
 
-@main.command()
+@command("run")
 @click.argument("scenario", type=click.Path(dir_okay=False))
-@click.option("--steps", type=int, callback=positive_int, help="Number of steps (overrides the scenario's `steps`).")
+@click.option("--steps", type=POSITIVE_INT, help="Number of steps (overrides the scenario's `steps`).")
 @click.option("--seed", type=int, help="Random seed (overrides the scenario's `seed`).")
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help=SET_HELP)
 @click.option("--calibration", type=click.Path(dir_okay=False),
               help="Price the ring from this calibration (commsim calibrate) instead of the nominal links.")
-@click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Write the summary as JSON here.")
-@click.option("--csv", "csv_path", type=click.Path(dir_okay=False), help="Write one row per step as CSV here.")
-@click.option("--trace", "trace_path", type=click.Path(dir_okay=False),
-              help="Write a Chrome/Perfetto trace (per-rank stall, compute, wait, optimizer) here.")
-@click.option("--trace-ranks", type=int, default=64, show_default=True, callback=positive_int,
+@click.option("--json", "json_path", type=click.Path(dir_okay=False, allow_dash=True),
+              help="Write the summary as JSON here ('-': stdout).")
+@click.option("--csv", "csv_path", type=click.Path(dir_okay=False, allow_dash=True),
+              help="Write one row per step as CSV here ('-': stdout).")
+@click.option("--trace", "trace_path", type=click.Path(dir_okay=False, allow_dash=True),
+              help="Write a Chrome/Perfetto trace (per-rank stall, compute, wait, optimizer) here ('-': stdout).")
+@click.option("--trace-ranks", type=POSITIVE_INT, default=64, show_default=True,
               help="Ranks included in the trace (the first N).")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False),
               help="Plot step time per step and each rank's waiting time (.png, .svg or .pdf; needs the plot extra).")
+@click.option("--force", is_flag=True, help=FORCE_HELP)
 @click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors.")
-def run(scenario, steps, seed, overrides, calibration, json_path, csv_path, trace_path, trace_ranks, plot_path, quiet):
+def run(scenario, steps, seed, overrides, calibration, json_path, csv_path, trace_path, trace_ranks, plot_path,
+        force, quiet):
     """Simulate SCENARIO and print the predicted step time and its breakdown.
 
     \b
     Prints step time mean/p50/p95/p99/max, compute, exposed communication and straggler
     cost, throughput, scaling efficiency and the ranks most often last. --json writes the
     same summary (field list in README.md), --csv one row per step
-    (step, start_s, end_s, duration_s, last_rank).
+    (step, start_s, end_s, duration_s, last_rank). With an output on stdout ('-'), the
+    summary goes to stderr.
     """
     from commsim.sim.engine import simulate
     from commsim.output.run_files import chrome_trace, steps_csv, summary_json
     from commsim.output.progress import step_progress
     from commsim.analysis.report import late_ranks, summarize
-    from commsim.output.text import print_summary
+    from commsim.output.text import print_summary, text_console
 
-    sc = load_or_fail(scenario, overrides, steps, seed, calibration)
+    # every output is checked before the simulation runs, not after
+    if plot_path:
+        check_plot_output(plot_path)
+    stdout_taken = check_outputs({"--json": json_path, "--csv": csv_path, "--trace": trace_path, "--plot": plot_path})
+    sc = load_or_fail(scenario, overrides, steps, seed, calibration, force=force)
     with step_progress(sc, enabled=not quiet) as on_step:
         result = simulate(sc, on_step=on_step("scenario"))
         baseline = simulate(sc.without_stragglers(), on_step=on_step("baseline"))
@@ -79,40 +102,28 @@ def run(scenario, steps, seed, overrides, calibration, json_path, csv_path, trac
     if plot_path:
         from commsim.output.plots import plot_run
 
-        try:
-            plot_run(result, summary, plot_path, baseline=baseline)
-        except InputError as exc:  # PlotError: no matplotlib, bad suffix, unwritable path
-            fail(str(exc))
+        plot_run(result, summary, plot_path, baseline=baseline)  # a PlotError is an InputError: one line, exit 2
     if not quiet:
-        print_summary(sc, summary)
+        print_summary(sc, summary, text_console(stderr=stdout_taken))
+
+
+main.add_command(run)
 
 
 def _register_subcommands() -> None:
     """Commands that live in their own modules (each imports its heavy dependencies lazily)."""
-    from commsim.cli.algorithms import register as register_collectives
-    from commsim.cli.sweep import register as register_sweep
-    from commsim.cli.validate import register as register_validate
+    from commsim.cli import algorithms, calibrate, collective, sweep, validate
 
-    register_sweep(main)
-    register_collectives(main)
-    register_validate(main)
+    for module in (sweep, algorithms, calibrate, collective, validate):
+        module.register(main)
 
 
 _register_subcommands()
 
 
 def run_cli(argv: Optional[Sequence[str]] = None) -> int:
-    """Entry point for tests: run the CLI and return its exit code."""
-    try:
-        main.main(args=list(argv) if argv is not None else None, prog_name="commsim", standalone_mode=False)
-    except click.exceptions.Exit as exc:
-        return exc.exit_code
-    except click.ClickException as exc:
-        exc.show()
-        return exc.exit_code
-    except click.exceptions.Abort:
-        return 1
-    return 0
+    """Entry point for tests: run the CLI as `commsim ARGV...` and return its exit code."""
+    return main.main(args=list(argv) if argv is not None else None, prog_name="commsim", standalone_mode=False)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -21,11 +21,14 @@ def step_progress(scenario: Scenario, enabled: bool = True):
     if not (enabled and sys.stderr.isatty() and work >= PROGRESS_THRESHOLD):
         yield lambda label: None
         return
+    from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
+    # On stderr, the stream whose terminal was checked: rich's default console is stdout's,
+    # which may carry a document (`--json -`) that the bar must not touch.
     with Progress(
         TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-        transient=True, console=None,
+        transient=True, console=Console(stderr=True),
     ) as bar:
         def factory(label: str):
             task = bar.add_task(f"simulating {label}", total=scenario.steps)

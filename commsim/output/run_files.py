@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 from typing import Any, Dict
 
 import numpy as np
@@ -20,6 +21,25 @@ from commsim.sim.engine import RunResult
 def summary_json(summary: Dict[str, Any]) -> str:
     """Canonical JSON text of a summary: stable key order, so equal runs give identical bytes."""
     return json.dumps(summary, indent=2, sort_keys=True) + "\n"
+
+
+def json_safe(obj: Any) -> Any:
+    """`obj` made strict JSON: inf/nan become the strings "inf"/"nan", numpy scalars Python
+    numbers, tuples lists."""
+    if isinstance(obj, dict):
+        return {k: json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_safe(v) for v in obj]
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return str(obj)
+    if hasattr(obj, "item") and not isinstance(obj, (str, bytes)):
+        return json_safe(obj.item())
+    return obj
+
+
+def json_text(obj: Any) -> str:
+    """Strict JSON text of a report or table (:func:`json_safe`), keys in the order given."""
+    return json.dumps(json_safe(obj), indent=2, sort_keys=False, allow_nan=False) + "\n"
 
 
 def step_last_rank(late: np.ndarray) -> np.ndarray:

@@ -1,8 +1,13 @@
-"""The human-readable summary `commsim run` prints."""
+"""The human-readable text the commands print: `commsim run`'s summary and the side-by-side
+algorithm table of `commsim collective SCENARIO --algorithm LIST`.
+
+Text never wraps when it does not go to a terminal: rich would otherwise wrap at 80 columns
+in a pipe or a file, splitting numbers from their units ("1,060.07" / "ms") and breaking grep.
+"""
 
 from __future__ import annotations
 
-from typing import Any, Dict
+from typing import Any, Dict, Sequence
 
 from rich.console import Console
 from rich.table import Table
@@ -11,13 +16,27 @@ from commsim.network.costs import ring_traffic_bytes
 from commsim.scenario.spec import Scenario
 
 
+# Width given to a console that is not a terminal: wide enough that no line of ours wraps
+# (rich tables do not stretch to it: they take their content's width).
+UNWRAPPED_WIDTH = 10_000
+
+
+def text_console(stderr: bool = False) -> Console:
+    """A rich console on stdout (or stderr) that wraps at the terminal's width on a terminal
+    and never wraps elsewhere (a pipe, a file)."""
+    console = Console(highlight=False, stderr=stderr)
+    if not console.is_terminal:
+        console.width = UNWRAPPED_WIDTH
+    return console
+
+
 def _ms(seconds: float) -> str:
     return f"{seconds * 1e3:,.2f} ms"
 
 
 def print_summary(sc: Scenario, s: Dict[str, Any], console: Console | None = None) -> None:
     """Print the summary of one run (the dict of :func:`commsim.analysis.report.summarize`)."""
-    console = console or Console(highlight=False)
+    console = console or text_console()
     c = sc.cluster
     console.print(
         f"[bold]{s['scenario']}[/bold]: {s['world_size']} GPUs ({c.nodes} nodes x {c.gpus_per_node}), "
@@ -52,3 +71,18 @@ def print_summary(sc: Scenario, s: Dict[str, Any], console: Console | None = Non
         console.print(f"late ranks (share of collectives): {who}")
     else:
         console.print("late ranks: none (no rank later than the ring's own skew)")
+
+
+def format_algorithm_table(head: str, names: Sequence[str], rows: Sequence[Dict[str, Any]]) -> str:
+    """Several algorithms side by side: per size, each one's time (us) and busbw (GB/s), '*'
+    on the fastest all-reduce of the size. `rows` as
+    :func:`commsim.analysis.collective_table.algorithm_rows` gives them (sizes outermost, the
+    algorithms in `names` order)."""
+    lines = [head, "#       size  " + "  ".join(f"{n[:18]:>22s}" for n in names),
+             "#        (B)  " + "  ".join(f"{'time us  busbw GB/s':>22s}" for _ in names)]
+    for i in range(0, len(rows), len(names)):
+        group = rows[i:i + len(names)]
+        cells = [f"{r['time_us']:10.1f} {r['busbw_GBps']:9.2f}{'*' if r['fastest'] else ' '}" for r in group]
+        lines.append(f"{group[0]['size_bytes']:12d}  " + "  ".join(f"{c:>22s}" for c in cells))
+    lines.append("# * fastest all-reduce for the size")
+    return "\n".join(lines)

@@ -181,7 +181,7 @@ def iter_dask(todo: Sequence[Point], client=None, address: Optional[str] = None)
     except ImportError:
         raise SweepError(
             "--dask-scheduler", None,
-            "needs dask.distributed, which is not installed (pip install 'commsim[sweep]')",
+            "needs dask.distributed, which is not installed (from the repository root: pip install -e '.[sweep]')",
         ) from None
     own_client = client is None
     if own_client:

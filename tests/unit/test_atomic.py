@@ -215,3 +215,22 @@ def test_concurrent_writers_of_one_file_never_take_each_others_temporary(tmp_pat
     lines = set(out.read_text().splitlines())
     assert len(lines) == 1  # one whole write, never a mix
     assert temps(tmp_path) == []
+
+
+def test_a_device_or_fifo_is_written_into_not_replaced(tmp_path):
+    # as root a rename over /dev/null would turn the device into a regular file
+    import stat
+    import threading
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    got = []
+    reader = threading.Thread(target=lambda: got.append(open(fifo, "rb").read()))
+    reader.start()
+    atomic_write_bytes(fifo, b"through the pipe")
+    reader.join(timeout=10)
+    assert got == [b"through the pipe"] and stat.S_ISFIFO(os.stat(fifo).st_mode)
+    link = tmp_path / "null"
+    link.symlink_to("/dev/null")
+    atomic_write_text(link, "gone")
+    assert stat.S_ISCHR(os.stat("/dev/null").st_mode) and link.is_symlink()

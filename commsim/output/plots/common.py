@@ -45,7 +45,7 @@ class PlotError(InputError):
 
 def require_matplotlib(source: str) -> None:
     if matplotlib is None:
-        raise PlotError(source, "plotting needs matplotlib, which is not installed (pip install 'commsim[plot]')")
+        raise PlotError(source, "plotting needs matplotlib, which is not installed (from the repository root: pip install -e '.[plot]')")
 
 
 def _writable_folder(folder: Path, source: str) -> None:

@@ -1,18 +1,17 @@
-"""Tests for commsim.cli.validate: calibrate --from-nccl-tests and collective, end to end."""
+"""`commsim calibrate --from-nccl-tests` and `commsim collective --calibration`, end to end."""
 
 import json
 import subprocess
 import sys
 from pathlib import Path
 
-import click
 import numpy as np
 import pytest
 from click.testing import CliRunner
 
 from commsim import calibration as calib
 from commsim.benchsizes import parse_bench_size, parse_size_range
-from commsim.cli.validate import register
+from commsim.cli.main import main as cli
 from commsim.calibration.nccl_log import load_nccl_log
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "nccl-tests"
@@ -22,13 +21,6 @@ LOGS = sorted(DATA.glob("*.txt"))
 # smooth model follows. It is kept as a robustness case and excluded from the model-error target.
 NOISY = {"GH200-Alps-2nodes-x4-NoOFIplugin-socket_8ranks_cscs-docs-nccl.txt"}
 
-
-@click.group()
-def cli():
-    """Stand-in for commsim.cli.main:main."""
-
-
-register(cli)
 
 
 def run(*args, ok=True):
@@ -120,9 +112,7 @@ def test_two_logs_two_levels(tmp_path):
     # two systems (A100, GH200): refused unless said to be one
     r = run("calibrate", "--from-nccl-tests", *logs, "-o", out, ok=False)
     assert r.exit_code == 2 and "come from different systems" in r.output and not out.exists()
-    from commsim.calibration.from_logs import calibration_from_nccl_logs
-
-    calib.save_calibration(calibration_from_nccl_logs([str(p) for p in logs], same_system=True)[0], out)
+    run("calibrate", "--from-nccl-tests", *logs, "--same-system", "-o", out)
     cal = calib.load_calibration(out)
     assert cal.level_names == ("intra_node", "inter_node")
     # the default level of a two-level calibration is the slower, inter-node one
@@ -192,23 +182,10 @@ def test_log_without_table_is_rejected(tmp_path):
     assert not (tmp_path / "c.yaml").exists()
 
 
-def test_cli_module_does_not_import_torch():
-    code = "import commsim.cli.validate, sys; print('torch' in sys.modules, 'validate' in sys.modules)"
+def test_cli_does_not_import_torch():
+    code = "import commsim.cli.main, sys; print('torch' in sys.modules, 'validate' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["False", "False"]
-
-
-def test_failed_measurement_keeps_partial_results(tmp_path):
-    from commsim.cli.validate import _Failure, save_partial
-
-    class FakeLaunchError(RuntimeError):
-        partial = {0: [{"size_bytes": 8}], 1: []}
-
-    out = tmp_path / "cal.yaml"
-    with pytest.raises(_Failure, match=r"rank 1 hung.*saved to .*cal.yaml.partial.json"):
-        save_partial(str(out), FakeLaunchError("rank 1 hung: no progress for 5 s"))
-    saved = json.loads((tmp_path / "cal.yaml.partial.json").read_text())
-    assert saved["partial"] == {"0": [{"size_bytes": 8}], "1": []} and "rank 1 hung" in saved["error"]
 
 
 def test_nccl_table_header_is_all_reduce_perfs():
@@ -221,3 +198,12 @@ def test_nccl_table_header_is_all_reduce_perfs():
                        "     time   algbw   busbw #wrong")
     assert full[0].endswith("out-of-place                       in-place")
     assert [time_cell(x) for x in (12.345, 123.45, 12345.6)] == ["  12.35", "  123.5", "  12346"]
+
+
+def test_collective_says_when_it_extrapolates(tmp_path):
+    out = tmp_path / "cal.yaml"
+    run("calibrate", "--from-nccl-tests", DATA / "A100-SXM4-80GB-1node_8ranks_gh-notes-dkh.txt", "-o", out)
+    within = run("collective", "--calibration", out, "--ranks", "8", "--sizes", "1M:4M")
+    assert "extrapolating" not in within.output
+    beyond = run("collective", "--calibration", out, "--ranks", "64", "--sizes", "1M:4M")
+    assert "# extrapolating: 64 ranks is 8 x the largest calibrated world size 8" in beyond.output

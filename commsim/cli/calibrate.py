@@ -1,0 +1,145 @@
+"""`commsim calibrate`: write a calibration file from nccl-tests logs or by measuring this machine.
+
+Thin wrapper over :func:`commsim.calibration.from_logs.calibration_from_nccl_logs` and
+``validate.calibrate.measure_calibration`` (torch, imported inside the command). A problem
+with the data names its source: the logs it came from, or the output being calibrated.
+Wire into the main group with ``register(main)``.
+"""
+
+from __future__ import annotations
+
+from typing import NoReturn, Sequence
+
+import click
+
+from commsim import calibration as calib
+from commsim.cli.common import POSITIVE_SECONDS, ByteSize, command, fail
+from commsim.cli.jobs import check_backend, command_line, import_validate, launched_job
+from commsim.cli.outputs import check_outputs, echo_to, write_output
+from commsim.errors import InputError
+LEVEL_CHOICES = ("auto",) + calib.LEVELS
+SWEEP_MIN_SIZE = 8  # the measured sweep starts at 8 B (two floats), as all_reduce_perf -b 8
+# Each rank holds a few buffers of the largest size: far beyond any host's memory, a rank is
+# killed by the OOM killer mid-sweep (exit 3) instead of the option being refused up front.
+SWEEP_MAX_SIZE = 1 << 40
+
+
+def fit_lines(cal: "calib.Calibration") -> list:
+    """What `commsim calibrate` prints about each level's fit."""
+    lines = []
+    for lv in cal.levels:
+        fe = lv.fit_error
+        ns = sorted({m.world_size for m in lv.table})
+        err = "n/a (no size >= 1 MiB)" if fe.points == 0 else f"median {fe.median_pct:.1f}%, max {fe.max_pct:.1f}%"
+        line = "n/a" if lv.line_fit_error.points == 0 else f"median {lv.line_fit_error.median_pct:.1f}%"
+        lines.append(
+            f"{lv.level}: alpha = {lv.alpha_s * 1e6:.3f} us/step, beta = {lv.beta_Bps / 1e9:.3f} GB/s "
+            f"(one line over the sweep; busbw error >= 1 MiB {line}); {len(lv.table)} sizes at n = {','.join(map(str, ns))}"
+        )
+        for r in lv.ranges:
+            lines.append(f"  size range >= {r.min_size_bytes} B: alpha = {r.alpha_s * 1e6:.3f} us, "
+                         f"beta = {r.beta_Bps / 1e9:.3f} GB/s")
+        lines.append(f"  model (size ranges) busbw error >= 1 MiB: {err}")
+    return lines
+
+
+def _fail_naming(exc: InputError, sources: Sequence[str]) -> NoReturn:
+    """Fail with `exc`'s message, prefixed with `sources` unless it already names one of them
+    (a fit's "times do not grow with size" names no file by itself)."""
+    text = str(exc)
+    if any(text.startswith(s) for s in sources):
+        fail(text)
+    fail(f"{', '.join(sources)}: {text}")
+
+
+def _from_logs(logs, level, ranks, in_place, same_system=False):
+    from commsim.calibration.from_logs import calibration_from_nccl_logs
+
+    if not logs:
+        fail("--from-nccl-tests: no nccl-tests log given (expected LOG [LOG ...] before -o)")
+    try:
+        cal, parsed = calibration_from_nccl_logs(list(logs), level, ranks, in_place, command_line(),
+                                                 same_system=same_system)
+    except InputError as exc:
+        _fail_naming(exc, list(logs))
+    notes = []
+    for path, log, lv in parsed:
+        extra = f", {len(log.notes)} note(s)" if log.notes else ""
+        notes.append(f"{path}: {len(log.rows)} rows, n = {log.world_size} (from {log.world_size_from}), level {lv}{extra}")
+    return cal, notes
+
+
+def _measured(output, backend, nprocs, max_size, iters, warmup, compute_params, level, timeout_s, echo):
+    check_backend(backend, nprocs)
+    measure = import_validate("calibrate").measure_calibration
+    with launched_job(output):
+        try:
+            return measure(backend=backend, nprocs=nprocs, max_size=max_size, iters=iters, warmup=warmup,
+                           compute_params=compute_params, level=None if level == "auto" else level,
+                           timeout_s=timeout_s, command=command_line(), echo=echo)
+        except InputError as exc:  # the measured data cannot be fitted: name what was calibrated
+            _fail_naming(exc, [f"{output} (measured with {backend}, {nprocs} ranks)"])
+
+
+@command("calibrate")
+@click.argument("logs", nargs=-1, type=click.Path(dir_okay=False))
+@click.option("--from-nccl-tests", "from_nccl", is_flag=True,
+              help="Fit from nccl-tests all_reduce_perf logs (the LOG arguments) instead of measuring.")
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False, allow_dash=True),
+              help="Calibration YAML to write ('-': stdout, the report then goes to stderr).")
+@click.option("--level", type=click.Choice(LEVEL_CHOICES), default="auto", show_default=True,
+              help="Link level of the measurements; auto: one host intra_node, several inter_node "
+                   "(host names, else the node count of a '# NRANKS: N (K nodes ...)' header), unknown flat.")
+@click.option("--ranks", type=click.IntRange(min=2), default=None,
+              help="World size of the logs, when their headers do not say.")
+@click.option("--in-place", is_flag=True, help="Use the in-place columns of the logs (default: out-of-place).")
+@click.option("--same-system", is_flag=True,
+              help="Fit logs whose GPU models or ranks per node differ as one system (refused without it).")
+@click.option("--backend", type=click.Choice(["gloo", "nccl"]), default=None,
+              help="Measure on this machine with torch.distributed (needs the validate extra).")
+@click.option("--nprocs", type=click.IntRange(min=2), default=2, show_default=True,
+              help="Local processes to launch when measuring.")
+@click.option("--max-size", type=ByteSize(minimum=SWEEP_MIN_SIZE, maximum=SWEEP_MAX_SIZE), default="64M", show_default=True,
+              help="Largest all-reduce size of the sweep (from 8 B, doubling); K/M/G are binary.")
+@click.option("--iters", type=click.IntRange(min=1), default=10, show_default=True, help="Timed iterations per size.")
+@click.option("--warmup", type=click.IntRange(min=0), default=3, show_default=True, help="Untimed warm-up iterations per size.")
+@click.option("--compute-params", type=ByteSize(maximum=SWEEP_MAX_SIZE), default="4M", show_default=True,
+              help="Parameters of the synthetic model timed for compute (0 to skip, else >= 2); K/M/G are binary.")
+@click.option("--timeout", "timeout_s", type=POSITIVE_SECONDS, default=300.0, show_default=True,
+              help="Seconds before a hung or dead rank fails the run (exit 3).")
+def calibrate_cmd(logs, from_nccl, output, level, ranks, in_place, same_system, backend, nprocs, max_size, iters,
+                  warmup, compute_params, timeout_s):
+    """Write a calibration file: fit alpha/beta per link level and keep the measured table.
+
+    \b
+    From published or local nccl-tests output:
+      commsim calibrate --from-nccl-tests LOG [LOG ...] -o CAL.yaml
+    Measuring this machine (launches NPROCS local processes):
+      commsim calibrate --backend gloo --nprocs 2 --max-size 16M -o CAL.yaml
+    A rank that dies or hangs exits 3, Ctrl-C exits 130; both keep the measurements taken
+    so far in CAL.yaml.partial.json.
+    """
+    from commsim.calibration.file import dump_calibration
+
+    if from_nccl == (backend is not None):
+        raise click.UsageError("give either --from-nccl-tests LOG [LOG ...] or --backend gloo|nccl")
+    if not from_nccl and logs:
+        raise click.UsageError("LOG arguments are only read with --from-nccl-tests")
+    if compute_params == 1:
+        raise click.BadParameter("expected 0 (skip the compute timing) or >= 2 parameters, got 1",
+                                 param_hint="--compute-params")
+    stdout_taken = check_outputs({"-o": output})  # before reading or measuring anything
+    echo = echo_to(stdout_taken)
+    if from_nccl:
+        cal, notes = _from_logs(logs, level, ranks, in_place, same_system)
+    else:
+        notes = []
+        cal = _measured(output, backend, nprocs, max_size, iters, warmup, compute_params, level, timeout_s, echo)
+    write_output(output, dump_calibration(cal), "the calibration")
+    for line in notes + fit_lines(cal) + ([] if stdout_taken else [f"wrote {output}"]):
+        echo(line)
+
+
+def register(group: click.Group) -> None:
+    """Add `calibrate` to the main CLI group."""
+    group.add_command(calibrate_cmd)

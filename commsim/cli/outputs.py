@@ -1,0 +1,139 @@
+"""Output files of the commands: checked before any work, written atomically, ``-`` for stdout.
+
+Every output option (``--json``, ``--csv``, ``--trace``, ``calibrate -o``) takes ``-`` for
+stdout. Then stdout carries that one document and nothing else: the command's report moves
+to stderr (:func:`report_stream`), and two options cannot both take ``-``.
+
+An output that names an existing device or pipe (``/dev/null``, ``/dev/stdout``, a FIFO) is
+written into, not replaced: an atomic write renames a new file over its path, which would
+turn ``/dev/null`` into a regular file for every process on the machine.
+
+A bad output path (a folder that does not exist or cannot be written, a directory named as
+the file, an unsupported plot suffix, no matplotlib) is reported before the simulation or
+measurement runs, not after it.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+from typing import Mapping, Optional
+
+import click
+
+from commsim.atomic import atomic_write_text
+from commsim.cli.common import fail
+
+STDOUT = "-"
+
+
+def is_stdout(path: Optional[str]) -> bool:
+    """Whether an output option names stdout (``-``)."""
+    return path is not None and os.fspath(path) == STDOUT
+
+
+def is_stream(path: str) -> bool:
+    """Whether `path` (its symlinks followed) is an existing device, FIFO or socket: written
+    into, never replaced."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
+
+
+def check_output_path(path: str, option: str) -> None:
+    """Fail (exit 2, one line) unless `path` can be written: ``-``, a writable device or pipe,
+    or a file path whose folder exists and is writable and which is not itself a directory."""
+    if is_stdout(path):
+        return
+    path = os.fspath(path)
+    if is_stream(path):
+        if not os.access(path, os.W_OK):
+            fail(f"{option} {path}: cannot write here: permission denied")
+        return
+    if os.path.isdir(path):
+        fail(f"{option} {path}: cannot write here: it is a directory (expected a file path)")
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        what = "is not a directory" if os.path.exists(folder) else "does not exist"
+        fail(f"{option} {path}: cannot write here: the folder {folder} {what}")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        fail(f"{option} {path}: cannot write here: the folder {folder} is not writable")
+
+
+def check_outputs(outputs: Mapping[str, Optional[str]]) -> bool:
+    """Check every given output (option name -> path or None) before any work.
+
+    Returns True when one of them is ``-`` (stdout is taken: print the report to stderr).
+    Two outputs cannot share a path, and at most one can be stdout."""
+    given = {opt: os.fspath(p) for opt, p in outputs.items() if p is not None}
+    to_stdout = [opt for opt, p in given.items() if p == STDOUT]
+    if len(to_stdout) > 1:
+        fail(f"{' and '.join(to_stdout)} both name stdout ('-'): give at most one of them '-'")
+    seen = {}
+    for opt, path in given.items():
+        if path == STDOUT:
+            continue
+        key = os.path.realpath(path)
+        if key in seen:
+            fail(f"{seen[key]} and {opt} both name {path}: give each output its own file")
+        seen[key] = opt
+        check_output_path(path, opt)
+    return bool(to_stdout)
+
+
+def check_plot_output(path: str, option: str = "--plot") -> None:
+    """Fail before any work unless a figure can be written to `path`: a writable file path
+    with a .png/.svg/.pdf suffix, and matplotlib (the plot extra) installed."""
+    if is_stdout(path):
+        fail(f"{option} -: a figure cannot go to stdout; give a .png, .svg or .pdf file path")
+    check_output_path(path, option)
+    from commsim.output.plots import check_plot_target
+
+    check_plot_target(path)  # matplotlib, suffix, a folder it can write in: a PlotError (exit 2)
+
+
+def report_stream(stdout_taken: bool):
+    """Where a command's human-readable report goes: stdout, or stderr when an output took it."""
+    return sys.stderr if stdout_taken else sys.stdout
+
+
+def echo_to(stdout_taken: bool):
+    """``click.echo`` onto the report stream (see :func:`report_stream`)."""
+    def echo(message: str = "") -> None:
+        click.echo(message, err=stdout_taken)
+
+    return echo
+
+
+# Written to stdout in pieces: one large write() that a closed pipe cuts short is dropped
+# silently by Python's buffered writer, while a piece-wise write reports the broken pipe.
+STDOUT_CHUNK = 1 << 16
+
+
+def _write_stdout(text: str, what: str) -> None:
+    try:
+        for start in range(0, len(text), STDOUT_CHUNK):
+            sys.stdout.write(text[start:start + STDOUT_CHUNK])
+        sys.stdout.flush()
+    except BrokenPipeError:
+        raise  # the reader went away: the CLI ends quietly (commsim.cli.common.Group)
+    except OSError as exc:  # stdout redirected to a full disk, say
+        fail(f"cannot write {what} to stdout: {exc.strerror or exc}")
+
+
+def write_output(path: str, text: str, what: str) -> None:
+    """Write an output file atomically (a device or pipe: into it), or `text` to stdout for
+    ``-``. A write that fails (a full disk, a folder removed meanwhile) is one line naming the
+    path, exit 2, and the file that was there is left as it was."""
+    if is_stdout(path):
+        _write_stdout(text, what)
+        return
+    try:
+        atomic_write_text(path, text)  # a device or pipe is written into, not replaced
+    except BrokenPipeError:
+        raise  # a pipe's reader went away: the CLI ends quietly where that pipe is stdout
+    except OSError as exc:
+        fail(f"cannot write {what} to {path}: {exc.strerror or exc}")
