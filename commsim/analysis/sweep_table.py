@@ -37,6 +37,17 @@ class ResultsError(InputError):
         super().__init__(source, path, message)
 
 
+def read_json_document(path: Path, expected: str) -> Any:
+    """The JSON document in `path`; an unreadable file or invalid JSON is a ResultsError saying
+    what was `expected` ("the results.json of commsim sweep")."""
+    try:
+        return json.loads(Path(path).read_text())
+    except OSError as exc:
+        raise ResultsError(str(path), f"cannot read {expected}: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise ResultsError(str(path), f"expected {expected}, got invalid JSON ({exc})") from None
+
+
 # ---------------------------------------------------------------------------------------
 # Values: labels and numeric order
 # ---------------------------------------------------------------------------------------
@@ -165,12 +176,7 @@ class SweepTable:
 
     @classmethod
     def load(cls, path: Path) -> "SweepTable":
-        try:
-            doc = json.loads(Path(path).read_text())
-        except OSError as exc:
-            raise ResultsError(str(path), f"cannot read: {exc.strerror or exc}") from None
-        except ValueError as exc:
-            raise ResultsError(str(path), f"expected the results.json of commsim sweep, got invalid JSON ({exc})") from None
+        doc = read_json_document(path, "the results.json of commsim sweep")
         if not isinstance(doc, dict) or "rows" not in doc:
             raise ResultsError(str(path), "expected the results.json of commsim sweep (with rows), got something else")
         return cls(doc, str(path))

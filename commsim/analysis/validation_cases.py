@@ -8,14 +8,13 @@ not as text, which puts 100MB before 1MB.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, List, Mapping, Optional, Sequence
 
 import numpy as np
 
-from commsim.analysis.sweep_table import ResultsError, natural_key
+from commsim.analysis.sweep_table import ResultsError, natural_key, read_json_document
 
 
 def _dig(doc: Mapping[str, Any], dotted: str) -> Optional[float]:
@@ -58,12 +57,7 @@ def load_cases(files: Sequence[Path]) -> List[ValidationCase]:
     stem appended), ordered by :func:`natural_key` of the name."""
     cases: List[ValidationCase] = []
     for f in files:
-        try:
-            doc = json.loads(Path(f).read_text())
-        except OSError as exc:
-            raise ResultsError(str(f), f"cannot read validate JSON: {exc.strerror or exc}") from None
-        except ValueError as exc:
-            raise ResultsError(str(f), f"expected commsim validate JSON, got invalid JSON ({exc})") from None
+        doc = read_json_document(f, "commsim validate JSON")
         if not is_validation(doc):
             raise ResultsError(str(f), "expected commsim validate JSON with measured.step_time_s.mean and "
                                        "predicted.step_time_s.mean")
