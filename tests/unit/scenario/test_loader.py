@@ -327,10 +327,10 @@ def test_unreadable_file_by_mode(tmp_path):
 def test_unreadable_file(tmp_path, monkeypatch):
     path = write(tmp_path, FULL_YAML)
 
-    def deny(self):
+    def deny(*args, **kwargs):
         raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr(Path, "read_bytes", deny)
+    monkeypatch.setattr("commsim.yamlio.os.open", deny)
     with pytest.raises(ScenarioError) as err:
         load_document(path)
     assert_message(str(err.value), f"{path}: cannot read the file: permission denied")
