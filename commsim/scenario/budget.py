@@ -43,7 +43,8 @@ halving-doubling, hierarchical, FSDP, an NCCL model, 10,000 buckets, a throttle 
 rank); a deterministic run's fraction of a second of one-off setup is not modeled.
 
 A scenario whose estimate exceeds :data:`MAX_MEMORY_BYTES` (or the memory the machine has
-available, ``MemAvailable`` in /proc/meminfo) or :data:`MAX_SECONDS` is refused by
+available: ``MemAvailable`` in /proc/meminfo, or a container's memory cgroup headroom if lower)
+or :data:`MAX_SECONDS` is refused by
 :func:`check` with one line naming the estimate and the key to change;
 ``load_scenario(..., force=True)`` (``--force``) skips the check.
 """
@@ -189,16 +190,42 @@ def estimate(scenario: spec.Scenario) -> Estimate:
     return Estimate(memory, seconds, steps, n, c, simulated, common)
 
 
-def available_memory(meminfo: str = "/proc/meminfo") -> Optional[int]:
-    """Bytes of memory available to a new process (``MemAvailable``), or None where unknown."""
+def _read_int(path: str) -> Optional[int]:
+    try:
+        with open(path, encoding="ascii") as handle:
+            text = handle.read().strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return int(text) if text.isdigit() else None  # cgroup v2 writes "max" for no limit
+
+
+def _cgroup_headroom(cgroup: str) -> Optional[int]:
+    """Bytes the memory cgroup (a container's limit) still allows, or None where it sets none."""
+    for limit_file, usage_file in (("memory.max", "memory.current"),  # cgroup v2
+                                   ("memory/memory.limit_in_bytes", "memory/memory.usage_in_bytes")):  # v1
+        limit = _read_int(f"{cgroup}/{limit_file}")
+        usage = _read_int(f"{cgroup}/{usage_file}")
+        if limit is not None and usage is not None:
+            return max(limit - usage, 0)
+    return None
+
+
+def available_memory(meminfo: str = "/proc/meminfo", cgroup: str = "/sys/fs/cgroup") -> Optional[int]:
+    """Bytes of memory available to a new process, or None where unknown: the kernel's
+    ``MemAvailable``, or less when a memory cgroup (a container's limit) allows less."""
+    found = []
     try:
         with open(meminfo, encoding="ascii") as handle:
             for line in handle:
                 if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024  # the kernel writes kB (KiB)
+                    found.append(int(line.split()[1]) * 1024)  # the kernel writes kB (KiB)
+                    break
     except (OSError, ValueError, IndexError, UnicodeDecodeError):
         pass
-    return None
+    headroom = _cgroup_headroom(cgroup)
+    if headroom is not None:
+        found.append(headroom)
+    return min(found) if found else None
 
 
 def _bytes_text(value: float) -> str:

@@ -188,11 +188,32 @@ def test_available_memory_is_the_limit_when_lower():
 
 def test_available_memory_from_meminfo(tmp_path):
     meminfo = tmp_path / "meminfo"
+    no_cgroup = str(tmp_path / "no-cgroup")
     meminfo.write_text("MemTotal:       32000000 kB\nMemFree:         1000000 kB\nMemAvailable:   23744504 kB\n")
-    assert available_memory(str(meminfo)) == 23744504 * 1024
+    assert available_memory(str(meminfo), no_cgroup) == 23744504 * 1024
     meminfo.write_text("MemTotal:       32000000 kB\n")  # kernels before 3.14 have no MemAvailable
-    assert available_memory(str(meminfo)) is None
-    assert available_memory(str(tmp_path / "missing")) is None
+    assert available_memory(str(meminfo), no_cgroup) is None
+    assert available_memory(str(tmp_path / "missing"), no_cgroup) is None
+
+
+@pytest.mark.parametrize(
+    "files, headroom",
+    [
+        ({"memory.max": "8589934592\n", "memory.current": "2147483648\n"}, 6 * 1024**3),  # cgroup v2
+        ({"memory.max": "max\n", "memory.current": "2147483648\n"}, None),  # v2, no limit
+        ({"memory/memory.limit_in_bytes": "4294967296\n", "memory/memory.usage_in_bytes": "1073741824\n"},
+         3 * 1024**3),  # cgroup v1
+    ],
+)
+def test_a_container_limit_lowers_the_available_memory(tmp_path, files, headroom):
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemAvailable:   23744504 kB\n")
+    cgroup = tmp_path / "cgroup"
+    for name, text in files.items():
+        (cgroup / name).parent.mkdir(parents=True, exist_ok=True)
+        (cgroup / name).write_text(text)
+    expected = 23744504 * 1024 if headroom is None else headroom
+    assert available_memory(str(meminfo), str(cgroup)) == expected
 
 
 def write(tmp_path, doc, name="big.yaml") -> Path:
