@@ -99,8 +99,10 @@ COSTS: Dict[str, Tuple[float, float, bool]] = {
 }
 COSTS["reduce_scatter"] = COSTS["all_gather"] = COSTS["ring"]  # half a ring (closed form)
 
-# What counts as large for each key, to name the one to change.
+# What counts as large for each key, to name the one to change, and which way to change it
+# (fewer buckets take a larger bucket_cap).
 _TYPICAL = {"steps": 1000, "cluster.nodes": 1024, "ddp.bucket_cap": 1000}
+_ADVICE = {"steps": "lower steps", "cluster.nodes": "lower cluster.nodes", "ddp.bucket_cap": "raise ddp.bucket_cap"}
 
 
 class BudgetError(ScenarioError):
@@ -261,7 +263,7 @@ def check(
         raise BudgetError(
             source, key,
             f"the run needs about {_bytes_text(est.memory_bytes)} of memory ({shape}), more than {limit_text}; "
-            f"lower {key}, or pass --force to run it anyway",
+            f"{_ADVICE[key]}, or pass --force to run it anyway",
         )
     if est.seconds > MAX_SECONDS:
         key = est.key(memory=False)
@@ -269,6 +271,6 @@ def check(
             source, key,
             f"the run would take about {_seconds_text(est.seconds)} ({est.simulated_steps:,} steps simulated x "
             f"{est.ranks:,} ranks, {est.collectives:,} {est.algorithm} collectives per step), more than the "
-            f"{_seconds_text(MAX_SECONDS)} limit; lower {key}, or pass --force to run it anyway",
+            f"{_seconds_text(MAX_SECONDS)} limit; {_ADVICE[key]}, or pass --force to run it anyway",
         )
     return est

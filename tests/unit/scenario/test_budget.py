@@ -164,6 +164,7 @@ def test_tiny_buckets():
     # 400 MB of gradients in 400 B buckets (after a 1 MB first one): a million all-reduces per step
     err = refusal(scenario(ddp__bucket_cap="400 B"))
     assert err.path == "ddp.bucket_cap" and "997,501 collectives per step" in str(err)
+    assert str(err).endswith("raise ddp.bucket_cap, or pass --force to run it anyway")
 
 
 def test_tiny_buckets_over_few_steps_are_refused_on_time():
