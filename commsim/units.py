@@ -109,12 +109,17 @@ _KINDS = {
 
 # A decimal number (underscores between digits allowed, as in Python and YAML), then an optional
 # unit that starts with something that cannot continue the number.
+# Digits are ASCII 0-9 only: Python's \d (and Decimal) also read full-width and other Unicode
+# digits, so "２" would be 2.
 _QUANTITY = re.compile(
     r"""^\s*
-    (?P<number>[+-]?(?:\d(?:_?\d)*(?:\.(?:\d(?:_?\d)*)?)?|\.\d(?:_?\d)*)(?:[eE][+-]?\d+)?)
-    \s*(?P<unit>[^\s\d.+\-_].*?)?\s*$""",
+    (?P<number>[+-]?(?:[0-9](?:_?[0-9])*(?:\.(?:[0-9](?:_?[0-9])*)?)?|\.[0-9](?:_?[0-9])*)(?:[eE][+-]?[0-9]+)?)
+    \s*(?P<unit>[^\s0-9.+\-_].*?)?\s*$""",
     re.VERBOSE,
 )
+
+# Python refuses to print (or parse) integers of more digits than this (sys.int_info).
+_MAX_INT_DIGITS = 4300
 
 # Counts above this are surely a typo, and numpy cannot hold them.
 MAX_COUNT = 2**63 - 1
@@ -129,6 +134,9 @@ def describe(value: object) -> str:
     short.maxlevel = 2
     if value is None:
         return "null"
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 3 * _MAX_INT_DIGITS:
+        # repr() of such an integer raises ValueError (Python's int-to-text digit limit)
+        return f"an integer of about {int(value.bit_length() * math.log10(2)) + 1:,} digits"
     if isinstance(value, bool):
         return f"{str(value).lower()} (a boolean)"
     if isinstance(value, dict):
@@ -138,6 +146,13 @@ def describe(value: object) -> str:
     if isinstance(value, (str, int, float)):
         return short.repr(value)
     return f"{short.repr(value)} (a {type(value).__name__})"
+
+
+def _digit_hint(value: object) -> str:
+    """' (digits must be ASCII 0-9)' for text with a full-width or other non-ASCII digit."""
+    if isinstance(value, str) and any(ch.isdigit() and not ch.isascii() for ch in value):
+        return " (digits must be ASCII 0-9)"
+    return ""
 
 
 def _unit_kind(unit: str) -> Optional[str]:
@@ -159,11 +174,21 @@ def _to_decimal(value: object, kind: str) -> Tuple[Decimal, Optional[str]]:
     if isinstance(value, str):
         match = _QUANTITY.match(value)
         if match is None:
-            raise UnitError(f"expected {expected}, got {describe(value)}")
-        number = Decimal(match.group("number").replace("_", ""))
+            raise UnitError(f"expected {expected}, got {describe(value)}{_digit_hint(value)}")
+        text = match.group("number").replace("_", "")
+        try:
+            number = Decimal(text)
+        except DecimalException:  # an exponent beyond what Decimal can hold at all (1e99999999999999999999)
+            if "e-" in text.lower():
+                number = Decimal(0)  # what it rounds to anyway
+            else:
+                bound = "a whole number up to 2**63-1" if kind == "count" else f"a finite {kind}"
+                raise UnitError(f"expected {bound}, got {describe(value)} (too large)") from None
         return number, match.group("unit")
     if isinstance(value, float) and not math.isfinite(value):
         raise UnitError(f"expected a finite {kind}, got {value!r}")
+    if isinstance(value, int) and value.bit_length() > 3 * _MAX_INT_DIGITS:  # > 10**3900 or so
+        raise UnitError(f"expected a finite {kind}, got {describe(value)} (too large)")
     return Decimal(value), None  # exact for int and float
 
 
@@ -179,6 +204,8 @@ def _quantity(value: object, kind: str, allow_zero: bool) -> float:
         if other is not None:
             raise WrongUnitKindError(f"{describe(value)} is a {other}, expected {expected}")
         hint = _suggest_unit(unit, units)
+        if _digit_hint(value):
+            hint += "; digits must be ASCII 0-9"
         raise UnknownUnitError(
             f"expected {expected}, got {describe(value)} (unknown unit {unit!r}{hint})"
         )
@@ -233,7 +260,7 @@ def _unitless(value: object, kind: str):
         other = _unit_kind(unit)
         if other is not None:
             raise WrongUnitKindError(f"{describe(value)} is a {other}, expected {expected}")
-        raise UnitError(f"expected {expected}, got {describe(value)}")
+        raise UnitError(f"expected {expected}, got {describe(value)}{_digit_hint(value)}")
     return number
 
 
@@ -243,7 +270,7 @@ def parse_count(value: object, *, allow_zero: bool = False) -> int:
     signed exponent)."""
     expected = _KINDS["count"][1]
     number = _unitless(value, "count")
-    if abs(number) > MAX_COUNT:
+    if number.copy_abs() > MAX_COUNT:  # not abs(): it rounds, and overflows past 1e999999
         raise UnitError(f"expected a whole number up to 2**63-1, got {describe(value)}")
     if number != number.to_integral_value():
         raise UnitError(f"expected {expected}, got {describe(value)} (not a whole number)")

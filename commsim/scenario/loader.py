@@ -11,7 +11,7 @@ Public API::
     load_document(path) -> dict                  # the raw YAML mapping
     apply_overrides(doc, ["a.b.c=VALUE", ...])   # --set, VALUE parsed as YAML; returns a new dict
     parse_scenario(doc, source) -> Scenario      # validate a mapping; source names it in errors
-    load_scenario(path, overrides=(), steps=None, seed=None) -> Scenario
+    load_scenario(path, overrides=(), steps=None, seed=None, calibration=None, force=False) -> Scenario
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 
-from commsim.scenario import spec
+from commsim.scenario import budget, spec
 from commsim.errors import ScenarioError
 from commsim.scenario.schema import (  # noqa: F401 - re-exported: the loader is the public entry point
     ALGORITHMS,
@@ -79,8 +79,11 @@ def load_document(path: Union[str, Path]) -> Dict[Any, Any]:
 # --------------------------------------------------------------------------------------------
 # --set overrides
 
-_KEY_PATH = re.compile(r"^[^.\[\]=\s]+(?:\[\d+\])*(?:\.[^.\[\]=\s]+(?:\[\d+\])*)*$")
-_TOKEN = re.compile(r"([^.\[\]]+)|\[(\d+)\]")
+# Indexes are ASCII digits ([0-9], not \d: int() reads full-width digits too) of a sane length
+# (Python cannot even print an integer of more than 4300 digits).
+_MAX_INDEX_DIGITS = 18
+_KEY_PATH = re.compile(r"^[^.\[\]=\s]+(?:\[[0-9]+\])*(?:\.[^.\[\]=\s]+(?:\[[0-9]+\])*)*$")
+_TOKEN = re.compile(r"([^.\[\]]+)|\[([0-9]+)\]")
 
 
 def _key_tokens(key: str) -> List[Union[str, int]]:
@@ -112,6 +115,11 @@ def _split_override(override: object) -> Tuple[str, str, List[Union[str, int]]]:
     if not _KEY_PATH.match(key):
         raise ScenarioError(
             source, None, f"expected a key path like ddp.bucket_cap or stragglers[0].factor, got {key!r}"
+        )
+    longest = max((len(index) for _, index in _TOKEN.findall(key)), default=0)
+    if longest > _MAX_INDEX_DIGITS:
+        raise ScenarioError(
+            source, None, f"expected a list index of at most {_MAX_INDEX_DIGITS} digits, got one of {longest} digits"
         )
     return key, value, _key_tokens(key)
 
@@ -164,11 +172,16 @@ def load_scenario(
     steps: Optional[int] = None,
     seed: Optional[int] = None,
     calibration: Optional[Union[str, Path]] = None,
+    force: bool = False,
 ) -> spec.Scenario:
     """Load, override (``--set``, then ``--steps``/``--seed``/``--calibration``) and validate a scenario file.
 
     A ``calibration`` path given here is relative to the current directory (one in the file
     is relative to the file).
+
+    A scenario whose estimated memory or run time exceeds the limits of
+    :mod:`commsim.scenario.budget` is refused (:class:`commsim.scenario.budget.BudgetError`, at
+    the key to change) unless ``force`` (the CLI's ``--force``).
 
     A bad value that came from the command line is reported against the file with the flag
     named, e.g. ``run.yaml (after --set 'ddp.bucket_cap=0'): ddp.bucket_cap: ...``.
@@ -191,12 +204,16 @@ def load_scenario(
         doc["calibration"] = str(Path(calibration).resolve())
         origins["calibration"] = f"--calibration {str(calibration)!r}"
     try:
-        return parse_scenario(doc, source)
+        scenario = parse_scenario(doc, source)
+        if not force:
+            budget.check(scenario, source)
+        return scenario
     except ScenarioError as err:
         flag = _origin(err.path, origins)
         if flag is None:
             raise
-        raise ScenarioError(f"{source} (after {flag})", err.path, err.message) from None
+        kind = budget.BudgetError if isinstance(err, budget.BudgetError) else ScenarioError
+        raise kind(f"{source} (after {flag})", err.path, err.message) from None
 
 
 def _origin(path: Optional[str], origins: Dict[str, str]) -> Optional[str]:

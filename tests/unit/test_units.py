@@ -329,3 +329,69 @@ def test_parsers_raise_only_unit_errors(value):
             assert "\n" not in str(err)
         else:
             assert math.isfinite(result) and result > 0
+
+
+# --- digits and magnitudes Python's number parsers would take --------------------------------------
+
+ALL_PARSERS = [parse_size, parse_rate, parse_time, parse_count, parse_number]
+
+
+@pytest.mark.parametrize("parse", ALL_PARSERS)
+@pytest.mark.parametrize("value", ["\uff12", "\uff11\uff10", "\uff12.5", "\u0663", "1\uff12", "\uff12 MB", "\uff11e9"])
+def test_non_ascii_digits_are_not_numbers(parse, value):
+    # int("２") == 2 and Decimal("２") == 2: the regex must not take them (nodes: ２)
+    with pytest.raises(UnitError) as err:
+        parse(value)
+    assert "digits must be ASCII 0-9" in str(err.value)
+
+
+@pytest.mark.parametrize("parse", ALL_PARSERS)
+@pytest.mark.parametrize("value", ["1e99999999999999999999", "-1e99999999999999999999", "1e999999999999999999"])
+def test_exponents_beyond_decimal(parse, value):
+    # Decimal() raises InvalidOperation past ~1e18 and abs() raises Overflow past 1e999999:
+    # both are ArithmeticErrors, not ValueErrors, and escaped as tracebacks
+    with pytest.raises(UnitError) as err:
+        parse(value)
+    assert "\n" not in str(err.value) and value in str(err.value)
+
+
+@pytest.mark.parametrize("parse", [parse_size, parse_rate, parse_time, parse_number])
+def test_exponents_far_below_one(parse):
+    try:
+        result = parse("1e-99999999999999999999")
+    except UnitError as err:
+        assert "positive" in str(err)
+    else:
+        assert result == 0.0
+
+
+@pytest.mark.parametrize("parse", ALL_PARSERS)
+def test_integers_python_cannot_print(parse):
+    with pytest.raises(UnitError) as err:
+        parse(10**5000)
+    assert str(err.value).endswith("got an integer of about 5,001 digits (too large)")
+
+
+def test_describe_huge_integers():
+    from commsim.units import describe
+
+    assert describe(10**5000) == "an integer of about 5,001 digits"
+    assert describe(12345) == "12345"
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    value=st.one_of(
+        st.from_regex(r"[+-]?[0-9]{1,30}(\.[0-9]{0,5})?[eE][+-]?[0-9]{1,25}( ?(B|MB|Gbps|s|us))?", fullmatch=True),
+        st.integers(min_value=-(10**6000), max_value=10**6000),
+        st.text(alphabet=st.characters(categories=["Nd", "Zs", "Po"]), max_size=8),
+    )
+)
+def test_any_magnitude_is_a_number_or_a_unit_error(value):
+    for parse in ALL_PARSERS:
+        try:
+            result = parse(value)
+        except UnitError as err:
+            assert "\n" not in str(err)
+        else:
+            assert math.isfinite(result)

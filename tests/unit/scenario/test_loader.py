@@ -268,12 +268,30 @@ def test_steps_and_seed_arguments(tmp_path):
         ("name.x=3", ["name.x", "expected name to be a mapping", "got 'demo'"]),
         ("ddp[0]=3", ["ddp[0]", "expected ddp to be a list", "(a mapping)"]),
         ("steps=[", ["--set 'steps=['", "invalid YAML at line 1", "in the value '['"]),
+        ("stragglers[" + "9" * 5000 + "].cv=1", ["expected a list index of at most 18 digits, got one of 5000 digits"]),
+        ("stragglers[\uff10].cv=1", ["expected a key path like", "got 'stragglers[\uff10].cv'"]),
+        ("steps=!!int abc", ["invalid YAML at line 1, column 1: expected a valid !!int value, got 'abc'",
+                             "in the value '!!int abc'"]),
+        ("steps=!!timestamp 2020-13-45", ["expected a valid !!timestamp value", "(month must be in 1..12)"]),
+        ("x=" + "1" * 5000, ["expected an integer of at most 4300 digits, got one of 5000 digits"]),
+        ("x=" + "[" * 100, ["nested more than 50 levels deep"]),
     ],
 )
 def test_bad_overrides(override, fragments):
     with pytest.raises(ScenarioError) as err:
         apply_overrides(full_doc(), [override])
     assert_message(str(err.value), *fragments)
+
+
+def test_full_width_digits_are_not_counts(tmp_path):
+    path = write(tmp_path, FULL_YAML.replace("nodes: 4", "nodes: \uff14"))
+    with pytest.raises(ScenarioError) as err:
+        load_scenario(path)
+    assert_message(str(err.value), f"{path}: cluster.nodes: expected a whole number like 1000 or '1e9', got '\uff14' "
+                                   "(digits must be ASCII 0-9)")
+    with pytest.raises(ScenarioError) as err:
+        load_scenario(write(tmp_path, FULL_YAML), ["cluster.nodes=\uff12"])
+    assert_message(str(err.value), "(after --set 'cluster.nodes=\uff12'): cluster.nodes: expected a whole number")
 
 
 def test_override_into_an_empty_list():
@@ -327,10 +345,10 @@ def test_unreadable_file_by_mode(tmp_path):
 def test_unreadable_file(tmp_path, monkeypatch):
     path = write(tmp_path, FULL_YAML)
 
-    def deny(self):
+    def deny(*args, **kwargs):
         raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr(Path, "read_bytes", deny)
+    monkeypatch.setattr("commsim.yamlio.os.open", deny)
     with pytest.raises(ScenarioError) as err:
         load_document(path)
     assert_message(str(err.value), f"{path}: cannot read the file: permission denied")

@@ -1,0 +1,276 @@
+"""What simulating a scenario will cost, estimated from the spec before anything runs.
+
+``commsim run`` simulates the scenario and then its straggler-free baseline; both keep
+per-step, per-rank float64 records (:class:`commsim.sim.engine.RunResult`). With ``S`` steps,
+``n`` ranks (``cluster.nodes`` x ``gpus_per_node``) and ``c`` collectives per step (the DDP
+buckets, ``model.grad_bytes / ddp.bucket_cap``; twice that with ``ddp.sharding: zero2``, a
+reduce-scatter and an all-gather per bucket; three times with ``fsdp``, two gathers and a
+reduce-scatter), the peak memory is about::
+
+    memory = M0 + S*n*B_RANK_STEP + S*c*B_OP_STEP + n*B_RANK
+
+- ``B_RANK_STEP`` = 96 bytes: 12 (S, n) float64 arrays at the peak, while the baseline runs:
+  the scenario's result keeps 5 (rank_end, rank_backward_end, rank_comm_end, rank_busy,
+  rank_stall); the baseline's engine holds its own 4, its perturbation factor and stall, and
+  one temporary when it fills in the steady state;
+- ``B_OP_STEP`` = 64 bytes: last_rank and launch_spread of both runs and the temporaries of
+  the straggler ranking (``late_ranks``), 8 (S, c) arrays of 8 bytes;
+- ``B_RANK`` = 1 KiB: the collective kernels' per-rank vectors (50-730 B/rank measured with
+  tracemalloc around ``Engine(...)`` at 4,096 ranks, every algorithm and sharding);
+- ``M0`` = 64 MiB: the interpreter with numpy, SimPy and commsim loaded (47 MB peak RSS for
+  the smallest example).
+
+The arrays are allocated for every step even when the engine stops early on a steady state
+(it fills the rest in), so this is an upper bound: ``tests/unit/scenario/test_budget.py`` holds
+it within a factor of 2 of the measured peak RSS of a mid-size run.
+
+The run time is the engine's loop: for each run, each simulated step and each collective, one
+kernel call over the n ranks, ``t = A + B*n`` seconds (``B*n*log2(n)`` for halving-doubling),
+plus writing the records and the stragglers' own cost (per-rank random streams, per-rank
+thermal clocks)::
+
+    seconds = sum over (scenario, baseline) of S_sim * sum over collectives of t(n)
+              + S*n*FILL + jitter/random-stall ranks * (SETUP + S*DRAW) + throttled ranks * S * THROTTLE
+
+``S_sim`` is ``S`` when something differs from step to step (jitter with cv > 0, a stall, a
+throttle), else ``min(S, STEADY_STEPS)``: a deterministic run repeats a steady step after a
+few (at most 9 in a sweep of small deterministic scenarios: 8-40 ranks, every algorithm,
+alpha-beta and NCCL models, every sharding, overlap on and off, gradient accumulation, slow
+ranks and links). The constants were fitted to the CPU time of whole runs at 8-65,536 ranks
+on the 2-core x86 machine the project is developed on (Python 3.11); the estimate came within
+0.7-1.4 times the measured time on nine mid-size runs with stragglers (ring, tree,
+halving-doubling, hierarchical, FSDP, an NCCL model, 10,000 buckets, a throttle on every
+rank); a deterministic run's fraction of a second of one-off setup is not modeled.
+
+A scenario whose estimate exceeds :data:`MAX_MEMORY_BYTES` (or the memory the machine has
+available: ``MemAvailable`` in /proc/meminfo, or a container's memory cgroup headroom if lower)
+or :data:`MAX_SECONDS` is refused by
+:func:`check` with one line naming the estimate and the key to change;
+``load_scenario(..., force=True)`` (``--force``) skips the check.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, Dict, Optional, Tuple
+
+from commsim.collectives.kernels import resolve
+from commsim.errors import ScenarioError
+from commsim.network.costs import ddp_buckets
+from commsim.network.fabric import Fabric
+from commsim.scenario import spec
+
+__all__ = [
+    "MAX_MEMORY_BYTES",
+    "MAX_SECONDS",
+    "BudgetError",
+    "Estimate",
+    "estimate",
+    "available_memory",
+    "check",
+]
+
+MAX_MEMORY_BYTES = 4 * 1024**3  # 40 times the largest example; beyond it, a typo more often than not
+MAX_SECONDS = 600.0  # estimated run time of `commsim run` (scenario and baseline), 10 minutes
+
+M0 = 64 * 1024**2
+B_RANK_STEP = 96
+B_OP_STEP = 64
+B_RANK = 1024
+
+STEADY_STEPS = 16
+FILL = 10e-9  # seconds per rank and step: the engine's records, written once per step
+SETUP = 10e-6  # seconds per rank per random straggler entry: its own seeded generator
+DRAW = 50e-9  # seconds per rank and step of random draws
+THROTTLE = 40e-6  # seconds per throttled rank and step: its thermal clock, in Python
+
+# Seconds per collective call in the engine, A + B*n (B*n*log2(n) where the flag says so),
+# fitted to whole runs with jitter at two world sizes each (64 and 2,048-65,536 ranks, full
+# 25 MiB buckets); a kernel's cost also depends on how spread the launches are (random
+# launches cost tree up to 3 times more), so this is an estimate to a factor of about 3.
+COSTS: Dict[str, Tuple[float, float, bool]] = {
+    "ring": (12e-6, 6e-9, False),  # closed form: 8.5 us at 8 ranks, 0.26 ms at 65,536
+    "tree": (0.25e-3, 2.5e-6, False),  # max-plus per chunk: 0.34 ms at 64 ranks, 3.6 ms at 2,048
+    "halving_doubling": (0.1e-3, 24e-9, True),  # 0.11 ms at 64 ranks, 2.6 ms at 8,192
+    "hierarchical": (80e-6, 25e-9, False),  # 80 us at 64 ranks, 0.43 ms at 16,384
+    "reduce_broadcast": (30e-6, 10e-9, False),  # 65 us at 4,096 ranks
+    "uniform": (10e-6, 2e-9, False),  # NCCL cost models: one time for all ranks, the engine's vector work
+}
+COSTS["reduce_scatter"] = COSTS["all_gather"] = COSTS["ring"]  # half a ring (closed form)
+
+# What counts as large for each key, to name the one to change, and which way to change it
+# (fewer buckets take a larger bucket_cap).
+_TYPICAL = {"steps": 1000, "cluster.nodes": 1024, "ddp.bucket_cap": 1000}
+_ADVICE = {"steps": "lower steps", "cluster.nodes": "lower cluster.nodes", "ddp.bucket_cap": "raise ddp.bucket_cap"}
+
+
+class BudgetError(ScenarioError):
+    """A scenario whose estimated memory or run time exceeds the limits (``--force`` runs it)."""
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """The estimated peak memory (bytes) and run time (seconds) of ``commsim run``."""
+
+    memory_bytes: float
+    seconds: float
+    steps: int
+    ranks: int
+    collectives: int  # per step
+    simulated_steps: int  # of the scenario run (the baseline simulates min(steps, STEADY_STEPS))
+    algorithm: str  # the kernel most collectives run (after `auto`)
+
+    def key(self, memory: bool) -> str:
+        """The key that makes the run big: the factor furthest above its typical value."""
+        steps = self.steps if memory else self.simulated_steps
+        ratios = {"steps": steps, "cluster.nodes": self.ranks, "ddp.bucket_cap": self.collectives}
+        return max(ratios, key=lambda k: ratios[k] / _TYPICAL[k])
+
+
+def _stochastic(scenario: spec.Scenario) -> bool:
+    """True when steps differ (the engine cannot stop early on a steady state)."""
+    for s in scenario.stragglers:
+        if isinstance(s, spec.Throttle):
+            return True
+        if isinstance(s, spec.Jitter) and s.cv > 0:
+            return True
+        if isinstance(s, spec.Stall) and not (s.probability == 0 or (s.every is not None and s.every > scenario.steps)):
+            return True
+    return False
+
+
+def _straggler_seconds(scenario: spec.Scenario) -> float:
+    n, steps, seconds = scenario.world_size, scenario.steps, 0.0
+    for s in scenario.stragglers:
+        if isinstance(s, spec.Jitter) and s.cv > 0:
+            seconds += (n if s.ranks is None else len(s.ranks)) * (SETUP + steps * DRAW)
+        elif isinstance(s, spec.Stall) and s.probability is not None:
+            seconds += len(s.ranks) * (SETUP + steps * DRAW)
+        elif isinstance(s, spec.Throttle):
+            seconds += len(s.ranks) * steps * THROTTLE
+    return seconds
+
+
+def _call_seconds(kind: str, n: int) -> float:
+    a, b, log = COSTS[kind]
+    return a + b * n * (math.log2(n) if log and n > 1 else 1.0)
+
+
+def _collective_kinds(scenario: spec.Scenario, sizes) -> list:
+    """The kernel each collective of a step runs, as a key of :data:`COSTS`."""
+    sharding, collective = scenario.ddp.sharding, scenario.collective
+    uniform = collective.model != "alpha-beta" and scenario.calibration is None
+    if sharding != "none":  # reduce-scatters and all-gathers: ring halves (or one NCCL time)
+        per_bucket = 2 if sharding == "zero2" else 3
+        return ["uniform" if uniform else "reduce_scatter"] * (per_bucket * len(sizes))
+    if uniform:
+        return ["uniform"] * len(sizes)
+    if scenario.calibration is not None or collective.algorithm == "ring":
+        return ["ring"] * len(sizes)
+    fabric = Fabric.from_cluster(scenario.cluster)
+    chosen: Dict[float, str] = {}
+    for size in sizes:  # a few distinct sizes: first, full, remainder
+        if size not in chosen:
+            chosen[size] = resolve(collective.algorithm, fabric, float(size))
+    return [chosen[size] for size in sizes]
+
+
+def estimate(scenario: spec.Scenario) -> Estimate:
+    """The estimated peak memory and run time of simulating ``scenario`` and its baseline."""
+    n, steps = scenario.world_size, scenario.steps
+    ddp = scenario.ddp
+    sizes = ddp_buckets(scenario.model.grad_bytes, ddp.first_bucket, ddp.bucket_cap)
+    kinds = _collective_kinds(scenario, sizes)
+    c = len(kinds)
+    memory = M0 + steps * n * B_RANK_STEP + steps * c * B_OP_STEP + n * B_RANK
+    simulated = steps if _stochastic(scenario) else min(steps, STEADY_STEPS)
+    baseline = min(steps, STEADY_STEPS)
+    per_step = sum(_call_seconds(kind, n) for kind in kinds)
+    seconds = (simulated + baseline) * per_step + steps * n * FILL + _straggler_seconds(scenario)
+    common = max(set(kinds), key=kinds.count) if kinds else "ring"
+    return Estimate(memory, seconds, steps, n, c, simulated, common)
+
+
+def _read_int(path: str) -> Optional[int]:
+    try:
+        with open(path, encoding="ascii") as handle:
+            text = handle.read().strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return int(text) if text.isdigit() else None  # cgroup v2 writes "max" for no limit
+
+
+def _cgroup_headroom(cgroup: str) -> Optional[int]:
+    """Bytes the memory cgroup (a container's limit) still allows, or None where it sets none."""
+    for limit_file, usage_file in (("memory.max", "memory.current"),  # cgroup v2
+                                   ("memory/memory.limit_in_bytes", "memory/memory.usage_in_bytes")):  # v1
+        limit = _read_int(f"{cgroup}/{limit_file}")
+        usage = _read_int(f"{cgroup}/{usage_file}")
+        if limit is not None and usage is not None:
+            return max(limit - usage, 0)
+    return None
+
+
+def available_memory(meminfo: str = "/proc/meminfo", cgroup: str = "/sys/fs/cgroup") -> Optional[int]:
+    """Bytes of memory available to a new process, or None where unknown: the kernel's
+    ``MemAvailable``, or less when a memory cgroup (a container's limit) allows less."""
+    found = []
+    try:
+        with open(meminfo, encoding="ascii") as handle:
+            for line in handle:
+                if line.startswith("MemAvailable:"):
+                    found.append(int(line.split()[1]) * 1024)  # the kernel writes kB (KiB)
+                    break
+    except (OSError, ValueError, IndexError, UnicodeDecodeError):
+        pass
+    headroom = _cgroup_headroom(cgroup)
+    if headroom is not None:
+        found.append(headroom)
+    return min(found) if found else None
+
+
+def _bytes_text(value: float) -> str:
+    for unit, scale in (("GiB", 1024**3), ("MiB", 1024**2)):
+        if value >= scale:
+            return f"{value / scale:.1f} {unit}"
+    return f"{value / 1024:.1f} KiB"
+
+
+def _seconds_text(value: float) -> str:
+    if value >= 3600:
+        return f"{value / 3600:.1f} h"
+    if value >= 60:
+        return f"{value / 60:.0f} min"
+    return f"{value:.0f} s"
+
+
+def check(
+    scenario: spec.Scenario,
+    source: str,
+    available: Callable[[], Optional[int]] = available_memory,
+) -> Estimate:
+    """The scenario's :class:`Estimate`, or :class:`BudgetError` (at the key to change) when it
+    exceeds :data:`MAX_MEMORY_BYTES`, the memory ``available()`` or :data:`MAX_SECONDS`."""
+    est = estimate(scenario)
+    shape = f"{est.steps:,} steps x {est.ranks:,} ranks, {est.collectives:,} collectives per step"
+    limit, limit_text = MAX_MEMORY_BYTES, f"the {_bytes_text(MAX_MEMORY_BYTES)} limit"
+    free = available()
+    if free is not None and free < limit:
+        limit, limit_text = free, f"the {_bytes_text(free)} of memory available"
+    if est.memory_bytes > limit:
+        key = est.key(memory=True)
+        raise BudgetError(
+            source, key,
+            f"the run needs about {_bytes_text(est.memory_bytes)} of memory ({shape}), more than {limit_text}; "
+            f"{_ADVICE[key]}, or pass --force to run it anyway",
+        )
+    if est.seconds > MAX_SECONDS:
+        key = est.key(memory=False)
+        raise BudgetError(
+            source, key,
+            f"the run would take about {_seconds_text(est.seconds)} ({est.simulated_steps:,} steps simulated x "
+            f"{est.ranks:,} ranks, {est.collectives:,} {est.algorithm} collectives per step), more than the "
+            f"{_seconds_text(MAX_SECONDS)} limit; {_ADVICE[key]}, or pass --force to run it anyway",
+        )
+    return est

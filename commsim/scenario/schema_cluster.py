@@ -1,0 +1,91 @@
+"""The ``cluster`` section of a scenario: nodes, GPUs, the two link classes, and presets.
+
+A ``preset`` (:mod:`commsim.scenario.topology`) fills in what the file leaves out before the
+keys are checked; ``nic_bandwidth`` and ``oversubscription`` only feed a preset's NIC
+arithmetic and are checked here but not kept.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Tuple, get_args
+
+from commsim.errors import ScenarioError
+from commsim.scenario import spec, topology
+from commsim.scenario.schema_fields import (
+    COUNT_HINT,
+    RATE_HINT,
+    SECTION_KEYS,
+    Section,
+    choice,
+    read_count,
+    read_rate,
+    read_time_or_zero,
+)
+from commsim.units import parse_number
+
+__all__ = [
+    "DEFAULT_INTRA_NODE_LATENCY",
+    "DEFAULT_INTER_NODE_LATENCY",
+    "INTRA_KINDS",
+    "MAX_WORLD_SIZE",
+    "read_cluster",
+]
+
+INTRA_KINDS: Tuple[str, ...] = get_args(spec.IntraKind)
+
+# Per-hop link latency when a file gives none: NCCL's own cost model for Ring/Simple
+# (src/graph/tuning.cc hwLat, v2.19.3 and v2.30.7: NVLink 3.4 us, network 14.0 us; see
+# /work/shared/data/nccl_tuning_constants.md). Write `latency:` explicitly to model anything else.
+DEFAULT_INTRA_NODE_LATENCY = 3.4e-6
+DEFAULT_INTER_NODE_LATENCY = 14.0e-6
+
+MAX_WORLD_SIZE = 2**20  # ranks; about 64 times the largest jobs run today
+
+
+def _link(source: str, path: str, value: Any, default_latency: float) -> spec.Link:
+    m = Section(
+        source, path, value, SECTION_KEYS[path], required=("bandwidth",),
+        hints={"bandwidth": RATE_HINT},
+        what=f"a mapping with bandwidth ({RATE_HINT}) and latency",
+    )
+    return spec.Link(
+        bandwidth=m.get("bandwidth", read_rate),
+        latency=m.get("latency", read_time_or_zero, default_latency),
+    )
+
+
+def read_cluster(source: str, value: Any) -> spec.Cluster:
+    """The ``cluster`` mapping as a :class:`commsim.scenario.spec.Cluster`."""
+    if isinstance(value, dict):  # a named preset fills in what the file leaves out
+        value = topology.expand_cluster(value, source, "cluster")
+    m = Section(
+        source, "cluster", value, SECTION_KEYS["cluster"],
+        required=("nodes", "gpus_per_node", "intra_node", "inter_node"),
+        hints={
+            "nodes": COUNT_HINT,
+            "gpus_per_node": COUNT_HINT,
+            "intra_node": f"a mapping with bandwidth ({RATE_HINT})",
+            "inter_node": f"a mapping with bandwidth ({RATE_HINT})",
+        },
+    )
+    nodes = m.get("nodes", read_count)
+    gpus = m.get("gpus_per_node", read_count)
+    if nodes * gpus > MAX_WORLD_SIZE:
+        raise ScenarioError(
+            source, "cluster",
+            f"expected a world size (nodes x gpus_per_node) up to {MAX_WORLD_SIZE}, got {nodes} x {gpus} = {nodes * gpus}",
+        )
+    if "oversubscription" in m.value:  # only meaningful through a preset's NIC arithmetic
+        over = m.get("oversubscription", parse_number)
+        if over < 1:
+            raise ScenarioError(source, "cluster.oversubscription", topology.OVERSUBSCRIPTION_EXPECTED.format(over))
+    if "nic_bandwidth" in m.value:
+        m.get("nic_bandwidth", read_rate)
+    return spec.Cluster(
+        nodes=nodes,
+        gpus_per_node=gpus,
+        intra_node=_link(source, "cluster.intra_node", m.value["intra_node"], DEFAULT_INTRA_NODE_LATENCY),
+        inter_node=_link(source, "cluster.inter_node", m.value["inter_node"], DEFAULT_INTER_NODE_LATENCY),
+        intra_kind=m.get("intra_kind", choice(INTRA_KINDS), spec.Cluster.intra_kind),
+        nics_per_node=m.get("nics_per_node", read_count, None),
+    )

@@ -1,0 +1,74 @@
+"""Tests for commsim.scenario.schema_cluster: the cluster section."""
+
+from __future__ import annotations
+
+import pytest
+
+from commsim.errors import ScenarioError
+from commsim.scenario import spec
+from commsim.scenario.schema_cluster import (
+    DEFAULT_INTER_NODE_LATENCY,
+    DEFAULT_INTRA_NODE_LATENCY,
+    MAX_WORLD_SIZE,
+    read_cluster,
+)
+
+SRC = "c.yaml"
+CLUSTER = {"nodes": 2, "gpus_per_node": 4, "intra_node": {"bandwidth": "300 GB/s"}, "inter_node": {"bandwidth": "100 Gbps"}}
+
+
+def error(value) -> str:
+    with pytest.raises(ScenarioError) as err:
+        read_cluster(SRC, value)
+    assert "\n" not in str(err.value)
+    return str(err.value)
+
+
+def test_defaults():
+    c = read_cluster(SRC, CLUSTER)
+    assert c == spec.Cluster(2, 4, spec.Link(300e9, DEFAULT_INTRA_NODE_LATENCY), spec.Link(12.5e9, DEFAULT_INTER_NODE_LATENCY))
+    assert (c.intra_kind, c.nics_per_node) == ("nvswitch", None)
+
+
+def test_explicit_latency_and_kind():
+    c = read_cluster(SRC, dict(CLUSTER, intra_node={"bandwidth": 1e9, "latency": 0}, intra_kind="pcie", nics_per_node=2))
+    assert c.intra_node.latency == 0.0 and c.intra_kind == "pcie" and c.nics_per_node == 2
+
+
+def test_world_size_limit():
+    assert read_cluster(SRC, dict(CLUSTER, nodes=MAX_WORLD_SIZE // 4)).world_size == MAX_WORLD_SIZE
+    assert error(dict(CLUSTER, nodes=MAX_WORLD_SIZE // 4 + 1)) == (
+        f"c.yaml: cluster: expected a world size (nodes x gpus_per_node) up to {MAX_WORLD_SIZE}, "
+        f"got {MAX_WORLD_SIZE // 4 + 1} x 4 = {MAX_WORLD_SIZE + 4}"
+    )
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"nodes": 0}, "c.yaml: cluster.nodes: expected a positive count (> 0), got 0"),
+        ({"gpus_per_node": "\uff18"}, "c.yaml: cluster.gpus_per_node: expected a whole number like 1000 or '1e9', got "
+                                      "'\uff18' (digits must be ASCII 0-9)"),
+        ({"intra_node": "fast"}, "c.yaml: cluster.intra_node: expected a mapping with bandwidth (a rate like '100 Gbps' "
+                                 "or '12.5 GB/s') and latency, got 'fast'"),
+        ({"inter_node": {}}, "c.yaml: cluster.inter_node.bandwidth: required key is missing, expected a rate like"),
+        ({"inter_node": {"bandwidth": "1 Gbps", "latency": -1}}, "c.yaml: cluster.inter_node.latency: expected a "
+                                                                 "non-negative time (>= 0), got -1"),
+        ({"oversubscription": 0.5}, "c.yaml: cluster.oversubscription: expected a factor >= 1"),
+        ({"nic_bandwidth": "fast"}, "c.yaml: cluster.nic_bandwidth: expected a rate like"),
+        ({"intra_kind": "nvlnk"}, "c.yaml: cluster.intra_kind: expected one of nvswitch, nvlink, pcie, pcie-nop2p, "
+                                  "got 'nvlnk' (did you mean 'nvlink'?)"),
+    ],
+)
+def test_bad_values(change, message):
+    assert error(dict(CLUSTER, **change)).startswith(message)
+
+
+def test_missing_keys_and_wrong_type():
+    assert error({"nodes": 1}).startswith("c.yaml: cluster.gpus_per_node: required key is missing, expected a whole number like 8")
+    assert error([1]).startswith("c.yaml: cluster: expected a mapping with keys nodes, gpus_per_node,")
+
+
+def test_a_preset_fills_in_links():
+    c = read_cluster(SRC, {"preset": "dgx-h100", "nodes": 2})
+    assert c.world_size == 16 and c.intra_node.bandwidth > c.inter_node.bandwidth
