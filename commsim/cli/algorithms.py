@@ -10,7 +10,8 @@ import json
 
 import click
 
-from commsim.cli.common import FORCE_HELP, POSITIVE_INT, command, fail, load_or_fail, split_choices
+from commsim.analysis.algorithm_comparison import with_nodes
+from commsim.cli.common import FORCE_HELP, POSITIVE_INT, check_resized, command, fail, load_or_fail, split_choices
 from commsim.cli.outputs import check_outputs, echo_to, write_output
 from commsim.collectives import ALL_REDUCE
 from commsim.collectives.kernels import COST_MODELS
@@ -72,6 +73,8 @@ def algorithms(scenario, nodes_text, algorithm_text, model_text, steps, override
         covered = "; ".join(f"{m} covers {', '.join(algorithms_for(m))}" for m in models)
         fail(f"no (algorithm, model) pair to run among --algorithm {algorithm_text} and --model {model_text}: {covered}")
     check_calibrated_pairs(sc, pairs)
+    for count in counts or []:
+        check_resized(with_nodes(sc, count), f"--nodes {count}", force)
     rows = compare(sc, counts or [sc.cluster.nodes], names, models)
     if json_path:
         doc = {"scenario": sc.name, "rows": rows}

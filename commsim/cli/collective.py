@@ -34,6 +34,10 @@ def resized(scenario, ranks: int):
 
     from commsim.analysis.algorithm_comparison import with_nodes
 
+    from commsim.scenario.loader import MAX_WORLD_SIZE
+
+    if ranks > MAX_WORLD_SIZE:
+        fail(f"--ranks: expected a world size up to {MAX_WORLD_SIZE:,}, got {ranks:,}")
     g = scenario.cluster.gpus_per_node
     if ranks % g == 0:
         return with_nodes(scenario, ranks // g)

@@ -285,3 +285,20 @@ def load_or_fail(path: str, overrides: Sequence[str], steps: Optional[int], seed
         return load_scenario(path, overrides=overrides, steps=steps, seed=seed, calibration=calibration, **extra)
     except InputError as exc:
         fail(str(exc))
+
+
+def check_resized(scenario, option: str, force: bool = False) -> None:
+    """A scenario the command resized after loading (``--nodes``, ``--ranks``) gets the checks the
+    loader gives a file: the world-size limit always, the memory/time budget unless `force`."""
+    from commsim.scenario import budget
+    from commsim.scenario.loader import MAX_WORLD_SIZE
+
+    n = scenario.world_size
+    if n > MAX_WORLD_SIZE:
+        fail(f"{option}: expected a world size up to {MAX_WORLD_SIZE:,}, got {n:,} "
+             f"({scenario.cluster.nodes:,} nodes x {scenario.cluster.gpus_per_node})")
+    if not force:
+        try:
+            budget.check(scenario, option)
+        except InputError as exc:
+            fail(str(exc))

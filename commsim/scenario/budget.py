@@ -58,7 +58,7 @@ from typing import Callable, Dict, Optional, Tuple
 from commsim.collectives.kernels import resolve
 from commsim.errors import ScenarioError
 from commsim.network.costs import ddp_buckets
-from commsim.network.fabric import Fabric
+from commsim.scenario.topology import cluster_fabric
 from commsim.scenario import spec
 
 __all__ = [
@@ -168,7 +168,7 @@ def _collective_kinds(scenario: spec.Scenario, sizes) -> list:
         return ["uniform"] * len(sizes)
     if scenario.calibration is not None or collective.algorithm == "ring":
         return ["ring"] * len(sizes)
-    fabric = Fabric.from_cluster(scenario.cluster)
+    fabric = cluster_fabric(scenario.cluster)
     chosen: Dict[float, str] = {}
     for size in sizes:  # a few distinct sizes: first, full, remainder
         if size not in chosen:

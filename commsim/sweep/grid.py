@@ -19,7 +19,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Sequence, Tuple
 
 from commsim.errors import InputError
 from commsim.sweep.errors import SweepError
-from commsim.yamlio import parse_yaml, read_text_file
+from commsim.yamlio import MAX_DEPTH, parse_yaml, read_text_file
 
 # Key syntax proper (stragglers[0].cv) is the loader's to check, through apply_overrides.
 _KEY_RE = re.compile(r"^[^\s=,]+$")
@@ -29,7 +29,7 @@ _KEY_RE = re.compile(r"^[^\s=,]+$")
 # serialising the value (to compare, fingerprint and write it) exhaust memory or the stack,
 # as a YAML alias bomb or a deeply nested list would.
 MAX_VALUE_ITEMS = 100_000
-MAX_VALUE_DEPTH = 64
+MAX_VALUE_DEPTH = MAX_DEPTH  # the one reader's limit (commsim.yamlio): a deeper value never parses
 
 # A source longer than this (a 4,301-digit --grid value) is shortened in messages.
 _MAX_SOURCE_CHARS = 80

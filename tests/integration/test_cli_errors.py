@@ -246,3 +246,15 @@ def test_force_reaches_the_loader_only_when_given(args, monkeypatch):
     assert run_cli(args + ["--force"]) == 0
     # without --force the keyword is not passed at all, so a loader without the limit still works
     assert seen == [None, True]
+
+
+@pytest.mark.parametrize("args, says", [
+    (["algorithms", SCENARIO, "--nodes", "99999999"], "--nodes 99999999: expected a world size up to 1,048,576"),
+    (["collective", SCENARIO, "--ranks", "800000000", "--sizes", "1M:2M"], "--ranks: expected a world size up to 1,048,576"),
+    (["algorithms", SCENARIO, "--nodes", "4000", "--steps", "100000"], "--nodes 4000: steps: the run needs about"),
+])
+def test_a_world_resized_after_loading_gets_the_loaders_limits(args, says, capsys):
+    # the loader's world-size and budget checks saw the file's world, not the one --nodes/--ranks make
+    assert run_cli(args) == 2
+    err = capsys.readouterr().err
+    assert says in err and err.count("\n") == 1

@@ -223,7 +223,9 @@ def test_a_hex_integer_past_int_limits_is_refused_at_its_key(tmp_path):
     # 0x and 5,000 hex digits: an int YAML builds fine (the digit limit is for decimal), 6,021 digits long
     text = _saved_text(tmp_path).replace("  intra_node:\n    alpha_s: ", "  intra_node:\n    alpha_s: 0x" + "f" * 5000 + " #", 1)
     msg = _load_text(tmp_path, text)
-    assert msg.endswith("levels.intra_node.alpha_s: expected a finite number >= 0, got an integer of 6021 digits")
+    # refused by the reader (at its line, commsim.yamlio's digit limit covers hex too) or at its key
+    assert msg == f"{tmp_path / 'bad.yaml'}: invalid YAML at line 20, column 14: expected an integer of at most 4300 digits, got one of 5002 digits" \
+        or msg.endswith("levels.intra_node.alpha_s: expected a finite number >= 0, got an integer of 6021 digits"), msg
 
 
 @pytest.mark.parametrize("key,where", [
@@ -264,7 +266,7 @@ def test_deep_nesting_is_a_one_line_error(tmp_path, key):
     else:
         doc[key] = "DEEP"
     text = _dump(doc).replace("DEEP", deep)
-    assert "nested too deeply" in _load_text(tmp_path, text)
+    assert "nested more than 50 levels deep" in _load_text(tmp_path, text)
 
 
 def _bomb(levels):
@@ -298,7 +300,7 @@ def test_alias_bomb_is_a_quick_one_line_error(tmp_path, where):
 def test_utf16_file_is_a_one_line_error(tmp_path):
     path = tmp_path / "cal16.yaml"
     path.write_bytes(_saved_text(tmp_path).encode("utf-16"))
-    with pytest.raises(CalibrationError, match="cannot read calibration file: expected UTF-8 text, got byte 0xff at offset 0"):
+    with pytest.raises(CalibrationError, match=r"cannot read calibration file: expected UTF-8 text, got UTF-16 text \(save it as UTF-8\)"):
         load_calibration(path)
 
 
