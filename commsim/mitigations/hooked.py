@@ -152,9 +152,9 @@ def run_hooked(scenario: Scenario, hook=None, perturb: Perturbations = None) -> 
             if isinstance(st, Work):
                 t = t + st.seconds
             else:
-                if not single:
-                    t = reducer.finish(st, t)
-                reduced[s] += st.size
+                t = reducer.finish(st, t)
+                if st.scope == "world" or reducer.g > 1:  # a one-GPU node's group sends nothing
+                    reduced[s] += st.size
                 if st.scope == "world":
                     world[s] += st.size
         return t
@@ -173,7 +173,8 @@ def run_hooked(scenario: Scenario, hook=None, perturb: Perturbations = None) -> 
         backward_end = clock.finish(backward_start, backward)
         finish = backward_end if stream is None else stream
         end = clock.finish(np.maximum(finish, backward_end), f * c.optimizer)
-        end = run_stages(hook.after_step(s), end, s) if not single else end
+        if not single:
+            end = run_stages(hook.after_step(s), end, s)
         rank_end[s] = end
         start = end
     return HookedRun(rank_end=rank_end, step_end=rank_end.max(axis=1), reduced_bytes=reduced, world_bytes=world)
