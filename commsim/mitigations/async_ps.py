@@ -51,10 +51,6 @@ class AsyncRun:
     def gradients_per_s(self) -> float:
         return self.gradients / self.window_s if self.window_s > 0 else 0.0
 
-    @property
-    def updates_per_server_per_s(self) -> float:
-        return self.gradients_per_s
-
 
 def run_async(scenario: Scenario, remedy: AsyncPS) -> AsyncRun:
     """Simulate asynchronous SGD on the scenario's workers with `remedy.servers` servers."""

@@ -116,10 +116,6 @@ class Mitigation:
         return next((r for r in self.remedies if isinstance(r, kind)), None)
 
 
-def _positive_int(v, key):
-    return parse_count(v)
-
-
 # remedy name -> (record factory, {parameter: (parser, what is expected)})
 def _dtype(name):
     return lambda **kw: Compression(dtype=name, name=name, **kw)
