@@ -112,9 +112,9 @@ main.add_command(run)
 
 def _register_subcommands() -> None:
     """Commands that live in their own modules (each imports its heavy dependencies lazily)."""
-    from commsim.cli import algorithms, calibrate, collective, sweep, validate
+    from commsim.cli import algorithms, calibrate, collective, compare, sweep, validate
 
-    for module in (sweep, algorithms, calibrate, collective, validate):
+    for module in (sweep, algorithms, calibrate, collective, validate, compare):
         module.register(main)
 
 

@@ -23,6 +23,7 @@ LAYERS = [
     ("commsim.scenario",),
     ("commsim.sim",),
     ("commsim.analysis",),
+    ("commsim.mitigations",),
     ("commsim.sweep",),
     ("commsim.output",),
     ("validate",),

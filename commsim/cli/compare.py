@@ -1,0 +1,161 @@
+"""`commsim compare`: the baseline and each remedy (gradient compression, PowerSGD, backup
+workers, post-local SGD, asynchronous SGD, bucket tuning) side by side.
+
+Registered into the main group by :func:`register` (commsim/cli/main.py calls it).
+"""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from commsim.cli.common import FORCE_HELP, POSITIVE_INT, command, fail, load_or_fail
+from commsim.cli.outputs import check_outputs, echo_to, write_output
+
+MITIGATIONS_HELP = ("Comma-separated remedies, each compared on its own; parameters after ':' "
+                    "(powersgd:r=4:start=10), '+' combines (fp16+powersgd:r=1). Remedies: fp16, bf16, "
+                    "powersgd (r, start, shapes=square|resnet50, width, mem_bw, flops, kernel_overhead), "
+                    "backup (b), localsgd (H, warmup), async (servers, bandwidth, latency), buckets. "
+                    "Default: the scenario's `mitigation:` list, else "
+                    "fp16,powersgd:r=4,backup:b=2,localsgd:H=8,async:servers=4,buckets.")
+
+
+def _node_counts(text: str) -> list:
+    try:
+        counts = [int(t) for t in text.split(",") if t.strip()]
+    except ValueError:
+        counts = []
+    if not counts or any(c < 1 for c in counts):
+        raise click.BadParameter(f"expected comma-separated positive node counts like 4,16,128, got {text!r}",
+                                 param_hint="--nodes")
+    return counts
+
+
+def _load(path, overrides, steps, nodes, force):
+    """The scenario (at each node count) and the `mitigation:` section of its file, if any."""
+    from commsim.scenario.loader import apply_overrides, load_document, parse_scenario
+
+    doc = load_or_fail_document(path, load_document)
+    section = doc.pop("mitigation", None) if isinstance(doc, dict) else None
+    scenarios = []
+    for count in nodes or [None]:
+        extra = list(overrides) + ([f"cluster.nodes={count}"] if count is not None else [])
+        if section is None:
+            scenarios.append(load_or_fail(path, extra, steps, None, force=force))
+            continue
+        body = apply_overrides(doc, extra)
+        if steps is not None:
+            body["steps"] = steps
+        scenarios.append(parse_scenario(body, str(path)))  # a ScenarioError: one line, exit 2
+    return scenarios, section
+
+
+def load_or_fail_document(path, load_document):
+    from commsim.errors import InputError
+
+    try:
+        return load_document(path)
+    except InputError as exc:
+        fail(str(exc))
+
+
+@command("compare")
+@click.argument("scenario", type=click.Path(dir_okay=False))
+@click.option("--mitigations", "mitigations_text", metavar="LIST", help=MITIGATIONS_HELP)
+@click.option("--nodes", "nodes_text", help="Comma-separated node counts to compare at (default: the scenario's).")
+@click.option("--steps", type=POSITIVE_INT, help="Steps per run (overrides the scenario's `steps`).")
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a scenario key (as in run).")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False, allow_dash=True),
+              help="Write the rows as JSON here ('-': stdout).")
+@click.option("--plot", "plot_dir", type=click.Path(file_okay=False),
+              help="Write compare.png and compare.svg (step time per remedy; by GPU count with --nodes) here.")
+@click.option("--force", is_flag=True, help=FORCE_HELP)
+@click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors.")
+def compare_command(scenario, mitigations_text, nodes_text, steps, overrides, json_path, plot_dir, force, quiet):
+    """Simulate SCENARIO as it is and with each remedy, and print them side by side.
+
+    \b
+    Per remedy: mean and p95 step time, throughput, speedup over the baseline, bytes
+    all-reduced per rank per step, exposed communication, straggler cost, and the
+    remedy's own figures (dropped gradients, staleness, chosen bucket cap). Field
+    definitions and the models' sources: README.md, "Mitigations".
+    """
+    from commsim.mitigations.compare import check_mitigations, compare
+    from commsim.mitigations.spec import DEFAULT_MITIGATIONS, parse_mitigations, parse_section
+
+    stdout_taken = check_outputs({"--json": json_path})
+    if plot_dir:
+        import os
+
+        from commsim.output.plots import check_plot_folder
+
+        if not os.path.exists(plot_dir) and os.path.isdir(os.path.dirname(os.path.abspath(plot_dir))):
+            os.mkdir(plot_dir)  # the folder itself, as sweep -o makes its own; never its parents
+        check_plot_folder(plot_dir)  # a PlotError (exit 2) before any work
+    counts = _node_counts(nodes_text) if nodes_text else None
+    scenarios, section = _load(scenario, overrides, steps, counts, force)
+    if mitigations_text is not None:
+        mitigations = parse_mitigations(mitigations_text)
+        source = "--mitigations"
+    elif section is not None:
+        mitigations = parse_section(section, str(scenario))
+        source = str(scenario)
+    else:
+        mitigations = parse_mitigations(DEFAULT_MITIGATIONS, "the default mitigations")
+        source = "the default mitigations"
+    for sc in scenarios:
+        check_mitigations(sc, mitigations, source if source != "--mitigations" else f"--mitigations {mitigations_text!r}")
+    echo = echo_to(stdout_taken)
+    rows = compare(scenarios, mitigations)
+    first = scenarios[0]
+    if json_path:
+        doc = {"scenario": first.name, "seed": first.seed, "steps": first.steps, "rows": rows}
+        write_output(json_path, json.dumps(doc, indent=2, sort_keys=True) + "\n", "the JSON rows")
+    if plot_dir:
+        from commsim.output.plots.compare import plot_compare
+
+        plot_compare(rows, plot_dir, first.name)
+    if not quiet:
+        echo(format_rows(rows))
+
+
+def _own(row) -> str:
+    d = row["details"]
+    m = row["mitigation"]
+    if "dropped_fraction_mean" in d:
+        return (f"{d['workers']} GPUs, {d['dropped_fraction_mean']:.0%} of gradients dropped, "
+                f"{d['time_saved_s'] * 1e3:.1f} ms saved vs no backups ({d['without_backups_step_time_s'] * 1e3:.1f} ms)")
+    if "staleness" in d:
+        st = d["staleness"]
+        return (f"staleness mean {st['mean']:.1f} p95 {st['p95']:.0f}; {d['gradients_per_s']:.1f} gradients/s "
+                f"of {d['link_capacity_gradients_per_s']:.1f} the links allow")
+    if "curve" in d:
+        return f"bucket cap {d['bucket_cap'] / 2**20:.1f} MiB ({d['buckets']} buckets)"
+    if "compression_ratio" in d:
+        return f"{d['compression_ratio']:.0f}x fewer bytes; after {d['warmup_steps']} warm-up steps"
+    if "wire_dtype" in d:
+        return f"gradients sent as {d['wire_dtype']}"
+    if "H" in d:
+        return f"parameters averaged every {d['H']} steps"
+    if m == "baseline":
+        return f"{d['buckets']} buckets"
+    return ""
+
+
+def format_rows(rows) -> str:
+    """A fixed-width table of :func:`commsim.mitigations.compare.compare` rows."""
+    head = (f"{'GPUs':>6}  {'mitigation':<22} {'mean ms':>10} {'p95 ms':>10} {'speedup':>8} {'samples/s':>10} "
+            f"{'GB/step':>8} {'exposed ms':>10} {'straggler ms':>12}  own figures")
+    lines = [head]
+    for r in rows:
+        lines.append(f"{r['gpus']:>6}  {r['mitigation']:<22} {r['step_time_s']['mean'] * 1e3:>10.2f} "
+                     f"{r['step_time_s']['p95'] * 1e3:>10.2f} {r['speedup']:>8.3f} {r['throughput_samples_per_s']:>10.1f} "
+                     f"{r['bytes_per_step'] / 1e9:>8.3f} {r['exposed_comm_s'] * 1e3:>10.2f} "
+                     f"{r['straggler_cost_s'] * 1e3:>12.2f}  {_own(r)}")
+    return "\n".join(lines)
+
+
+def register(group: click.Group) -> None:
+    """Add `compare` to the main command group."""
+    group.add_command(compare_command)

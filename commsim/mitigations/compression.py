@@ -1,0 +1,130 @@
+"""Gradient compression as DDP communication hooks: fp16/bf16 casts and PowerSGD.
+
+Both are hooks for :func:`commsim.mitigations.hooked.run_hooked` (stages per bucket).
+
+**fp16 / bf16** (``torch.distributed.algorithms.ddp_comm_hooks.default_hooks.fp16_compress_hook``,
+``bf16_compress_hook``): per bucket, ``buffer.to(fp16).div_(world_size)`` (read e bytes and write 2
+per element, then read and write 2 more), an all-reduce of 2 bytes per element, and the copy back
+into the e-byte bucket (read 2, write e). The casts run at the remedy's memory bandwidth
+(``mem_bw``). A scenario whose gradients are already 16-bit gains no bytes and pays the casts.
+
+**PowerSGD** (Vogels et al. 2019, "PowerSGD: Practical Low-Rank Gradient Compression for
+Distributed Optimization"; ``powerSGD_hook.powerSGD_hook``): 1-D gradients, and matrices where
+compression saves less than ``min_compression_rate`` (``(m + n) r * 2 >= m n``), stay uncompressed;
+each other m x n gradient M (convolutions reshaped to (out, in k k)) with rank r' = min(m, n, r)
+is sent as P = M Q (m r') and Q = M^T P (n r'). The hook's order per bucket, as in torch:
+
+    work: M += error; P = M Q  ->  all-reduce(uncompressed)  ->  all-reduce(P)
+    ->  work: orthogonalize P; Q = M^T P  ->  all-reduce(Q)  ->  work: M = P Q^T; error = M_in - M
+
+Work time: each matmul max(2 m n r' / flops, 4 m n / mem_bw) (a skinny product is memory-bound),
+the error feedback two passes of 12 bytes per element at ``mem_bw``, orthogonalization
+2 m r'^2 / flops, and ``kernel_overhead`` per kernel (8 per matrix: 3 products, 2 error passes,
+about 3 for the QR). Approximations: each bucket holds its byte share of every kind of tensor
+(the uncompressed and compressed elements are spread over the buckets in proportion to their
+bytes; real buckets hold whole tensors), and the figures are those after
+``start_powerSGD_iter`` (the warm-up steps run plain all-reduces, at the baseline's step time).
+Wrapped in fp16/bf16 (``fp16_compress_wrapper(powerSGD_hook)``) everything is sent in 2 bytes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+from commsim.mitigations.hooked import PlainHook, Reduce, Stage, Work
+from commsim.mitigations.shapes import GradientShapes, gradient_shapes
+from commsim.mitigations.spec import Compression, PowerSGD
+from commsim.scenario.spec import BYTES_PER_ELEMENT, Scenario
+
+WIRE_BYTES_16 = 2
+KERNELS_PER_MATRIX = 8
+
+
+class CompressionHook(PlainHook):
+    """fp16_compress_hook / bf16_compress_hook (module docstring)."""
+
+    def __init__(self, scenario: Scenario, remedy: Compression):
+        self.e = BYTES_PER_ELEMENT[scenario.model.grad_dtype]
+        self.bw = remedy.mem_bw
+
+    def stages(self, step: int, bucket: int, size: float) -> Sequence[Stage]:
+        elements = size / self.e
+        cast = elements * (self.e + WIRE_BYTES_16 + 2 * WIRE_BYTES_16) / self.bw
+        back = elements * (WIRE_BYTES_16 + self.e) / self.bw
+        return (Work(cast), Reduce(elements * WIRE_BYTES_16), Work(back))
+
+
+@dataclass(frozen=True)
+class PowerSGDPlan:
+    """Whole-model totals of one PowerSGD step: elements sent and work (seconds)."""
+
+    uncompressed: float  # elements all-reduced as they are
+    p_elements: float
+    q_elements: float
+    compressed_elements: float
+    work_p: float  # error add + P = M Q
+    work_q: float  # orthogonalize + Q = M^T P
+    work_out: float  # P Q^T + error update
+    min_dimension: Optional[int]  # smallest dimension of the compressible matrices
+    matrices: int
+
+
+def _matmul(m: int, n: int, r: int, remedy: PowerSGD) -> float:
+    return max(2.0 * m * n * r / remedy.flops, 4.0 * m * n / remedy.mem_bw)
+
+
+def plan_powersgd(shapes: GradientShapes, remedy: PowerSGD) -> PowerSGDPlan:
+    """Split the gradients into uncompressed and compressed, and total the work (module docstring)."""
+    unc = float(shapes.vector_elements)
+    p = q = comp = 0.0
+    wp = wq = wo = 0.0
+    count = 0
+    dims = []
+    ovh = remedy.kernel_overhead
+    for m, n in shapes.matrices:
+        r = min(m, n, remedy.r)
+        if (m + n) * r * remedy.min_compression_rate >= m * n:  # torch's _should_compress
+            unc += m * n
+            continue
+        dims.append(min(m, n))
+        count += 1
+        p += m * r
+        q += n * r
+        comp += m * n
+        error_pass = 12.0 * m * n / remedy.mem_bw
+        wp += error_pass + _matmul(m, n, r, remedy) + 2 * ovh
+        wq += 2.0 * m * r * r / remedy.flops + _matmul(m, n, r, remedy) + 4 * ovh
+        wo += _matmul(m, n, r, remedy) + error_pass + (KERNELS_PER_MATRIX - 6) * ovh
+    return PowerSGDPlan(unc, p, q, comp, wp, wq, wo, min(dims) if dims else None, count)
+
+
+def powersgd_plan_for(scenario: Scenario, remedy: PowerSGD) -> PowerSGDPlan:
+    return plan_powersgd(gradient_shapes(remedy.shapes, scenario.model.parameters, remedy.width), remedy)
+
+
+def smallest_dimension(scenario: Scenario, remedy: PowerSGD) -> Optional[int]:
+    """The smallest dimension among the matrix gradients of the shape model (for the r check)."""
+    shapes = gradient_shapes(remedy.shapes, scenario.model.parameters, remedy.width)
+    return min((min(m, n) for m, n in shapes.matrices), default=None)
+
+
+class PowerSGDHook(PlainHook):
+    """powerSGD_hook, optionally inside fp16/bf16_compress_wrapper (module docstring)."""
+
+    def __init__(self, scenario: Scenario, remedy: PowerSGD, wrapper: Optional[Compression] = None):
+        self.plan = powersgd_plan_for(scenario, remedy)
+        self.e = BYTES_PER_ELEMENT[scenario.model.grad_dtype]
+        self.wire = WIRE_BYTES_16 if wrapper is not None else self.e
+        self.total = float(scenario.model.grad_bytes)
+
+    def stages(self, step: int, bucket: int, size: float) -> Sequence[Stage]:
+        share = size / self.total
+        pl, w = self.plan, self.wire
+        return (Work(share * pl.work_p), Reduce(share * pl.uncompressed * w), Reduce(share * pl.p_elements * w),
+                Work(share * pl.work_q), Reduce(share * pl.q_elements * w), Work(share * pl.work_out))
+
+    def compression_ratio(self) -> float:
+        pl = self.plan
+        return (pl.uncompressed + pl.compressed_elements) * self.e / max(
+            (pl.uncompressed + pl.p_elements + pl.q_elements) * self.wire, 1.0)

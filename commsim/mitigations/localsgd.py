@@ -1,0 +1,44 @@
+"""Local SGD / post-local SGD (Lin et al. 2020, "Don't Use Large Mini-Batches, Use Local SGD"):
+torch's ``post_localSGD_hook.PostLocalSGDState`` with ``PeriodicModelAverager``.
+
+After ``start_localSGD_iter`` (``warmup``) steps of plain DDP, ``post_localSGD_hook`` all-reduces each
+bucket only within the rank's subgroup, which by default (``subgroup=None``:
+``dist.new_subgroups()``) is its node; one GPU per node then communicates nothing per step.
+``PeriodicModelAverager(period=H).average_parameters`` all-reduces every parameter over the whole
+job (one flattened buffer of the parameters' dtype, here the scenario's gradient dtype) after
+the optimizer of every H-th step; the next step waits for it.
+
+A :class:`commsim.mitigations.hooked.run_hooked` hook. The figures are those after the warm-up
+(the warm-up steps are plain DDP, at the baseline's step time); the run is extended to a whole
+number of periods so that the mean step time carries its share of averaging (extra steps draw
+the next values of the same random streams).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Sequence
+
+from commsim.mitigations.hooked import PlainHook, Reduce, Stage
+from commsim.mitigations.spec import LocalSGD
+from commsim.scenario.spec import Scenario
+
+
+class LocalSGDHook(PlainHook):
+    """Intra-node bucket all-reduces, a global parameter average every H steps."""
+
+    def __init__(self, scenario: Scenario, remedy: LocalSGD):
+        self.H = remedy.H
+        self.param_bytes = float(scenario.model.grad_bytes)
+
+    def stages(self, step: int, bucket: int, size: float) -> Sequence[Stage]:
+        return (Reduce(size, "node"),)
+
+    def after_step(self, step: int) -> Sequence[Stage]:
+        return (Reduce(self.param_bytes),) if (step + 1) % self.H == 0 else ()
+
+
+def whole_periods(scenario: Scenario, H: int) -> Scenario:
+    """The scenario with its steps rounded up to a multiple of H."""
+    steps = -(-scenario.steps // H) * H
+    return scenario if steps == scenario.steps else replace(scenario, steps=steps)

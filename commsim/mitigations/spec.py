@@ -1,0 +1,263 @@
+"""The remedies a user can ask for, as frozen records, and the one parser of their syntax.
+
+Syntax (``commsim compare --mitigations``): remedies separated by commas, each compared on its
+own; ``A+B`` combines two remedies in one run; parameters follow the name after colons::
+
+    fp16,bf16,powersgd:r=4:start=10,backup:b=2,localsgd:H=8,async:servers=4,buckets,fp16+powersgd:r=1
+
+The same remedies can be written in a scenario file under ``mitigation:``, a list of mappings
+(``- {remedy: powersgd, r: 4}``; ``remedy: fp16+powersgd`` combines) read by
+:func:`parse_section`. Every problem is a :class:`MitigationError` naming the source and the
+key path (``powersgd.r``, or ``mitigation[1].r`` in a file): what was expected, what was given.
+
+Which remedies combine (:data:`COMBINABLE`): fp16 or bf16 with powersgd, as torch's
+``fp16_compress_wrapper`` / ``bf16_compress_wrapper`` around ``powerSGD_hook`` do. Nothing else:
+DDP takes one communication hook (fp16, bf16, powersgd and post-local SGD are each one), backup
+workers and asynchronous SGD replace the all-reduce altogether, and bucket tuning searches the
+plain DDP run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Dict, Mapping, Optional, Tuple
+
+from commsim.errors import InputError
+from commsim.units import describe, parse_count, parse_rate, parse_time
+
+# Defaults, each with its source:
+# - DEFAULT_MEMORY_BANDWIDTH: the rate casts and PowerSGD's memory passes run at when the remedy
+#   gives none: 1.5 TB/s, an A100-40GB's HBM2 (1,555 GB/s, NVIDIA A100 datasheet); V100 is 900 GB/s,
+#   H100 SXM 3.35 TB/s: give `mem_bw` for those.
+# - DEFAULT_FLOPS: fp32 matmul rate of PowerSGD's projections: 19.5 TFLOP/s (A100 FP32, datasheet).
+# - POWERSGD_START: torch's PowerSGDState(start_powerSGD_iter=1_000) default.
+# - DEFAULT_WIDTH: gradients modeled as width x width matrices (see commsim.mitigations.shapes).
+DEFAULT_MEMORY_BANDWIDTH = 1.555e12
+DEFAULT_FLOPS = 19.5e12
+POWERSGD_START = 1000
+DEFAULT_WIDTH = 1024
+SHAPE_MODELS = ("square", "resnet50")
+
+
+class MitigationError(InputError):
+    """A remedy, a parameter or a combination that cannot be simulated; one line, exit 2."""
+
+
+@dataclass(frozen=True)
+class Compression:
+    """fp16_compress_hook / bf16_compress_hook: gradients cast to a 16-bit wire dtype."""
+
+    dtype: str  # "fp16" | "bf16"
+    mem_bw: float = DEFAULT_MEMORY_BANDWIDTH
+    name: str = "fp16"
+
+
+@dataclass(frozen=True)
+class PowerSGD:
+    """powerSGD_hook with PowerSGDState(matrix_approximation_rank=r, start_powerSGD_iter=start)."""
+
+    r: int = 1
+    start: int = POWERSGD_START
+    shapes: str = "square"
+    width: int = DEFAULT_WIDTH
+    min_compression_rate: float = 2.0  # torch's default: a matrix is compressed only if it saves 2x
+    mem_bw: float = DEFAULT_MEMORY_BANDWIDTH
+    flops: float = DEFAULT_FLOPS
+    kernel_overhead: float = 5e-6  # seconds per small kernel (GPU launch): PowerSGD runs many
+    name: str = "powersgd"
+
+
+@dataclass(frozen=True)
+class Backup:
+    """Chen et al. 2016: n + b workers, a step uses the first n gradients."""
+
+    b: int = 1
+    name: str = "backup"
+
+
+@dataclass(frozen=True)
+class LocalSGD:
+    """PostLocalSGDState(start_localSGD_iter=warmup) + PeriodicModelAverager(period=H)."""
+
+    H: int = 8
+    warmup: int = 0
+    name: str = "localsgd"
+
+
+@dataclass(frozen=True)
+class AsyncPS:
+    """Asynchronous SGD: workers push gradients to `servers` parameter servers and pull parameters."""
+
+    servers: int = 1
+    bandwidth: Optional[float] = None  # each server's link, bytes/s; None: the cluster's inter_node
+    latency: Optional[float] = None    # each transfer's latency; None: the cluster's inter_node
+    name: str = "async"
+
+
+@dataclass(frozen=True)
+class Buckets:
+    """A 1-D search of DDP's bucket cap for the lowest mean step time."""
+
+    name: str = "buckets"
+
+
+Remedy = Any  # one of the records above
+
+
+@dataclass(frozen=True)
+class Mitigation:
+    """One column of the comparison: one remedy, or a combination (fp16+powersgd)."""
+
+    label: str
+    remedies: Tuple[Remedy, ...]
+
+    def get(self, kind: type) -> Optional[Remedy]:
+        """The remedy of this type in the combination, or None."""
+        return next((r for r in self.remedies if isinstance(r, kind)), None)
+
+
+# remedy name -> (record factory, {parameter: (parser, what is expected)})
+def _dtype(name):
+    return lambda **kw: Compression(dtype=name, name=name, **kw)
+
+
+PARAMETERS: Dict[str, Dict[str, Tuple[Any, str]]] = {
+    "fp16": {"mem_bw": (parse_rate, "a memory bandwidth like 900GB/s")},
+    "bf16": {"mem_bw": (parse_rate, "a memory bandwidth like 900GB/s")},
+    "powersgd": {
+        "r": (parse_count, "a whole number >= 1"),
+        "start": (lambda v: parse_count(v, allow_zero=True), "a whole number >= 0"),
+        "shapes": (str, f"one of {', '.join(SHAPE_MODELS)}"),
+        "width": (parse_count, "a whole number >= 1"),
+        "mem_bw": (parse_rate, "a memory bandwidth like 900GB/s"),
+        "flops": (lambda v: float(parse_count(v)), "a matmul rate in FLOP/s like 15e12"),
+        "kernel_overhead": (lambda v: parse_time(v, allow_zero=True), "a time like 5us"),
+    },
+    "backup": {"b": (parse_count, "a whole number >= 1")},
+    "localsgd": {"H": (parse_count, "a whole number >= 1"),
+                 "warmup": (lambda v: parse_count(v, allow_zero=True), "a whole number >= 0")},
+    "async": {"servers": (parse_count, "a whole number >= 1"),
+              "bandwidth": (parse_rate, "a link bandwidth like 25Gbps"),
+              "latency": (lambda v: parse_time(v, allow_zero=True), "a time like 10us")},
+    "buckets": {},
+}
+FACTORIES = {"fp16": _dtype("fp16"), "bf16": _dtype("bf16"), "powersgd": PowerSGD, "backup": Backup,
+             "localsgd": LocalSGD, "async": AsyncPS, "buckets": Buckets}
+REMEDIES = tuple(PARAMETERS)
+# pairs (sorted names) that one run can combine: torch's fp16/bf16_compress_wrapper(powerSGD_hook)
+COMBINABLE = {("fp16", "powersgd"), ("bf16", "powersgd")}
+DEFAULT_MITIGATIONS = "fp16,powersgd:r=4,backup:b=2,localsgd:H=8,async:servers=4,buckets"
+
+_WHY_NOT = {
+    "backup": "backup workers replace the all-reduce by the first n gradients",
+    "async": "asynchronous SGD replaces the all-reduce by parameter servers",
+    "buckets": "bucket tuning searches the plain DDP run",
+    "localsgd": "post-local SGD is DDP's one communication hook",
+}
+
+
+def build_remedy(name: str, params: Mapping[str, Any], source: str, where: str) -> Remedy:
+    """One remedy record from its name and raw parameter values; `where` is its key path."""
+    if name not in PARAMETERS:
+        raise MitigationError(source, where, f"unknown remedy; expected one of {', '.join(REMEDIES)}, got {name!r}")
+    allowed = PARAMETERS[name]
+    values = {}
+    for key, raw in params.items():
+        path = f"{where}.{key}"
+        if key not in allowed:
+            expected = ", ".join(allowed) if allowed else "none (it takes no parameters)"
+            raise MitigationError(source, path, f"unknown parameter of {name}; expected {expected}, got {key!r}")
+        parser, expected = allowed[key]
+        try:
+            value = parser(raw)
+        except (ValueError, TypeError) as exc:
+            raise MitigationError(source, path, f"expected {expected}, got {describe(raw)} ({exc})") from None
+        if key == "shapes" and value not in SHAPE_MODELS:
+            raise MitigationError(source, path, f"expected {expected}, got {describe(raw)}")
+        values[key] = value
+    return FACTORIES[name](**values)
+
+
+def combine(label: str, remedies, source: str, where: str) -> Mitigation:
+    """A :class:`Mitigation`; refuses a combination that no torch setup can run (module docstring)."""
+    names = [r.name for r in remedies]
+    if len(set(names)) != len(names):
+        raise MitigationError(source, where, f"a remedy given twice in one combination: {label!r}")
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            if tuple(sorted((a, b))) not in COMBINABLE:
+                why = _WHY_NOT.get(a) or _WHY_NOT.get(b) or "DDP takes one communication hook"
+                raise MitigationError(source, where, f"{a} cannot be combined with {b} ({why}); "
+                                      f"combinable: fp16+powersgd, bf16+powersgd")
+    return Mitigation(label=label, remedies=tuple(remedies))
+
+
+def parse_mitigations(text: str, source: str = "--mitigations") -> Tuple[Mitigation, ...]:
+    """Parse the ``--mitigations`` syntax (module docstring) into mitigations, in order."""
+    source = f"{source} {text!r}"
+    items = [t.strip() for t in str(text).split(",")]
+    if not any(items):
+        raise MitigationError(source, None, f"expected remedies like {DEFAULT_MITIGATIONS}, got nothing")
+    out = []
+    for item in items:
+        if not item:
+            raise MitigationError(source, None, "expected a remedy between two commas, got an empty item")
+        remedies = []
+        for part in item.split("+"):
+            name, *pairs = [p.strip() for p in part.split(":")]
+            params = {}
+            for pair in pairs:
+                key, eq, value = pair.partition("=")
+                if not eq or not key.strip():
+                    raise MitigationError(source, f"{name}", f"expected parameters as key=value after ':', got {pair!r}")
+                params[key.strip()] = value.strip()
+            remedies.append(build_remedy(name, params, source, name))
+        out.append(combine(item, remedies, source, item))
+    _unique_labels(out, source)
+    return tuple(out)
+
+
+def parse_section(section: Any, source: str) -> Tuple[Mitigation, ...]:
+    """Parse a scenario file's ``mitigation:`` list (module docstring)."""
+    if not isinstance(section, list) or not section:
+        raise MitigationError(source, "mitigation", f"expected a non-empty list of remedies "
+                              f"(- {{remedy: powersgd, r: 4}}), got {describe(section)}")
+    out = []
+    for i, entry in enumerate(section):
+        where = f"mitigation[{i}]"
+        if isinstance(entry, str):
+            entry = {"remedy": entry}
+        if not isinstance(entry, dict) or "remedy" not in entry:
+            raise MitigationError(source, where, f"expected a mapping with a 'remedy' key, got {describe(entry)}")
+        label = str(entry["remedy"])
+        params = {k: v for k, v in entry.items() if k != "remedy"}
+        names = [n.strip() for n in label.split("+")]
+        if len(names) > 1 and params:
+            raise MitigationError(source, where, "parameters of a combination go in the --mitigations syntax "
+                                  f"(fp16+powersgd:r=4), got keys {', '.join(map(str, params))}")
+        remedies = [build_remedy(n, params if len(names) == 1 else {}, source, where) for n in names]
+        suffix = "".join(f":{k}={v}" for k, v in params.items())
+        out.append(combine(label + suffix, remedies, source, where))
+    _unique_labels(out, source)
+    return tuple(out)
+
+
+def _unique_labels(mitigations, source):
+    seen = set()
+    for m in mitigations:
+        if m.label in seen:
+            raise MitigationError(source, m.label, "the same remedy is listed twice")
+        seen.add(m.label)
+
+
+def check_against(mitigation: Mitigation, world_size: int, source: str, min_dimension: Optional[int] = None) -> None:
+    """Refuse parameters the scenario cannot take: b >= n workers, r above a gradient's dimension."""
+    where = mitigation.label
+    backup = mitigation.get(Backup)
+    if backup is not None and backup.b >= world_size:
+        raise MitigationError(source, f"{where}.b", f"expected fewer backup workers than the {world_size} "
+                              f"workers whose gradients each step needs (b < n), got b={backup.b}")
+    psgd = mitigation.get(PowerSGD)
+    if psgd is not None and min_dimension is not None and psgd.r > min_dimension:
+        raise MitigationError(source, f"{where}.r", f"expected a rank no larger than the smallest compressed "
+                              f"gradient dimension ({min_dimension} with shapes={psgd.shapes}), got r={psgd.r}")

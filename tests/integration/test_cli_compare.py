@@ -1,0 +1,68 @@
+"""`commsim compare` end to end: rows, JSON determinism, figure, one-line bad input."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SCENARIO = ROOT / "scenarios" / "seed_1b_8gpu_eth25.yaml"
+
+
+def cli(*args, cwd=ROOT):
+    return subprocess.run([sys.executable, "-m", "commsim.cli", "compare", *map(str, args)], cwd=cwd,
+                          capture_output=True, text=True)
+
+
+def test_rows_json_is_deterministic_and_complete(tmp_path):
+    args = [SCENARIO, "--mitigations", "fp16,powersgd:r=4:start=0,backup:b=1,localsgd:H=4,async:servers=2",
+            "--steps", "8", "-q"]
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    assert cli(*args, "--json", a).returncode == 0
+    assert cli(*args, "--json", b).returncode == 0
+    assert a.read_bytes() == b.read_bytes()
+    rows = json.loads(a.read_text())["rows"]
+    assert [r["mitigation"] for r in rows] == ["baseline", "fp16", "powersgd:r=4:start=0", "backup:b=1",
+                                               "localsgd:H=4", "async:servers=2"]
+    base, fp16, psgd = rows[0], rows[1], rows[2]
+    assert fp16["bytes_per_step"] == base["bytes_per_step"] / 2
+    assert psgd["speedup"] > fp16["speedup"] > 1  # 25 Gb/s: compression pays
+    assert rows[3]["gpus"] == 9 and rows[5]["details"]["staleness"]["mean"] > 0
+
+
+def test_table_and_figure_with_a_node_grid(tmp_path):
+    out = cli(SCENARIO, "--mitigations", "fp16", "--nodes", "2,8", "--steps", "4", "--plot", tmp_path / "fig")
+    assert out.returncode == 0, out.stderr
+    assert "baseline" in out.stdout and "fp16" in out.stdout
+    assert (tmp_path / "fig" / "compare.png").stat().st_size > 0
+
+
+@pytest.mark.parametrize("mitigations, words", [
+    ("gzip", "unknown remedy"),
+    ("powersgd:r=0", "powersgd.r"),
+    ("powersgd:r=5000", "smallest compressed gradient dimension"),
+    ("backup:b=8", "b < n"),
+    ("localsgd:H=0", "localsgd.H"),
+    ("async:servers=0", "async.servers"),
+    ("fp16+localsgd", "fp16 cannot be combined with localsgd"),
+])
+def test_bad_input_is_one_line_exit_2(tmp_path, mitigations, words):
+    target = tmp_path / "out.json"
+    target.write_text("kept")
+    out = cli(SCENARIO, "--mitigations", mitigations, "--json", target)
+    assert out.returncode == 2
+    assert out.stderr.count("\n") == 1 and words in out.stderr and "Traceback" not in out.stderr
+    assert target.read_text() == "kept"
+
+
+def test_a_mitigation_section_in_the_scenario_file(tmp_path):
+    text = SCENARIO.read_text() + "\nmitigation:\n  - {remedy: powersgd, r: 0}\n"
+    path = tmp_path / "s.yaml"
+    path.write_text(text)
+    out = cli(path)
+    assert out.returncode == 2 and "mitigation[0].r" in out.stderr and str(path) in out.stderr
+    path.write_text(SCENARIO.read_text() + "\nmitigation:\n  - fp16\n")
+    out = cli(path, "--steps", "3")
+    assert out.returncode == 0 and "fp16" in out.stdout

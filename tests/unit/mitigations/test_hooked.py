@@ -1,0 +1,57 @@
+"""The hooked DDP step model: the plain hook is the engine; hooks' stages priced exactly."""
+
+import numpy as np
+import pytest
+
+from commsim.collectives.kernels import make_kernel
+from commsim.mitigations.compression import CompressionHook
+from commsim.mitigations.hooked import run_hooked
+from commsim.mitigations.localsgd import LocalSGDHook
+from commsim.mitigations.spec import Compression, LocalSGD
+from commsim.scenario.spec import Jitter, SlowRank, Stall, Throttle
+from commsim.sim.engine import simulate
+from commsim.sim.links import scenario_fabric
+
+from tests.unit.mitigations.helpers import tiny
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_plain_hook_equals_the_engine_on_random_small_scenarios(seed):
+    rng = np.random.default_rng(seed)
+    nodes, gpus = int(rng.integers(1, 4)), int(rng.integers(1, 4))
+    n = nodes * gpus
+    stragglers = [Jitter(cv=float(rng.uniform(0, 0.2)), distribution="gamma")]
+    if n > 1:
+        stragglers.append(SlowRank(ranks=(int(rng.integers(n)),), factor=float(rng.uniform(1, 2))))
+        stragglers.append(Stall(ranks=(0,), duration=0.01, every=3))
+        stragglers.append(Throttle(ranks=(n - 1,), heat_up=0.05, throttled_time=0.03, clock_fraction=0.5))
+    sc = tiny(nodes=nodes, gpus=gpus, params=int(rng.integers(1e5, 3e6)), stragglers=stragglers, seed=seed,
+              overlap=bool(rng.integers(2)), accumulation=int(rng.integers(1, 3)), steps=12)
+    np.testing.assert_allclose(run_hooked(sc).step_end, simulate(sc).step_end, rtol=1e-12, atol=1e-12)
+
+
+def test_fp16_hook_one_bucket_exact():
+    sc = tiny(nodes=2, gpus=1, params=1_000_000, bucket_cap=1e9, first_bucket=1e9, overlap=True, steps=3)
+    bw = 1e11
+    run = run_hooked(sc, CompressionHook(sc, Compression("fp16", mem_bw=bw)))
+    ring = make_kernel("ring", scenario_fabric(sc), 2e6).uniform_time()
+    # cast (read 4, write 2, div: read+write 2), all-reduce of 2 bytes per element, copy back (read 2, write 4)
+    expect = 0.01 + 0.02 + 1e6 * 10 / bw + ring + 1e6 * 6 / bw + 0.001
+    np.testing.assert_allclose(run.step_time, expect, rtol=1e-12)
+    assert run.reduced_bytes[0] == 2e6
+
+
+def test_localsgd_one_gpu_nodes_average_every_H_steps():
+    sc = tiny(nodes=4, gpus=1, params=1_000_000, steps=4)
+    run = run_hooked(sc, LocalSGDHook(sc, LocalSGD(H=2)))
+    avg = make_kernel("ring", scenario_fabric(sc), 4e6).uniform_time()
+    compute = 0.031
+    np.testing.assert_allclose(run.step_time, [compute, compute + avg] * 2, rtol=1e-12)
+    np.testing.assert_allclose(run.reduced_bytes, [0, 4e6] * 2)
+
+
+def test_localsgd_intra_node_reduce_is_the_node_ring():
+    sc = tiny(nodes=1, gpus=4, params=1_000_000, bucket_cap=1e9, first_bucket=1e9, steps=2)
+    run = run_hooked(sc, LocalSGDHook(sc, LocalSGD(H=100)))
+    node = make_kernel("ring", scenario_fabric(sc), 4e6).uniform_time()  # one node: the job's ring
+    np.testing.assert_allclose(run.step_time, 0.031 + node, rtol=1e-9)

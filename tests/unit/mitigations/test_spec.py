@@ -1,0 +1,65 @@
+"""The --mitigations syntax, the mitigation: section, and their one-line errors."""
+
+import pytest
+
+from commsim.errors import InputError
+from commsim.mitigations.spec import (DEFAULT_MITIGATIONS, AsyncPS, Backup, Compression, LocalSGD, MitigationError,
+                                      PowerSGD, check_against, parse_mitigations, parse_section)
+
+
+def test_default_list_parses_in_order_with_parameters():
+    ms = parse_mitigations(DEFAULT_MITIGATIONS)
+    assert [m.label for m in ms] == ["fp16", "powersgd:r=4", "backup:b=2", "localsgd:H=8", "async:servers=4", "buckets"]
+    assert ms[1].get(PowerSGD).r == 4 and ms[2].get(Backup).b == 2 and ms[3].get(LocalSGD).H == 8
+    assert ms[4].get(AsyncPS).servers == 4
+
+
+def test_parameters_and_combination():
+    (m,) = parse_mitigations("bf16+powersgd:r=2:start=0:shapes=resnet50:mem_bw=900GB/s")
+    assert m.get(Compression).dtype == "bf16"
+    p = m.get(PowerSGD)
+    assert (p.r, p.start, p.shapes, p.mem_bw) == (2, 0, "resnet50", 900e9)
+
+
+@pytest.mark.parametrize("text, key, words", [
+    ("gzip", "gzip", "unknown remedy"),
+    ("powersgd:rank=4", "powersgd.rank", "unknown parameter"),
+    ("powersgd:r=0", "powersgd.r", "expected a whole number >= 1"),
+    ("localsgd:H=0", "localsgd.H", "expected a whole number >= 1"),
+    ("localsgd:H=-3", "localsgd.H", "expected a whole number >= 1"),
+    ("async:servers=0", "async.servers", "expected a whole number >= 1"),
+    ("backup:b=two", "backup.b", "expected a whole number >= 1"),
+    ("fp16+bf16", "fp16+bf16", "fp16 cannot be combined with bf16"),
+    ("backup:b=1+fp16", "backup:b=1+fp16", "backup cannot be combined with fp16"),
+    ("localsgd+powersgd", "localsgd+powersgd", "localsgd cannot be combined with powersgd"),
+    ("buckets:x=1", "buckets.x", "takes no parameters"),
+    ("fp16,,bf16", None, "empty item"),
+    ("fp16,fp16", "fp16", "listed twice"),
+])
+def test_bad_remedies_are_one_line_input_errors_naming_the_key(text, key, words):
+    with pytest.raises(MitigationError) as err:
+        parse_mitigations(text)
+    assert isinstance(err.value, InputError)
+    assert err.value.path == key
+    assert words in str(err.value) and "\n" not in str(err.value)
+    assert str(err.value).startswith(f"--mitigations {text!r}")
+
+
+def test_b_at_least_n_and_r_above_the_dimension_are_refused():
+    (m,) = parse_mitigations("backup:b=4")
+    with pytest.raises(MitigationError, match=r"b < n\), got b=4"):
+        check_against(m, 4, "--mitigations")
+    check_against(m, 5, "--mitigations")
+    (p,) = parse_mitigations("powersgd:r=65")
+    with pytest.raises(MitigationError, match="smallest compressed gradient dimension"):
+        check_against(p, 8, "--mitigations", min_dimension=64)
+
+
+def test_section_of_a_scenario_file():
+    ms = parse_section([{"remedy": "powersgd", "r": 4}, "fp16", {"remedy": "fp16+powersgd"}], "s.yaml")
+    assert [m.label for m in ms] == ["powersgd:r=4", "fp16", "fp16+powersgd"]
+    with pytest.raises(MitigationError) as err:
+        parse_section([{"remedy": "backup", "b": 0}], "s.yaml")
+    assert err.value.source == "s.yaml" and err.value.path == "mitigation[0].b"
+    with pytest.raises(MitigationError, match="non-empty list"):
+        parse_section({"fp16": None}, "s.yaml")
