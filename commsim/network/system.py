@@ -339,3 +339,57 @@ def preset(name: str, source: str = "system") -> System:
         return PRESETS[name]
     except KeyError:
         raise InputError(source, "preset", f"unknown system preset {name!r} (known: {', '.join(sorted(PRESETS))})") from None
+
+
+# --- reading a system back from its description ----------------------------------------------
+
+_REQUIRED = ("name", "gpu_arch", "gpus_per_node", "intra_kind", "intra_bw_GBps", "intra_hop_us",
+             "nics_per_node", "nic_bw_GBps", "net_hop_us")
+
+
+def system_from_dict(doc: object, source: str, where: str = "system") -> System:
+    """The :class:`System` that :meth:`System.describe` wrote (a calibration file's
+    ``physical.nominal_system``), or a preset's name. Strict: an unknown or missing key, or a
+    value of the wrong kind, is an InputError naming `where` and the key."""
+    if isinstance(doc, str):
+        return preset(doc, source)
+    if not isinstance(doc, Mapping):
+        raise InputError(source, where, f"expected a mapping of system fields or a preset name, got {type(doc).__name__}")
+    names = [f.name for f in fields(System)]
+    unknown = [k for k in doc if k not in names]
+    if unknown:
+        raise InputError(source, f"{where}.{unknown[0]}", f"unknown key (allowed: {', '.join(names)})")
+    missing = [k for k in _REQUIRED if k not in doc]
+    if missing:
+        raise InputError(source, f"{where}.{missing[0]}", "missing key")
+    kw = dict(doc)
+    tiers = kw.get("tiers") or []
+    if not isinstance(tiers, list):
+        raise InputError(source, f"{where}.tiers", f"expected a list, got {type(tiers).__name__}")
+    parsed = []
+    for i, t in enumerate(tiers):
+        w = f"{where}.tiers[{i}]"
+        if not isinstance(t, Mapping) or set(t) - {"nodes_below", "oversubscription", "latency_us"} or "nodes_below" not in t:
+            raise InputError(source, w, "expected a mapping with nodes_below and optional oversubscription, latency_us")
+        try:
+            parsed.append(SwitchTier(int(t["nodes_below"]), float(t.get("oversubscription", 1.0)), float(t.get("latency_us", 0.0))))
+        except (TypeError, ValueError):
+            raise InputError(source, w, f"expected numbers, got {dict(t)!r}") from None
+    kw["tiers"] = tuple(parsed)
+    srcs = kw.get("sources") or {}
+    if not isinstance(srcs, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in srcs.items()):
+        raise InputError(source, f"{where}.sources", "expected a mapping of constant name to text")
+    kw["sources"] = dict(srcs)
+    for k in ("name", "gpu_arch", "intra_kind", "transport", "cpu_vendor", "nccl_version"):
+        if k in kw and not isinstance(kw[k], str):
+            raise InputError(source, f"{where}.{k}", f"expected a string, got {kw[k]!r}")
+    for k in ("rails", "nvls", "collnet"):
+        if k in kw and not isinstance(kw[k], bool):
+            raise InputError(source, f"{where}.{k}", f"expected true or false, got {kw[k]!r}")
+    for k in System.FIT_NAMES:
+        if k in kw and (isinstance(kw[k], bool) or not isinstance(kw[k], (int, float))):
+            raise InputError(source, f"{where}.{k}", f"expected a positive number, got {kw[k]!r}")
+    try:
+        return System(**kw)
+    except InputError as exc:  # the record's own check: re-anchor it at this file and key
+        raise InputError(source, f"{where}.{exc.path}" if exc.path else where, exc.message) from None
