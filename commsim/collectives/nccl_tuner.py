@@ -513,6 +513,8 @@ def plan(
             why = runnable(kind, a, p, system, scale)
             if why is None:
                 cands.append((a, p))
+            elif p == SIMPLE:
+                reasons[a] = why  # what stops the algorithm itself, not one of its protocols
             else:
                 reasons.setdefault(a, why)
     if named:
