@@ -50,9 +50,10 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from commsim.collectives.contract import KINDS as CONTRACT_KINDS, Algorithm
 from commsim.collectives.nccl_constants import NCCL_TABLES, NET_OVERHEAD_BY_CPU
 from commsim.errors import InputError
-from commsim.network.system import System
+from commsim.network.system import System, system_of_fabric
 
 KINDS = ("all_reduce", "all_gather", "reduce_scatter")
 ALGORITHMS = ("tree", "ring", "collnet_direct", "collnet_chain", "nvls", "nvls_tree", "pat")
@@ -530,3 +531,51 @@ def plan(
 def predict_busbw(kind: str, system: System, nodes: int, gpus_per_node: int, sizes: Iterable[float], **kw) -> np.ndarray:
     """Shorthand: bus bandwidth (GB/s) per size."""
     return plan(kind, system, nodes, gpus_per_node, **kw).busbw_GBps(np.asarray(list(sizes), dtype=float))
+
+
+# --- the kernel: NCCL's collectives priced by the physical model ------------------------------
+
+
+class PhysicalKernel:
+    """One collective as NCCL runs it (its (algorithm, protocol) choice per size), priced by
+    :func:`physical_time_us` on the fabric's physical system
+    (:func:`commsim.network.system.system_of_fabric`): a barrier, every rank finishes at
+    max(launch) + T. Degraded links (``slow_link``) scale the system's bandwidths by the
+    fabric's slowest port of each level, since a ring or tree runs at its slowest link.
+    ``chosen`` is ``nccl:algorithm/protocol``."""
+
+    def __init__(self, kind: str, fabric, size: float):
+        self.kind, self.size, self.world_size = kind, float(size), fabric.world_size
+        if fabric.world_size < 2:  # nothing to exchange, as every other kernel
+            self.chosen, self.seconds = "nccl:none", 0.0
+            return
+        system = system_of_fabric(fabric)
+        slow_intra, slow_inter = fabric.min_scales()
+        if slow_intra < 1 or slow_inter < 1:
+            system = system.with_constants({"intra_bw_GBps": system.intra_bw_GBps * slow_intra,
+                                            "nic_bw_GBps": system.nic_bw_GBps * slow_inter}, "slow_link")
+        choice = getattr(fabric, "choice_system", None) or system
+        p = plan(kind, system, fabric.nodes, fabric.gpus_per_node, choice_system=choice,
+                 algorithm=getattr(fabric, "nccl_algo", None), protocol=getattr(fabric, "nccl_proto", None),
+                 source="collective")
+        self.chosen = "nccl:" + "/".join(p.choose([size])[0])
+        self.seconds = float(p.time_us([size])[0]) * 1e-6
+
+    def finish_times(self, launch: np.ndarray) -> np.ndarray:
+        launch = np.asarray(launch, dtype=float)
+        return np.full(launch.shape, launch.max() + self.seconds)
+
+    def uniform_time(self) -> float:
+        return self.seconds
+
+
+def plan_kernel(kind: str, fabric, size: float) -> PhysicalKernel:
+    """Planner of the registry entry ``nccl`` (see :class:`PhysicalKernel`)."""
+    return PhysicalKernel(kind, fabric, size)
+
+
+ALGORITHM = Algorithm(
+    "nccl", CONTRACT_KINDS, plan_kernel,
+    "NCCL's own algorithm/protocol choice (ring, tree, NVLS, CollNet, PAT x LL/LL128/Simple), "
+    "priced by the physical model",
+)

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Dict, Mapping, Optional, Tuple
 
 from commsim.errors import InputError
+from commsim.network.fabric import Fabric
 
 ARCHS = ("volta", "ampere", "hopper", "blackwell")  # NCCL's compute-capability rows (tuning.cc)
 INTRA_KINDS = ("nvswitch", "nvlink", "pcie_p2p", "pcie_host")
@@ -393,3 +394,56 @@ def system_from_dict(doc: object, source: str, where: str = "system") -> System:
         return System(**kw)
     except InputError as exc:  # the record's own check: re-anchor it at this file and key
         raise InputError(source, f"{where}.{exc.path}" if exc.path else where, exc.message) from None
+
+
+# --- a fabric that carries its physical system ------------------------------------------------
+
+# the fabric's intra_kind names (scenario cluster.intra_kind) -> the System's
+FABRIC_INTRA_KIND = {"nvswitch": "nvswitch", "nvlink": "nvlink", "pcie": "pcie_p2p", "pcie-nop2p": "pcie_host"}
+
+
+@dataclass(frozen=True)
+class SystemFabric(Fabric):
+    """A :class:`Fabric` that also carries the physical :class:`System` its links come from,
+    so that the physical NCCL kernel (``collective.algorithm: nccl``) prices collectives with
+    the system's constants (a calibration's physical fit, or a preset) instead of deriving a
+    system from the two link levels. ``choice_system`` is NCCL's own (nominal) view that picks
+    the algorithm and protocol; ``nccl_algo`` / ``nccl_proto`` restrict that choice like
+    NCCL_ALGO / NCCL_PROTO. Every Fabric operation (slow links, per-size pricing) keeps them."""
+
+    system: Optional[System] = None
+    choice_system: Optional[System] = None
+    nccl_algo: Optional[str] = None
+    nccl_proto: Optional[str] = None
+
+
+def with_system(fabric: Fabric, system: System, choice_system: Optional[System] = None,
+                nccl_algo: Optional[str] = None, nccl_proto: Optional[str] = None) -> SystemFabric:
+    """`fabric` carrying `system` (see :class:`SystemFabric`)."""
+    kw = {f.name: getattr(fabric, f.name) for f in fields(Fabric)}
+    return SystemFabric(**kw, system=system, choice_system=choice_system, nccl_algo=nccl_algo, nccl_proto=nccl_proto)
+
+
+def system_of_fabric(fabric: Fabric, gpu_arch: str = "hopper") -> System:
+    """The physical system a fabric describes: the one it carries (:class:`SystemFabric`),
+    else one built from its two link levels (bandwidths as achieved rates, per-hop latencies,
+    the node's network split over its NICs) with NCCL's protocol priors for `gpu_arch`.
+    Assumptions where a plain fabric does not say: one NIC per GPU (rail-optimised DGX/HGX
+    nodes; NCCL opens two channels per NIC across nodes, so the NIC count sets the channel
+    count), and a Hopper GPU."""
+    carried = getattr(fabric, "system", None)
+    if carried is not None:
+        return carried
+    nics = fabric.nics_per_node or fabric.gpus_per_node
+    intra_kind = FABRIC_INTRA_KIND.get(fabric.intra_kind, "nvswitch")
+    src = "from the scenario's links"
+    defaults = dict(nvls_efficiency=_NVLS_EFF[gpu_arch], simple_ch_GBps=_SIMPLE_CH[gpu_arch],
+                    ll128_ch_GBps=_LL128_CH[gpu_arch], ll_ch_GBps=_LL_CH[gpu_arch])
+    return System(
+        name="fabric", gpu_arch=gpu_arch, gpus_per_node=fabric.gpus_per_node, intra_kind=intra_kind,
+        intra_bw_GBps=fabric.intra_bandwidth / 1e9, intra_hop_us=max(fabric.intra_latency * 1e6, 1e-3),
+        nics_per_node=nics, nic_bw_GBps=fabric.inter_bandwidth / nics / 1e9,
+        net_hop_us=max(fabric.inter_latency * 1e6, 1e-3),
+        intra_channels=16 if intra_kind in ("nvswitch", "nvlink") else 2,
+        sources={"intra_bw_GBps": src, "intra_hop_us": src, "nic_bw_GBps": src, "net_hop_us": src}, **defaults,
+    )
