@@ -59,7 +59,7 @@ def test_collective_on_nominal_hardware_and_overrides(capsys):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--system", "dgx-h100", "--nodes", "4", "--nccl-algo", "nvls"], "--nccl-algo: nvls cannot run all_reduce on 4 x 8"),
+    (["--system", "dgx-h100", "--nodes", "4", "--nccl-algo", "nvls"], "--nccl-algo: nvls cannot run all_reduce on 4 x 8 of dgx-h100: NVLS across nodes needs CollNet"),
     (["--system", "dgx-h100", "--nodes", "2", "--gpus-per-node", "9"], "--gpus-per-node: expected 1..8"),
     (["--system", "nope", "--nodes", "2"], "--system: preset: unknown system preset 'nope'"),
     (["--nodes", "2"], "--nodes needs --calibration CAL.yaml"),
