@@ -21,6 +21,7 @@ from commsim.errors import InputError
 from commsim.yamlio import parse_yaml, read_text_file
 from commsim.calibration.errors import CalibrationError
 from commsim.calibration.fit import make_link
+from commsim.calibration.physical_file import physical_from_dict, physical_to_dict
 from commsim.calibration.records import (
     LEVELS,
     Calibration,
@@ -107,6 +108,10 @@ def calibration_to_dict(cal: Calibration) -> Dict[str, Any]:
                 ],
             },
         }
+    if not cal.levels:
+        del doc["levels"]
+    if cal.physical is not None:
+        doc["physical"] = physical_to_dict(cal.physical, flow=_Flow)
     if cal.compute is not None:
         c = cal.compute
         doc["compute"] = {
@@ -136,7 +141,8 @@ _Dumper.add_representer(_Flow, lambda d, v: d.represent_sequence("tag:yaml.org,2
 def dump_calibration(cal: Calibration) -> str:
     """The calibration as YAML text (table rows one per line)."""
     header = (
-        "# commsim calibration: all-reduce alpha/beta per link level + measured table.\n"
+        "# commsim calibration: all-reduce alpha/beta per link level + measured table"
+        + (" + physical fit" if cal.physical is not None else "") + ".\n"
         "# Units: bytes, seconds, bytes/s. Format documented in README.md (Calibrating and validating).\n"
     )
     return header + yaml.dump(calibration_to_dict(cal), Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=120)
@@ -251,7 +257,9 @@ class _Reader:
 def calibration_from_dict(doc: Any, source: str = "<calibration>") -> Calibration:
     """Validate a parsed YAML mapping and build the Calibration (CalibrationError on any defect)."""
     r = _Reader(source)
-    top = r.mapping(doc, None, ["format", "provenance", "levels"], ["compute"])
+    top = r.mapping(doc, None, ["format", "provenance"], ["levels", "compute", "physical"])
+    if "levels" not in top and top.get("physical") is None:
+        raise r.error(None, "missing key 'levels' (a calibration needs link levels or a physical fit)")
     if top["format"] != FORMAT:
         raise r.fail("format", repr(FORMAT), top["format"])
 
@@ -283,8 +291,11 @@ def calibration_from_dict(doc: Any, source: str = "<calibration>") -> Calibratio
         sources=tuple(sources),
     )
 
-    levels_doc = top["levels"]
-    if not isinstance(levels_doc, Mapping) or not levels_doc:
+    physical = physical_from_dict(top["physical"], source) if top.get("physical") is not None else None
+    levels_doc = top.get("levels", {})
+    if physical is not None and levels_doc == {}:
+        pass  # a physical fit alone (logs the per-level table fit cannot use)
+    elif not isinstance(levels_doc, Mapping) or not levels_doc:
         raise r.fail("levels", f"a non-empty mapping with keys among {', '.join(LEVELS)}", levels_doc)
     levels = []
     for name, body in levels_doc.items():
@@ -321,7 +332,7 @@ def calibration_from_dict(doc: Any, source: str = "<calibration>") -> Calibratio
             backward_s=r.number(c["backward_s"], "compute.backward_s"),
             per_rank=tuple(per_rank),
         )
-    return Calibration(tuple(levels), prov, compute)
+    return Calibration(tuple(levels), prov, compute, physical)
 
 
 def _read_ranges(r: _Reader, doc: Any, where: str, alpha: float, beta: float,

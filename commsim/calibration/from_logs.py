@@ -4,14 +4,22 @@ group their rows by link level, fit each level."""
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
-from typing import List, Optional, Sequence, Tuple
+from dataclasses import dataclass, replace as _replace
+from typing import TYPE_CHECKING, List, Optional, Sequence, Tuple
+
+import numpy as np
 
 from commsim.calibration.errors import CalibrationError
 from commsim.calibration.file import utc_now_iso
 from commsim.calibration.fit import fit_link
 from commsim.calibration.nccl_log import NcclLog, check_allreduce, load_nccl_log
 from commsim.calibration.records import LEVELS, Calibration, Measurement, Provenance, SourceFile
+from commsim.calibration.nccl_tables import load_tables
+from commsim.calibration.physical_fit import Measurement as PhysMeasurement, fit_physical
+from commsim.errors import InputError
+
+if TYPE_CHECKING:
+    from commsim.network.system import System
 
 
 def _sha256(path: str) -> str:
@@ -138,3 +146,88 @@ def calibration_from_nccl_logs(
         sources=tuple(SourceFile(str(p), _sha256(p), log.command) for p, log, _ in logs),
     )
     return Calibration(tuple(levels), prov), logs
+
+
+@dataclass(frozen=True)
+class PhysicalLogs:
+    """What :func:`physical_fit_from_nccl_logs` read: per log its path, scale and tables."""
+
+    path: str
+    nodes: int
+    gpus_per_node: int
+    kinds: Tuple[str, ...]
+    rows: int
+    scale_from: str
+
+
+def physical_fit_from_nccl_logs(
+    paths: Sequence[str], system: "System", *, nodes: Optional[int] = None, gpus_per_node: Optional[int] = None,
+    ranks: Optional[int] = None, same_system: bool = False,
+):
+    """Fit `system`'s physical constants jointly to every all_reduce / all_gather /
+    reduce_scatter table of the logs (:func:`commsim.calibration.physical_fit.fit_physical`).
+
+    A log's scale is its device list's hosts and ranks; `nodes` / `gpus_per_node` give it for
+    logs that do not say (a CalibrationError names the log otherwise). The NCCL version the
+    logs print replaces the system's (it decides NCCL's algorithm and protocol choice).
+    Returns (fit, [PhysicalLogs])."""
+    if not paths:
+        raise CalibrationError("no nccl-tests log given")
+    measurements, read, versions = [], [], []
+    for path in paths:
+        world = ranks or (nodes * gpus_per_node if nodes and gpus_per_node else None)
+        lt = load_tables(str(path), world_size=world)
+        n_nodes, gpn, origin = lt.nodes, None, "device list"
+        if n_nodes and lt.world_size % n_nodes == 0:
+            gpn = lt.world_size // n_nodes
+        if not (n_nodes and gpn):
+            if nodes and gpus_per_node:
+                n_nodes, gpn, origin = nodes, gpus_per_node, "--nodes/--gpus-per-node"
+            elif nodes and lt.world_size % nodes == 0:
+                n_nodes, gpn, origin = nodes, lt.world_size // nodes, "--nodes"
+            elif gpus_per_node and lt.world_size % gpus_per_node == 0:
+                n_nodes, gpn, origin = lt.world_size // gpus_per_node, gpus_per_node, "--gpus-per-node"
+            else:
+                raise CalibrationError(f"the log does not say its node count ({lt.world_size} ranks): "
+                                       "pass --nodes and --gpus-per-node", str(path))
+        if n_nodes * gpn != lt.world_size:
+            raise CalibrationError(f"{n_nodes} nodes x {gpn} GPUs is not the log's {lt.world_size} ranks", str(path))
+        try:
+            system.check_scale(n_nodes, gpn, str(path))
+        except CalibrationError:
+            raise
+        except InputError as exc:
+            raise CalibrationError(f"{exc.message} (system {system.name})", str(path), exc.path) from None
+        if lt.nccl_version:
+            versions.append(lt.nccl_version)
+        for t in lt.tables:
+            measurements.append(PhysMeasurement(
+                str(path), t.kind, n_nodes, gpn, np.array([r[0] for r in t.rows], dtype=float),
+                np.array([r[1] for r in t.rows], dtype=float), lt.gpu_name or ""))
+        read.append(PhysicalLogs(str(path), n_nodes, gpn, tuple(t.kind for t in lt.tables),
+                                 sum(len(t.rows) for t in lt.tables), origin))
+    if versions:
+        major_minor = sorted({".".join(v.split(".")[:2]) for v in versions})
+        if len(major_minor) > 1 and not same_system:
+            raise CalibrationError(f"logs of different NCCL versions ({', '.join(major_minor)}): NCCL's algorithm "
+                                   "choice differs between them; fit them separately, or pass --same-system", str(paths[0]))
+        system = _replace(system, nccl_version=major_minor[0])
+    try:
+        fit = fit_physical(measurements, system, declared_same=same_system)
+    except CalibrationError:
+        raise
+    except InputError as exc:
+        raise CalibrationError(exc.message + ("; pass --same-system if they are one" if "different systems" in exc.message else ""),
+                               exc.source, exc.path) from None
+    return fit, read
+
+
+def physical_provenance(read: Sequence[PhysicalLogs], command: Optional[str]) -> Provenance:
+    """Provenance of a physical fit alone (no per-level table fit)."""
+    return Provenance(
+        backend="nccl-tests",
+        world_size=max(p.nodes * p.gpus_per_node for p in read),
+        date=utc_now_iso(),
+        command=command,
+        sources=tuple(SourceFile(p.path, _sha256(p.path), None) for p in read),
+    )

@@ -36,7 +36,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from commsim.calibration import CalibrationError
+from commsim.calibration.errors import CalibrationError
 from commsim.calibration.nccl_tables import LogTables, load_tables
 from commsim.collectives.nccl_tuner import KINDS, Scale, bus_factor, plan
 from commsim.errors import InputError

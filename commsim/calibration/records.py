@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Optional, Tuple, Union
+from typing import Any, Optional, Tuple, Union
 
 from commsim.calibration.errors import CalibrationError
 from commsim.collectives.busbw import algbw, busbw, busbw_factor
@@ -200,11 +200,15 @@ class Calibration:
     levels: Tuple[LinkCalibration, ...]
     provenance: Provenance
     compute: Optional[ComputeTiming] = None
+    # the physical fit (commsim.calibration.physical_fit.PhysicalFit), when the file has one:
+    # a calibration of physical constants that predicts other scales; typed loosely so that
+    # this record does not import the fitting code
+    physical: Optional[Any] = None
 
     def __post_init__(self) -> None:
         names = [lv.level for lv in self.levels]
-        if not names:
-            raise ValueError("a calibration needs at least one link level")
+        if not names and self.physical is None:
+            raise ValueError("a calibration needs at least one link level or a physical fit")
         if len(set(names)) != len(names):
             raise ValueError(f"duplicate link levels in {names}")
         if "flat" in names and len(names) > 1:
@@ -229,6 +233,9 @@ def default_level(cal: Calibration) -> str:
     """The level used when none is named: the only one, else ``inter_node``, because a ring
     that spans nodes is paced by its slowest hops, the ones between nodes."""
     names = cal.level_names
+    if not names:
+        raise CalibrationError("calibration has no link level, only a physical fit: predict with "
+                               "commsim collective --calibration CAL --nodes N --gpus-per-node G")
     if len(names) == 1:
         return names[0]
     return "inter_node" if "inter_node" in names else names[0]

@@ -69,6 +69,56 @@ def _from_logs(logs, level, ranks, in_place, same_system=False):
     return cal, notes
 
 
+def physical_lines(fit) -> list:
+    """What `commsim calibrate --physical` prints: each constant, fitted (with its standard
+    error and logs) or nominal (with the reason), and the fit's scatter."""
+    lines = [f"physical fit of {fit.nominal.name} (NCCL {fit.nominal.nccl_version}): rms log error "
+             f"{fit.rms_log_error:.3f} over {sum(m.sizes.size for m in fit.measurements)} rows"]
+    for c in fit.constants.values():
+        if c.determined:
+            lines.append(f"  {c.name} = {c.value:.4g} +- {c.stderr:.2g} (fit: {len(c.logs)} table(s))")
+        else:
+            lines.append(f"  {c.name} = {c.value:.4g} (nominal)")
+    lines.extend(f"  note: {n}" for n in fit.notes)
+    return lines
+
+
+def _physical(logs, system_name, nodes, gpus_per_node, ranks, level, in_place, same_system):
+    """The physical fit of the logs, and the per-level table fit when the logs allow one
+    (all_reduce tables only): (calibration, report lines)."""
+    from dataclasses import replace
+
+    from commsim.calibration.from_logs import physical_fit_from_nccl_logs, physical_provenance
+    from commsim.network.system import preset
+
+    if not logs:
+        fail("--from-nccl-tests: no nccl-tests log given (expected LOG [LOG ...] before -o)")
+    if system_name is None:
+        fail("--physical needs --system PRESET: the nominal hardware the constants start from "
+             "(and fall back to where the logs cannot determine them)")
+    try:
+        system = preset(system_name, "--system")
+        fit, read = physical_fit_from_nccl_logs(list(logs), system, nodes=nodes, gpus_per_node=gpus_per_node,
+                                                ranks=ranks, same_system=same_system)
+    except InputError as exc:
+        _fail_naming(exc, list(logs))
+    lines = [f"{p.path}: {p.rows} rows ({', '.join(p.kinds)}), {p.nodes} x {p.gpus_per_node} (from {p.scale_from})"
+             for p in read]
+    try:
+        cal, _ = _from_logs_quiet(logs, level, ranks, in_place, same_system)
+        cal = replace(cal, physical=fit)
+    except InputError as exc:
+        cal = calib.Calibration((), physical_provenance(read, command_line()), None, fit)
+        lines.append(f"no per-level table fit ({exc}); the file holds the physical fit only")
+    return cal, lines + physical_lines(fit)
+
+
+def _from_logs_quiet(logs, level, ranks, in_place, same_system):
+    from commsim.calibration.from_logs import calibration_from_nccl_logs
+
+    return calibration_from_nccl_logs(list(logs), level, ranks, in_place, command_line(), same_system=same_system)
+
+
 def _measured(output, backend, nprocs, max_size, iters, warmup, compute_params, level, timeout_s, echo):
     check_backend(backend, nprocs)
     measure = import_validate("calibrate").measure_calibration
@@ -95,6 +145,15 @@ def _measured(output, backend, nprocs, max_size, iters, warmup, compute_params, 
 @click.option("--in-place", is_flag=True, help="Use the in-place columns of the logs (default: out-of-place).")
 @click.option("--same-system", is_flag=True,
               help="Fit logs whose GPU models or ranks per node differ as one system (refused without it).")
+@click.option("--physical", is_flag=True,
+              help="Also fit the physical constants of --system (link bandwidths and hop latencies per level, "
+                   "protocol ceilings) to every all_reduce/all_gather/reduce_scatter table: predicts other scales.")
+@click.option("--system", "system_name", default=None, metavar="PRESET",
+              help="Nominal hardware of the logs for --physical (a preset: dgx-h100, dgx-a100, p4d, p5, polaris, ...).")
+@click.option("--nodes", type=click.IntRange(min=1), default=None,
+              help="Node count of logs whose headers do not say (--physical).")
+@click.option("--gpus-per-node", type=click.IntRange(min=1), default=None,
+              help="GPUs (ranks) per node of logs whose headers do not say (--physical).")
 @click.option("--backend", type=click.Choice(["gloo", "nccl"]), default=None,
               help="Measure on this machine with torch.distributed (needs the validate extra).")
 @click.option("--nprocs", type=click.IntRange(min=2), default=2, show_default=True,
@@ -107,13 +166,15 @@ def _measured(output, backend, nprocs, max_size, iters, warmup, compute_params, 
               help="Parameters of the synthetic model timed for compute (0 to skip, else >= 2); K/M/G are binary.")
 @click.option("--timeout", "timeout_s", type=POSITIVE_SECONDS, default=300.0, show_default=True,
               help="Seconds before a hung or dead rank fails the run (exit 3).")
-def calibrate_cmd(logs, from_nccl, output, level, ranks, in_place, same_system, backend, nprocs, max_size, iters,
-                  warmup, compute_params, timeout_s):
+def calibrate_cmd(logs, from_nccl, output, level, ranks, in_place, same_system, physical, system_name, nodes,
+                  gpus_per_node, backend, nprocs, max_size, iters, warmup, compute_params, timeout_s):
     """Write a calibration file: fit alpha/beta per link level and keep the measured table.
 
     \b
     From published or local nccl-tests output:
       commsim calibrate --from-nccl-tests LOG [LOG ...] -o CAL.yaml
+    Physical constants that predict other scales (commsim collective --nodes/--gpus-per-node):
+      commsim calibrate --from-nccl-tests LOG [LOG ...] --physical --system dgx-h100 -o CAL.yaml
     Measuring this machine (launches NPROCS local processes):
       commsim calibrate --backend gloo --nprocs 2 --max-size 16M -o CAL.yaml
     A rank that dies or hangs exits 3, Ctrl-C exits 130; both keep the measurements taken
@@ -130,7 +191,13 @@ def calibrate_cmd(logs, from_nccl, output, level, ranks, in_place, same_system, 
                                  param_hint="--compute-params")
     stdout_taken = check_outputs({"-o": output})  # before reading or measuring anything
     echo = echo_to(stdout_taken)
-    if from_nccl:
+    if not physical and (system_name or nodes or gpus_per_node):
+        raise click.UsageError("--system, --nodes and --gpus-per-node go with --physical")
+    if physical and not from_nccl:
+        raise click.UsageError("--physical fits nccl-tests logs: give --from-nccl-tests LOG [LOG ...]")
+    if from_nccl and physical:
+        cal, notes = _physical(logs, system_name, nodes, gpus_per_node, ranks, level, in_place, same_system)
+    elif from_nccl:
         cal, notes = _from_logs(logs, level, ranks, in_place, same_system)
     else:
         notes = []

@@ -16,6 +16,7 @@ import click
 from commsim.calibration import LEVELS
 from commsim.cli.common import FORCE_HELP, SizeRange, command, fail, load_or_fail, split_choices
 from commsim.cli.outputs import check_outputs, echo_to, write_output
+from commsim.errors import InputError
 from commsim.output.nccl_table import ELEMENT_BYTES, format_nccl_table
 
 
@@ -115,6 +116,53 @@ def calibration_table(cal_path: str, ranks: int, sizes, level: Optional[str]):
     return rows, "\n".join(lines)
 
 
+def physical_table(cal_path, system_name, nodes, gpus_per_node, sizes, kind, nccl_algo, nccl_proto):
+    """Rows and text of `commsim collective --nodes N --gpus-per-node G` with a calibration's
+    physical fit (--calibration) or nominal hardware (--system): the physical model's prediction."""
+    from commsim.calibration.file import load_calibration
+    from commsim.calibration.physical_prediction import physical_rows
+    from commsim.network.system import preset
+
+    fit, system = None, None
+    if cal_path:
+        cal = load_calibration(cal_path)
+        if cal.physical is None:
+            fail(f"{cal_path}: physical: the calibration has no physical fit (write one with "
+                 "commsim calibrate --from-nccl-tests LOG ... --physical --system PRESET); "
+                 "without --nodes/--gpus-per-node, --ranks N gives its measured curve")
+        fit = cal.physical
+        if system_name and system_name != fit.nominal.name:
+            fail(f"--system: the calibration is of {fit.nominal.name!r}, got {system_name!r}")
+        system = fit.system
+    else:
+        system = preset(system_name, "--system")
+    if gpus_per_node is None:
+        gpus_per_node = system.gpus_per_node
+    try:
+        rows, note = physical_rows(kind, nodes, gpus_per_node, sizes, fit=fit, system=system,
+                                   algorithm=nccl_algo, protocol=nccl_proto, source="collective")
+    except InputError as exc:  # name the option the bad value came from
+        option = {"algorithm": "--nccl-algo", "protocol": "--nccl-proto", "nodes": "--nodes",
+                  "gpus_per_node": "--gpus-per-node"}.get(exc.path or "", exc.source)
+        fail(f"{option}: {exc.message}")
+    what = f"calibration {cal_path} (physical fit)" if fit else f"nominal {system.name}"
+    head = [f"# commsim collective: {kind}, {nodes} nodes x {gpus_per_node} GPUs, {what}, NCCL {system.nccl_version}",
+            *([f"# {note}"] if note else [])]
+    table = format_nccl_table([nccl_columns(r) for r in rows])
+    lines = table.split("\n")
+    ext = ["   low_us  high_us  algorithm/protocol", "     (us)     (us)", ""]
+    out = []
+    for i, line in enumerate(lines):
+        if i < 3:
+            out.append(line + (ext[i] if i < 2 else ""))
+            continue
+        r = rows[i - 3]
+        lo = "      n/a" if r["low_us"] is None else f"{r['low_us']:9.1f}"
+        hi = "      n/a" if r["high_us"] is None else f"{r['high_us']:9.1f}"
+        out.append(f"{line}{lo}{hi}  {r['chosen']}")
+    return rows, "\n".join(head + out)
+
+
 @command("collective")
 @click.argument("scenario", required=False, type=click.Path(dir_okay=False))
 @click.option("--calibration", "cal_path", type=click.Path(dir_okay=False),
@@ -130,10 +178,23 @@ def calibration_table(cal_path: str, ranks: int, sizes, level: Optional[str]):
               help="MIN:MAX[:FACTOR] in bytes (K/M/G binary), doubling by default.")
 @click.option("--level", type=click.Choice(LEVELS), default=None,
               help="Calibration link level to use without SCENARIO (default: the only one, else inter_node).")
+@click.option("--nodes", type=click.IntRange(min=1), default=None,
+              help="Predict at this node count with the physical model (a --calibration's physical fit, or --system).")
+@click.option("--gpus-per-node", type=click.IntRange(min=1), default=None,
+              help="GPUs per node of the prediction (default: the system's).")
+@click.option("--system", "system_name", default=None, metavar="PRESET",
+              help="Nominal hardware for --nodes without a calibration (dgx-h100, dgx-a100, p4d, p5, polaris, ...).")
+@click.option("--collective", "kind", type=click.Choice(["all_reduce", "all_gather", "reduce_scatter"]),
+              default="all_reduce", show_default=True, help="Collective of the physical prediction.")
+@click.option("--nccl-algo", default=None,
+              help="Restrict NCCL's algorithm like NCCL_ALGO (ring, tree, nvls, nvls_tree, collnet_direct, "
+                   "collnet_chain, pat; comma-separated, ^ to exclude).")
+@click.option("--nccl-proto", default=None, help="Restrict NCCL's protocol like NCCL_PROTO (LL, LL128, Simple).")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, allow_dash=True), default=None,
               help="Also write the rows as JSON ('-': stdout, the table then goes to stderr).")
 @click.option("--force", is_flag=True, help=FORCE_HELP)
-def collective_cmd(scenario, cal_path, ranks, algorithm, model, overrides, sizes, level, json_path, force):
+def collective_cmd(scenario, cal_path, ranks, algorithm, model, overrides, sizes, level, nodes, gpus_per_node,
+                   system_name, kind, nccl_algo, nccl_proto, json_path, force):
     """Print predicted all-reduce tables in nccl-tests' own columns.
 
     \b
@@ -141,6 +202,10 @@ def collective_cmd(scenario, cal_path, ranks, algorithm, model, overrides, sizes
       commsim collective --calibration CAL.yaml --ranks N [--sizes 8:1G]
         the calibration's own curve: its measured table when N is a measured world size and
         the size lies inside it, otherwise its fitted alpha-beta model;
+      commsim collective --calibration CAL.yaml --nodes N [--gpus-per-node G] [--collective K]
+        the calibration's physical fit at any scale, with a 95% interval (low_us, high_us), NCCL's
+        algorithm/protocol per size, and a note when extrapolating; --system PRESET instead of
+        --calibration: nominal hardware; --nccl-algo/--nccl-proto restrict the choice;
       commsim collective SCENARIO [--algorithm NAME|all] [--model M] [--ranks N] [--calibration CAL]
         the scenario's cluster (and --set) priced by each algorithm's closed form; with a
         calibration, its fitted alpha/beta replace the nominal link numbers.
@@ -148,7 +213,20 @@ def collective_cmd(scenario, cal_path, ranks, algorithm, model, overrides, sizes
     from commsim.output.run_files import json_text
 
     stdout_taken = check_outputs({"--json": json_path})
-    if scenario is not None or algorithm is not None or model is not None or overrides:
+    physical_opts = [o for o, v in (("--gpus-per-node", gpus_per_node), ("--system", system_name),
+                                    ("--nccl-algo", nccl_algo), ("--nccl-proto", nccl_proto),
+                                    ("--collective", None if kind == "all_reduce" else kind)) if v]
+    if nodes is None and physical_opts:
+        fail(f"{physical_opts[0]} goes with --nodes N (the physical model's prediction at N nodes)")
+    if nodes is not None:
+        clash = [o for o, v in (("SCENARIO", scenario), ("--ranks", ranks), ("--algorithm", algorithm),
+                                ("--model", model), ("--set", overrides), ("--level", level)) if v]
+        if clash:
+            fail(f"--nodes predicts with the physical model; {clash[0]} belongs to the other modes")
+        if not cal_path and not system_name:
+            fail("--nodes needs --calibration CAL.yaml (its physical fit) or --system PRESET (nominal hardware)")
+        rows, text = physical_table(cal_path, system_name, nodes, gpus_per_node, sizes, kind, nccl_algo, nccl_proto)
+    elif scenario is not None or algorithm is not None or model is not None or overrides:
         if scenario is None:
             fail("--algorithm, --model and --set need a SCENARIO: its cluster is the topology the algorithms run on")
         rows, text = algorithm_tables(scenario, overrides, algorithm, model, ranks, cal_path, sizes, force)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Dict, Tuple
 
-from commsim.collectives import auto, halving_doubling, hierarchical, reduce_broadcast, ring, tree
+from commsim.collectives import auto, halving_doubling, hierarchical, nccl_tuner, reduce_broadcast, ring, tree
 from commsim.collectives.contract import Algorithm, Kernel, check_kind
 from commsim.collectives.nccl_model import MODELS, NCCL_ALGORITHMS, NcclKernel
 from commsim.network.fabric import Fabric
@@ -27,11 +27,14 @@ from commsim.network.fabric import Fabric
 COST_MODELS: Tuple[str, ...] = ("alpha-beta",) + tuple(MODELS)
 
 REGISTRY: Dict[str, Algorithm] = {m.ALGORITHM.name: m.ALGORITHM for m in (
-    ring, tree, hierarchical, halving_doubling, reduce_broadcast, auto)}
+    ring, tree, hierarchical, halving_doubling, reduce_broadcast, auto, nccl_tuner)}
 
 HALVES = ("reduce_scatter", "all_gather")
-ALL_REDUCE: Tuple[str, ...] = tuple(name for name, a in REGISTRY.items() if "all_reduce" in a.kinds)
-ALGORITHMS: Tuple[str, ...] = ALL_REDUCE + HALVES  # what a user can name, in display order
+# NCCL's own choice priced by the physical model: a user can name it, but it is no alpha-beta
+# all-reduce algorithm of its own (auto does not pick among it)
+PHYSICAL: Tuple[str, ...] = (nccl_tuner.ALGORITHM.name,)
+ALL_REDUCE: Tuple[str, ...] = tuple(name for name, a in REGISTRY.items() if "all_reduce" in a.kinds and name not in PHYSICAL)
+ALGORITHMS: Tuple[str, ...] = ALL_REDUCE + PHYSICAL + HALVES  # what a user can name, in display order
 
 
 def selection(name: str) -> Tuple[Algorithm, str]:

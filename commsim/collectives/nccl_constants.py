@@ -1,19 +1,94 @@
-"""NCCL's internal cost-model constants for three versions, as numbers.
+"""NCCL's internal cost-model constants, as numbers: the one copy in the package.
 
 Transcribed from shared/data/nccl_tuning_constants.md, which records the numeric tables of
 NVIDIA/nccl src/graph/tuning.cc and src/graph/topo.h at tags v2.7.8-1 (033d7995), v2.19.3-1
-(8c6c5951) and v2.30.7-1 (73cf1122). Only the algorithms this package models are kept
-(Tree, Ring) and only the all-reduce / reduce-scatter / all-gather entries.
-Units as in NCCL: latencies in microseconds, bandwidths in GB/s.
+(8c6c5951) and v2.30.7-1 (73cf1122). Units as in NCCL: latencies in microseconds, bandwidths
+in GB/s.
+
+Two views of the same numbers:
+
+- :data:`NCCL_TABLES` ("2.19", "2.30"): every algorithm NCCL tunes (tree, ring, CollNet,
+  NVLS, NVLS tree, PAT), four architecture rows (Volta, Ampere, Hopper, Blackwell), used by
+  :mod:`commsim.collectives.nccl_tuner` (the physical model and NCCL's a-priori pick);
+- :data:`VERSIONS` ("2.7", "2.19", "2.30"): Tree and Ring only, three architecture rows,
+  used by :mod:`commsim.collectives.nccl_model` (``collective.model: nccl-X``). The 2.19 and
+  2.30 entries are derived from :data:`NCCL_TABLES`; 2.7 (older layout) stands alone.
 
 Index conventions: protocol order (LL, LL128, Simple); hardware NVLINK, PCI, NET;
-architecture rows Volta, Ampere, Hopper; node-count columns N1 (1 node), N2 (2), N4 (> 2).
+node-count columns N1 (1 node), N2 (2), N4 (> 2).
 """
 
 from __future__ import annotations
 
 PROTOCOLS = ("LL", "LL128", "Simple")
-ALGORITHMS = ("Tree", "Ring")
+LL, LL128, SIMPLE = PROTOCOLS
+ALGORITHMS = ("Tree", "Ring")  # the algorithms of the VERSIONS view
+
+def _table(base, hw, ll_max, ring_ll128, tree_ll128, tree, nvls_tree, nvls_eff, tree_corr, ring_ll_factor, pat):
+    return dict(base=base, hw=hw, ll_max=ll_max, ring_ll128=ring_ll128, tree_ll128=tree_ll128, tree=tree,
+                nvls_tree=nvls_tree, nvls_eff=nvls_eff, tree_corr=tree_corr, ring_ll_factor=ring_ll_factor, pat=pat)
+
+
+_TREE_CORR_230 = {
+    LL: (1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0, 1.0, 1.0, 1.0, 1.0),
+    LL128: (1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9, .9, .9, 1.0, 1.0, 1.0),
+    SIMPLE: (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7, .8, .9, .9, .9),
+}
+
+_TREE_CORR_219 = {
+    LL: (1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0, 1.0, 1.0, 1.0),
+    LL128: (1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9, .9, .9, 1.0, 1.0),
+    SIMPLE: (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7, .8, .9, .9),
+}
+
+# NCCL's a-priori constants, (LL, LL128, Simple) per entry, rows per architecture
+# (Volta, Ampere, Hopper, Blackwell) x node columns (1, 2, >2 nodes). Latencies us, bandwidths
+# GB/s. v2.30.7-1: src/graph/tuning.cc ncclTunerConstantsDefaults; v2.19.3-1: the same tables
+# before the struct (baseLat, hwLat, llMaxBws, perChMax*), NVLS/PAT entries as in that tag.
+NCCL_TABLES = {
+    "2.30": _table(
+        base={"tree": (6.8, 14.0, 8.4), "ring": (6.6, 14.0, 8.4), "collnet_direct": (0, 0, 0),
+              "collnet_chain": (0, 0, 0), "nvls": (0, 0, 0), "nvls_tree": (0, 0, 0), "pat": (8.0, 8.0, 8.0)},
+        hw={
+            "NVLINK": {"tree": (0.6, 1.25, 4.0), "ring": (0.6, 1.9, 3.4), "collnet_direct": (0, 0, 3.7),
+                       "collnet_chain": (0, 0, 2.8), "nvls": (0, 0, 25), "nvls_tree": (0, 0, 25), "pat": (0, 0, 4.0)},
+            "PCI": {"tree": (1.0, 1.9, 4.0), "ring": (1.0, 2.5, 5.7), "collnet_direct": (0, 0, 3.7),
+                    "collnet_chain": (0, 0, 2.8), "nvls": (0, 0, 0), "nvls_tree": (0, 0, 0), "pat": (0, 0, 4.0)},
+            "NET": {"tree": (5.0, 8.5, 14), "ring": (2.7, 4.0, 14.0), "collnet_direct": (0, 0, 31),
+                    "collnet_chain": (0, 0, 30), "nvls": (0, 0, 18), "nvls_tree": (0, 0, 20.9), "pat": (0, 0, 14)},
+        },
+        ll_max=((39.0, 39.0, 20.4), (87.7, 22.5, 19.0), (141.0, 45.0, 35.0), (282.0, 90.0, 70.0)),
+        ring_ll128=((20.0, 20.0, 20.0), (20.0, 20.0, 20.0), (36.7, 36.7, 36.7), (40.0, 40.0, 40.0)),
+        tree_ll128=((20.0, 20.0, 20.0), (20.0, 20.0, 20.0), (36.7, 36.7, 29.0), (55.6, 31.67, 20.0)),
+        tree=((26.5, 18.5, 10.0), (24.0, 23.6, 17.8), (38.7, 41.4, 36.0), (70.0, 42.8, 24.0)),
+        nvls_tree=((26.5, 18.5, 10.0), (24.0, 23.6, 17.8), (0.0, 57.7, 45.5), (0.0, 96.0, 80.0)),
+        nvls_eff=(0.0, 0.0, 0.85, 0.74),
+        tree_corr=_TREE_CORR_230,
+        ring_ll_factor=0.5,   # "Ring/LL: busBw = min(llMaxBw, busBw * .5)"
+        pat=True,
+    ),
+    "2.19": _table(
+        base={"tree": (6.8, 14.0, 0.0), "ring": (6.6, 14.0, 8.4), "collnet_direct": (0, 0, 0),
+              "collnet_chain": (0, 0, 0), "nvls": (0, 0, 0), "nvls_tree": (0, 0, 0), "pat": (0, 0, 0)},
+        hw={
+            "NVLINK": {"tree": (0.6, 1.25, 28.0), "ring": (0.6, 1.9, 3.4), "collnet_direct": (0, 0, 3.7),
+                       "collnet_chain": (0, 0, 2.8), "nvls": (0, 0, 23), "nvls_tree": (0, 0, 23), "pat": (0, 0, 0)},
+            "PCI": {"tree": (1.0, 1.9, 28.0), "ring": (1.0, 2.5, 5.7), "collnet_direct": (0, 0, 3.7),
+                    "collnet_chain": (0, 0, 2.8), "nvls": (0, 0, 0), "nvls_tree": (0, 0, 0), "pat": (0, 0, 0)},
+            "NET": {"tree": (5.0, 8.5, 28.0), "ring": (2.7, 4.0, 14.0), "collnet_direct": (0, 0, 31),
+                    "collnet_chain": (0, 0, 30), "nvls": (0, 0, 18), "nvls_tree": (0, 0, 14), "pat": (0, 0, 0)},
+        },
+        ll_max=((39.0, 39.0, 20.4), (87.7, 22.5, 19.0), (87.7, 22.5, 19.0), (87.7, 22.5, 19.0)),
+        ring_ll128=((20.0, 20.0, 20.0), (20.0, 20.0, 20.0), (36.7, 36.7, 36.7), (36.7, 36.7, 36.7)),
+        tree_ll128=((20.0, 20.0, 20.0), (20.0, 20.0, 20.0), (36.7, 36.7, 29.0), (36.7, 36.7, 29.0)),
+        tree=((26.5, 18.5, 10.0), (24.0, 23.6, 17.8), (38.7, 41.4, 36.0), (38.7, 41.4, 36.0)),
+        nvls_tree=((26.5, 18.5, 10.0), (24.0, 23.6, 17.8), (38.7, 41.4, 36.0), (38.7, 41.4, 36.0)),
+        nvls_eff=(0.0, 0.0, 0.85, 0.85),
+        tree_corr=_TREE_CORR_219,
+        ring_ll_factor=0.25,  # 2.19: "Ring/LL: busBw x 1/4 (nNodes>1 or AllReduce)"
+        pat=False,
+    ),
+}
 
 V2_7 = {
     "tag": "v2.7.8-1",
@@ -31,49 +106,33 @@ V2_7 = {
     },
 }
 
-V2_19 = {
-    "tag": "v2.19.3-1",
-    "base_lat": {"Tree": (6.8, 14.0, 0.0), "Ring": (6.6, 14.0, 8.4)},
-    "hw_lat": {
-        "NVLINK": {"Tree": (0.6, 1.25, 28.0), "Ring": (0.6, 1.9, 3.4)},
-        "PCI": {"Tree": (1.0, 1.9, 28.0), "Ring": (1.0, 2.5, 5.7)},
-        "NET": {"Tree": (5.0, 8.5, 28.0), "Ring": (2.7, 4.0, 14.0)},
-    },
-    # llMaxBws rows (Volta, Ampere, Hopper) x (N1, N2, N4). The row is the architecture on one
-    # node and the CPU vendor across nodes (row 0 Intel, row 1 AMD): the source labels its rows
-    # "Volta-N1 / Intel-N2 / Intel-N4", "Ampere-N1 / AMD-N2 / AMD-N4", "Hopper-N1 / AMD-N2 / AMD-N4".
-    "ll_max_bws": ((39.0, 39.0, 20.4), (87.7, 22.5, 19.0), (87.7, 22.5, 19.0)),
-    # per-channel caps, rows (Volta, Ampere, Hopper) x (N1, N2, N4)
-    "per_ch_max_ring_ll128": ((20.0, 20.0, 20.0), (20.0, 20.0, 20.0), (36.7, 36.7, 36.7)),
-    "per_ch_max_tree_ll128": ((20.0, 20.0, 20.0), (20.0, 20.0, 20.0), (36.7, 36.7, 29.0)),
-    "per_ch_max_tree": ((26.5, 18.5, 10.0), (24.0, 23.6, 17.8), (38.7, 41.4, 36.0)),
-    "tree_correction": {
-        "LL": (1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0, 1.0, 1.0, 1.0),
-        "LL128": (1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9, .9, .9, 1.0, 1.0),
-        "Simple": (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7, .8, .9, .9),
-    },
-}
 
-V2_30 = {
-    "tag": "v2.30.7-1",
-    "base_lat": {"Tree": (6.8, 14.0, 8.4), "Ring": (6.6, 14.0, 8.4)},
-    "hw_lat": {
-        "NVLINK": {"Tree": (0.6, 1.25, 4.0), "Ring": (0.6, 1.9, 3.4)},
-        "PCI": {"Tree": (1.0, 1.9, 4.0), "Ring": (1.0, 2.5, 5.7)},
-        "NET": {"Tree": (5.0, 8.5, 14.0), "Ring": (2.7, 4.0, 14.0)},
-    },
-    "ll_max_bws": ((39.0, 39.0, 20.4), (87.7, 22.5, 19.0), (141.0, 45.0, 35.0)),  # same indexing as 2.19
-    "per_ch_max_ring_ll128": ((20.0, 20.0, 20.0), (20.0, 20.0, 20.0), (36.7, 36.7, 36.7)),
-    "per_ch_max_tree_ll128": ((20.0, 20.0, 20.0), (20.0, 20.0, 20.0), (36.7, 36.7, 29.0)),
-    "per_ch_max_tree": ((26.5, 18.5, 10.0), (24.0, 23.6, 17.8), (38.7, 41.4, 36.0)),
-    "tree_correction": {
-        "LL": (1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0, 1.0, 1.0, 1.0, 1.0),
-        "LL128": (1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9, .9, .9, 1.0, 1.0, 1.0),
-        "Simple": (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7, .8, .9, .9, .9),
-    },
-}
+# getNetOverhead (tuning.cc 2.19, 2.30): per network step, us, by CPU vendor; x3 for Simple.
+NET_OVERHEAD_BY_CPU = {"intel": 1.0, "amd": 2.0, "arm": 1.0}
+NET_OVERHEAD_US = {"Intel": 1.0, "AMD": 2.0, "other": 1.0}  # nccl_model's spelling of the same
+
+
+def _model_view(table: dict, tag: str) -> dict:
+    """The Tree/Ring, three-architecture view of a full table (nccl_model's layout)."""
+    def rows(key):
+        return tuple(table[key][:3])
+
+    return {
+        "tag": tag,
+        "base_lat": {"Tree": table["base"]["tree"], "Ring": table["base"]["ring"]},
+        "hw_lat": {hw: {"Tree": table["hw"][hw]["tree"], "Ring": table["hw"][hw]["ring"]}
+                   for hw in ("NVLINK", "PCI", "NET")},
+        # llMaxBws rows: the architecture on one node, the CPU vendor across nodes (row 0
+        # Intel, row 1 AMD): the source labels them "Volta-N1 / Intel-N2 / Intel-N4", ...
+        "ll_max_bws": rows("ll_max"),
+        "per_ch_max_ring_ll128": rows("ring_ll128"),
+        "per_ch_max_tree_ll128": rows("tree_ll128"),
+        "per_ch_max_tree": rows("tree"),
+        "tree_correction": {p: table["tree_corr"][p] for p in PROTOCOLS},
+    }
+
+
+V2_19 = _model_view(NCCL_TABLES["2.19"], "v2.19.3-1")
+V2_30 = _model_view(NCCL_TABLES["2.30"], "v2.30.7-1")
 
 VERSIONS = {"2.7": V2_7, "2.19": V2_19, "2.30": V2_30}
-
-# getNetOverhead (2.19, 2.30): per network step, us; x3 for Simple.
-NET_OVERHEAD_US = {"Intel": 1.0, "AMD": 2.0, "other": 1.0}

@@ -50,12 +50,14 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from commsim.collectives.contract import KINDS as CONTRACT_KINDS, Algorithm
+from commsim.collectives.nccl_constants import NCCL_TABLES, NET_OVERHEAD_BY_CPU
 from commsim.errors import InputError
-from commsim.network.system import System
+from commsim.network.system import System, system_of_fabric
 
 KINDS = ("all_reduce", "all_gather", "reduce_scatter")
 ALGORITHMS = ("tree", "ring", "collnet_direct", "collnet_chain", "nvls", "nvls_tree", "pat")
-PROTOCOLS = ("LL", "LL128", "Simple")
+PROTOCOLS = ("LL", "LL128", "Simple")  # as in nccl_constants (NCCL's protocol order)
 LL, LL128, SIMPLE = PROTOCOLS
 
 # Payload fraction of each protocol's line format (src/device/prims_ll.h, prims_ll128.h):
@@ -72,68 +74,8 @@ THREAD_THRESHOLD = {LL: 8, LL128: 8, SIMPLE: 64}
 _HW = ("NVLINK", "PCI", "NET")
 
 
-def _table(base, hw, ll_max, ring_ll128, tree_ll128, tree, nvls_tree, nvls_eff, tree_corr, ring_ll_factor, pat):
-    return dict(base=base, hw=hw, ll_max=ll_max, ring_ll128=ring_ll128, tree_ll128=tree_ll128, tree=tree,
-                nvls_tree=nvls_tree, nvls_eff=nvls_eff, tree_corr=tree_corr, ring_ll_factor=ring_ll_factor, pat=pat)
-
-
-_TREE_CORR_230 = {
-    LL: (1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0, 1.0, 1.0, 1.0, 1.0),
-    LL128: (1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9, .9, .9, 1.0, 1.0, 1.0),
-    SIMPLE: (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7, .8, .9, .9, .9),
-}
-
-# NCCL's a-priori constants, (LL, LL128, Simple) per entry, rows per architecture
-# (Volta, Ampere, Hopper, Blackwell) x node columns (1, 2, >2 nodes). Latencies us, bandwidths
-# GB/s. v2.30.7-1: src/graph/tuning.cc ncclTunerConstantsDefaults; v2.19.3-1: the same tables
-# before the struct (baseLat, hwLat, llMaxBws, perChMax*), NVLS/PAT entries as in that tag.
-NCCL_TABLES = {
-    "2.30": _table(
-        base={"tree": (6.8, 14.0, 8.4), "ring": (6.6, 14.0, 8.4), "collnet_direct": (0, 0, 0),
-              "collnet_chain": (0, 0, 0), "nvls": (0, 0, 0), "nvls_tree": (0, 0, 0), "pat": (8.0, 8.0, 8.0)},
-        hw={
-            "NVLINK": {"tree": (0.6, 1.25, 4.0), "ring": (0.6, 1.9, 3.4), "collnet_direct": (0, 0, 3.7),
-                       "collnet_chain": (0, 0, 2.8), "nvls": (0, 0, 25), "nvls_tree": (0, 0, 25), "pat": (0, 0, 4.0)},
-            "PCI": {"tree": (1.0, 1.9, 4.0), "ring": (1.0, 2.5, 5.7), "collnet_direct": (0, 0, 3.7),
-                    "collnet_chain": (0, 0, 2.8), "nvls": (0, 0, 0), "nvls_tree": (0, 0, 0), "pat": (0, 0, 4.0)},
-            "NET": {"tree": (5.0, 8.5, 14), "ring": (2.7, 4.0, 14.0), "collnet_direct": (0, 0, 31),
-                    "collnet_chain": (0, 0, 30), "nvls": (0, 0, 18), "nvls_tree": (0, 0, 20.9), "pat": (0, 0, 14)},
-        },
-        ll_max=((39.0, 39.0, 20.4), (87.7, 22.5, 19.0), (141.0, 45.0, 35.0), (282.0, 90.0, 70.0)),
-        ring_ll128=((20.0, 20.0, 20.0), (20.0, 20.0, 20.0), (36.7, 36.7, 36.7), (40.0, 40.0, 40.0)),
-        tree_ll128=((20.0, 20.0, 20.0), (20.0, 20.0, 20.0), (36.7, 36.7, 29.0), (55.6, 31.67, 20.0)),
-        tree=((26.5, 18.5, 10.0), (24.0, 23.6, 17.8), (38.7, 41.4, 36.0), (70.0, 42.8, 24.0)),
-        nvls_tree=((26.5, 18.5, 10.0), (24.0, 23.6, 17.8), (0.0, 57.7, 45.5), (0.0, 96.0, 80.0)),
-        nvls_eff=(0.0, 0.0, 0.85, 0.74),
-        tree_corr=_TREE_CORR_230,
-        ring_ll_factor=0.5,   # "Ring/LL: busBw = min(llMaxBw, busBw * .5)"
-        pat=True,
-    ),
-    "2.19": _table(
-        base={"tree": (6.8, 14.0, 0.0), "ring": (6.6, 14.0, 8.4), "collnet_direct": (0, 0, 0),
-              "collnet_chain": (0, 0, 0), "nvls": (0, 0, 0), "nvls_tree": (0, 0, 0), "pat": (0, 0, 0)},
-        hw={
-            "NVLINK": {"tree": (0.6, 1.25, 28.0), "ring": (0.6, 1.9, 3.4), "collnet_direct": (0, 0, 3.7),
-                       "collnet_chain": (0, 0, 2.8), "nvls": (0, 0, 23), "nvls_tree": (0, 0, 23), "pat": (0, 0, 0)},
-            "PCI": {"tree": (1.0, 1.9, 28.0), "ring": (1.0, 2.5, 5.7), "collnet_direct": (0, 0, 3.7),
-                    "collnet_chain": (0, 0, 2.8), "nvls": (0, 0, 0), "nvls_tree": (0, 0, 0), "pat": (0, 0, 0)},
-            "NET": {"tree": (5.0, 8.5, 28.0), "ring": (2.7, 4.0, 14.0), "collnet_direct": (0, 0, 31),
-                    "collnet_chain": (0, 0, 30), "nvls": (0, 0, 18), "nvls_tree": (0, 0, 14), "pat": (0, 0, 0)},
-        },
-        ll_max=((39.0, 39.0, 20.4), (87.7, 22.5, 19.0), (87.7, 22.5, 19.0), (87.7, 22.5, 19.0)),
-        ring_ll128=((20.0, 20.0, 20.0), (20.0, 20.0, 20.0), (36.7, 36.7, 36.7), (36.7, 36.7, 36.7)),
-        tree_ll128=((20.0, 20.0, 20.0), (20.0, 20.0, 20.0), (36.7, 36.7, 29.0), (36.7, 36.7, 29.0)),
-        tree=((26.5, 18.5, 10.0), (24.0, 23.6, 17.8), (38.7, 41.4, 36.0), (38.7, 41.4, 36.0)),
-        nvls_tree=((26.5, 18.5, 10.0), (24.0, 23.6, 17.8), (38.7, 41.4, 36.0), (38.7, 41.4, 36.0)),
-        nvls_eff=(0.0, 0.0, 0.85, 0.85),
-        tree_corr=_TREE_CORR_230,
-        ring_ll_factor=0.25,  # 2.19: "Ring/LL: busBw x 1/4 (nNodes>1 or AllReduce)"
-        pat=False,
-    ),
-}
-
 # getNetOverhead (tuning.cc): per network step, us, by CPU; x3 for Simple.
-NET_OVERHEAD_US = {"intel": 1.0, "amd": 2.0, "arm": 1.0}
+NET_OVERHEAD_US = NET_OVERHEAD_BY_CPU
 PCI_BW = 12.0  # topo.h PCI_BW (GB/s): rings at or below it get 256 Simple threads
 
 
@@ -572,6 +514,8 @@ def plan(
             why = runnable(kind, a, p, system, scale)
             if why is None:
                 cands.append((a, p))
+            elif p == SIMPLE:
+                reasons[a] = why  # what stops the algorithm itself, not one of its protocols
             else:
                 reasons.setdefault(a, why)
     if named:
@@ -587,3 +531,51 @@ def plan(
 def predict_busbw(kind: str, system: System, nodes: int, gpus_per_node: int, sizes: Iterable[float], **kw) -> np.ndarray:
     """Shorthand: bus bandwidth (GB/s) per size."""
     return plan(kind, system, nodes, gpus_per_node, **kw).busbw_GBps(np.asarray(list(sizes), dtype=float))
+
+
+# --- the kernel: NCCL's collectives priced by the physical model ------------------------------
+
+
+class PhysicalKernel:
+    """One collective as NCCL runs it (its (algorithm, protocol) choice per size), priced by
+    :func:`physical_time_us` on the fabric's physical system
+    (:func:`commsim.network.system.system_of_fabric`): a barrier, every rank finishes at
+    max(launch) + T. Degraded links (``slow_link``) scale the system's bandwidths by the
+    fabric's slowest port of each level, since a ring or tree runs at its slowest link.
+    ``chosen`` is ``nccl:algorithm/protocol``."""
+
+    def __init__(self, kind: str, fabric, size: float):
+        self.kind, self.size, self.world_size = kind, float(size), fabric.world_size
+        if fabric.world_size < 2:  # nothing to exchange, as every other kernel
+            self.chosen, self.seconds = "nccl:none", 0.0
+            return
+        system = system_of_fabric(fabric)
+        slow_intra, slow_inter = fabric.min_scales()
+        if slow_intra < 1 or slow_inter < 1:
+            system = system.with_constants({"intra_bw_GBps": system.intra_bw_GBps * slow_intra,
+                                            "nic_bw_GBps": system.nic_bw_GBps * slow_inter}, "slow_link")
+        choice = getattr(fabric, "choice_system", None) or system
+        p = plan(kind, system, fabric.nodes, fabric.gpus_per_node, choice_system=choice,
+                 algorithm=getattr(fabric, "nccl_algo", None), protocol=getattr(fabric, "nccl_proto", None),
+                 source="collective")
+        self.chosen = "nccl:" + "/".join(p.choose([size])[0])
+        self.seconds = float(p.time_us([size])[0]) * 1e-6
+
+    def finish_times(self, launch: np.ndarray) -> np.ndarray:
+        launch = np.asarray(launch, dtype=float)
+        return np.full(launch.shape, launch.max() + self.seconds)
+
+    def uniform_time(self) -> float:
+        return self.seconds
+
+
+def plan_kernel(kind: str, fabric, size: float) -> PhysicalKernel:
+    """Planner of the registry entry ``nccl`` (see :class:`PhysicalKernel`)."""
+    return PhysicalKernel(kind, fabric, size)
+
+
+ALGORITHM = Algorithm(
+    "nccl", CONTRACT_KINDS, plan_kernel,
+    "NCCL's own algorithm/protocol choice (ring, tree, NVLS, CollNet, PAT x LL/LL128/Simple), "
+    "priced by the physical model",
+)

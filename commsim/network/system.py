@@ -33,6 +33,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Dict, Mapping, Optional, Tuple
 
 from commsim.errors import InputError
+from commsim.network.fabric import Fabric
 
 ARCHS = ("volta", "ampere", "hopper", "blackwell")  # NCCL's compute-capability rows (tuning.cc)
 INTRA_KINDS = ("nvswitch", "nvlink", "pcie_p2p", "pcie_host")
@@ -339,3 +340,110 @@ def preset(name: str, source: str = "system") -> System:
         return PRESETS[name]
     except KeyError:
         raise InputError(source, "preset", f"unknown system preset {name!r} (known: {', '.join(sorted(PRESETS))})") from None
+
+
+# --- reading a system back from its description ----------------------------------------------
+
+_REQUIRED = ("name", "gpu_arch", "gpus_per_node", "intra_kind", "intra_bw_GBps", "intra_hop_us",
+             "nics_per_node", "nic_bw_GBps", "net_hop_us")
+
+
+def system_from_dict(doc: object, source: str, where: str = "system") -> System:
+    """The :class:`System` that :meth:`System.describe` wrote (a calibration file's
+    ``physical.nominal_system``), or a preset's name. Strict: an unknown or missing key, or a
+    value of the wrong kind, is an InputError naming `where` and the key."""
+    if isinstance(doc, str):
+        return preset(doc, source)
+    if not isinstance(doc, Mapping):
+        raise InputError(source, where, f"expected a mapping of system fields or a preset name, got {type(doc).__name__}")
+    names = [f.name for f in fields(System)]
+    unknown = [k for k in doc if k not in names]
+    if unknown:
+        raise InputError(source, f"{where}.{unknown[0]}", f"unknown key (allowed: {', '.join(names)})")
+    missing = [k for k in _REQUIRED if k not in doc]
+    if missing:
+        raise InputError(source, f"{where}.{missing[0]}", "missing key")
+    kw = dict(doc)
+    tiers = kw.get("tiers") or []
+    if not isinstance(tiers, list):
+        raise InputError(source, f"{where}.tiers", f"expected a list, got {type(tiers).__name__}")
+    parsed = []
+    for i, t in enumerate(tiers):
+        w = f"{where}.tiers[{i}]"
+        if not isinstance(t, Mapping) or set(t) - {"nodes_below", "oversubscription", "latency_us"} or "nodes_below" not in t:
+            raise InputError(source, w, "expected a mapping with nodes_below and optional oversubscription, latency_us")
+        try:
+            parsed.append(SwitchTier(int(t["nodes_below"]), float(t.get("oversubscription", 1.0)), float(t.get("latency_us", 0.0))))
+        except (TypeError, ValueError):
+            raise InputError(source, w, f"expected numbers, got {dict(t)!r}") from None
+    kw["tiers"] = tuple(parsed)
+    srcs = kw.get("sources") or {}
+    if not isinstance(srcs, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in srcs.items()):
+        raise InputError(source, f"{where}.sources", "expected a mapping of constant name to text")
+    kw["sources"] = dict(srcs)
+    for k in ("name", "gpu_arch", "intra_kind", "transport", "cpu_vendor", "nccl_version"):
+        if k in kw and not isinstance(kw[k], str):
+            raise InputError(source, f"{where}.{k}", f"expected a string, got {kw[k]!r}")
+    for k in ("rails", "nvls", "collnet"):
+        if k in kw and not isinstance(kw[k], bool):
+            raise InputError(source, f"{where}.{k}", f"expected true or false, got {kw[k]!r}")
+    for k in System.FIT_NAMES:
+        if k in kw and (isinstance(kw[k], bool) or not isinstance(kw[k], (int, float))):
+            raise InputError(source, f"{where}.{k}", f"expected a positive number, got {kw[k]!r}")
+    try:
+        return System(**kw)
+    except InputError as exc:  # the record's own check: re-anchor it at this file and key
+        raise InputError(source, f"{where}.{exc.path}" if exc.path else where, exc.message) from None
+
+
+# --- a fabric that carries its physical system ------------------------------------------------
+
+# the fabric's intra_kind names (scenario cluster.intra_kind) -> the System's
+FABRIC_INTRA_KIND = {"nvswitch": "nvswitch", "nvlink": "nvlink", "pcie": "pcie_p2p", "pcie-nop2p": "pcie_host"}
+
+
+@dataclass(frozen=True)
+class SystemFabric(Fabric):
+    """A :class:`Fabric` that also carries the physical :class:`System` its links come from,
+    so that the physical NCCL kernel (``collective.algorithm: nccl``) prices collectives with
+    the system's constants (a calibration's physical fit, or a preset) instead of deriving a
+    system from the two link levels. ``choice_system`` is NCCL's own (nominal) view that picks
+    the algorithm and protocol; ``nccl_algo`` / ``nccl_proto`` restrict that choice like
+    NCCL_ALGO / NCCL_PROTO. Every Fabric operation (slow links, per-size pricing) keeps them."""
+
+    system: Optional[System] = None
+    choice_system: Optional[System] = None
+    nccl_algo: Optional[str] = None
+    nccl_proto: Optional[str] = None
+
+
+def with_system(fabric: Fabric, system: System, choice_system: Optional[System] = None,
+                nccl_algo: Optional[str] = None, nccl_proto: Optional[str] = None) -> SystemFabric:
+    """`fabric` carrying `system` (see :class:`SystemFabric`)."""
+    kw = {f.name: getattr(fabric, f.name) for f in fields(Fabric)}
+    return SystemFabric(**kw, system=system, choice_system=choice_system, nccl_algo=nccl_algo, nccl_proto=nccl_proto)
+
+
+def system_of_fabric(fabric: Fabric, gpu_arch: str = "hopper") -> System:
+    """The physical system a fabric describes: the one it carries (:class:`SystemFabric`),
+    else one built from its two link levels (bandwidths as achieved rates, per-hop latencies,
+    the node's network split over its NICs) with NCCL's protocol priors for `gpu_arch`.
+    Assumptions where a plain fabric does not say: one NIC per GPU (rail-optimised DGX/HGX
+    nodes; NCCL opens two channels per NIC across nodes, so the NIC count sets the channel
+    count), and a Hopper GPU."""
+    carried = getattr(fabric, "system", None)
+    if carried is not None:
+        return carried
+    nics = fabric.nics_per_node or fabric.gpus_per_node
+    intra_kind = FABRIC_INTRA_KIND.get(fabric.intra_kind, "nvswitch")
+    src = "from the scenario's links"
+    defaults = dict(nvls_efficiency=_NVLS_EFF[gpu_arch], simple_ch_GBps=_SIMPLE_CH[gpu_arch],
+                    ll128_ch_GBps=_LL128_CH[gpu_arch], ll_ch_GBps=_LL_CH[gpu_arch])
+    return System(
+        name="fabric", gpu_arch=gpu_arch, gpus_per_node=fabric.gpus_per_node, intra_kind=intra_kind,
+        intra_bw_GBps=fabric.intra_bandwidth / 1e9, intra_hop_us=max(fabric.intra_latency * 1e6, 1e-3),
+        nics_per_node=nics, nic_bw_GBps=fabric.inter_bandwidth / nics / 1e9,
+        net_hop_us=max(fabric.inter_latency * 1e6, 1e-3),
+        intra_channels=16 if intra_kind in ("nvswitch", "nvlink") else 2,
+        sources={"intra_bw_GBps": src, "intra_hop_us": src, "nic_bw_GBps": src, "net_hop_us": src}, **defaults,
+    )

@@ -18,10 +18,10 @@ F = Fabric(nodes=3, gpus_per_node=4, intra_latency=1e-6, intra_bandwidth=300e9,
 
 
 def test_registry_names_kinds_and_planners():
-    assert list(REGISTRY) == ["ring", "tree", "hierarchical", "halving_doubling", "reduce_broadcast", "auto"]
-    assert REGISTRY["ring"].kinds == KINDS
-    assert all(a.kinds == ("all_reduce",) for name, a in REGISTRY.items() if name != "ring")
-    assert ALGORITHMS == ALL_REDUCE + ("reduce_scatter", "all_gather")
+    assert list(REGISTRY) == ["ring", "tree", "hierarchical", "halving_doubling", "reduce_broadcast", "auto", "nccl"]
+    assert REGISTRY["ring"].kinds == REGISTRY["nccl"].kinds == KINDS
+    assert all(a.kinds == ("all_reduce",) for name, a in REGISTRY.items() if name not in ("ring", "nccl"))
+    assert ALGORITHMS == ALL_REDUCE + ("nccl", "reduce_scatter", "all_gather")
     assert selection("all_gather") == (REGISTRY["ring"], "all_gather")
     assert get("tree") is REGISTRY["tree"]
     with pytest.raises(ValueError, match="kinds must be among"):

@@ -109,3 +109,17 @@ def test_channels_default_without_nic_count_matches_the_preset():
     assert m.n_channels(f) == m.n_channels(bare) == 16
     assert m.n_channels(topology.fabric("pcie-8gpu", 1)) == 2
     assert NcclModel("2.19", channels=4).n_channels(f) == 4
+
+
+def test_one_copy_of_the_constants_nccl_model_reads_the_tuner_tables():
+    from commsim.collectives import nccl_constants as K
+
+    for version in ("2.19", "2.30"):
+        full, view = K.NCCL_TABLES[version], K.VERSIONS[version]
+        assert view["hw_lat"]["NET"]["Ring"] == full["hw"]["NET"]["ring"]
+        assert view["per_ch_max_tree"] == full["tree"][:3]
+        assert view["ll_max_bws"] == full["ll_max"][:3]
+    # spot values from NCCL tuning.cc (shared/data/nccl_tuning_constants.md)
+    assert K.VERSIONS["2.19"]["hw_lat"]["NVLINK"]["Tree"] == (0.6, 1.25, 28.0)
+    assert K.VERSIONS["2.30"]["ll_max_bws"][2] == (141.0, 45.0, 35.0)
+    assert K.NCCL_TABLES["2.30"]["ll_max"][3] == (282.0, 90.0, 70.0)

@@ -173,3 +173,56 @@ def test_time_grows_with_size_and_busbw_never_beats_the_links(nodes, g, exp, kin
     assert np.all(bus <= limit * 1.0001)
     if nodes > 2 and kind != "all_reduce":
         assert np.all(bus <= g * s.nic_bw_GBps * 1.0001 + 1e-9)
+
+
+# --- the registry entry "nccl": the physical model as a kernel ---------------------------------
+
+from commsim.collectives.kernels import make_kernel as _make_kernel  # noqa: E402
+from commsim.network.fabric import Fabric as _Fabric  # noqa: E402
+from commsim.network.system import SystemFabric, system_of_fabric, with_system  # noqa: E402
+from commsim.collectives.kernels import REGISTRY as _REGISTRY  # noqa: E402
+
+REGISTRY_NCCL = _REGISTRY["nccl"]
+plan = nt.plan
+
+
+def _fabric(**kw):
+    base = dict(nodes=4, gpus_per_node=8, intra_latency=3.4e-6, intra_bandwidth=360e9,
+                inter_latency=14e-6, inter_bandwidth=8 * 47.5e9, nics_per_node=8)
+    base.update(kw)
+    return _Fabric(**base)
+
+
+def test_nccl_kernel_is_the_plan_of_the_fabrics_system_and_a_barrier():
+    f = _fabric()
+    sysf = system_of_fabric(f)
+    assert (sysf.nics_per_node, sysf.nic_bw_GBps, sysf.intra_bw_GBps) == (8, 47.5, 360.0)
+    launch = np.linspace(0, 1e-4, f.world_size)
+    for kind in ("all_reduce", "reduce_scatter", "all_gather"):
+        for size in (1 << 12, 1 << 22, 1 << 30):
+            k = _make_kernel("nccl", f, size) if kind == "all_reduce" else REGISTRY_NCCL.plan(kind, f, size)
+            want = plan(kind, sysf, 4, 8).time_us([size])[0] * 1e-6
+            assert k.uniform_time() == pytest.approx(want, rel=1e-12)
+            assert k.chosen == "nccl:" + "/".join(plan(kind, sysf, 4, 8).choose([size])[0])
+            np.testing.assert_array_equal(k.finish_times(launch), np.full(launch.shape, launch.max() + k.uniform_time()))
+
+
+def test_nccl_kernel_uses_a_carried_system_and_its_overrides():
+    f = _fabric()
+    dgx = preset("dgx-h100")
+    carried = with_system(f, dgx, nccl_algo="ring", nccl_proto="Simple")
+    assert isinstance(carried.at_size(1 << 20), SystemFabric)  # per-size pricing keeps the system
+    k = _make_kernel("nccl", carried, 1 << 20)
+    assert k.chosen == "nccl:ring/Simple"
+    assert k.uniform_time() == pytest.approx(
+        plan("all_reduce", dgx, 4, 8, algorithm="ring", protocol="Simple").time_us([1 << 20])[0] * 1e-6, rel=1e-12)
+    with pytest.raises(InputError, match="algorithm: nvls cannot run"):
+        _make_kernel("nccl", with_system(f, dgx, nccl_algo="nvls"), 1 << 20)
+
+
+def test_nccl_kernel_slow_link_slows_large_messages():
+    f = _fabric()
+    slow = f.with_slow_node(1, 0.25)
+    big = 1 << 30
+    assert _make_kernel("nccl", slow, big).uniform_time() > 2.5 * _make_kernel("nccl", f, big).uniform_time()
+    assert _make_kernel("nccl", _fabric(nodes=1, gpus_per_node=1), big).uniform_time() == 0.0

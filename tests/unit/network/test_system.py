@@ -79,3 +79,19 @@ def test_with_constants_marks_the_source_and_refuses_unknown_names():
     assert s.nic_bw_GBps == 40.0 and s.sources["nic_bw_GBps"] == "fit: a.log"
     with pytest.raises(InputError):
         _sys().with_constants({"gpus_per_node": 4}, "x")
+
+
+def test_system_from_dict_reads_back_every_preset_and_refuses_bad_keys():
+    from commsim.network.system import PRESETS, system_from_dict
+
+    for name, s in PRESETS.items():
+        assert system_from_dict(s.describe(), "f.yaml") == s
+        assert system_from_dict(s.describe(), "f.yaml").sources == s.sources
+    assert system_from_dict("p5", "f.yaml") == PRESETS["p5"]
+    doc = PRESETS["p5"].describe()
+    for edit, key in ((dict(bogus=1), "system.bogus"), (dict(nvls="yes"), "system.nvls"),
+                      (dict(nic_bw_GBps="fast"), "system.nic_bw_GBps"), (dict(intra_kind="pci"), "system.intra_kind")):
+        with pytest.raises(InputError, match=f"f.yaml: {key}"):
+            system_from_dict({**doc, **edit}, "f.yaml")
+    with pytest.raises(InputError, match="system.name: missing key"):
+        system_from_dict({k: v for k, v in doc.items() if k != "name"}, "f.yaml")
