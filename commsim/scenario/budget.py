@@ -160,7 +160,8 @@ def _call_seconds(kind: str, n: int) -> float:
 def _collective_kinds(scenario: spec.Scenario, sizes) -> list:
     """The kernel each collective of a step runs, as a key of :data:`COSTS`."""
     sharding, collective = scenario.ddp.sharding, scenario.collective
-    uniform = collective.model != "alpha-beta" and scenario.calibration is None
+    # NCCL's cost models and the physical `nccl` algorithm: one time for all ranks (a barrier kernel)
+    uniform = (collective.model != "alpha-beta" or collective.algorithm == "nccl") and scenario.calibration is None
     if sharding != "none":  # reduce-scatters and all-gathers: ring halves (or one NCCL time)
         per_bucket = 2 if sharding == "zero2" else 3
         return ["uniform" if uniform else "reduce_scatter"] * (per_bucket * len(sizes))

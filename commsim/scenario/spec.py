@@ -18,7 +18,7 @@ BYTES_PER_ELEMENT = {"fp32": 4, "bf16": 2, "fp16": 2}
 
 JitterDistribution = Literal["lognormal", "normal", "gamma", "exponential"]
 # All-reduce algorithms a DDP job can use (commsim/collectives); `auto` picks the fastest per size.
-Algorithm = Literal["ring", "tree", "hierarchical", "halving_doubling", "reduce_broadcast", "auto"]
+Algorithm = Literal["ring", "tree", "hierarchical", "halving_doubling", "reduce_broadcast", "auto", "nccl"]
 # Cost models: the plain alpha-beta model, or NCCL's own tuning model of a given version.
 CostModel = Literal["alpha-beta", "nccl-2.7", "nccl-2.19", "nccl-2.30"]
 IntraKind = Literal["nvswitch", "nvlink", "pcie", "pcie-nop2p"]

@@ -181,7 +181,7 @@ def test_rank_forms():
 
 
 def test_every_algorithm_and_kind_is_accepted():
-    assert ALGORITHMS == ("ring", "tree", "hierarchical", "halving_doubling", "reduce_broadcast", "auto")
+    assert ALGORITHMS == ("ring", "tree", "hierarchical", "halving_doubling", "reduce_broadcast", "auto", "nccl")
     assert STRAGGLER_KINDS == ("slow_rank", "throttle", "jitter", "stall", "slow_link")
     for algorithm in ALGORITHMS:
         assert parse_scenario(dict(MINIMAL, collective={"algorithm": algorithm}), SRC).collective.algorithm == algorithm
