@@ -46,7 +46,6 @@ import math
 import numpy as np
 
 from commsim.collectives.contract import Algorithm, check_kind, checked_launch
-from commsim.collectives.maxplus import pipeline
 from commsim.network.fabric import Fabric
 
 NAME = "tree"
@@ -135,48 +134,93 @@ def edge_costs(fabric: Fabric, trees, chunk: float):
     return out
 
 
-class _Plan:
-    """One tree's levels, with children split into slots whose parents are distinct, so that
-    a level's contributions to its parents are plain fancy-indexed maxima (no ufunc.at)."""
-
-    def __init__(self, parent: np.ndarray):
-        self.parent = parent
-        depth = depths(parent)
-        self.root = int(np.flatnonzero(parent < 0)[0])
-        self.levels = []
-        for d in range(1, int(depth.max()) + 1):
-            vs = np.flatnonzero(depth == d)
-            order = np.argsort(parent[vs], kind="stable")
-            sorted_parents = parent[vs][order]
-            first = np.searchsorted(sorted_parents, sorted_parents, side="left")
-            slot = np.empty(len(vs), dtype=np.int64)
-            slot[order] = np.arange(len(vs)) - first
-            rows = [np.flatnonzero(slot == j) for j in range(int(slot.max()) + 1)]
-            self.levels.append((vs, rows))
+def _path_costs(parent: np.ndarray, cost: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Sum of alpha + occupancy (``cost[0]`` + ``cost[1]``) and the largest occupancy
+    (``cost[1]``) over the edges from each rank up to the root; the root's are 0 (an empty path:
+    occupancies are >= 0, so 0 is neutral for the maximum)."""
+    alpha, occ = cost
+    depth = depths(parent)
+    total = np.zeros(len(parent))
+    top = np.zeros(len(parent))
+    for d in range(1, int(depth.max()) + 1):  # parents before children
+        vs = np.flatnonzero(depth == d)
+        total[vs] = total[parent[vs]] + alpha[vs] + occ[vs]
+        top[vs] = np.maximum(top[parent[vs]], occ[vs])
+    return total, top
 
 
-def _finish_planned(plan: _Plan, alpha, occ_up, occ_down, launch, C) -> np.ndarray:
-    n = len(plan.parent)
-    parent = plan.parent
-    from_children = np.full((n, C), -np.inf)
-    # Reduce: deepest level first; up[., k] = end of sending chunk k to the parent.
-    for vs, rows in reversed(plan.levels):
-        ready = np.maximum(launch[vs][:, None], from_children[vs])
-        arrive = pipeline(ready, occ_up[vs]) + alpha[vs][:, None]
-        for r in rows:
-            p = parent[vs[r]]
-            from_children[p] = np.maximum(from_children[p], arrive[r])
-    avail = np.empty((n, C))
-    avail[plan.root] = np.maximum(launch[plan.root], from_children[plan.root])
-    sent_last = np.full(n, -np.inf)
-    # Broadcast: root level first; down[., k] = end of sending chunk k down the edge into the rank.
-    for vs, rows in plan.levels:
-        down = pipeline(avail[parent[vs]], occ_down[vs])
-        avail[vs] = down + alpha[vs][:, None]
-        for r in rows:
-            p = parent[vs[r]]
-            sent_last[p] = np.maximum(sent_last[p], down[r, -1])
-    return np.maximum(avail[:, -1], sent_last)
+class _ClosedForm:
+    """Both trees' finish times for any launch vector in O(n) numpy work (no per-chunk arrays).
+
+    Every chunk time of the tree recurrence is a maximum of affine functions of the chunk index
+    k, one per source rank u: L_u + a + b k. A pipeline stage of occupancy o turns
+    e_k = max(e_{k-1}, X_k) + o with X_k = L_u + a + b k into L_u + (a + o) + max(b, o) k (the
+    maximum over j <= k of X_j - j o sits at j = k when b >= o, at j = 0 otherwise; see
+    :func:`commsim.collectives.maxplus.pipeline`), and a maximum over children or with the
+    launch is a maximum of such pieces. So the last chunk reaches rank x at
+
+        avail[x] = max over u of  L_u + W_up(u) + W_down(x) + (C-1) max(M_up(u), M_down(x))
+
+    (the paths from u up to the root and down to x: W sums alpha + occupancy, M is the largest
+    occupancy, both 0 on an empty path): the module docstring's closed form, for any launch.
+    Grouping the sources u by their M_up class (a few distinct occupancies: one per link class
+    and sender fan-out) makes the maximum over u a per-class maximum, a prefix maximum over the
+    classes with M_up <= M_down(x) and a suffix maximum over those above. A rank finishes when
+    the last chunk has reached it and it has sent that chunk to all its children:
+    max(avail[x], max over children c of avail[c] - alpha_c).
+
+    The two trees are evaluated together as one (2, n) array.
+    """
+
+    def __init__(self, parents, costs, chunks: int):
+        n = len(parents[0])
+        w_up, m_up, w_down, m_down, alpha = [], [], [], [], []
+        for parent, (a, up, down) in zip(parents, costs):
+            wu, mu = _path_costs(parent, (a, up))
+            wd, md = _path_costs(parent, (a, down))
+            w_up.append(wu), m_up.append(mu), w_down.append(wd), m_down.append(md), alpha.append(a)
+        self.n, self.trees = n, len(parents)
+        m_up, m_down = np.concatenate(m_up), np.concatenate(m_down)
+        values = np.unique(np.concatenate([m_up, m_down]))
+        r = self.classes = len(values)
+        tree_of = np.repeat(np.arange(self.trees), n)
+        up_cls = tree_of * r + np.searchsorted(values, m_up)  # one group per (tree, class)
+        down_cls = tree_of * r + np.searchsorted(values, m_down)
+        self.w_up = np.concatenate(w_up)
+        self.up_weight = (chunks - 1) * m_up  # a source's own bottleneck term
+        self.order = np.argsort(up_cls, kind="stable")
+        groups, self.starts = np.unique(up_cls[self.order], return_index=True)
+        self.groups = groups
+        self.down_cls = down_cls
+        self.down_term = np.concatenate(w_down) + (chunks - 1) * m_down
+        self.w_down = np.concatenate(w_down)
+        # children grouped by (tree, parent): the "sent the last chunk to every child" term
+        parent = np.concatenate([np.where(p >= 0, p + t * n, -1) for t, p in enumerate(parents)])
+        child = np.flatnonzero(parent >= 0)
+        child = child[np.argsort(parent[child], kind="stable")]
+        self.children = child
+        self.child_alpha = np.concatenate(alpha)[child]
+        self.senders, self.child_starts = np.unique(parent[child], return_index=True)
+
+    def finish_times(self, launch: np.ndarray) -> np.ndarray:
+        n, r, T = self.n, self.classes, self.trees
+        z = np.tile(launch, T)
+        z += self.w_up
+        zs = z[self.order]
+        low = np.full(T * r, -np.inf)  # per (tree, class): max of L_u + W_up(u)
+        low[self.groups] = np.maximum.reduceat(zs, self.starts)
+        zs += self.up_weight[self.order]
+        high = np.full(T * r, -np.inf)  # ... and of L_u + W_up(u) + (C-1) M_up(u)
+        high[self.groups] = np.maximum.reduceat(zs, self.starts)
+        low = np.maximum.accumulate(low.reshape(T, r), axis=1).ravel()  # classes <= c
+        above = np.full((T, r), -np.inf)  # classes > c
+        above[:, :-1] = np.maximum.accumulate(high.reshape(T, r)[:, :0:-1], axis=1)[:, ::-1]
+        avail = np.maximum(low[self.down_cls] + self.down_term, above.ravel()[self.down_cls] + self.w_down)
+        out = avail.copy()
+        if len(self.children):
+            sent = np.maximum.reduceat(avail[self.children] - self.child_alpha, self.child_starts)
+            out[self.senders] = np.maximum(out[self.senders], sent)
+        return out.reshape(T, n).max(axis=0)
 
 
 def _trees(fabric: Fabric):
@@ -194,17 +238,14 @@ class TreeKernel:
         costs = edge_costs(fabric, trees, chunk) if trees else []
         self._parents = [parent for parent, _ in trees]
         self._costs = costs
-        self._trees = [(_Plan(parent), *c) for parent, c in zip(self._parents, costs)]
+        self._closed = _ClosedForm(self._parents, costs, self.chunks) if trees else None
 
     def finish_times(self, launch: np.ndarray) -> np.ndarray:
         """Per-rank finish times: the later of the two trees, each carrying S/2."""
         launch = checked_launch(launch, self.world_size)
         if self.world_size == 1:
             return launch.copy()
-        out = np.full(self.world_size, -np.inf)
-        for plan, alpha, up, down in self._trees:
-            out = np.maximum(out, _finish_planned(plan, alpha, up, down, launch, self.chunks))
-        return out
+        return self._closed.finish_times(launch)
 
     def uniform_time(self) -> float:
         """Closed form for simultaneous launch (module docstring)."""
