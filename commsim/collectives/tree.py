@@ -185,41 +185,54 @@ class _ClosedForm:
         r = self.classes = len(values)
         tree_of = np.repeat(np.arange(self.trees), n)
         up_cls = tree_of * r + np.searchsorted(values, m_up)  # one group per (tree, class)
-        down_cls = tree_of * r + np.searchsorted(values, m_down)
-        self.w_up = np.concatenate(w_up)
-        self.up_weight = (chunks - 1) * m_up  # a source's own bottleneck term
-        self.order = np.argsort(up_cls, kind="stable")
-        groups, self.starts = np.unique(up_cls[self.order], return_index=True)
-        self.groups = groups
-        self.down_cls = down_cls
-        self.down_term = np.concatenate(w_down) + (chunks - 1) * m_down
-        self.w_down = np.concatenate(w_down)
-        # children grouped by (tree, parent): the "sent the last chunk to every child" term
+        order = np.argsort(up_cls, kind="stable")  # sources sorted by group: contiguous maxima
+        self.groups, self.starts = np.unique(up_cls[order], return_index=True)
+        self.source_rank = order % n
+        self.w_up = np.concatenate(w_up)[order]
+        self.up_weight = (chunks - 1) * m_up[order]  # each source's own bottleneck term
+        self.down_cls = tree_of * r + np.searchsorted(values, m_down)
+        w_down = np.concatenate(w_down)
+        self.down_term = w_down + (chunks - 1) * m_down
+        self.w_down = w_down
+        # the "sent the last chunk to every child" term. Chains (parent = rank - 1, the GPUs of a
+        # node) are a shifted slice; the other edges go into slots of distinct parents, so that
+        # each slot is a plain fancy-indexed maximum (no ufunc.at)
         parent = np.concatenate([np.where(p >= 0, p + t * n, -1) for t, p in enumerate(parents)])
-        child = np.flatnonzero(parent >= 0)
-        child = child[np.argsort(parent[child], kind="stable")]
-        self.children = child
-        self.child_alpha = np.concatenate(alpha)[child]
-        self.senders, self.child_starts = np.unique(parent[child], return_index=True)
+        alpha = np.concatenate(alpha)
+        flat = np.arange(len(parent))
+        chain = (parent >= 0) & (parent == flat - 1)
+        self.chain_alpha = np.where(chain, alpha, np.inf)[1:]  # child x+1 of x, or no child
+        others = np.flatnonzero((parent >= 0) & ~chain)
+        others = others[np.argsort(parent[others], kind="stable")]
+        first = np.searchsorted(parent[others], parent[others], side="left")
+        slot = np.arange(len(others)) - first
+        self.slots = [(parent[others[slot == j]], others[slot == j], alpha[others[slot == j]])
+                      for j in range(int(slot.max()) + 1 if len(others) else 0)]
 
     def finish_times(self, launch: np.ndarray) -> np.ndarray:
         n, r, T = self.n, self.classes, self.trees
-        z = np.tile(launch, T)
+        z = launch[self.source_rank]
         z += self.w_up
-        zs = z[self.order]
         low = np.full(T * r, -np.inf)  # per (tree, class): max of L_u + W_up(u)
-        low[self.groups] = np.maximum.reduceat(zs, self.starts)
-        zs += self.up_weight[self.order]
+        low[self.groups] = np.maximum.reduceat(z, self.starts)
+        z += self.up_weight
         high = np.full(T * r, -np.inf)  # ... and of L_u + W_up(u) + (C-1) M_up(u)
-        high[self.groups] = np.maximum.reduceat(zs, self.starts)
+        high[self.groups] = np.maximum.reduceat(z, self.starts)
         low = np.maximum.accumulate(low.reshape(T, r), axis=1).ravel()  # classes <= c
         above = np.full((T, r), -np.inf)  # classes > c
         above[:, :-1] = np.maximum.accumulate(high.reshape(T, r)[:, :0:-1], axis=1)[:, ::-1]
-        avail = np.maximum(low[self.down_cls] + self.down_term, above.ravel()[self.down_cls] + self.w_down)
+        avail = np.take(low, self.down_cls)
+        avail += self.down_term
+        other = np.take(above.ravel(), self.down_cls)
+        other += self.w_down
+        np.maximum(avail, other, out=avail)
         out = avail.copy()
-        if len(self.children):
-            sent = np.maximum.reduceat(avail[self.children] - self.child_alpha, self.child_starts)
-            out[self.senders] = np.maximum(out[self.senders], sent)
+        np.subtract(avail[1:], self.chain_alpha, out=other[:-1])
+        np.maximum(out[:-1], other[:-1], out=out[:-1])
+        for p, c, a in self.slots:
+            out[p] = np.maximum(out[p], avail[c] - a)
+        if T == 1:
+            return out
         return out.reshape(T, n).max(axis=0)
 
 
