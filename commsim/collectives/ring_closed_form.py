@@ -143,7 +143,10 @@ class _RingClosedForm:
         self.steps = K = steps
         self._g = np.empty(n)
         self._classes: List[_Class] = []
-        if n == 1:
+        # one hop time t: every walk of K >= n-1 steps reaches rank i from every rank, so all
+        # finish at max(L) + K t (the textbook closed form; no classes needed)
+        self._uniform = float(K * t[0]) if n > 1 and np.all(t == t[0]) else None
+        if n == 1 or self._uniform is not None:
             return
         P = np.cumsum(t)  # P[i] = t[0] + ... + t[i]
         P_before = np.concatenate(([0.0], P[:-1]))  # P[a-1]
@@ -171,6 +174,8 @@ class _RingClosedForm:
             raise ValueError(f"launch must have shape ({self.n},), got {L.shape}")
         if self.n == 1:
             return L.copy()
+        if self._uniform is not None:
+            return np.full(self.n, L.max() + self._uniform)
         g = self._g
         np.maximum(L[1:], L[:-1], out=g[1:])
         g[0] = max(L[0], L[-1])

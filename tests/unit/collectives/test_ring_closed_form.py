@@ -204,3 +204,16 @@ def test_ring_half_equals_simpy_reference(case):
     t, launch = case
     np.testing.assert_allclose(RingHalf(t).finish_times(launch), ring_events(launch, t, steps=len(t) - 1),
                                rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("n", [2, 3, 5, 16, 33])
+@pytest.mark.parametrize("cls,steps", [(RingAllReduce, lambda n: 2 * (n - 1)), (RingHalf, lambda n: n - 1)])
+def test_one_hop_time_is_max_launch_plus_k_steps(n, cls, steps):
+    # uniform links take the closed form max(L) + K t; it must equal the step-by-step recurrence
+    t = np.full(n, 3.7e-5)
+    kernel = cls(t)
+    assert kernel._uniform is not None
+    rng = np.random.default_rng(n)
+    for spread in (0.0, 1e-5, 1e-2):
+        launch = rng.random(n) * spread
+        np.testing.assert_allclose(kernel.finish_times(launch), _recurrence(launch, t, steps(n)), rtol=1e-12)
