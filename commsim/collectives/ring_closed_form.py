@@ -104,6 +104,12 @@ class _AllReduceClass(_Class):
     off_pre: Optional[np.ndarray] = None
     off_suf: Optional[np.ndarray] = None
     key_of_rank: Optional[np.ndarray] = None
+    block: int = 0  # > 0: the windows are consecutive runs of `block` ranks from rank 0
+    counts: Optional[np.ndarray] = None  # else, if the runs are consecutive: their lengths
+    const_min: Optional[np.ndarray] = None  # per window, min of const over its ranks
+    # one window per class position, window k reading segments <= k and > k (see _simple):
+    # then (prefix minima, suffix minima) of const_min, and the first rank of each window
+    simple: Optional[tuple] = None
     regular: Optional[tuple] = None  # (first cut, last cut, spacing) when the cuts are evenly spaced
     # general path: prefix/suffix maxima over a whole period
     l0: Optional[np.ndarray] = None
@@ -164,7 +170,8 @@ class _RingClosedForm:
     def _prepare(self, common: _Class, positions, k, q, lo) -> _Class:
         raise NotImplementedError
 
-    def _evaluate(self, cls, h: np.ndarray) -> np.ndarray:
+    def _evaluate(self, cls, h: np.ndarray, want_min: bool = False):
+        """(finish times of the class's windows, const added; their minimum when asked, or None)."""
         raise NotImplementedError
 
     def finish_times(self, launch: np.ndarray) -> np.ndarray:
@@ -180,14 +187,21 @@ class _RingClosedForm:
         np.maximum(L[1:], L[:-1], out=g[1:])
         g[0] = max(L[0], L[-1])
         best = None
+        bound = None  # min over ranks of the answer so far (for skipping classes)
         for k, cls in enumerate(self._classes):
             if k == 1:  # bounds for skipping classes, needed only when there is more than one
-                g_max = g.max()
-            if k >= 1 and g_max + self.steps * cls.v <= best.min():
-                continue  # no window whose max is v can reach the current answer
-            f = self._evaluate(cls, g + cls.base)
-            f += cls.const
-            best = f if best is None else np.maximum(best, f, out=best)
+                g_max = L.max()  # = max(g): g takes the larger of each pair of neighbours
+            if k >= 1:
+                if bound is None:
+                    bound = best.min()
+                if g_max + self.steps * cls.v <= bound:
+                    break  # no window whose max is v (or less: classes go down) reaches the answer
+                bound = None
+            f, bound0 = self._evaluate(cls, np.add(g, cls.base), want_min=k == 0 and len(self._classes) > 1)
+            if best is None:
+                best, bound = f, bound0
+            else:
+                np.maximum(best, f, out=best)
         return best
 
 
@@ -238,7 +252,24 @@ class RingAllReduce(_RingClosedForm):
         cls.suf_seg = np.where(suf_start < n, np.searchsorted(cuts, np.minimum(suf_start, n - 1)), len(cuts))
         cls.off_pre = pq * D
         cls.off_suf = (pq - 1) * D
-        cls.key_of_rank = key_of_rank.ravel()
+        key_of_rank = cls.key_of_rank = key_of_rank.ravel()
+        # spreading the per-window values to the ranks: windows hold consecutive ranks (q is
+        # non-decreasing in i), so a broadcast over equal runs or a repeat replaces a gather
+        counts = np.bincount(key_of_rank, minlength=len(kq))
+        if np.all(np.diff(key_of_rank) >= 0) and np.all(counts > 0):
+            if np.all(counts == counts[0]):
+                cls.block = int(counts[0])
+            else:
+                cls.counts = counts
+            cls.const_min = np.minimum.reduceat(cls.const, np.concatenate(([0], np.cumsum(counts)[:-1])))
+        else:
+            cls.const_min = np.full(len(kq), np.inf)
+            np.minimum.at(cls.const_min, key_of_rank, cls.const)
+        W = len(kq)
+        if (cls.block and len(cuts) == W + 1 and np.array_equal(cls.pre_seg, np.arange(W))
+                and np.array_equal(cls.suf_seg, np.arange(W) + 1) and np.all(cls.off_pre == 0)
+                and np.all(cls.off_suf == cls.off_suf[0])):
+            cls.simple = (np.minimum.accumulate(cls.const_min), np.minimum.accumulate(cls.const_min[::-1])[::-1])
 
     def _prepare_general(self, cls: _AllReduceClass, q, lo, D) -> None:
         """Exact maximum of h over the unwrapped range [lo, q] (length n-1 .. 2n-2)."""
@@ -254,18 +285,69 @@ class RingAllReduce(_RingClosedForm):
         cls.off_full = np.where(pr - pl >= 2, (pl + 1) * D, NEG_INF)
 
     # -- evaluation -----------------------------------------------------------------
-    def _evaluate(self, cls: _AllReduceClass, h: np.ndarray) -> np.ndarray:
-        return self._fast(cls, h) if cls.fast else self._general(cls, h)
+    def _evaluate(self, cls: _AllReduceClass, h: np.ndarray, want_min: bool = False):
+        """(f of this class with const added, its minimum over ranks or None)."""
+        if not cls.fast:
+            f = self._general(cls, h)
+            f += cls.const
+            return f, None
+        if cls.simple is not None:
+            return self._simple(cls, h, want_min)
+        per_window = self._fast(cls, h)
+        # the minimum over ranks, per window: min(pw + const) = pw + min(const) exactly
+        # (rounding is monotone), so the bound costs O(windows), not O(ranks)
+        bound = float(np.min(per_window + cls.const_min)) if want_min else None
+        if cls.block:
+            f = (cls.const.reshape(-1, cls.block) + per_window[:, None]).reshape(-1)
+        elif cls.counts is not None:
+            f = np.repeat(per_window, cls.counts)
+            f += cls.const
+        else:
+            f = per_window[cls.key_of_rank]
+            f += cls.const
+        return f, bound
+
+    @staticmethod
+    def _simple(cls: _AllReduceClass, h: np.ndarray, want_min: bool):
+        """The fast path when window k is max(max of segments <= k, max of segments > k - D)
+        (one window per class position, every rank in period 0: one network hop per node).
+
+        With M the largest segment maximum (at j*, its first occurrence) and D >= 0, window
+        k >= j* is M (everything after it is at most M - D), and window k < j* is
+        max(prefix maximum to k, M - D): M - D itself unless an earlier segment exceeds it.
+        The same maxima as :meth:`_fast`, without its two accumulations in the common case.
+        """
+        seg = _segment_max(h, cls.seg_starts, cls.regular)
+        j = int(seg.argmax())
+        M = seg[j]
+        c = M + cls.off_suf[0]  # M - D, as _fast rounds it
+        b = cls.block
+        pre_min, suf_min = cls.simple
+        W = len(pre_min)
+        f = np.empty(W * b)
+        if j and seg[:j].max() > c:  # an early segment beats M - D: its prefix maxima count
+            head = np.maximum(np.maximum.accumulate(seg[:j]), c)
+            np.add(cls.const[: j * b].reshape(j, b), head[:, None], out=f[: j * b].reshape(j, b))
+            bound = float(np.min(head + cls.const_min[:j])) if want_min else None
+        else:
+            np.add(cls.const[: j * b], c, out=f[: j * b])
+            bound = float(c + pre_min[j - 1]) if want_min and j else None
+        if j < W:
+            np.add(cls.const[j * b:], M, out=f[j * b:])
+            if want_min:
+                tail = float(M + suf_min[j])
+                bound = tail if bound is None else min(bound, tail)
+        return f, bound
 
     @staticmethod
     def _fast(cls: _AllReduceClass, h: np.ndarray) -> np.ndarray:
+        """Per window (see :meth:`_prepare_fast`): the maximum of h over its range."""
         seg = _segment_max(h, cls.seg_starts, cls.regular)
         prefix = np.maximum.accumulate(seg)
         suffix = np.empty(len(seg) + 1)  # suffix maxima, then -inf for "nothing"
         suffix[-1] = NEG_INF
         np.maximum.accumulate(seg[::-1], out=suffix[-2::-1])
-        per_window = np.maximum(prefix[cls.pre_seg] + cls.off_pre, suffix[cls.suf_seg] + cls.off_suf)
-        return per_window[cls.key_of_rank]
+        return np.maximum(prefix[cls.pre_seg] + cls.off_pre, suffix[cls.suf_seg] + cls.off_suf)
 
     @staticmethod
     def _general(cls: _AllReduceClass, h: np.ndarray) -> np.ndarray:
@@ -345,7 +427,12 @@ class RingHalf(_RingClosedForm):
             within=tuple((int(i), int(lo[i]), int(q[i])) for i in within),
         )
 
-    def _evaluate(self, c: _HalfClass, h: np.ndarray) -> np.ndarray:
+    def _evaluate(self, c: _HalfClass, h: np.ndarray, want_min: bool = False):
+        f = self._half(c, h)
+        f += c.const
+        return f, None
+
+    def _half(self, c: _HalfClass, h: np.ndarray) -> np.ndarray:
         if c.cuts is not None:
             prefix = np.maximum.accumulate(np.maximum.reduceat(h, c.cuts))
         else:

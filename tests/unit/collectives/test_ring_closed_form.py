@@ -217,3 +217,29 @@ def test_one_hop_time_is_max_launch_plus_k_steps(n, cls, steps):
     for spread in (0.0, 1e-5, 1e-2):
         launch = rng.random(n) * spread
         np.testing.assert_allclose(kernel.finish_times(launch), _recurrence(launch, t, steps(n)), rtol=1e-12)
+
+
+@pytest.mark.parametrize("nodes,g", [(2, 2), (5, 3), (16, 4), (64, 8)])
+def test_simple_window_path_equals_the_general_segment_path_exactly(nodes, g):
+    # one network hop per node: the shortcut over the segment maxima must pick the very same
+    # maxima as the prefix/suffix accumulations, whichever segment holds the largest value
+    from commsim.network.fabric import Fabric
+
+    f = Fabric(nodes=nodes, gpus_per_node=g, intra_latency=2e-6, intra_bandwidth=240e9,
+               inter_latency=5e-6, inter_bandwidth=25e9)
+    alpha, bandwidth = f.ring_links()
+    fast = RingAllReduce(hop_times(25e6, alpha, bandwidth))
+    plain = RingAllReduce(hop_times(25e6, alpha, bandwidth))
+    assert fast._classes[0].simple is not None
+    for c in plain._classes:
+        c.simple = None
+    rng = np.random.default_rng(nodes)
+    n = nodes * g
+    for spread in (0.0, 1e-7, 1e-5, 1e-3, 1.0):
+        for _ in range(5):
+            launch = rng.random(n) * spread
+            np.testing.assert_array_equal(fast.finish_times(launch), plain.finish_times(launch))
+    launch = np.zeros(n)
+    launch[-1] = 1e-3  # the largest segment is the last one
+    np.testing.assert_array_equal(fast.finish_times(launch), plain.finish_times(launch))
+    np.testing.assert_allclose(fast.finish_times(launch), _recurrence(launch, fast.hop_time, 2 * (n - 1)), rtol=1e-9)
