@@ -51,6 +51,8 @@ from typing import List, Optional
 
 import numpy as np
 
+from commsim.collectives.distinct import distinct, distinct_inverse
+
 NEG_INF = -np.inf
 REGULAR_MIN_SEGMENTS = 256
 
@@ -159,7 +161,7 @@ class _RingClosedForm:
         total = P[-1]
         idx = np.arange(n)
         lo = idx - K + 1  # leftmost window start for each i (unwrapped)
-        for v in np.unique(t)[::-1]:  # largest first: it is never skipped
+        for v in distinct(t)[::-1]:  # largest first: it is never skipped
             positions = np.flatnonzero(t >= v)
             # q_v(i): last class position <= i, unwrapped (one period back if none yet)
             k = np.searchsorted(positions, idx, side="right") - 1
@@ -231,13 +233,15 @@ class RingAllReduce(_RingClosedForm):
         """
         n = self.n
         short = ((q - lo + 1) < n).astype(np.int64)  # only n-1 positions: skip residue q0+1
-        keys, key_of_rank = np.unique(np.stack([q, short]), axis=1, return_inverse=True)
-        kq, kshort = keys
+        # distinct (q, short) pairs in lexicographic order: 2q + short orders them so
+        code, key_of_rank = distinct_inverse(2 * q + short)
+        kq = code // 2
+        kshort = code - 2 * kq
         q0 = np.mod(kq, n)
         pq = (kq - q0) // n  # period of q: 0 or -1
         # maxima needed: prefix max ending at q0 (a class position), suffix max from q0+1(+short)
         suf_start = q0 + 1 + kshort
-        cuts = np.unique(np.concatenate(([0], q0 + 1, suf_start)))
+        cuts = distinct(np.concatenate(([0], q0 + 1, suf_start)))
         cuts = cuts[cuts < n]
         cls.seg_starts = cuts
         inner = cuts[1:]

@@ -46,6 +46,7 @@ import math
 import numpy as np
 
 from commsim.collectives.contract import Algorithm, check_kind, checked_launch
+from commsim.collectives.distinct import distinct, first_of_runs
 from commsim.network.fabric import Fabric
 
 NAME = "tree"
@@ -181,12 +182,12 @@ class _ClosedForm:
             w_up.append(wu), m_up.append(mu), w_down.append(wd), m_down.append(md), alpha.append(a)
         self.n, self.trees = n, len(parents)
         m_up, m_down = np.concatenate(m_up), np.concatenate(m_down)
-        values = np.unique(np.concatenate([m_up, m_down]))
+        values = distinct(np.concatenate([m_up, m_down]))
         r = self.classes = len(values)
         tree_of = np.repeat(np.arange(self.trees), n)
         up_cls = tree_of * r + np.searchsorted(values, m_up)  # one group per (tree, class)
         order = np.argsort(up_cls, kind="stable")  # sources sorted by group: contiguous maxima
-        self.groups, self.starts = np.unique(up_cls[order], return_index=True)
+        self.groups, self.starts = first_of_runs(up_cls[order])
         self.source_rank = order % n
         self.w_up = np.concatenate(w_up)[order]
         self.up_weight = (chunks - 1) * m_up[order]  # each source's own bottleneck term
@@ -291,7 +292,7 @@ def _uniform_one_tree(parent, alpha, up, down, C) -> float:
     w_down, _ = _path_sums(parent, alpha + down)
     _, m_down = _path_sums(parent, down)
     best = 0.0
-    for m in np.unique(np.concatenate([m_up, m_down])):
+    for m in distinct(np.concatenate([m_up, m_down])):
         if not np.isfinite(m):
             continue
         le_up, eq_up = w_up[m_up <= m], w_up[m_up == m]
