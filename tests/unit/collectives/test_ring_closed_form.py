@@ -243,3 +243,14 @@ def test_simple_window_path_equals_the_general_segment_path_exactly(nodes, g):
     launch[-1] = 1e-3  # the largest segment is the last one
     np.testing.assert_array_equal(fast.finish_times(launch), plain.finish_times(launch))
     np.testing.assert_allclose(fast.finish_times(launch), _recurrence(launch, fast.hop_time, 2 * (n - 1)), rtol=1e-9)
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.floats(-1e3, 1e3), min_size=1, max_size=80), st.integers(1, 20))
+def test_window_max_is_every_windows_maximum(xs, width):
+    from commsim.collectives.ring_closed_form import window_max
+
+    x = np.array(xs)
+    width = min(width, len(x))
+    want = [max(x[s:s + width]) for s in range(len(x) - width + 1)]
+    np.testing.assert_array_equal(window_max(x, width), want)
