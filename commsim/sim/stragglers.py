@@ -17,6 +17,7 @@ from __future__ import annotations
 import sys
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Dict, List, Optional, Tuple
 
 import numpy as np
@@ -188,14 +189,14 @@ class Perturbations:
         out[self.stalled] = self.stalls[step]
         return out
 
-    @property
+    @cached_property
     def factor(self) -> np.ndarray:
-        """(steps, n) compute time multipliers."""
+        """(steps, n) compute time multipliers (drawn on first use, then kept)."""
         return np.stack([self.factor_at(s) for s in range(self.steps)]) if self.steps else np.ones((0, self.world_size))
 
-    @property
+    @cached_property
     def stall(self) -> np.ndarray:
-        """(steps, n) seconds of pause before the step's forward."""
+        """(steps, n) seconds of pause before the step's forward (built on first use, then kept)."""
         out = np.zeros((self.steps, self.world_size))
         out[:, self.stalled] = self.stalls
         return out
