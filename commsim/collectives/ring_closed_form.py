@@ -355,8 +355,8 @@ class RingAllReduce(_RingClosedForm):
 
     @staticmethod
     def _general(cls: _AllReduceClass, h: np.ndarray) -> np.ndarray:
-        prefix = np.maximum.accumulate(h)
-        suffix = np.maximum.accumulate(h[::-1])[::-1]
+        prefix = running_max(h)
+        suffix = running_max(h[::-1])[::-1]
         out = np.maximum(suffix[cls.l0] + cls.off_l, prefix[cls.r0] + cls.off_r)
         return np.maximum(out, prefix[-1] + cls.off_full, out=out)
 
@@ -374,6 +374,34 @@ def _segment_max(h: np.ndarray, starts: np.ndarray, regular) -> np.ndarray:
     # strided column loop (measured 8 us against 84 and 32 at 16,384 ranks, 8 per segment)
     seg[1:-1] = window_max(h[first:last], spacing)[::spacing]
     return seg
+
+
+SCAN_BLOCK = 16  # running maxima of long vectors go block by block (see running_max)
+SCAN_MIN = 16384  # measured: 1.4x faster at 16,384, 2x at 131,072, slower at 4,096
+
+
+def running_max(x: np.ndarray) -> np.ndarray:
+    """``np.maximum.accumulate(x)`` (a new array), faster on long vectors.
+
+    ``maximum.accumulate`` is a serial chain (about 10x the per-element cost of a plain
+    maximum); here the vector is cut into blocks of SCAN_BLOCK held as the rows of a matrix, the
+    maxima run down the columns (SCAN_BLOCK vector operations over all blocks at once), the
+    chain runs only over the blocks' maxima, and a broadcast maximum joins the two. Exact:
+    maxima only.
+    """
+    n = len(x)
+    B = SCAN_BLOCK
+    if n < SCAN_MIN:  # below this the column passes' overhead outweighs the serial chain
+        return np.maximum.accumulate(x)
+    m = -(-n // B)
+    padded = np.full(m * B, NEG_INF)
+    padded[:n] = x
+    X = padded.reshape(m, B)
+    for c in range(1, B):
+        np.maximum(X[:, c], X[:, c - 1], out=X[:, c])
+    carry = np.maximum.accumulate(X[:-1, -1])  # max of all blocks before block k+1
+    np.maximum(X[1:], carry[:, None], out=X[1:])
+    return padded[:n]
 
 
 def window_max(x: np.ndarray, width: int) -> np.ndarray:
@@ -448,8 +476,8 @@ class RingHalf(_RingClosedForm):
         if c.cuts is not None:
             prefix = np.maximum.accumulate(np.maximum.reduceat(h, c.cuts))
         else:
-            prefix = np.maximum.accumulate(h)
-        suffix = np.maximum.accumulate(h[::-1])  # suffix[n-1-y] = max h[y:]
+            prefix = running_max(h)
+        suffix = running_max(h[::-1])  # suffix[n-1-y] = max h[y:]
         across = np.maximum(prefix[c.prefix_at], suffix[c.suffix_at] - c.D)
         if c.all_across:
             return across

@@ -254,3 +254,19 @@ def test_window_max_is_every_windows_maximum(xs, width):
     width = min(width, len(x))
     want = [max(x[s:s + width]) for s in range(len(x) - width + 1)]
     np.testing.assert_array_equal(window_max(x, width), want)
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.floats(-1e3, 1e3), min_size=1, max_size=1200))
+def test_running_max_is_maximum_accumulate(xs):
+    from commsim.collectives import ring_closed_form
+    from commsim.collectives.ring_closed_form import running_max
+
+    x = np.array(xs)
+    np.testing.assert_array_equal(running_max(x), np.maximum.accumulate(x))
+    saved, ring_closed_form.SCAN_MIN = ring_closed_form.SCAN_MIN, 1  # the blocked scan at every length
+    try:
+        np.testing.assert_array_equal(running_max(x), np.maximum.accumulate(x))
+        np.testing.assert_array_equal(running_max(x[::-1]), np.maximum.accumulate(x[::-1]))
+    finally:
+        ring_closed_form.SCAN_MIN = saved
