@@ -134,6 +134,8 @@ class _HalfClass(_Class):
     before_at: Optional[np.ndarray] = None
     last: int = 0  # last class position
     within: tuple = ()  # (i, lo, q) of the ranks whose range lies inside period 0
+    simple: int = 0  # > 0: class positions every `simple` ranks from rank 0 and D >= 0 (see _half_simple)
+    regular: Optional[tuple] = None  # equal segments, as in _AllReduceClass
 
 
 class _RingClosedForm:
@@ -452,7 +454,12 @@ class RingHalf(_RingClosedForm):
         a = np.flatnonzero(across)
         sparse = len(positions) <= n // 4
         last = int(positions[-1])
+        b = int(positions[1] - positions[0]) if len(positions) > 1 else 0
+        simple = b if (sparse and common.D >= 0 and b >= 2 and n % b == 0 and len(positions) >= 3
+                       and np.array_equal(positions, np.arange(0, n, b))) else 0
         return _HalfClass(
+            simple=simple,
+            regular=(1, last + 1, b) if simple else None,
             **vars(common),
             all_across=len(a) == n,
             across=a,
@@ -472,7 +479,60 @@ class RingHalf(_RingClosedForm):
         f += c.const
         return f, None
 
+    def _half_simple(self, c: _HalfClass, h: np.ndarray) -> np.ndarray:
+        """:meth:`_half` when the class positions are every b ranks from rank 0 (one network
+        hop per node) and D >= 0: the same maxima, taken from the largest value M of h.
+
+        Rank a (node k = a // b, q(a) = k b) takes max(prefix_max(h)[q(a)], max(h[a+2:]) - D).
+        With M first at p* (in segment j, which ends at node j's position): nodes k >= j have
+        M in their prefix, so take M (the other term is at most M - D); nodes k < j whose
+        suffix starts at or before p* take max(prefix, M - D), which is M - D unless an
+        earlier segment exceeds it (then the running maximum over the segments before j); the
+        few ranks between p* - 1 and the end of segment j, whose suffix starts after p*, and
+        ranks n-2 and n-1 (a range inside period 0) are computed exactly.
+        """
+        n, b = self.n, c.simple
+        W = n // b
+        seg = _segment_max(h, c.cuts, c.regular)  # W + 1 segments: [0], then [(k-1)b+1, kb], then the tail
+        j = int(seg.argmax())
+        M = seg[j]
+        below = M - c.D
+        node = np.empty(W)
+        if j < W:
+            node[j:] = M
+        top = min(j, W)
+        if top:
+            if seg[:top].max() > below:
+                node[:top] = np.maximum(np.maximum.accumulate(seg[:top]), below)
+            else:
+                node[:top] = below
+        f = np.empty(n)
+        f.reshape(W, b)[:] = node[:, None]
+        if j:  # the ranks whose suffix starts after p*, before the end of segment j
+            start, end = (j - 1) * b + 1, min(j * b, n - 1)
+            p = start + int(h[start:end + 1].argmax())
+            after = seg[j + 1:].max() if j < W else NEG_INF
+            tail = np.maximum.accumulate(h[p + 1:end + 1][::-1])[::-1]  # max(h[y:end+1]), y = p+1..end
+            suffix = np.maximum(np.append(tail, NEG_INF), after)  # max(h[a+2:]) for a = p-1 .. end-1
+            lo, hi = max(p - 1, 0), min(end - 1, n - 3)  # these ranks, in at most two nodes
+            if lo <= hi:
+                suffix = suffix[lo - (p - 1): hi - (p - 1) + 1]
+                k_lo, k_hi = lo // b, hi // b
+                pre_lo = seg[: k_lo + 1].max()
+                pre_hi = max(pre_lo, seg[k_lo + 1: k_hi + 1].max()) if k_hi > k_lo else pre_lo
+                split = min((k_lo + 1) * b, hi + 1) - lo  # ranks of node k_lo come first
+                out = f[lo: hi + 1]
+                np.maximum(pre_lo, suffix[:split] - c.D, out=out[:split])
+                np.maximum(pre_hi, suffix[split:] - c.D, out=out[split:])
+        else:
+            p = 0
+        for i, lo, r in c.within:
+            f[i] = M if lo <= p <= r else h[lo: r + 1].max()
+        return f
+
     def _half(self, c: _HalfClass, h: np.ndarray) -> np.ndarray:
+        if c.simple:
+            return self._half_simple(c, h)
         if c.cuts is not None:
             prefix = np.maximum.accumulate(np.maximum.reduceat(h, c.cuts))
         else:

@@ -270,3 +270,27 @@ def test_running_max_is_maximum_accumulate(xs):
         np.testing.assert_array_equal(running_max(x[::-1]), np.maximum.accumulate(x[::-1]))
     finally:
         ring_closed_form.SCAN_MIN = saved
+
+
+@pytest.mark.parametrize("nodes,g", [(3, 5), (7, 4), (16, 4), (64, 8), (4, 8)])  # sparse classes: g >= 4
+def test_half_simple_path_equals_the_prefix_suffix_path_exactly(nodes, g):
+    from commsim.network.fabric import Fabric
+
+    f = Fabric(nodes=nodes, gpus_per_node=g, intra_latency=2e-6, intra_bandwidth=240e9,
+               inter_latency=5e-6, inter_bandwidth=25e9)
+    alpha, bandwidth = f.ring_links()
+    t = hop_times(25e6, alpha, bandwidth)
+    fast, plain = RingHalf(t), RingHalf(t)
+    assert fast._classes[0].simple == g
+    for c in plain._classes:
+        c.simple = 0
+    rng = np.random.default_rng(nodes * g)
+    n = nodes * g
+    cases = [rng.random(n) * spread for spread in (0.0, 1e-7, 1e-5, 1e-3, 1.0) for _ in range(6)]
+    for hot in (0, 1, g - 1, g, n - 3, n - 2, n - 1):  # the latest rank at every kind of place
+        launch = np.zeros(n)
+        launch[hot] = 1e-3
+        cases.append(launch)
+    for launch in cases:
+        np.testing.assert_array_equal(fast.finish_times(launch), plain.finish_times(launch))
+        np.testing.assert_allclose(fast.finish_times(launch), _recurrence(launch, t, n - 1), rtol=1e-9)
