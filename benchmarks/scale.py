@@ -1,14 +1,25 @@
-"""Scale benchmark (issue 6): the fast engine at 32 .. 16,384 ranks, against the per-chunk reference.
+"""Scale benchmark: the engine against the tight numpy loop and the per-chunk SimPy reference.
 
-Each size runs in a fresh subprocess so that its peak memory (ru_maxrss) is its own. The
-scenario: 1e9 fp32 parameters in 25 MB buckets (1 MB first: 161 buckets), 100 steps, 8 GPUs
-per node, lognormal jitter (cv 5%) on every rank and one thermally throttled GPU.
+One run measures, each case in a fresh subprocess (so that its peak memory, ru_maxrss, is its
+own; wall and CPU seconds are both reported, CPU being the steadier on a shared machine):
 
-The per-chunk SimPy reference (commsim.sim.reference) is O(n^2) events per all-reduce, so it is
-timed on the same scenario cut to a few buckets and one step, and compared per
-rank x bucket x step. Usage:
+- ring: the engine at every size of ``--sizes`` (default up to 131,072 ranks) on the scale
+  scenario (1e9 fp32 parameters in 25 MB buckets, 1 MB first: 161 buckets; 100 steps; 8 GPUs
+  per node; lognormal jitter cv 5% on every rank; one thermally throttled GPU), keeping
+  per-step aggregates only, as ``commsim run`` does without --trace/--plot;
+- bound: :mod:`benchmarks.numpy_bound` (uniform links, per-bucket closed forms, the same
+  per-rank streams) on the same scenarios, side by side;
+- algorithms: at 4,096 ranks with 1e9 bf16 parameters in 25 MiB buckets (78 buckets), every
+  all-reduce algorithm and FSDP, against the ring;
+- reference: the per-chunk SimPy whole-run reference (:mod:`commsim.sim.reference`, ring and
+  sharding) on cut-down cases, and every algorithm's kernel against its per-chunk SimPy
+  reference (:mod:`commsim.collectives.reference`) per collective, with the largest
+  relative difference;
+- cli: ``commsim run scenarios/32gpu_throttle.yaml -q``, whole process, median of 5.
 
-    python benchmarks/scale.py [--sizes 32,1024,4096,16384] [--json out/scale.json]
+Usage:
+
+    python benchmarks/scale.py [--sizes 32,1024,4096,16384,131072] [--json out/scale.json]
 
 The results go to out/scale.json (ignored by git) unless --json names another file; a file
 git tracks (docs/measurements/scale.json, the README's figures) is replaced only with
@@ -18,10 +29,12 @@ git tracks (docs/measurements/scale.json, the README's figures) is replaced only
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import platform
 import resource
+import statistics
 import subprocess
 import sys
 import time
@@ -33,26 +46,40 @@ sys.path.insert(0, str(ROOT))  # measure this checkout's commsim, not an install
 import numpy as np  # noqa: E402
 
 from commsim.network.costs import ddp_buckets  # noqa: E402
-from commsim.sim.engine import simulate  # noqa: E402
-from commsim.sim.reference import ReferenceModel  # noqa: E402
-from commsim.scenario.spec import DDP, Cluster, Compute, Jitter, Link, Model, Scenario, Throttle  # noqa: E402
+from commsim.scenario.spec import DDP, Cluster, Collective, Compute, Jitter, Link, Model, Scenario, Throttle  # noqa: E402
 
 DEFAULT_JSON = ROOT / "out" / "scale.json"
 
 GPUS_PER_NODE = 8
+ALGORITHM_CASES = ("ring", "tree", "halving_doubling", "auto", "hierarchical", "fsdp")
+
+# the issue's targets: (case, limit)
+TARGET_RING_16K_S = 1.0
+TARGET_BOUND_RATIO = 2.0
+TARGET_ALGORITHM_RATIO = 2.0
+TARGET_131K_S, TARGET_131K_MB = 10.0, 500.0
+TARGET_CLI_S = 0.4
 
 
-def scenario(ranks: int, steps: int = 100, parameters: int = 1_000_000_000) -> Scenario:
+def scenario(ranks: int, steps: int = 100, parameters: int = 1_000_000_000, grad_dtype: str = "fp32",
+             bucket_cap: float = 25e6, first_bucket: float = 1e6, algorithm: str = "ring") -> Scenario:
+    sharding = "fsdp" if algorithm == "fsdp" else "none"
     return Scenario(
         name=f"scale-{ranks}",
         cluster=Cluster(ranks // GPUS_PER_NODE, GPUS_PER_NODE, Link(240e9, 2e-6), Link(25e9, 5e-6)),
-        model=Model(parameters, "fp32"),
+        model=Model(parameters, grad_dtype),
         compute=Compute(forward=0.1, backward=0.2, optimizer=0.01, batch_size=8),
-        ddp=DDP(bucket_cap=25e6, first_bucket=1e6),
+        ddp=DDP(bucket_cap=bucket_cap, first_bucket=first_bucket, sharding=sharding),
+        collective=Collective(algorithm="ring" if algorithm == "fsdp" else algorithm),
         steps=steps,
         seed=1,
         stragglers=(Jitter(0.05), Throttle((min(13, ranks - 1),), heat_up=20.0, throttled_time=20.0, clock_fraction=0.5)),
     )
+
+
+def algorithm_scenario(algorithm: str, ranks: int = 4096) -> Scenario:
+    """1e9 bf16 parameters in PyTorch's default 25 MiB buckets (1 MiB first): 78 buckets."""
+    return scenario(ranks, grad_dtype="bf16", bucket_cap=25 * 2 ** 20, first_bucket=2 ** 20, algorithm=algorithm)
 
 
 def units(sc: Scenario) -> int:
@@ -61,43 +88,93 @@ def units(sc: Scenario) -> int:
     return sc.world_size * buckets * sc.steps
 
 
-def measure_engine(ranks: int) -> dict:
-    sc = scenario(ranks)
-    t = time.perf_counter()
-    r = simulate(sc)
-    wall = time.perf_counter() - t
-    return {
-        "ranks": ranks,
-        "steps": sc.steps,
-        "buckets": int(len(r.bucket_sizes)),
-        "wall_s": wall,
-        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-        "units_per_s": units(sc) / wall,
-        "mean_step_s": float(r.step_time.mean()),
-    }
+def _timed(fn):
+    t, c = time.perf_counter(), time.process_time()
+    out = fn()
+    return out, time.perf_counter() - t, time.process_time() - c
+
+
+def _peak_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def measure_engine(sc: Scenario) -> dict:
+    from commsim.sim.engine import simulate
+
+    r, wall, cpu = _timed(lambda: simulate(sc, ranks=np.arange(0)))
+    return {"ranks": sc.world_size, "steps": sc.steps, "buckets": int(len(r.bucket_sizes)),
+            "algorithm": "fsdp" if sc.ddp.sharding == "fsdp" else sc.collective.algorithm,
+            "wall_s": wall, "cpu_s": cpu, "peak_rss_mb": _peak_mb(), "units_per_s": units(sc) / wall,
+            "mean_step_s": float(r.step_time.mean())}
+
+
+def measure_bound(sc: Scenario) -> dict:
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from numpy_bound import bound_run
+
+    end, wall, cpu = _timed(lambda: bound_run(sc))
+    return {"ranks": sc.world_size, "steps": sc.steps, "wall_s": wall, "cpu_s": cpu, "peak_rss_mb": _peak_mb(),
+            "mean_step_s": float(np.diff(end, prepend=0.0).mean())}
 
 
 def measure_reference(ranks: int, buckets: int) -> dict:
     """Time the per-chunk reference and the engine on one step of `buckets` 25 MB buckets."""
+    from commsim.sim.engine import simulate
+    from commsim.sim.reference import ReferenceModel
+
     sc = scenario(ranks, steps=1, parameters=int((1e6 + 25e6 * (buckets - 1)) / 4))
-    t = time.perf_counter()
-    ref = ReferenceModel(sc).run()
-    ref_wall = time.perf_counter() - t
-    t = time.perf_counter()
-    fast = simulate(sc)
-    fast_wall = time.perf_counter() - t
-    return {
-        "ranks": ranks,
-        "buckets": buckets,
-        "reference_wall_s": ref_wall,
-        "reference_units_per_s": units(sc) / ref_wall,
-        "engine_wall_s_same_case": fast_wall,
-        "max_rel_diff": float(np.max(np.abs(fast.rank_end - ref) / ref)),
-    }
+    ref, ref_wall, _ = _timed(lambda: ReferenceModel(sc).run())
+    fast, fast_wall, _ = _timed(lambda: simulate(sc))
+    return {"ranks": ranks, "buckets": buckets, "reference_wall_s": ref_wall,
+            "reference_units_per_s": units(sc) / ref_wall, "engine_wall_s_same_case": fast_wall,
+            "max_rel_diff": float(np.max(np.abs(fast.rank_end - ref) / ref))}
 
 
-def child(kind: str, ranks: int, buckets: int) -> None:
-    out = measure_engine(ranks) if kind == "engine" else measure_reference(ranks, buckets)
+def measure_kernels(ranks: int, size: float = 25e6) -> list:
+    """Every algorithm's kernel against its per-chunk SimPy reference, per collective."""
+    from commsim.collectives.kernels import ALGORITHMS, make_kernel
+    from commsim.collectives.reference import REFERENCES
+    from commsim.sim.links import scenario_fabric
+
+    fabric = scenario_fabric(scenario(ranks))
+    launch = np.random.default_rng(0).random(ranks) * 1e-3
+    out = []
+    for name in ALGORITHMS:
+        if name not in REFERENCES:
+            continue
+        kernel = make_kernel(name, fabric, size)
+        ref, ref_wall, _ = _timed(lambda: REFERENCES[name](fabric.at_size(size), launch, size))
+        reps = 200
+        _, wall, _ = _timed(lambda: [kernel.finish_times(launch) for _ in range(reps)])
+        got = kernel.finish_times(launch)
+        out.append({"algorithm": name, "ranks": ranks, "kernel_us": wall / reps * 1e6, "reference_s": ref_wall,
+                    "speedup": ref_wall / (wall / reps), "max_rel_diff": float(np.max(np.abs(got - ref) / ref))})
+    return out
+
+
+def measure_cli(repeat: int = 5) -> dict:
+    walls, cpus = [], []
+    for _ in range(repeat):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        t = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "commsim.cli", "run", "scenarios/32gpu_throttle.yaml", "-q"],
+                       cwd=ROOT, check=True)
+        walls.append(time.perf_counter() - t)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpus.append((after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime))
+    return {"command": "commsim run scenarios/32gpu_throttle.yaml -q", "median_wall_s": statistics.median(walls),
+            "min_wall_s": min(walls), "median_cpu_s": statistics.median(cpus)}
+
+
+def child(kind: str, ranks: int, extra: str) -> None:
+    if kind == "engine":
+        out = measure_engine(scenario(ranks) if extra == "scale" else algorithm_scenario(extra, ranks))
+    elif kind == "bound":
+        out = measure_bound(scenario(ranks))
+    elif kind == "reference":
+        out = measure_reference(ranks, int(extra))
+    else:
+        out = measure_kernels(ranks)
     print(json.dumps(out))
 
 
@@ -130,34 +207,59 @@ def output_path(json_arg, update_committed: bool) -> Path:
     return path
 
 
+def _verdict(ok: bool) -> str:
+    return "met" if ok else "NOT met"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--sizes", default="32,1024,4096,16384", help="rank counts timed with the engine")
+    ap.add_argument("--sizes", default="32,1024,4096,16384,131072", help="rank counts timed with the engine (ring)")
     ap.add_argument("--reference", default="32:8,256:4,1024:2", help="ranks:buckets pairs timed with the reference")
+    ap.add_argument("--kernel-ranks", type=int, default=64, help="ranks of the per-algorithm kernel/reference check")
+    ap.add_argument("--algorithm-ranks", type=int, default=4096, help="ranks of the algorithm comparison")
     ap.add_argument("--json", default=None, help=f"write the results here (default: {DEFAULT_JSON.relative_to(ROOT)})")
     ap.add_argument("--update-committed", action="store_true",
                     help="allow --json to replace a file git tracks (docs/measurements/scale.json)")
     ap.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child:
-        child(a.child[0], int(a.child[1]), int(a.child[2]))
+        child(a.child[0], int(a.child[1]), a.child[2])
         return
     json_path = output_path(a.json, a.update_committed)  # before the minutes of measuring
     sizes = [int(s) for s in a.sizes.split(",")]
-    print(f"machine: {platform.machine()} {platform.processor() or ''} python {platform.python_version()} numpy {np.__version__}")
-    print(f"{'ranks':>7} {'buckets':>7} {'steps':>5} {'wall s':>8} {'peak MB':>8} {'units/s':>12}")
-    engine = []
+    print(f"machine: {platform.machine()} {platform.processor() or ''} python {platform.python_version()} "
+          f"numpy {np.__version__}, load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+    print("ring, jitter + throttle, 161 buckets x 100 steps: engine vs the tight numpy loop")
+    print(f"{'ranks':>7} {'wall s':>8} {'cpu s':>7} {'peak MB':>8} | {'bound wall':>10} {'bound cpu':>9} {'peak MB':>8} | {'cpu ratio':>9}")
+    engine, bound = [], []
     for n in sizes:
-        m = run_child("engine", n, 0)
+        m = run_child("engine", n, "scale")
+        b = run_child("bound", n, "-")
         engine.append(m)
-        print(f"{m['ranks']:>7} {m['buckets']:>7} {m['steps']:>5} {m['wall_s']:>8.3f} {m['peak_rss_mb']:>8.0f} {m['units_per_s']:>12.3e}")
+        bound.append(b)
+        print(f"{n:>7} {m['wall_s']:>8.3f} {m['cpu_s']:>7.3f} {m['peak_rss_mb']:>8.0f} | {b['wall_s']:>10.3f} "
+              f"{b['cpu_s']:>9.3f} {b['peak_rss_mb']:>8.0f} | {m['cpu_s'] / b['cpu_s']:>8.2f}x")
     x = np.log([m["ranks"] * m["buckets"] * m["steps"] for m in engine])
-    y = np.log([m["wall_s"] for m in engine])
+    y = np.log([m["cpu_s"] for m in engine])
     slope = float(np.polyfit(x, y, 1)[0]) if len(engine) > 1 else float("nan")
-    print(f"log-log slope of wall time vs ranks x buckets x steps: {slope:.2f} (1.0 = linear)")
-    if len(engine) > 2:  # small sizes are dominated by per-collective overhead; the tail shows the trend
-        tail = float((y[-1] - y[-2]) / (x[-1] - x[-2]))
-        print(f"slope between the two largest sizes: {tail:.2f}")
+    print(f"log-log slope of CPU time vs ranks x buckets x steps: {slope:.2f} (1.0 = linear)")
+
+    print(f"\n{a.algorithm_ranks} ranks, 78 buckets, 100 steps, jitter + throttle: every algorithm against the ring")
+    algorithms = []
+    for name in ALGORITHM_CASES:
+        m = run_child("engine", a.algorithm_ranks, name)
+        algorithms.append(m)
+    ring_case = algorithms[0]
+    for m in algorithms:
+        m["cpu_vs_ring"] = m["cpu_s"] / ring_case["cpu_s"]
+        print(f"{m['algorithm']:>17}: {m['wall_s']:7.3f} s wall, {m['cpu_s']:7.3f} s cpu, {m['peak_rss_mb']:5.0f} MB,"
+              f" {m['cpu_vs_ring']:5.2f}x the ring")
+
+    print(f"\nkernels against their per-chunk SimPy references ({a.kernel_ranks} ranks, 25 MB, random launches):")
+    kernels = run_child("kernels", a.kernel_ranks, "-")
+    for k in kernels:
+        print(f"{k['algorithm']:>17}: kernel {k['kernel_us']:8.1f} us, reference {k['reference_s'] * 1e3:8.1f} ms "
+              f"({k['speedup']:,.0f}x), max rel diff {k['max_rel_diff']:.1e}")
     refs = []
     for pair in filter(None, a.reference.split(",")):
         n, b = (int(v) for v in pair.split(":"))
@@ -166,12 +268,39 @@ def main() -> None:
         r["speedup_vs_engine_full_run"] = (match["units_per_s"] / r["reference_units_per_s"]) if match else None
         refs.append(r)
         speed = f"{r['speedup_vs_engine_full_run']:,.0f}x" if match else "n/a"
-        print(f"reference {n} ranks x {b} buckets x 1 step: {r['reference_wall_s']:.2f} s "
+        print(f"whole-run reference {n} ranks x {b} buckets x 1 step: {r['reference_wall_s']:.2f} s "
               f"({r['reference_units_per_s']:.3e} units/s); engine/reference per unit: {speed}; "
               f"max rel diff {r['max_rel_diff']:.1e}")
+
+    cli = measure_cli()
+    print(f"\n{cli['command']}: median {cli['median_wall_s']:.3f} s wall (min {cli['min_wall_s']:.3f}), "
+          f"{cli['median_cpu_s']:.3f} s cpu")
+
+    print("\ntargets (CPU seconds: the machine's wall clock includes other processes' time):")
+    targets = []
+
+    def target(name, value, limit, unit=""):
+        targets.append({"target": name, "value": value, "limit": limit, "met": value <= limit})
+        print(f"  {name}: {value:.3f}{unit} (limit {limit}{unit}) {_verdict(value <= limit)}")
+
+    by_size = {m["ranks"]: (m, b) for m, b in zip(engine, bound)}
+    if 16384 in by_size:
+        m, b = by_size[16384]
+        target("16,384 ranks ring", m["cpu_s"], TARGET_RING_16K_S, " s")
+        target("16,384 ranks: engine / numpy bound", m["cpu_s"] / b["cpu_s"], TARGET_BOUND_RATIO, "x")
+    for m in algorithms[1:]:
+        target(f"{m['algorithm']} / ring at {a.algorithm_ranks} ranks", m["cpu_vs_ring"], TARGET_ALGORITHM_RATIO, "x")
+    if 131072 in by_size:
+        m, _ = by_size[131072]
+        target("131,072 ranks time", m["cpu_s"], TARGET_131K_S, " s")
+        target("131,072 ranks peak memory", m["peak_rss_mb"], TARGET_131K_MB, " MB")
+    target("commsim run 32gpu_throttle (whole process)", cli["median_cpu_s"], TARGET_CLI_S, " s")
+
     from commsim.atomic import atomic_write_text
 
-    atomic_write_text(json_path, json.dumps({"engine": engine, "slope": slope, "reference": refs}, indent=2) + "\n")
+    atomic_write_text(json_path, json.dumps({"engine": engine, "bound": bound, "slope": slope, "algorithms": algorithms,
+                                             "kernels": kernels, "reference": refs, "cli": cli, "targets": targets},
+                                            indent=2) + "\n")
     print(f"wrote {os.path.relpath(json_path)}")
 
 

@@ -13,9 +13,40 @@ from typing import Optional, Sequence
 import click
 
 from commsim import __version__
-from commsim.cli.common import FORCE_HELP, POSITIVE_INT, command, group, load_or_fail
+from commsim.cli.common import FORCE_HELP, POSITIVE_INT, Group, command, load_or_fail
 from commsim.cli.outputs import check_outputs, check_plot_output, write_output
 from commsim.errors import EXIT_INPUT, EXIT_INTERRUPTED, EXIT_RUN_FAILED
+
+# Commands that live in their own modules: module -> the commands its register(group) adds.
+# A module is imported only when one of its commands runs (or for the full --help), so that
+# `commsim run` does not pay for the imports of every other command.
+SUBCOMMAND_MODULES = {
+    "commsim.cli.sweep": ("sweep", "plot"),
+    "commsim.cli.algorithms": ("algorithms",),
+    "commsim.cli.calibrate": ("calibrate",),
+    "commsim.cli.collective": ("collective",),
+    "commsim.cli.validate": ("validate",),
+    "commsim.cli.compare": ("compare",),
+}
+
+
+class _LazyGroup(Group):
+    """The commsim group, registering each subcommand module on first use."""
+
+    def _load(self, name: str) -> None:
+        import importlib
+
+        for module, names in SUBCOMMAND_MODULES.items():
+            if name in names and name not in self.commands:
+                importlib.import_module(module).register(self)
+
+    def list_commands(self, ctx):
+        return sorted(set(self.commands) | {n for names in SUBCOMMAND_MODULES.values() for n in names})
+
+    def get_command(self, ctx, name):
+        self._load(name)
+        return super().get_command(ctx, name)
+
 
 EXIT_CODES_HELP = f"""\b
 Exit codes:
@@ -31,7 +62,7 @@ Output options (--json, --csv, --trace, calibrate -o) take '-' for stdout; the r
 then goes to stderr."""
 
 
-@group(context_settings={"help_option_names": ["-h", "--help"]}, epilog=EXIT_CODES_HELP)
+@click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]}, epilog=EXIT_CODES_HELP)
 @click.version_option(__version__, prog_name="commsim")
 def main() -> None:
     """commsim: predict how synchronous data-parallel training scales.
@@ -78,6 +109,8 @@ def run(scenario, steps, seed, overrides, calibration, json_path, csv_path, trac
     (step, start_s, end_s, duration_s, last_rank). With an output on stdout ('-'), the
     summary goes to stderr.
     """
+    import numpy as np
+
     from commsim.sim.engine import simulate
     from commsim.output.run_files import chrome_trace, steps_csv, summary_json
     from commsim.output.progress import step_progress
@@ -89,9 +122,17 @@ def run(scenario, steps, seed, overrides, calibration, json_path, csv_path, trac
         check_plot_output(plot_path)
     stdout_taken = check_outputs({"--json": json_path, "--csv": csv_path, "--trace": trace_path, "--plot": plot_path})
     sc = load_or_fail(scenario, overrides, steps, seed, calibration, force=force)
+    # per-rank records only for what an output reads (memory O(ranks + steps)): the plot
+    # reads every rank's waiting time, the trace its first --trace-ranks ranks; the summary and
+    # the CSV read per-step aggregates only
+    if plot_path:
+        kept = None
+    else:
+        kept = np.arange(min(trace_ranks, sc.world_size)) if trace_path else np.arange(0)
     with step_progress(sc, enabled=not quiet) as on_step:
-        result = simulate(sc, on_step=on_step("scenario"))
-        baseline = simulate(sc.without_stragglers(), on_step=on_step("baseline"))
+        result = simulate(sc, on_step=on_step("scenario"), ranks=kept)
+        baseline = simulate(sc.without_stragglers(), on_step=on_step("baseline"),
+                            ranks=None if plot_path else np.arange(0))
     summary = summarize(sc, result, baseline)
     if json_path:
         write_output(json_path, summary_json(summary), "the JSON summary")
@@ -108,17 +149,6 @@ def run(scenario, steps, seed, overrides, calibration, json_path, csv_path, trac
 
 
 main.add_command(run)
-
-
-def _register_subcommands() -> None:
-    """Commands that live in their own modules (each imports its heavy dependencies lazily)."""
-    from commsim.cli import algorithms, calibrate, collective, compare, sweep, validate
-
-    for module in (sweep, algorithms, calibrate, collective, validate, compare):
-        module.register(main)
-
-
-_register_subcommands()
 
 
 def run_cli(argv: Optional[Sequence[str]] = None) -> int:

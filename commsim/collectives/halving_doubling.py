@@ -51,40 +51,91 @@ def schedule(n: int):
 
 def _steps(fabric: Fabric, size: float):
     """The exchanges in order: (rank array a, partner array b, time array)."""
+    fold, butterfly, _ = _schedule_times(fabric, size)
+    out = [fold] if fold else []
+    out += butterfly
+    return out + ([fold] if fold else [])
+
+
+def _schedule_times(fabric: Fabric, size: float):
+    """(fold exchange or None, butterfly exchanges in order, survivors) with their pair times."""
     n = fabric.world_size
     p2, r, surv = schedule(n)
-    out = []
     evens = np.arange(0, 2 * r, 2)
     fold = (evens, evens + 1, _pair_time(fabric, evens, evens + 1, size)) if r else None
-    if fold:
-        out.append(fold)
     levels = p2.bit_length() - 1
     idx = np.arange(p2)
     order = list(range(levels)) + list(reversed(range(levels)))
+    butterfly = []
     for s in order:
         partner = surv[idx ^ (1 << s)]
-        out.append((surv, partner, _pair_time(fabric, surv, partner, size / 2 ** (s + 1))))
-    if fold:
-        out.append(fold)
-    return out
+        butterfly.append((surv, partner, _pair_time(fabric, surv, partner, size / 2 ** (s + 1))))
+    return fold, butterfly, surv
 
 
 class HalvingDoublingKernel:
-    """The exchanges of one fabric and size, planned once."""
+    """The exchanges of one fabric and size, planned once.
+
+    The p' survivors of the fold are held as one compact vector: the exchange at distance 2^s
+    pairs position j with j xor 2^s, i.e. the two halves of each block of 2^(s+1) positions,
+    so a step is one maximum of two strided views plus the pair times (no fancy indexing).
+    When every pair of every butterfly step takes the same time (nominal links, g and n powers
+    of two), each survivor ends at max(L) plus the steps' times in order: after the halving
+    every survivor depends on every other through paths of the same weight. The sum is taken
+    step by step, in the recurrence's order, so that the result is bit-identical to it.
+    """
 
     def __init__(self, kind: str, fabric: Fabric, size: float):
         check_kind(NAME, kind, ALGORITHM.kinds)
         self.kind, self.chosen, self.size, self.world_size = kind, NAME, float(size), fabric.world_size
-        self._steps = _steps(fabric, size)
+        fold, butterfly, surv = _schedule_times(fabric, size)
+        self._steps = ([fold] if fold else []) + butterfly + ([fold] if fold else [])
         self._degraded = fabric.degraded
+        self._fold = fold
+        self._survivors = None if fold is None else surv
+        # a step sets both partners to max(f_a, f_b) + t; the partner's copy is written last, so
+        # position j ends at max(f_j, f_partner) + t of the pair listed at the partner
+        self._butterfly = []
+        for s, (_, _, t) in zip(_distances(len(surv)), butterfly):
+            t_at = t[np.arange(len(surv)) ^ s]
+            self._butterfly.append((s, t_at.reshape(-1, 2, s)))
+        self._uniform = all(np.all(t == t[0, 0, 0]) for _, t in self._butterfly)
+        self._uniform_steps = [float(t[0, 0, 0]) for _, t in self._butterfly]
 
     def finish_times(self, launch: np.ndarray) -> np.ndarray:
         """Per-rank finish times: every exchange sets both partners to max(f_a, f_b) + t."""
         f = checked_launch(launch, self.world_size).copy()
+        if self._fold is not None:
+            self._exchange(f, *self._fold)
+            fs = f[self._survivors]
+        else:
+            fs = f
+        if self._uniform:
+            end = float(fs.max())
+            for t in self._uniform_steps:
+                end += t
+            fs = np.full(len(fs), end)
+        else:
+            for s, t in self._butterfly:
+                v = fs.reshape(-1, 2, s)
+                fs = (np.maximum(v[:, 0], v[:, 1])[:, None, :] + t).reshape(-1)
+        if self._fold is None:
+            return fs
+        f[self._survivors] = fs
+        self._exchange(f, *self._fold)
+        return f
+
+    @staticmethod
+    def _exchange(f, a, b, t) -> None:
+        done = np.maximum(f[a], f[b]) + t
+        f[a] = done
+        f[b] = done
+
+    def recurrence(self, launch: np.ndarray) -> np.ndarray:
+        """The exchanges one by one with fancy indexing (the slow form, for the tests)."""
+        f = checked_launch(launch, self.world_size).copy()
         for a, b, t in self._steps:
-            done = np.maximum(f[a], f[b]) + t
-            f[a] = done
-            f[b] = done
+            self._exchange(f, a, b, t)
         return f
 
     def uniform_time(self) -> float:
@@ -93,6 +144,12 @@ class HalvingDoublingKernel:
         if self._degraded:
             return float(self.finish_times(np.zeros(self.world_size)).max())
         return float(sum(t.max() for _, _, t in self._steps))
+
+
+def _distances(p2: int) -> list:
+    """Partner distances of the butterfly over p2 positions: halving 1, 2, 4, ..., then back."""
+    levels = p2.bit_length() - 1
+    return [1 << s for s in range(levels)] + [1 << s for s in reversed(range(levels))]
 
 
 ALGORITHM = Algorithm(NAME, ("all_reduce",), HalvingDoublingKernel, "recursive halving then doubling (Rabenseifner)")

@@ -53,6 +53,13 @@ class HierarchicalKernel:
         self.g, self.N = fabric.gpus_per_node, fabric.nodes
         self.intra, inter = _stage_hops(fabric, size)
         self.rails = [RingAllReduce(inter[j]) for j in range(self.g)] if self.N > 1 else []
+        # one hop time per stage (nominal links): every stage's ring reaches every rank of it
+        # from every other through paths of equal weight, so all ranks finish at
+        # max(L) + 2(g-1) t_intra + 2(N-1) t_inter
+        self._uniform = None
+        if np.all(self.intra == self.intra.flat[0]) and np.all(inter == inter.flat[0]):
+            self._uniform = 2 * (self.g - 1) * float(self.intra.flat[0]) + (
+                2 * (self.N - 1) * float(inter.flat[0]) if self.N > 1 else 0.0)
         self._nominal = None
         if not fabric.degraded:  # closed form (module docstring)
             intra = fabric.intra_latency + (size / self.g) / fabric.intra_bandwidth
@@ -63,6 +70,8 @@ class HierarchicalKernel:
         """Per-rank finish times: the three stages' ring recurrences, each rank starting a
         stage as soon as it has finished the previous one."""
         g, N = self.g, self.N
+        if self._uniform is not None:
+            return np.full(self.world_size, checked_launch(launch, self.world_size).max() + self._uniform)
         f = checked_launch(launch, self.world_size).reshape(N, g)  # row = node, column = local rank
         f = ring_recurrence(f, self.intra, g - 1)                  # reduce-scatter within each node
         if self.rails:                                             # one ring all-reduce per rail

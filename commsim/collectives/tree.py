@@ -46,7 +46,7 @@ import math
 import numpy as np
 
 from commsim.collectives.contract import Algorithm, check_kind, checked_launch
-from commsim.collectives.maxplus import pipeline
+from commsim.collectives.distinct import distinct, first_of_runs
 from commsim.network.fabric import Fabric
 
 NAME = "tree"
@@ -135,48 +135,106 @@ def edge_costs(fabric: Fabric, trees, chunk: float):
     return out
 
 
-class _Plan:
-    """One tree's levels, with children split into slots whose parents are distinct, so that
-    a level's contributions to its parents are plain fancy-indexed maxima (no ufunc.at)."""
-
-    def __init__(self, parent: np.ndarray):
-        self.parent = parent
-        depth = depths(parent)
-        self.root = int(np.flatnonzero(parent < 0)[0])
-        self.levels = []
-        for d in range(1, int(depth.max()) + 1):
-            vs = np.flatnonzero(depth == d)
-            order = np.argsort(parent[vs], kind="stable")
-            sorted_parents = parent[vs][order]
-            first = np.searchsorted(sorted_parents, sorted_parents, side="left")
-            slot = np.empty(len(vs), dtype=np.int64)
-            slot[order] = np.arange(len(vs)) - first
-            rows = [np.flatnonzero(slot == j) for j in range(int(slot.max()) + 1)]
-            self.levels.append((vs, rows))
+def _path_costs(parent: np.ndarray, cost: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Sum of alpha + occupancy (``cost[0]`` + ``cost[1]``) and the largest occupancy
+    (``cost[1]``) over the edges from each rank up to the root; the root's are 0 (an empty path:
+    occupancies are >= 0, so 0 is neutral for the maximum)."""
+    alpha, occ = cost
+    depth = depths(parent)
+    total = np.zeros(len(parent))
+    top = np.zeros(len(parent))
+    for d in range(1, int(depth.max()) + 1):  # parents before children
+        vs = np.flatnonzero(depth == d)
+        total[vs] = total[parent[vs]] + alpha[vs] + occ[vs]
+        top[vs] = np.maximum(top[parent[vs]], occ[vs])
+    return total, top
 
 
-def _finish_planned(plan: _Plan, alpha, occ_up, occ_down, launch, C) -> np.ndarray:
-    n = len(plan.parent)
-    parent = plan.parent
-    from_children = np.full((n, C), -np.inf)
-    # Reduce: deepest level first; up[., k] = end of sending chunk k to the parent.
-    for vs, rows in reversed(plan.levels):
-        ready = np.maximum(launch[vs][:, None], from_children[vs])
-        arrive = pipeline(ready, occ_up[vs]) + alpha[vs][:, None]
-        for r in rows:
-            p = parent[vs[r]]
-            from_children[p] = np.maximum(from_children[p], arrive[r])
-    avail = np.empty((n, C))
-    avail[plan.root] = np.maximum(launch[plan.root], from_children[plan.root])
-    sent_last = np.full(n, -np.inf)
-    # Broadcast: root level first; down[., k] = end of sending chunk k down the edge into the rank.
-    for vs, rows in plan.levels:
-        down = pipeline(avail[parent[vs]], occ_down[vs])
-        avail[vs] = down + alpha[vs][:, None]
-        for r in rows:
-            p = parent[vs[r]]
-            sent_last[p] = np.maximum(sent_last[p], down[r, -1])
-    return np.maximum(avail[:, -1], sent_last)
+class _ClosedForm:
+    """Both trees' finish times for any launch vector in O(n) numpy work (no per-chunk arrays).
+
+    Every chunk time of the tree recurrence is a maximum of affine functions of the chunk index
+    k, one per source rank u: L_u + a + b k. A pipeline stage of occupancy o turns
+    e_k = max(e_{k-1}, X_k) + o with X_k = L_u + a + b k into L_u + (a + o) + max(b, o) k (the
+    maximum over j <= k of X_j - j o sits at j = k when b >= o, at j = 0 otherwise; see
+    :func:`commsim.collectives.maxplus.pipeline`), and a maximum over children or with the
+    launch is a maximum of such pieces. So the last chunk reaches rank x at
+
+        avail[x] = max over u of  L_u + W_up(u) + W_down(x) + (C-1) max(M_up(u), M_down(x))
+
+    (the paths from u up to the root and down to x: W sums alpha + occupancy, M is the largest
+    occupancy, both 0 on an empty path): the module docstring's closed form, for any launch.
+    Grouping the sources u by their M_up class (a few distinct occupancies: one per link class
+    and sender fan-out) makes the maximum over u a per-class maximum, a prefix maximum over the
+    classes with M_up <= M_down(x) and a suffix maximum over those above. A rank finishes when
+    the last chunk has reached it and it has sent that chunk to all its children:
+    max(avail[x], max over children c of avail[c] - alpha_c).
+
+    The two trees are evaluated together as one (2, n) array.
+    """
+
+    def __init__(self, parents, costs, chunks: int):
+        n = len(parents[0])
+        w_up, m_up, w_down, m_down, alpha = [], [], [], [], []
+        for parent, (a, up, down) in zip(parents, costs):
+            wu, mu = _path_costs(parent, (a, up))
+            wd, md = _path_costs(parent, (a, down))
+            w_up.append(wu), m_up.append(mu), w_down.append(wd), m_down.append(md), alpha.append(a)
+        self.n, self.trees = n, len(parents)
+        m_up, m_down = np.concatenate(m_up), np.concatenate(m_down)
+        values = distinct(np.concatenate([m_up, m_down]))
+        r = self.classes = len(values)
+        tree_of = np.repeat(np.arange(self.trees), n)
+        up_cls = tree_of * r + np.searchsorted(values, m_up)  # one group per (tree, class)
+        order = np.argsort(up_cls, kind="stable")  # sources sorted by group: contiguous maxima
+        self.groups, self.starts = first_of_runs(up_cls[order])
+        self.source_rank = order % n
+        self.w_up = np.concatenate(w_up)[order]
+        self.up_weight = (chunks - 1) * m_up[order]  # each source's own bottleneck term
+        self.down_cls = tree_of * r + np.searchsorted(values, m_down)
+        w_down = np.concatenate(w_down)
+        self.down_term = w_down + (chunks - 1) * m_down
+        self.w_down = w_down
+        # the "sent the last chunk to every child" term. Chains (parent = rank - 1, the GPUs of a
+        # node) are a shifted slice; the other edges go into slots of distinct parents, so that
+        # each slot is a plain fancy-indexed maximum (no ufunc.at)
+        parent = np.concatenate([np.where(p >= 0, p + t * n, -1) for t, p in enumerate(parents)])
+        alpha = np.concatenate(alpha)
+        flat = np.arange(len(parent))
+        chain = (parent >= 0) & (parent == flat - 1)
+        self.chain_alpha = np.where(chain, alpha, np.inf)[1:]  # child x+1 of x, or no child
+        others = np.flatnonzero((parent >= 0) & ~chain)
+        others = others[np.argsort(parent[others], kind="stable")]
+        first = np.searchsorted(parent[others], parent[others], side="left")
+        slot = np.arange(len(others)) - first
+        self.slots = [(parent[others[slot == j]], others[slot == j], alpha[others[slot == j]])
+                      for j in range(int(slot.max()) + 1 if len(others) else 0)]
+
+    def finish_times(self, launch: np.ndarray) -> np.ndarray:
+        n, r, T = self.n, self.classes, self.trees
+        z = launch[self.source_rank]
+        z += self.w_up
+        low = np.full(T * r, -np.inf)  # per (tree, class): max of L_u + W_up(u)
+        low[self.groups] = np.maximum.reduceat(z, self.starts)
+        z += self.up_weight
+        high = np.full(T * r, -np.inf)  # ... and of L_u + W_up(u) + (C-1) M_up(u)
+        high[self.groups] = np.maximum.reduceat(z, self.starts)
+        low = np.maximum.accumulate(low.reshape(T, r), axis=1).ravel()  # classes <= c
+        above = np.full((T, r), -np.inf)  # classes > c
+        above[:, :-1] = np.maximum.accumulate(high.reshape(T, r)[:, :0:-1], axis=1)[:, ::-1]
+        avail = np.take(low, self.down_cls)
+        avail += self.down_term
+        other = np.take(above.ravel(), self.down_cls)
+        other += self.w_down
+        np.maximum(avail, other, out=avail)
+        out = avail.copy()
+        np.subtract(avail[1:], self.chain_alpha, out=other[:-1])
+        np.maximum(out[:-1], other[:-1], out=out[:-1])
+        for p, c, a in self.slots:
+            out[p] = np.maximum(out[p], avail[c] - a)
+        if T == 1:
+            return out
+        return out.reshape(T, n).max(axis=0)
 
 
 def _trees(fabric: Fabric):
@@ -194,17 +252,14 @@ class TreeKernel:
         costs = edge_costs(fabric, trees, chunk) if trees else []
         self._parents = [parent for parent, _ in trees]
         self._costs = costs
-        self._trees = [(_Plan(parent), *c) for parent, c in zip(self._parents, costs)]
+        self._closed = _ClosedForm(self._parents, costs, self.chunks) if trees else None
 
     def finish_times(self, launch: np.ndarray) -> np.ndarray:
         """Per-rank finish times: the later of the two trees, each carrying S/2."""
         launch = checked_launch(launch, self.world_size)
         if self.world_size == 1:
             return launch.copy()
-        out = np.full(self.world_size, -np.inf)
-        for plan, alpha, up, down in self._trees:
-            out = np.maximum(out, _finish_planned(plan, alpha, up, down, launch, self.chunks))
-        return out
+        return self._closed.finish_times(launch)
 
     def uniform_time(self) -> float:
         """Closed form for simultaneous launch (module docstring)."""
@@ -237,7 +292,7 @@ def _uniform_one_tree(parent, alpha, up, down, C) -> float:
     w_down, _ = _path_sums(parent, alpha + down)
     _, m_down = _path_sums(parent, down)
     best = 0.0
-    for m in np.unique(np.concatenate([m_up, m_down])):
+    for m in distinct(np.concatenate([m_up, m_down])):
         if not np.isfinite(m):
             continue
         le_up, eq_up = w_up[m_up <= m], w_up[m_up == m]

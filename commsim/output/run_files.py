@@ -67,13 +67,13 @@ def steps_csv(result: RunResult, late: np.ndarray) -> str:
 
 def chrome_trace(result: RunResult, max_ranks: int = 64) -> str:
     """Chrome trace-event JSON (chrome://tracing, ui.perfetto.dev), one track per rank for the
-    first `max_ranks` ranks: per step a "stall", "forward+backward", "wait for all-reduce" and
+    first `max_ranks` ranks whose records the run kept (``result.ranks``): per step a "stall", "forward+backward", "wait for all-reduce" and
     "optimizer" span. All-reduces overlap backward, so "wait" is only the exposed part.
     With ``ddp.sharding`` the spans say what they hold: ZeRO-2's "optimizer+all-gather" (the
     gather follows the optimizer), FSDP's "forward+backward+gather waits" (units wait for their
     all-gathers) and "wait for reduce-scatter". Times in microseconds."""
     events = []
-    n = min(result.scenario.world_size, max_ranks)
+    kept = result.ranks[:max_ranks]
     sharding = result.scenario.ddp.sharding
     compute_name = "forward+backward+gather waits" if sharding == "fsdp" else "forward+backward"
     wait_name = "wait for all-reduce" if sharding == "none" else "wait for reduce-scatter"
@@ -85,15 +85,15 @@ def chrome_trace(result: RunResult, max_ranks: int = 64) -> str:
             events.append({"name": name, "cat": "step", "ph": "X", "pid": 0, "tid": rank,
                            "ts": t0 * 1e6, "dur": (t1 - t0) * 1e6, "args": {"step": step}})
 
-    for r in range(n):
+    for j, r in enumerate(int(r) for r in kept):  # column j holds rank r
         events.append({"name": "thread_name", "ph": "M", "pid": 0, "tid": r, "args": {"name": f"rank {r}"}})
         for s in range(result.rank_end.shape[0]):
-            t0 = start[s, r]
-            compute_start = t0 + result.rank_stall[s, r]
-            bwd_end, comm_end = result.rank_backward_end[s, r], result.rank_comm_end[s, r]
+            t0 = start[s, j]
+            compute_start = t0 + result.rank_stall[s, j]
+            bwd_end, comm_end = result.rank_backward_end[s, j], result.rank_comm_end[s, j]
             opt_start = max(bwd_end, comm_end)
             span("stall", r, s, t0, compute_start)
             span(compute_name, r, s, compute_start, bwd_end)
             span(wait_name, r, s, bwd_end, opt_start)
-            span(optimizer_name, r, s, opt_start, result.rank_end[s, r])
+            span(optimizer_name, r, s, opt_start, result.rank_end[s, j])
     return json.dumps({"traceEvents": events, "displayTimeUnit": "ms"}) + "\n"

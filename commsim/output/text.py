@@ -7,13 +7,13 @@ in a pipe or a file, splitting numbers from their units ("1,060.07" / "ms") and 
 
 from __future__ import annotations
 
-from typing import Any, Dict, Sequence
-
-from rich.console import Console
-from rich.table import Table
+from typing import TYPE_CHECKING, Any, Dict, Sequence
 
 from commsim.network.costs import ring_traffic_bytes
 from commsim.scenario.spec import Scenario
+
+if TYPE_CHECKING:  # rich is imported when text is printed: `commsim run -q` does without it
+    from rich.console import Console
 
 
 # Width given to a console that is not a terminal: wide enough that no line of ours wraps
@@ -21,9 +21,11 @@ from commsim.scenario.spec import Scenario
 UNWRAPPED_WIDTH = 10_000
 
 
-def text_console(stderr: bool = False) -> Console:
+def text_console(stderr: bool = False) -> "Console":
     """A rich console on stdout (or stderr) that wraps at the terminal's width on a terminal
     and never wraps elsewhere (a pipe, a file)."""
+    from rich.console import Console
+
     console = Console(highlight=False, stderr=stderr)
     if not console.is_terminal:
         console.width = UNWRAPPED_WIDTH
@@ -34,8 +36,10 @@ def _ms(seconds: float) -> str:
     return f"{seconds * 1e3:,.2f} ms"
 
 
-def print_summary(sc: Scenario, s: Dict[str, Any], console: Console | None = None) -> None:
+def print_summary(sc: Scenario, s: Dict[str, Any], console: "Console | None" = None) -> None:
     """Print the summary of one run (the dict of :func:`commsim.analysis.report.summarize`)."""
+    from rich.table import Table
+
     console = console or text_console()
     c = sc.cluster
     console.print(

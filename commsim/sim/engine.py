@@ -10,7 +10,8 @@ rank then starts its next step. Gradient accumulation: only the last micro-batch
 all-reduces (no_sync on the others).
 
 Rank state lives in numpy vectors. One SimPy process drives the job: it advances the clock
-to the completion of every collective and of every step. The engine only schedules: the
+to the end of every step (and, when an event ``log`` is asked for, to the completion of every
+collective). A step's ready times are computed for blocks of buckets at once. The engine only schedules: the
 collectives of a step are :func:`commsim.sim.sharding.stream_order`'s (one all-reduce per
 bucket; reduce-scatters and all-gathers with ``ddp.sharding`` zero2 or fsdp, whose semantics
 :mod:`commsim.sim.sharding` states), each planned once per (kind, bucket size) by
@@ -19,6 +20,10 @@ bucket; reduce-scatters and all-gathers with ``ddp.sharding`` zero2 or fsdp, who
 of every collective on every rank is that kernel's ``finish_times(launch)``. A process per rank
 and an event per ring chunk is the reference model (:mod:`commsim.sim.reference`): the same
 semantics in O(n^2) events per collective.
+
+Memory is O(ranks + steps x collectives): the engine keeps per-step aggregates (step end, per
+collective the last-issuing rank and the launch spread) and the per-rank records only of the
+ranks asked for (``ranks``: all by default; e.g. none for a summary, the first 64 for a trace).
 
 ``log`` (a list, optional) receives ``(time, step, event)`` for every point the clock advances
 to: ``"<kind> <k>"`` when the step's k-th collective is done on every rank, ``"end"`` when the
@@ -45,17 +50,21 @@ EventLog = List[Tuple[float, int, str]]
 
 @dataclass(frozen=True)
 class RunResult:
-    """Per-step records of one simulated run. Times in seconds from the job's start."""
+    """Per-step records of one simulated run. Times in seconds from the job's start.
+
+    The per-rank arrays (``rank_*``) hold the ranks listed in ``ranks`` (column j is rank
+    ``ranks[j]``; all ranks unless the run was asked for fewer)."""
 
     scenario: Scenario
     bucket_sizes: np.ndarray  # bytes, in all-reduce (backward) order
     step_start: np.ndarray  # (steps,) when the step began: the previous step's end (0 first)
     step_end: np.ndarray  # (steps,) when the last rank finished the step
-    rank_end: np.ndarray  # (steps, n) when each rank finished the step: its optimizer (ZeRO-2: its all-gathers)
-    rank_backward_end: np.ndarray  # (steps, n) when each rank finished its last backward
-    rank_comm_end: np.ndarray  # (steps, n) when each rank's gradients were reduced (its last all-reduce or reduce-scatter)
-    rank_stall: np.ndarray  # (steps, n) stall before the step's forward
-    rank_busy: np.ndarray  # (steps, n) compute + stall time of each rank (the rest is waiting)
+    ranks: np.ndarray  # the ranks whose per-rank records are kept
+    rank_end: np.ndarray  # (steps, kept) when each rank finished the step: its optimizer (ZeRO-2: its all-gathers)
+    rank_backward_end: np.ndarray  # (steps, kept) when each rank finished its last backward
+    rank_comm_end: np.ndarray  # (steps, kept) when each rank's gradients were reduced (its last all-reduce or reduce-scatter)
+    rank_stall: np.ndarray  # (steps, kept) stall before the step's forward
+    rank_busy: np.ndarray  # (steps, kept) compute + stall time of each rank (the rest is waiting)
     # per collective of a step, in stream order (one all-reduce per bucket without sharding;
     # sharding.stream_order otherwise):
     last_rank: np.ndarray  # (steps, collectives) rank that issued the collective last
@@ -70,9 +79,14 @@ class RunResult:
 
     @property
     def rank_wait(self) -> np.ndarray:
-        """(steps, n) time each rank spent waiting on others (step duration minus own work)."""
+        """(steps, kept) time each rank spent waiting on others (step duration minus own work)."""
         start = np.vstack([np.zeros((1, self.rank_end.shape[1])), self.rank_end[:-1]])
         return self.rank_end - start - self.rank_busy
+
+
+# ready times of a step are computed in blocks of buckets of at most this many elements
+# (buckets x ranks): few numpy calls per step, bounded memory at any world size
+READY_BLOCK_ELEMENTS = 1 << 20
 
 
 class _Ranks:
@@ -104,11 +118,16 @@ class Engine:
         perturb: Optional[Perturbations] = None,
         on_step: Optional[Callable[[int, int], None]] = None,
         log: Optional[EventLog] = None,
+        ranks: Optional[np.ndarray] = None,
     ):
         self.scenario = scenario
         self.on_step = on_step  # called as on_step(steps_done, steps) after every step
         self.log = log
         self.n = scenario.world_size
+        self.kept = np.arange(self.n) if ranks is None else np.asarray(ranks, dtype=np.int64).reshape(-1)
+        if len(self.kept) and (self.kept.min() < 0 or self.kept.max() >= self.n):
+            raise ValueError(f"ranks must lie in [0, {self.n}), got {self.kept.min()}..{self.kept.max()}")
+        self._all_kept = ranks is None
         self.perturb = perturb if perturb is not None else perturbations(scenario)
         self.env = simpy.Environment()
         self.buckets = ddp_buckets(scenario.model.grad_bytes, scenario.ddp.first_bucket, scenario.ddp.bucket_cap)
@@ -138,29 +157,33 @@ class Engine:
 
     def run(self) -> RunResult:
         sc = self.scenario
-        steps, n, nb = sc.steps, self.n, len(self.ops)
-        self._rank_end = np.zeros((steps, n))
-        self._rank_backward_end = np.zeros((steps, n))
-        self._rank_comm_end = np.zeros((steps, n))
-        self._rank_busy = np.zeros((steps, n))
+        steps, nb, kept = sc.steps, len(self.ops), len(self.kept)
+        self._step_end = np.zeros(steps)
+        self._rank_end = np.zeros((steps, kept))
+        self._rank_backward_end = np.zeros((steps, kept))
+        self._rank_comm_end = np.zeros((steps, kept))
+        self._rank_busy = np.zeros((steps, kept))
+        self._rank_stall = np.zeros((steps, kept))
         self._last_rank = np.zeros((steps, nb), dtype=np.int64)
         self._launch_spread = np.zeros((steps, nb))
         self._comm_time = np.zeros(nb)
         self._steps_simulated = 0
+        self._recent: List[np.ndarray] = []  # the last two steps' full rank_end (steady-state test)
         self._steady_possible = self.perturb.deterministic_steps  # then steps may repeat exactly
         self.env.process(self._job() if self.sharding == "none" else self._sharded_job())
         self.env.run()
-        step_end = self._rank_end.max(axis=1)
+        step_end = self._step_end
         step_start = np.concatenate(([0.0], step_end[:-1]))
         return RunResult(
             scenario=sc,
             bucket_sizes=self.buckets,
             step_start=step_start,
             step_end=step_end,
+            ranks=self.kept,
             rank_end=self._rank_end,
             rank_backward_end=self._rank_backward_end,
             rank_comm_end=self._rank_comm_end,
-            rank_stall=self.perturb.stall,
+            rank_stall=self._rank_stall,
             rank_busy=self._rank_busy,
             last_rank=self._last_rank,
             launch_spread=self._launch_spread,
@@ -168,40 +191,59 @@ class Engine:
             steps_simulated=self._steps_simulated,
         )
 
+    def _keep(self, row: np.ndarray) -> np.ndarray:
+        return row if self._all_kept else row[self.kept]
+
     # -- the job: one SimPy process stepping all ranks as vectors ------------------------
     def _job(self):
         sc = self.scenario
         c = sc.compute
         m = sc.ddp.gradient_accumulation
         steps = sc.steps
+        nb = len(self.kernels)
         start = np.zeros(self.n)
         # work (full-clock seconds) before the last backward begins, and of that backward
         work_before = m * c.forward + (m - 1) * c.backward
         # share of the last backward done when each bucket is ready (all of it without overlap)
-        fractions = self.ready_fraction if sc.ddp.overlap else np.ones(len(self.kernels))
+        fractions = self.ready_fraction if sc.ddp.overlap else np.ones(nb)
+        block = max(1, READY_BLOCK_ELEMENTS // max(self.n, 1))
         for s in range(steps):
-            f = self.perturb.factor[s]
-            t0 = start + self.perturb.stall[s]
+            f = self.perturb.factor_at(s)
+            stall = self.perturb.stall_at(s)
+            t0 = start + stall
             self._begin_step(s)
             backward_start = self.ranks.finish(t0, f * work_before)
             backward = f * c.backward
             # throttled ranks: every bucket's ready time at once (a thermal clock is not linear)
             throttled_ready = self.ranks.throttled_ready(backward_start, backward, fractions)
             finish = None
-            for j in range(len(self.kernels)):
-                ready = backward_start + backward * fractions[j]
-                if throttled_ready is not None:
-                    ready[self.ranks.throttled] = throttled_ready[:, j]
-                finish = yield from self._collective(s, ready, finish)
+            for b0 in range(0, nb, block):
+                ready = self._ready_block(backward_start, backward, fractions, throttled_ready, s, b0, block)
+                for j in range(len(ready)):
+                    finish = yield from self._launch(s, ready[j], finish)
             backward_end = self.ranks.finish(backward_start, backward)
             if finish is None:  # nothing to all-reduce (a single rank or no parameters)
                 finish = backward_end
             optimizer_start = np.maximum(finish, backward_end)
             end = self.ranks.finish(optimizer_start, f * c.optimizer)
-            busy = (backward_end - t0) + (end - optimizer_start) + self.perturb.stall[s]
-            if (yield from self._close_step(s, end, backward_end, finish, busy)):
+            busy = (backward_end - t0) + (end - optimizer_start) + stall
+            if (yield from self._close_step(s, end, backward_end, finish, busy, stall)):
                 return
             start = end
+
+    def _ready_block(self, backward_start, backward, fractions, throttled_ready, s, b0, block):
+        """(buckets, n) ready times of buckets b0.. of step s (at most `block`), recording each
+        bucket's last-issuing rank and launch spread."""
+        fr = fractions[b0:b0 + block]
+        ready = np.multiply.outer(fr, backward)
+        ready += backward_start
+        if throttled_ready is not None:
+            ready[:, self.ranks.throttled] = throttled_ready[:, b0:b0 + block].T
+        last = ready.argmax(axis=1)
+        k = slice(self._op, self._op + len(fr))
+        self._last_rank[s, k] = last
+        self._launch_spread[s, k] = ready[np.arange(len(fr)), last] - ready.min(axis=1)
+        return ready
 
     # -- sharded data parallelism: ZeRO-2 and FSDP (commsim/sim/sharding.py) ----------------
     def _sharded_job(self):
@@ -211,11 +253,12 @@ class Engine:
         step = self._zero2_step if self.sharding == "zero2" else self._fsdp_step
         start = np.zeros(n)
         for s in range(steps):
-            f = self.perturb.factor[s]
-            t0 = start + self.perturb.stall[s]
+            f = self.perturb.factor_at(s)
+            stall = self.perturb.stall_at(s)
+            t0 = start + stall
             self._begin_step(s)
             end, backward_end, comm_end, busy = yield from step(s, f, t0, optimizer)
-            if (yield from self._close_step(s, end, backward_end, comm_end, busy + self.perturb.stall[s])):
+            if (yield from self._close_step(s, end, backward_end, comm_end, busy + stall, stall)):
                 return
             start = end
 
@@ -226,18 +269,21 @@ class Engine:
     def _collective(self, s: int, issue: np.ndarray, stream: Optional[np.ndarray]):
         """Run the step's next collective (stream order): issued on each rank at `issue`, it
         starts there once the rank's previous collective (`stream`) is done. Yields to the clock."""
+        last = int(issue.argmax())
+        self._last_rank[s, self._op] = last
+        self._launch_spread[s, self._op] = issue[last] - issue.min()
+        return (yield from self._launch(s, issue, stream))
+
+    def _launch(self, s: int, issue: np.ndarray, stream: Optional[np.ndarray]):
+        """:meth:`_collective` once its issue statistics are recorded."""
         k = self._op
         self._op += 1
-        last = int(issue.argmax())
-        self._last_rank[s, k] = last
-        self._launch_spread[s, k] = issue[last] - issue.min()
         launch = issue if stream is None else np.maximum(issue, stream)
         finish = self.kernels[k].finish_times(launch)
-        done = finish.max()
         if self._record:
-            self._comm_time[k] = done - launch.max()
-        yield self.env.timeout(max(done - self.env.now, 0.0))
-        if self.log is not None:
+            self._comm_time[k] = finish.max() - launch.max()
+        if self.log is not None:  # the clock stops at every collective only when someone watches it
+            yield self.env.timeout(max(finish.max() - self.env.now, 0.0))
             self.log.append((self.env.now, s, f"{self.ops[k].kind} {k}"))
         return finish
 
@@ -297,20 +343,24 @@ class Engine:
         busy += end - optimizer_start
         return end, backward_end, backward_end if stream is None else stream, busy
 
-    def _close_step(self, s: int, end, backward_end, comm_end, busy):
+    def _close_step(self, s: int, end, backward_end, comm_end, busy, stall):
         """Record step s and advance the clock to its end (a generator: ``yield from`` it).
 
         Returns True when the run is deterministic and steps s-1 and s left every rank in the
         same relative state: the remaining steps are then filled in as repeats.
         """
-        self._rank_end[s] = end
-        self._rank_backward_end[s] = backward_end
-        self._rank_comm_end[s] = comm_end
-        self._rank_busy[s] = busy
+        self._step_end[s] = end.max()
+        self._rank_end[s] = self._keep(end)
+        self._rank_backward_end[s] = self._keep(backward_end)
+        self._rank_comm_end[s] = self._keep(comm_end)
+        self._rank_busy[s] = self._keep(busy)
+        self._rank_stall[s] = self._keep(stall)
         self._steps_simulated = s + 1
+        if self._steady_possible:
+            self._recent = (self._recent + [end])[-2:]
         if self.on_step is not None:
             self.on_step(s + 1, self.scenario.steps)
-        yield self.env.timeout(max(end.max() - self.env.now, 0.0))
+        yield self.env.timeout(max(self._step_end[s] - self.env.now, 0.0))
         if self.log is not None:
             self.log.append((self.env.now, s, "end"))
         if self._steady_possible and s >= 1 and self._is_steady(s):
@@ -320,28 +370,30 @@ class Engine:
 
     def _is_steady(self, s: int) -> bool:
         """Steps s-1 and s left every rank in the same relative state: all later steps repeat."""
-        end, prev = self._rank_end[s], self._rank_end[s - 1]
-        duration = end.max() - prev.max()
-        prev_duration = prev.max() - (self._rank_end[s - 2].max() if s >= 2 else 0.0)
-        scale = 1e-12 * max(end.max(), 1.0)
+        prev, end = self._recent
+        top, prev_top = self._step_end[s], self._step_end[s - 1]
+        duration = top - prev_top
+        prev_duration = prev_top - (self._step_end[s - 2] if s >= 2 else 0.0)
+        scale = 1e-12 * max(top, 1.0)
         return (
             abs(duration - prev_duration) <= scale
-            and np.all(np.abs((end - end.max()) - (prev - prev.max())) <= scale)
+            and np.all(np.abs((end - top) - (prev - prev_top)) <= scale)
         )
 
     def _repeat_steady_state(self, s: int) -> None:
         """Fill steps s+1.. with the steady step (exact: the system is deterministic and periodic)."""
-        duration = self._rank_end[s].max() - self._rank_end[s - 1].max()
-        k = np.arange(1, self.scenario.steps - s)[:, None]
+        duration = self._step_end[s] - self._step_end[s - 1]
+        k = np.arange(1, self.scenario.steps - s)
+        self._step_end[s + 1:] = self._step_end[s] + k * duration
         for times in (self._rank_end, self._rank_backward_end, self._rank_comm_end):
-            times[s + 1 :] = times[s] + k * duration
-        self._rank_busy[s + 1 :] = self._rank_busy[s]
-        self._last_rank[s + 1 :] = self._last_rank[s]
-        self._launch_spread[s + 1 :] = self._launch_spread[s]
+            times[s + 1 :] = times[s] + k[:, None] * duration
+        for per_step in (self._rank_busy, self._rank_stall, self._last_rank, self._launch_spread):
+            per_step[s + 1 :] = per_step[s]
 
 
 def simulate(scenario: Scenario, on_step: Optional[Callable[[int, int], None]] = None,
-             log: Optional[EventLog] = None) -> RunResult:
+             log: Optional[EventLog] = None, ranks: Optional[np.ndarray] = None) -> RunResult:
     """Run the scenario and return its per-step records (`on_step(done, total)` reports progress;
-    `log` receives the engine's events, see the module docstring)."""
-    return Engine(scenario, on_step=on_step, log=log).run()
+    `log` receives the engine's events, see the module docstring; `ranks`: the ranks whose
+    per-rank records are kept, all by default)."""
+    return Engine(scenario, on_step=on_step, log=log, ranks=ranks).run()

@@ -62,3 +62,16 @@ def test_halving_doubling_closed_form_bounds_kernel(f, size):
 @given(case=cases())
 def test_kernel_matches_simpy_reference(case):
     assert_matches_reference("halving_doubling", case)
+
+
+@pytest.mark.parametrize("nodes,g", [(4, 8), (3, 4), (5, 3), (1, 6), (2, 1), (1, 1)])
+def test_vectorized_butterfly_equals_the_exchange_recurrence_exactly(nodes, g):
+    # nominal links (the uniform shortcut where it applies) and a degraded port (strided steps)
+    from tests.unit.collectives.cases import two_level
+
+    rng = np.random.default_rng(nodes * 10 + g)
+    for f in (two_level(nodes=nodes, g=g), two_level(nodes=nodes, g=g).with_slow_sender(0, 0.5)):
+        k = halving_doubling.HalvingDoublingKernel("all_reduce", f.at_size(3e6), 3e6)
+        for _ in range(3):
+            launch = rng.random(f.world_size) * 1e-3
+            np.testing.assert_array_equal(k.finish_times(launch), k.recurrence(launch))

@@ -31,3 +31,18 @@ def test_hierarchical_slow_node_by_hand():
 @given(case=cases())
 def test_kernel_matches_simpy_reference(case):
     assert_matches_reference("hierarchical", case)
+
+
+@pytest.mark.parametrize("nodes,g", [(1, 4), (3, 1), (4, 8), (5, 3)])
+def test_nominal_links_shortcut_equals_the_stage_recurrences(nodes, g):
+    import numpy as np
+
+    from commsim.collectives import hierarchical
+
+    f = two_level(nodes=nodes, g=g)
+    k = hierarchical.HierarchicalKernel("all_reduce", f.at_size(5e6), 5e6)
+    assert k._uniform is not None
+    launch = np.random.default_rng(nodes + g).random(f.world_size) * 1e-3
+    fast = k.finish_times(launch)
+    k._uniform = None  # the general path: intra rings, one ring all-reduce per rail, intra rings
+    np.testing.assert_allclose(fast, k.finish_times(launch), rtol=1e-12)

@@ -204,3 +204,93 @@ def test_ring_half_equals_simpy_reference(case):
     t, launch = case
     np.testing.assert_allclose(RingHalf(t).finish_times(launch), ring_events(launch, t, steps=len(t) - 1),
                                rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("n", [2, 3, 5, 16, 33])
+@pytest.mark.parametrize("cls,steps", [(RingAllReduce, lambda n: 2 * (n - 1)), (RingHalf, lambda n: n - 1)])
+def test_one_hop_time_is_max_launch_plus_k_steps(n, cls, steps):
+    # uniform links take the closed form max(L) + K t; it must equal the step-by-step recurrence
+    t = np.full(n, 3.7e-5)
+    kernel = cls(t)
+    assert kernel._uniform is not None
+    rng = np.random.default_rng(n)
+    for spread in (0.0, 1e-5, 1e-2):
+        launch = rng.random(n) * spread
+        np.testing.assert_allclose(kernel.finish_times(launch), _recurrence(launch, t, steps(n)), rtol=1e-12)
+
+
+@pytest.mark.parametrize("nodes,g", [(2, 2), (5, 3), (16, 4), (64, 8)])
+def test_simple_window_path_equals_the_general_segment_path_exactly(nodes, g):
+    # one network hop per node: the shortcut over the segment maxima must pick the very same
+    # maxima as the prefix/suffix accumulations, whichever segment holds the largest value
+    from commsim.network.fabric import Fabric
+
+    f = Fabric(nodes=nodes, gpus_per_node=g, intra_latency=2e-6, intra_bandwidth=240e9,
+               inter_latency=5e-6, inter_bandwidth=25e9)
+    alpha, bandwidth = f.ring_links()
+    fast = RingAllReduce(hop_times(25e6, alpha, bandwidth))
+    plain = RingAllReduce(hop_times(25e6, alpha, bandwidth))
+    assert fast._classes[0].simple is not None
+    for c in plain._classes:
+        c.simple = None
+    rng = np.random.default_rng(nodes)
+    n = nodes * g
+    for spread in (0.0, 1e-7, 1e-5, 1e-3, 1.0):
+        for _ in range(5):
+            launch = rng.random(n) * spread
+            np.testing.assert_array_equal(fast.finish_times(launch), plain.finish_times(launch))
+    launch = np.zeros(n)
+    launch[-1] = 1e-3  # the largest segment is the last one
+    np.testing.assert_array_equal(fast.finish_times(launch), plain.finish_times(launch))
+    np.testing.assert_allclose(fast.finish_times(launch), _recurrence(launch, fast.hop_time, 2 * (n - 1)), rtol=1e-9)
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.floats(-1e3, 1e3), min_size=1, max_size=80), st.integers(1, 20))
+def test_window_max_is_every_windows_maximum(xs, width):
+    from commsim.collectives.ring_closed_form import window_max
+
+    x = np.array(xs)
+    width = min(width, len(x))
+    want = [max(x[s:s + width]) for s in range(len(x) - width + 1)]
+    np.testing.assert_array_equal(window_max(x, width), want)
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.floats(-1e3, 1e3), min_size=1, max_size=1200))
+def test_running_max_is_maximum_accumulate(xs):
+    from commsim.collectives import ring_closed_form
+    from commsim.collectives.ring_closed_form import running_max
+
+    x = np.array(xs)
+    np.testing.assert_array_equal(running_max(x), np.maximum.accumulate(x))
+    saved, ring_closed_form.SCAN_MIN = ring_closed_form.SCAN_MIN, 1  # the blocked scan at every length
+    try:
+        np.testing.assert_array_equal(running_max(x), np.maximum.accumulate(x))
+        np.testing.assert_array_equal(running_max(x[::-1]), np.maximum.accumulate(x[::-1]))
+    finally:
+        ring_closed_form.SCAN_MIN = saved
+
+
+@pytest.mark.parametrize("nodes,g", [(3, 5), (7, 4), (16, 4), (64, 8), (4, 8)])  # sparse classes: g >= 4
+def test_half_simple_path_equals_the_prefix_suffix_path_exactly(nodes, g):
+    from commsim.network.fabric import Fabric
+
+    f = Fabric(nodes=nodes, gpus_per_node=g, intra_latency=2e-6, intra_bandwidth=240e9,
+               inter_latency=5e-6, inter_bandwidth=25e9)
+    alpha, bandwidth = f.ring_links()
+    t = hop_times(25e6, alpha, bandwidth)
+    fast, plain = RingHalf(t), RingHalf(t)
+    assert fast._classes[0].simple == g
+    for c in plain._classes:
+        c.simple = 0
+    rng = np.random.default_rng(nodes * g)
+    n = nodes * g
+    cases = [rng.random(n) * spread for spread in (0.0, 1e-7, 1e-5, 1e-3, 1.0) for _ in range(6)]
+    for hot in (0, 1, g - 1, g, n - 3, n - 2, n - 1):  # the latest rank at every kind of place
+        launch = np.zeros(n)
+        launch[hot] = 1e-3
+        cases.append(launch)
+    for launch in cases:
+        np.testing.assert_array_equal(fast.finish_times(launch), plain.finish_times(launch))
+        np.testing.assert_allclose(fast.finish_times(launch), _recurrence(launch, t, n - 1), rtol=1e-9)

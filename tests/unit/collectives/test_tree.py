@@ -110,3 +110,17 @@ def test_a_slow_sender_slows_the_edges_it_sends_on_only():
 @given(case=cases())
 def test_kernel_matches_simpy_reference(case):
     assert_matches_reference("tree", case)
+
+
+@pytest.mark.parametrize("nodes,g,size", [(6, 3, 40 * MB), (7, 2, 300 * MB), (1, 5, 3 * MB)])
+def test_closed_form_matches_reference_with_many_chunks_and_degraded_ports(nodes, g, size):
+    # many chunks (up to MAX_CHUNKS) make every source's bottleneck term matter; launches
+    # spread over more than a collective's duration, and one slow port per direction
+    from commsim.collectives.reference import tree_reference
+
+    f = two_level(nodes=nodes, g=g).with_slow_sender(1, 0.25)
+    rng = np.random.default_rng(nodes * g)
+    for spread in (0.0, 1e-4, 1e-2):
+        launch = rng.random(f.world_size) * spread
+        got = tree.TreeKernel("all_reduce", f.at_size(size), size).finish_times(launch)
+        np.testing.assert_allclose(got, tree_reference(f.at_size(size), launch, size), rtol=1e-9, atol=1e-15)

@@ -222,3 +222,34 @@ def test_the_engine_plans_one_kernel_per_kind_and_size():
     distinct = {id(k) for k in e.kernels}
     assert len(distinct) == len({(op.kind, e.buckets[op.bucket]) for op in e.ops}) == 6  # 3 sizes x 2 kinds
     assert all(k.kind == op.kind for k, op in zip(e.kernels, e.ops))
+
+
+# -- per-rank records only for the ranks asked for -------------------------------------------
+
+@pytest.mark.parametrize("sharding", ["none", "zero2", "fsdp"])
+def test_kept_ranks_are_the_full_runs_columns_and_aggregates_do_not_change(sharding):
+    sc = make_scenario(nodes=2, gpus_per_node=4, parameters=20_000_000, steps=5, seed=2, sharding=sharding,
+                       stragglers=[Jitter(0.1), Stall((3,), 0.01, every=2), Throttle((5,), 0.3, 0.3, 0.5)])
+    full = simulate(sc)
+    for kept in (np.arange(0), np.array([6, 1]), np.arange(8)):
+        part = simulate(sc, ranks=kept)
+        np.testing.assert_array_equal(part.ranks, kept)
+        for name in ("rank_end", "rank_backward_end", "rank_comm_end", "rank_stall", "rank_busy"):
+            np.testing.assert_array_equal(getattr(part, name), getattr(full, name)[:, kept])
+        for name in ("step_start", "step_end", "last_rank", "launch_spread", "comm_time"):
+            np.testing.assert_array_equal(getattr(part, name), getattr(full, name))
+    assert summary_json(summarize(sc, simulate(sc, ranks=np.arange(0)), simulate(sc.without_stragglers(), ranks=[]))) \
+        == summary_json(summarize(sc, full, simulate(sc.without_stragglers())))
+
+
+def test_steady_state_repeats_fill_kept_ranks_and_step_ends():
+    sc = make_scenario(nodes=1, gpus_per_node=2, steps=6, stragglers=[SlowRank((1,), 2.0)])
+    full, none = simulate(sc), simulate(sc, ranks=[])
+    assert full.steps_simulated < sc.steps  # the deterministic run stopped stepping early
+    np.testing.assert_array_equal(none.step_end, full.rank_end.max(axis=1))
+    assert none.rank_end.shape == (6, 0)
+
+
+def test_kept_ranks_out_of_range_are_refused():
+    with pytest.raises(ValueError, match="ranks must lie in"):
+        simulate(make_scenario(nodes=1, gpus_per_node=2, steps=1), ranks=[2])

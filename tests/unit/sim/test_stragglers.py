@@ -4,26 +4,26 @@ import numpy as np
 import pytest
 
 from commsim.scenario.spec import Jitter, SlowRank, Stall, Throttle
-from commsim.sim.stragglers import ThermalClock, jitter_draws, perturbations
+from commsim.sim.stragglers import RankStreams, ThermalClock, jitter_draws, perturbations
 from tests.conftest import make_scenario
 
 
 @pytest.mark.parametrize("distribution", ["lognormal", "normal", "gamma", "exponential"])
 @pytest.mark.parametrize("cv", [0.05, 0.3])
 def test_jitter_has_mean_one_and_requested_cv(distribution, cv):
-    x = jitter_draws(np.random.default_rng(1), distribution, cv, 200_000)
+    x = jitter_draws(RankStreams(1, 0, np.arange(200_000)), distribution, cv, 3)
     # standard error of the mean is cv/sqrt(N) ~ 7e-4 at cv = 0.3: allow 5 sigma
     assert x.mean() == pytest.approx(1.0, abs=5 * cv / np.sqrt(x.size))
     assert x.std() / x.mean() == pytest.approx(cv, rel=0.02)
 
 
 def test_zero_cv_is_no_jitter():
-    assert np.all(jitter_draws(np.random.default_rng(0), "gamma", 0.0, 10) == 1.0)
+    assert np.all(jitter_draws(RankStreams(0, 0, range(10)), "gamma", 0.0, 0) == 1.0)
 
 
 def test_exponential_jitter_needs_cv_at_most_one():
     with pytest.raises(ValueError):
-        jitter_draws(np.random.default_rng(0), "exponential", 1.5, 3)
+        jitter_draws(RankStreams(0, 0, range(3)), "exponential", 1.5, 0)
 
 
 def test_same_rank_draws_same_jitter_at_any_scale():
@@ -77,5 +77,45 @@ def test_throttle_twice_on_one_rank_is_rejected():
 @pytest.mark.parametrize("cv", [0.0, 1e-160, 4.384378151162787e-159, 1e-300])
 def test_a_cv_whose_square_underflows_draws_no_spread(distribution, cv):
     # gamma's shape 1/cv^2 is inf once cv^2 is subnormal: the draws must be exactly 1, not NaN
-    draws = jitter_draws(np.random.default_rng(0), distribution, cv, 5)
+    draws = jitter_draws(RankStreams(0, 0, range(5)), distribution, cv, 0)
     assert draws.tolist() == [1.0] * 5
+
+
+@pytest.mark.parametrize("distribution", ["lognormal", "normal", "gamma", "exponential"])
+def test_jitter_draws_over_steps_of_one_rank_have_the_requested_law(distribution):
+    # the stream of one rank across steps (what a run sees) is as well distributed as across ranks
+    streams = RankStreams(7, 2, [11])
+    x = np.array([jitter_draws(streams, distribution, 0.3, s)[0] for s in range(20_000)])
+    assert x.mean() == pytest.approx(1.0, abs=5 * 0.3 / np.sqrt(x.size))
+    assert x.std() / x.mean() == pytest.approx(0.3, rel=0.05)
+
+
+@pytest.mark.parametrize("cv", [1.5, 3.0])
+def test_gamma_jitter_with_shape_below_one(cv):
+    x = jitter_draws(RankStreams(3, 0, np.arange(200_000)), "gamma", cv, 0)
+    assert np.all(x > 0)
+    assert x.mean() == pytest.approx(1.0, abs=5 * cv / np.sqrt(x.size))
+    assert x.std() / x.mean() == pytest.approx(cv, rel=0.05)
+
+
+def test_uniforms_are_uniform_and_independent_of_neighbours():
+    u = RankStreams(0, 0, np.arange(100_000)).uniform(5)
+    assert np.all((u > 0) & (u < 1))
+    counts = np.histogram(u, bins=20, range=(0, 1))[0]
+    expected = len(u) / 20
+    chi2 = ((counts - expected) ** 2 / expected).sum()
+    assert chi2 < 50  # 19 degrees of freedom: p ~ 1e-4
+    # adjacent ranks and adjacent counters are uncorrelated
+    v = RankStreams(0, 0, np.arange(100_000)).uniform(6)
+    assert abs(np.corrcoef(u[:-1], u[1:])[0, 1]) < 0.02
+    assert abs(np.corrcoef(u, v)[0, 1]) < 0.02
+
+
+def test_draws_do_not_depend_on_steps_or_entries_around_them():
+    short = perturbations(make_scenario(nodes=1, gpus_per_node=4, stragglers=[Jitter(0.1)], steps=3, seed=5))
+    long = perturbations(make_scenario(nodes=1, gpus_per_node=4, stragglers=[Jitter(0.1)], steps=9, seed=5))
+    np.testing.assert_array_equal(short.factor, long.factor[:3])
+    both = perturbations(make_scenario(nodes=1, gpus_per_node=4, stragglers=[Jitter(0.1), Jitter(0.2)], steps=3, seed=5))
+    second = perturbations(make_scenario(nodes=1, gpus_per_node=4, stragglers=[SlowRank((0,), 1.0), Jitter(0.2)],
+                                         steps=3, seed=5))
+    np.testing.assert_allclose(both.factor / short.factor, second.factor, rtol=1e-15)
