@@ -23,6 +23,7 @@ LAYERS = [
     ("commsim.scenario",),
     ("commsim.sim",),
     ("commsim.analysis",),
+    ("commsim.traces",),
     ("commsim.sweep",),
     ("commsim.output",),
     ("validate",),
