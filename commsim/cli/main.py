@@ -92,10 +92,12 @@ def _register_subcommands() -> None:
     from commsim.cli.algorithms import register as register_collectives
     from commsim.cli.sweep import register as register_sweep
     from commsim.cli.validate import register as register_validate
+    from commsim.cli.trace_commands import register as register_traces
 
     register_sweep(main)
     register_collectives(main)
     register_validate(main)
+    register_traces(main)
 
 
 _register_subcommands()
