@@ -66,7 +66,8 @@ def safe_unpickle(data: bytes, source: str) -> Any:
         raise
     except (pickle.UnpicklingError, EOFError, ValueError, TypeError, IndexError, KeyError,
             AttributeError, MemoryError, RecursionError) as err:
-        what = "truncated pickle" if isinstance(err, EOFError) else f"damaged pickle ({type(err).__name__}: {err})"
+        truncated = isinstance(err, EOFError) or "truncated" in str(err)
+        what = "truncated pickle" if truncated else f"damaged pickle ({type(err).__name__}: {err})"
         raise TraceError(source, None, f"not a readable Flight Recorder dump: {what}") from None
 
 
@@ -126,6 +127,9 @@ def read_flight_recorder(doc: Any, source: str, rank: Optional[int] = None) -> R
     for name, pg in config.items():
         if isinstance(pg, dict):
             pgs[str(name)] = _ranks(pg.get("ranks"))
+    # gloo dumps name the default group '' in pg_config and '0' in their entries: with one
+    # group configured, an entry's group that is not in it is that one
+    only = next(iter(pgs.values())) if len(pgs) == 1 else None
     notes: List[str] = []
     comms: List[CommEvent] = []
     skipped_p2p = 0
@@ -145,6 +149,8 @@ def read_flight_recorder(doc: Any, source: str, rank: Optional[int] = None) -> R
             raise TraceError(source, f"{where}.profiling_name", f"unknown collective {e['profiling_name']!r}")
         pg = e.get("process_group")
         group = str(pg[0]) if isinstance(pg, (list, tuple)) and pg else str(e.get("pg_id", "0"))
+        if group not in pgs and only is not None:
+            pgs[group] = only
         nbytes, dt = _size(e["input_sizes"], e["input_dtypes"], source, f"{where}.input_sizes")
         if kind in ("all_gather", "gather") and isinstance(e.get("output_sizes"), list):
             nbytes, _ = _size(e["output_sizes"], e.get("output_dtypes") or [], source, f"{where}.output_sizes")
@@ -184,11 +190,13 @@ def read_flight_recorder(doc: Any, source: str, rank: Optional[int] = None) -> R
         counters[c.group] = k + 1
         out.append(replace(c, issue=sec(c.issue), start=sec(c.start), end=sec(c.end), order=k))
     out.sort(key=lambda c: c.issue)
+    used = {c.group for c in out}
+    pgs = {g: r for g, r in pgs.items() if g in used or not used}
     world = max((len(r) for r in pgs.values()), default=0) or None
     prefixes = {e["profiling_name"].split(":")[0] for e in doc["entries"] if ":" in e["profiling_name"]}
     backend = next(iter(prefixes)) if len(prefixes) == 1 else None
     return RankTrace(
         source=source, format="flight-recorder", rank=rank, origin_ns=int(origin), world_size=world,
-        backend=backend, groups=tuple(pgs.items()), comms=tuple(out),
+        backend=backend, groups=tuple(sorted(pgs.items())), comms=tuple(out),
         device="gpu" if backend == "nccl" else "cpu", notes=tuple(notes),
     )
