@@ -1,7 +1,9 @@
 """A small real DDP job that leaves what real jobs leave: a profiler trace per rank.
 
-Every rank trains a stack of ``layers`` Linear(width, width) + ReLU layers under torch
-DistributedDataParallel (gloo or NCCL) with ``bucket_cap_mb`` buckets, and records its
+Every rank trains a stack of ``layers`` Linear + ReLU layers, layer i mapping
+``width + i * width_step`` features to ``width + (i + 1) * width_step`` (so that DDP's buckets
+come in several sizes, as a real model's do), under torch DistributedDataParallel (gloo or
+NCCL) with ``bucket_cap_mb`` buckets, and records its
 timed steps with ``torch.profiler`` (CPU activity, input shapes on, one ``ProfilerStep#N``
 span per step, exactly as ``prof.step()`` in a training loop makes them). The trace is
 written per rank as ``rank{r}.trace.json.gz`` (Kineto's Chrome trace format, gzipped by
@@ -38,8 +40,9 @@ from typing import Any, Dict, List, Optional
 FR_ENV = "TORCH_FR_BUFFER_SIZE"
 
 DEFAULTS: Dict[str, Any] = {
-    "width": 256,
-    "layers": 8,
+    "width": 128,
+    "width_step": 64,
+    "layers": 6,
     "batch_size": 64,
     "bucket_cap_mb": 0.25,
     "steps": 12,
@@ -62,8 +65,9 @@ def make_plan(out_dir: str, **options: Any) -> Dict[str, Any]:
     if unknown:
         raise ValueError(f"unknown trace job option(s): {', '.join(unknown)}")
     plan = dict(DEFAULTS, **options)
-    if plan["steps"] < 1 or plan["layers"] < 2 or plan["width"] < 1 or plan["batch_size"] < 1:
-        raise ValueError("steps >= 1, layers >= 2, width >= 1 and batch_size >= 1 are needed")
+    if plan["steps"] < 1 or plan["layers"] < 2 or plan["width"] < 1 or plan["batch_size"] < 1 \
+            or plan["width"] + plan["layers"] * plan["width_step"] < 1:
+        raise ValueError("steps >= 1, layers >= 2, width >= 1, batch_size >= 1 and a positive last width are needed")
     if plan["slow_factor"] < 1.0:
         raise ValueError(f"slow_factor must be >= 1 (a sleep cannot speed a rank up), got {plan['slow_factor']}")
     plan["out_dir"] = str(out_dir)
@@ -104,8 +108,9 @@ def rank_trace_job(ctx, plan: Dict[str, Any]) -> Dict[str, Any]:
     rank = ctx.rank
     torch.manual_seed(plan["seed"])
     layers: List[nn.Module] = []
-    for _ in range(plan["layers"]):
-        layers += [nn.Linear(plan["width"], plan["width"]), nn.ReLU()]
+    widths = [plan["width"] + i * plan["width_step"] for i in range(plan["layers"] + 1)]
+    for a, b in zip(widths, widths[1:]):
+        layers += [nn.Linear(a, b), nn.ReLU()]
     module = nn.Sequential(*layers).to(ctx.device)
     linears = [m for m in module if isinstance(m, nn.Linear)]
     if plan["slow_rank"] == rank and plan["slow_factor"] > 1.0:
@@ -121,8 +126,8 @@ def rank_trace_job(ctx, plan: Dict[str, Any]) -> Dict[str, Any]:
     model = DDP(module, bucket_cap_mb=plan["bucket_cap_mb"])
     opt = torch.optim.SGD(model.parameters(), lr=1e-4)
     g = torch.Generator().manual_seed(plan["seed"] + 1 + rank)
-    x = torch.randn(plan["batch_size"], plan["width"], generator=g).to(ctx.device)
-    y = torch.randn(plan["batch_size"], plan["width"], generator=g).to(ctx.device)
+    x = torch.randn(plan["batch_size"], widths[0], generator=g).to(ctx.device)
+    y = torch.randn(plan["batch_size"], widths[-1], generator=g).to(ctx.device)
 
     def step(s: Optional[int]) -> None:
         if s is not None and plan["stall_rank"] == rank and plan["stall_every"] and (s + 1) % plan["stall_every"] == 0:

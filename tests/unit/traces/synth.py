@@ -37,7 +37,7 @@ def plan(n: int, steps: int, forward=0.010, backward=0.020, optimizer=0.002, siz
     late {rank: s} delays that rank's backward after its first bucket (a mid-backward delay);
     slow {rank: factor} scales its compute; stall {rank: (every, seconds)} pauses it before
     the forward of steps (k + 1) % every == 0. All-reduce j runs from max(last issue, end of
-    j-1) for `comm` seconds on every rank, and the optimizer follows the last one."""
+    j-1) for `comm` seconds (or comm(bytes)) on every rank; the optimizer follows the last one."""
     late, slow, stall = late or {}, slow or {}, stall or {}
     total = float(sum(sizes))
     frac = [sum(sizes[: j + 1]) / total for j in range(len(sizes))]
@@ -53,15 +53,15 @@ def plan(n: int, steps: int, forward=0.010, backward=0.020, optimizer=0.002, siz
         ends, prev = [], -1.0
         for j in range(len(sizes)):
             s = max(max(issue[j]), prev)  # the last rank's arrival (or the stream) starts it
-            ends.append(([max(issue[j][r], prev) for r in range(n)], s + comm))
-            prev = s + comm
+            took = comm(sizes[j]) if callable(comm) else comm
+            ends.append(([max(issue[j][r], prev) for r in range(n)], s + took))
+            prev = s + took
         for r in range(n):
             opt0 = max(be[r], prev)
             end = opt0 + f[r] * optimizer
             out[r].append(Step(start[r], bs[r], be[r], opt0, end,
                                [(sizes[j], issue[j][r], ends[j][0][r], ends[j][1]) for j in range(len(sizes))]))
-        start = [max(x.end for x in (out[r][-1] for r in range(n)))] * n
-        start = [s + gap for s in start]
+        start = [out[r][-1].end + gap for r in range(n)]  # each rank goes on at once (no barrier)
     return out
 
 

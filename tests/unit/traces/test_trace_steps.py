@@ -1,0 +1,116 @@
+"""Steps, and the scenario inferred from them, on synthetic jobs whose every number is known."""
+
+import math
+
+import numpy as np
+import pytest
+
+from commsim.calibration.model import model_time
+from commsim.sim.stragglers import jitter_draws, rank_stream
+from commsim.traces.errors import TraceError
+from commsim.traces.infer import cv_for_expected_max, expected_max_lognormal, infer, service_times
+from commsim.traces.kineto import read_kineto
+from commsim.traces.matching import assemble
+from commsim.traces.steps import timeline
+from tests.unit.traces import synth
+
+ALPHA, BETA = 20e-6, 2e9
+
+
+def ring(n):
+    return lambda size: model_time(ALPHA, BETA, size, n)
+
+
+def job(n=2, steps=6, gpu=False, **kw):
+    plan = synth.plan(n, steps, comm=kw.pop("comm", ring(n)), **kw)
+    return assemble([read_kineto(synth.kineto(r, n, plan[r], gpu=gpu, seq=gpu), f"rank{r}.json") for r in range(n)]), plan
+
+
+@pytest.mark.parametrize("gpu", [False, True])
+def test_timeline_phases_are_the_planned_ones(gpu):
+    j, plan = job(2, 5, gpu=gpu, sizes=(600_000, 300_000, 100_000))
+    tl = timeline(j)
+    assert tl.steps == 5 and list(tl.bucket_bytes) == [600_000, 300_000, 100_000]
+    for k in range(5):
+        for r in range(2):
+            st = plan[r][k]
+            assert tl.backward_start[k, r] == pytest.approx(st.backward_start, abs=1e-6)
+            assert tl.backward_end[k, r] == pytest.approx(st.backward_end, abs=1e-6)
+            assert tl.step_end[k, r] == pytest.approx(st.end, abs=1e-6)
+            assert tl.comm_end[k, r] == pytest.approx(st.buckets[-1][3], abs=1e-6)
+    assert tl.forward[1:] == pytest.approx(0.010, abs=2e-6)
+    assert tl.backward == pytest.approx(0.020, abs=2e-6)
+    assert tl.optimizer == pytest.approx(0.002, abs=2e-6)
+    # the bucket's all-reduce times as the simulator counts them are the planned ring times
+    want = [model_time(ALPHA, BETA, s, 2) for s in (600_000, 300_000, 100_000)]
+    assert service_times(tl) == pytest.approx(np.tile(want, (5, 1)), abs=1e-6)
+
+
+def test_infer_recovers_compute_buckets_and_link():
+    j, _ = job(4, 6, sizes=(1_000_000, 500_000, 500_000, 250_000))
+    inf = infer(timeline(j), [t.host for t in j.traces])
+    assert inf.forward == pytest.approx(0.010, abs=2e-6)
+    assert inf.backward == pytest.approx(0.020, abs=2e-6)
+    assert inf.optimizer == pytest.approx(0.002, abs=2e-6)
+    assert (inf.first_bucket, inf.parameters) == (1_000_000, 2_250_000 // 4)
+    assert inf.bucket_cap == math.ceil(1_250_000 / 3)
+    assert inf.alpha == pytest.approx(ALPHA, rel=1e-3)
+    assert inf.bandwidth == pytest.approx(BETA, rel=1e-3)
+    assert inf.slow == [] and inf.stalls == [] and inf.jitter_cv == 0.0
+
+
+def test_infer_finds_a_slow_rank_and_its_factor():
+    j, _ = job(4, 6, slow={2: 1.5})
+    inf = infer(timeline(j), [None] * 4)
+    assert [r for r, _ in inf.slow] == [2]
+    assert inf.slow[0][1] == pytest.approx(1.5, rel=0.02)
+    assert inf.backward == pytest.approx(0.020, abs=2e-6)  # from the healthy ranks
+
+
+def test_infer_finds_a_periodic_stall():
+    j, _ = job(2, 13, stall={0: (4, 0.05)})
+    inf = infer(timeline(j), [None] * 2)
+    assert len(inf.stalls) == 1
+    st = inf.stalls[0]
+    assert st["ranks"] == [0] and st["every"] == 4
+    assert st["duration"] == pytest.approx(0.05, abs=1e-5)
+    assert inf.forward == pytest.approx(0.010, abs=2e-6)  # the stall is not in the forward
+
+
+def test_the_first_and_layout_changing_steps_are_left_out():
+    plan = synth.plan(2, 5, comm=ring(2))
+    odd = synth.plan(2, 1, sizes=(900_000,), comm=ring(2))
+    docs = []
+    for r in range(2):
+        steps = [odd[r][0]] + plan[r]  # a first step with DDP's pre-rebuild layout
+        shift = steps[0].end
+        for st in steps[1:]:
+            st.start += shift; st.backward_start += shift; st.backward_end += shift
+            st.optimizer_start += shift; st.end += shift
+            st.buckets = [(b[0], b[1] + shift, b[2] + shift, b[3] + shift) for b in st.buckets]
+        docs.append(synth.kineto(r, 2, steps))
+    tl = timeline(assemble([read_kineto(d, f"rank{r}.json") for r, d in enumerate(docs)]))
+    assert tl.steps == 5 and list(tl.step_numbers) == [2, 3, 4, 5, 6]
+    assert any("different bucket layout" in n for n in tl.notes)
+
+
+def test_no_backward_means_no_steps():
+    plan = synth.plan(2, 2)
+    docs = [synth.kineto(r, 2, plan[r]) for r in range(2)]
+    for d in docs:
+        d["traceEvents"] = [e for e in d["traceEvents"] if not e["name"].startswith("autograd::")]
+    with pytest.raises(TraceError, match="no step with a backward pass on every rank"):
+        timeline(assemble([read_kineto(d, f"rank{r}.json") for r, d in enumerate(docs)]))
+
+
+@pytest.mark.parametrize("cv,n", [(0.05, 2), (0.3, 8), (0.6, 2), (0.2, 256)])
+def test_expected_max_of_lognormal_jitter_matches_commsims_draws(cv, n):
+    x = jitter_draws(rank_stream(1, 0, 0), "lognormal", cv, 4000 * n).reshape(-1, n)
+    mc = x.max(axis=1)
+    assert expected_max_lognormal(cv, n) == pytest.approx(mc.mean(), abs=4 * mc.std() / math.sqrt(len(mc)))
+
+
+def test_cv_for_expected_max_inverts_it():
+    for cv, n in ((0.1, 2), (0.4, 16), (1.0, 4)):
+        assert cv_for_expected_max(expected_max_lognormal(cv, n), n) == pytest.approx(cv, rel=1e-6)
+    assert cv_for_expected_max(0.99, 8) == 0.0
