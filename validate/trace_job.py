@@ -17,7 +17,8 @@ Stragglers are injected for real, so that what the trace shows is what a real jo
   middle of that rank's backward (the gradients of the later buckets are produced late there);
 - ``slow_factor`` on ``slow_rank``: every layer's forward and backward on that rank take
   ``slow_factor`` times as long (the layer runs, then the rank sleeps (factor - 1) x what it
-  took: sleeping, not spinning, so the ranks sharing this machine's cores are not slowed);
+  took: sleeping, not spinning, so the ranks sharing this machine's cores are not slowed; the
+  loss, optimizer and DDP's own work are not stretched);
 - ``stall_s`` every ``stall_every`` steps on ``stall_rank``: a pause before the forward.
 
 Each rank also returns the wall-clock (``time.time``, the clock the trace is stamped with)
@@ -34,10 +35,12 @@ import json
 import os
 import sys
 import time
+import warnings
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 FR_ENV = "TORCH_FR_BUFFER_SIZE"
+SLEEP_MIN_S = 5e-4
 
 DEFAULTS: Dict[str, Any] = {
     "width": 128,
@@ -74,25 +77,33 @@ def make_plan(out_dir: str, **options: Any) -> Dict[str, Any]:
     return plan
 
 
-def _stretch(module, factor: float) -> None:
-    """Make `module`'s forward and backward take `factor` times as long (sleep the surplus)."""
-    started: Dict[str, float] = {}
+def _stretch(modules, factor: float) -> None:
+    """Make each module's forward and backward take `factor` times as long: after each, the
+    rank owes (factor - 1) x what it took, and sleeps what it owes once that reaches
+    SLEEP_MIN_S, counting what it actually slept (a sleep overshoots by tens of microseconds,
+    which per-layer sleeps of a small layer would multiply)."""
+    started: Dict[int, float] = {}
+    owed = [0.0]
 
-    def begin(kind):
+    def begin(key):
         def hook(*_):
-            started[kind] = time.perf_counter()
+            started[key] = time.perf_counter()
         return hook
 
-    def end(kind):
+    def end(key):
         def hook(*_):
-            took = time.perf_counter() - started.pop(kind, time.perf_counter())
-            time.sleep((factor - 1.0) * took)
+            owed[0] += (factor - 1.0) * (time.perf_counter() - started.pop(key, time.perf_counter()))
+            if owed[0] >= SLEEP_MIN_S:
+                t0 = time.perf_counter()
+                time.sleep(owed[0])
+                owed[0] -= time.perf_counter() - t0
         return hook
 
-    module.register_forward_pre_hook(begin("forward"))
-    module.register_forward_hook(end("forward"))
-    module.register_full_backward_pre_hook(begin("backward"))
-    module.register_full_backward_hook(end("backward"))
+    for i, module in enumerate(modules):
+        module.register_forward_pre_hook(begin(2 * i))
+        module.register_forward_hook(end(2 * i))
+        module.register_full_backward_pre_hook(begin(2 * i + 1))
+        module.register_full_backward_hook(end(2 * i + 1))
 
 
 def rank_trace_job(ctx, plan: Dict[str, Any]) -> Dict[str, Any]:
@@ -113,9 +124,11 @@ def rank_trace_job(ctx, plan: Dict[str, Any]) -> Dict[str, Any]:
         layers += [nn.Linear(a, b), nn.ReLU()]
     module = nn.Sequential(*layers).to(ctx.device)
     linears = [m for m in module if isinstance(m, nn.Linear)]
+    # the first layer's input needs no gradient: its full backward hook fires on its outputs'
+    # gradients instead, which is what it is for here (torch warns about it)
+    warnings.filterwarnings("ignore", message="Full backward hook is firing")
     if plan["slow_rank"] == rank and plan["slow_factor"] > 1.0:
-        for lin in linears:
-            _stretch(lin, plan["slow_factor"])
+        _stretch(linears, plan["slow_factor"])
     if plan["delay_rank"] == rank and plan["delay_s"] > 0:
         middle = linears[len(linears) // 2]
 
