@@ -49,8 +49,7 @@ def _ms(x: float) -> str:
     return f"{x * 1e3:.6g} ms"
 
 
-def _scenario_doc(inf: Inferred, name: str, steps: int, seed: int, batch_size: int,
-                  calibration_path: Optional[str]) -> Dict[str, Any]:
+def _scenario_doc(inf: Inferred, name: str, steps: int, seed: int, batch_size: int) -> Dict[str, Any]:
     gpn = inf.world_size // inf.nodes
     link = {"bandwidth": f"{inf.bandwidth / 1e9:.6g} GB/s", "latency": f"{inf.alpha * 1e6:.6g} us"}
     doc: Dict[str, Any] = {
@@ -81,8 +80,6 @@ def _scenario_doc(inf: Inferred, name: str, steps: int, seed: int, batch_size: i
                            "cv": round(inf.jitter_cv, 4)})
     if stragglers:
         doc["stragglers"] = stragglers
-    if calibration_path:
-        doc["calibration"] = calibration_path
     return doc
 
 
@@ -157,7 +154,7 @@ def import_traces(paths: Sequence[str], name: str = "imported", steps: int = DEF
         calibration, cal_text = calibration_from_job(inf, job, inputs.nccl_logs)
         base = os.path.dirname(os.path.abspath(scenario_out)) if scenario_out else os.getcwd()
         cal_ref = os.path.relpath(os.path.abspath(calibration_out), base)
-    doc = _scenario_doc(inf, name, steps, seed, batch_size, None)
+    doc = _scenario_doc(inf, name, steps, seed, batch_size)
     source = scenario_out or "<imported scenario>"
     scenario = parse_scenario(dict(doc), source)  # every value the writer made is checked like a file's
     sim_step = _simulated_step(scenario)

@@ -7,8 +7,10 @@ optimizer O, as the simulator splits a step):
   with a stall and the first (the measured step times run from the first step's end, so its
   compute is in none of them; its forward also starts at its own forward, not a step's end);
 - **slow_rank**: a rank whose median compute F + B + O is more than SLOW_MIN above the healthy
-  level (the median over the faster half of the ranks) and above the other ranks' median in
-  at least SLOW_CONSISTENCY of the steps; its factor is its mean compute over the healthy mean;
+  level (the median over the faster half of the ranks) and whose step-by-step excess over the
+  other ranks' median is significant: its median more than SLOW_Z standard errors above zero
+  (1.2533 sigma / sqrt(steps), sigma from the MAD); its factor is its mean compute over the
+  healthy mean;
 - **stall**: a forward that exceeds its rank's median by more than STALL_SIGMAS robust standard
   deviations and STALL_MIN_SHARE of the median compute (a pause before the step); the same
   steps on several ranks become one entry; steps at a fixed interval give ``every``, else a
@@ -45,7 +47,7 @@ from commsim.traces.errors import TraceError
 from commsim.traces.steps import Timeline
 
 SLOW_MIN = 0.10
-SLOW_CONSISTENCY = 0.8
+SLOW_Z = 3.0
 STALL_SIGMAS = 6.0
 STALL_MIN_SHARE = 0.2
 STALL_RANDOM_SHARE = 1.0
@@ -126,8 +128,15 @@ def infer(tl: Timeline, hosts: List[Optional[str]]) -> Inferred:
     for r in range(n):
         others = np.delete(clean, r, axis=1)
         rows = np.isfinite(clean[:, r]) & np.isfinite(others).any(axis=1)
-        above = float(np.mean(clean[rows, r] > np.nanmedian(others[rows], axis=1))) if n > 1 and rows.any() else 0.0
-        if m[r] > healthy_level * (1 + SLOW_MIN) and above >= SLOW_CONSISTENCY:
+        if n < 2 or not rows.any():
+            continue
+        d = clean[rows, r] - np.nanmedian(others[rows], axis=1)
+        # the median step-by-step excess over the others, against its standard error
+        # (1.2533 sigma / sqrt(S) for a median, sigma from the MAD)
+        spread = 1.4826 * float(np.median(np.abs(d - np.median(d))))
+        excess = float(np.median(d))
+        z = excess / (1.2533 * spread / np.sqrt(d.size)) if spread > 0 else (np.inf if excess > 0 else 0.0)
+        if m[r] > healthy_level * (1 + SLOW_MIN) and z > SLOW_Z:
             slow.append(r)
     healthy = [r for r in range(n) if r not in slow] or list(range(n))
     h_mask = np.zeros((S, n), dtype=bool)

@@ -43,12 +43,6 @@ class Collective:
     step: int = -1
     seq: Optional[int] = None
 
-    @property
-    def arrival(self) -> np.ndarray:
-        """When each rank was ready to take part: its issue time on a CPU backend; on a GPU,
-        where the host runs ahead, the kernel's start when the trace has it."""
-        return self.issue
-
 
 @dataclass
 class Job:

@@ -38,7 +38,7 @@ class Timeline:
     step_end: np.ndarray  # (S, n) Optimizer.step's end
     comm_end: np.ndarray  # (S, n) the rank's last bucket done
     bucket_bytes: np.ndarray  # (B,)
-    bucket_issue: np.ndarray  # (S, B, n) when the rank issued the bucket's all-reduce
+    bucket_issue: np.ndarray  # (S, B, n) when the rank was ready for the bucket's all-reduce (see timeline)
     bucket_start: np.ndarray  # (S, B, n) when it started running there (NaN: unknown)
     bucket_end: np.ndarray  # (S, B, n)
     bucket_index: np.ndarray  # (S, B) index of the bucket's collective in Job.collectives
@@ -102,6 +102,14 @@ def timeline(job: Job) -> Timeline:
         t = next(t for t in job.traces if t.format != "kineto")
         raise TraceError(t.source, None, "a Flight Recorder dump has collectives only, no forward, backward or "
                                          "optimizer: import needs the ranks' profiler traces (blame works on dumps)")
+    # when a rank was ready for a collective: its host's issue on a CPU backend; on a GPU,
+    # where the host runs ahead of the device, the kernel's start (it waits for the gradients
+    # on the device; also for the stream, which this cannot tell apart)
+    gpu = np.array([t.device == "gpu" for t in job.traces])
+
+    def ready(c):
+        return np.where(gpu & np.isfinite(c.start), c.start, c.issue)
+
     phases = []
     for t in job.traces:
         phases.append({p: _per_step(phase_array(t, p)) for p in ("forward", "backward", "optimizer")})
@@ -124,10 +132,11 @@ def timeline(job: Job) -> Timeline:
             others[c.step].append((c.kind, c.nbytes))
             continue
         inside = True
+        at = ready(c)
         for r in range(n):
             b0 = phases[r]["backward"][c.step][0]
             lim = phases[r]["optimizer"][c.step][0] if has_opt else np.inf
-            if not (b0 <= c.issue[r] <= lim):
+            if not (b0 <= at[r] <= lim):
                 inside = False
                 break
         (by_step[c.step] if inside else others[c.step]).append(ci if inside else (c.kind, c.nbytes))
@@ -160,7 +169,7 @@ def timeline(job: Job) -> Timeline:
         for j, ci in enumerate(by_step[s]):
             c = job.collectives[ci]
             idx[k, j] = ci
-            bi[k, j], bst[k, j], ben[k, j] = c.issue, c.start, c.end
+            bi[k, j], bst[k, j], ben[k, j] = ready(c), c.start, c.end
     if has_opt:
         # the worker's span can close after the rank already moved on (its thread descheduled
         # once the work was marked done): a bucket was done by the time Optimizer.step began

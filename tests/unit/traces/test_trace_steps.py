@@ -114,3 +114,25 @@ def test_cv_for_expected_max_inverts_it():
     for cv, n in ((0.1, 2), (0.4, 16), (1.0, 4)):
         assert cv_for_expected_max(expected_max_lognormal(cv, n), n) == pytest.approx(cv, rel=1e-6)
     assert cv_for_expected_max(0.99, 8) == 0.0
+
+
+def test_gpu_buckets_are_timed_on_the_device_when_the_host_runs_ahead():
+    """The host issues every op 4 ms before the GPU runs it: phases and bucket readiness come
+    from the kernels (device), so the steps are those of the device timeline."""
+    n = 2
+    plan = synth.plan(n, 4, comm=ring(n), sizes=(600_000, 300_000, 100_000))
+    docs = []
+    for r in range(n):
+        d = synth.kineto(r, n, plan[r], gpu=True, seq=True)
+        for e in d["traceEvents"]:
+            if e["cat"] != "kernel":
+                e["ts"] -= 4000.0  # microseconds
+        docs.append(d)
+    tl = timeline(assemble([read_kineto(d, f"rank{r}.json") for r, d in enumerate(docs)]))
+    assert tl.steps == 4 and len(tl.bucket_bytes) == 3
+    lead = 0.004  # the trace's clock starts at its first (host) event, 4 ms before the plan's zero
+    for k in range(4):
+        for r in range(n):
+            st = plan[r][k]
+            assert tl.backward_end[k, r] == pytest.approx(st.backward_end + lead, abs=1e-6)
+            assert tl.bucket_issue[k, 0, r] == pytest.approx(st.buckets[0][2] + lead, abs=1e-6)  # the kernel's start
