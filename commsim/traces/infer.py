@@ -28,8 +28,9 @@ optimizer O, as the simulator splits a step):
 - **links**: each bucket's all-reduce time as the simulator counts it (from when it could
   start, its last rank's issue or the previous bucket's end, whichever is later, to its last
   rank's end), averaged over steps, fitted with the ring model T(S) = 2(n-1) alpha +
-  2(n-1)/n S/B (:func:`commsim.calibration.fit_alpha_beta`); with a single bucket size the
-  latency is commsim's default and the bandwidth reproduces the measured time.
+  2(n-1)/n S/B by least squares on the times (so that the model's total over the buckets is
+  the measured total, :func:`_fit_link`); with a single bucket size the latency is commsim's
+  default and the bandwidth reproduces the measured time.
 """
 
 from __future__ import annotations
@@ -40,7 +41,6 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from commsim.calibration.model import CalibrationError, fit_alpha_beta
 from commsim.network.costs import ring_allreduce_time
 from commsim.scenario.schema import DEFAULT_INTRA_NODE_LATENCY
 from commsim.traces.errors import TraceError
@@ -174,7 +174,10 @@ def infer(tl: Timeline, hosts: List[Optional[str]]) -> Inferred:
     cap = int(math.ceil(rest / (len(sizes) - 1))) if len(sizes) > 1 else total
     # -- links -------------------------------------------------------------------------------
     T = service_times(tl)
-    t_mean = np.nanmean(np.where(T > 0, T, np.nan), axis=0)
+    # a bucket can finish before the previous one's end (gloo runs two at once on its two
+    # worker threads): its time as counted here is then <= 0, and is kept in the mean, so
+    # that the buckets' times add up to the chain's real length
+    t_mean = np.nanmean(T, axis=0)
     samples = [(float(sizes[j]), float(T[s, j])) for s in range(S) for j in range(len(sizes))
                if np.isfinite(T[s, j]) and T[s, j] > 0]
     alpha, bw, link_note = _fit_link(sizes.astype(float), t_mean, n)
@@ -228,29 +231,38 @@ def cv_for_expected_max(ratio: float, n: int, hi: float = 3.0) -> float:
 
 
 def _fit_link(sizes: np.ndarray, times: np.ndarray, n: int) -> Tuple[float, float, str]:
-    good = np.isfinite(times) & (times > 0)
-    if not good.any():
+    """(alpha, bandwidth, note) of the ring model for this job's buckets.
+
+    Ordinary least squares on the times themselves, T = a + b S with a = 2(n-1) alpha and
+    b = 2(n-1)/(n B): a line with an intercept passes through the mean, so the model's total
+    over any layout of the same bucket count and bytes (commsim's first + caps + rest) equals
+    the measured total, which is what the step time needs. (The calibration file uses
+    commsim.calibration's relative-error fit instead, the one that suits a size sweep.)
+    Without two sizes, or where the line would have a negative latency or no bandwidth,
+    commsim's default latency (or none) and the bandwidth that gives the measured total."""
+    good = np.isfinite(times)
+    if not good.any() or times[good].mean() <= 0:
         raise TraceError("(traces)", None, "no all-reduce end times in the traces: the bucket communication "
                                            "cannot be timed")
     s, t = sizes[good], times[good]
+    steps = 2 * (n - 1)
     if len(np.unique(s)) >= 2:
-        try:
-            alpha, bw = fit_alpha_beta(s, t, n)
-            return alpha, bw, (f"ring model fitted to {len(s)} bucket sizes "
-                               f"({int(s.min())}..{int(s.max())} B)")
-        except CalibrationError as err:
-            note = f" (a two-parameter fit failed: {err})"
+        b, a = np.polyfit(s, t, 1)
+        if a >= 0 and b > 0:
+            return a / steps, steps / n / b, (f"ring model fitted to {len(s)} bucket sizes "
+                                              f"({int(s.min())}..{int(s.max())} B) by least squares on the times")
+        note = " (a line through the times has no positive latency and bandwidth)"
     else:
         note = ""
-    # one size (or no usable fit): commsim's default latency, the bandwidth that gives the time
-    size, time = float(np.average(s, weights=np.ones_like(s))), float(np.mean(t))
-    steps = 2 * (n - 1)
+    size, time = float(np.mean(s)), float(np.mean(t))
     alpha = DEFAULT_INTRA_NODE_LATENCY
     if time <= 2 * steps * alpha:  # the time is mostly latency: split it evenly
         alpha = time / (2 * steps)
+    if len(np.unique(s)) >= 2 and note:
+        alpha = 0.0  # the data put the latency at or below zero: the bandwidth carries the total
     bw = steps / n * size / (time - steps * alpha)
-    return alpha, bw, (f"one bucket size ({int(size)} B): latency set to {alpha * 1e6:.3g} us, bandwidth chosen to "
-                       f"give the measured {time * 1e3:.4g} ms{note}")
+    return alpha, bw, (f"{'one bucket size' if not note else 'mean bucket'} ({int(size)} B): latency "
+                       f"{alpha * 1e6:.3g} us, bandwidth chosen to give the measured mean {time * 1e3:.4g} ms{note}")
 
 
 def _stall_entries(stalled: np.ndarray, excess: np.ndarray, step_numbers: np.ndarray,
