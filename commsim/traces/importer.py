@@ -54,7 +54,7 @@ def _scenario_doc(inf: Inferred, name: str, steps: int, seed: int, batch_size: i
     link = {"bandwidth": f"{inf.bandwidth / 1e9:.6g} GB/s", "latency": f"{inf.alpha * 1e6:.6g} us"}
     doc: Dict[str, Any] = {
         "name": name,
-        "description": f"imported from {inf.world_size} ranks' traces ({len(inf.comm_samples)} bucket all-reduces)",
+        "description": f"imported from {inf.world_size} ranks' traces ({inf.steps} steps of {inf.buckets} buckets)",
         "seed": seed,
         "steps": steps,
         "cluster": {"nodes": inf.nodes, "gpus_per_node": gpn, "intra_node": dict(link), "inter_node": dict(link)},

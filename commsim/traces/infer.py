@@ -78,7 +78,9 @@ class Inferred:
     spread_cv: float = 0.0  # the std of each rank's compute around its mean
     slowest_ratio: float = 1.0  # mean over steps of the slowest rank's compute / its mean
     measured_step_time: float = 0.0
-    comm_samples: List[Tuple[float, float]] = field(default_factory=list)  # (bytes, seconds)
+    comm_samples: List[Tuple[float, float]] = field(default_factory=list)  # (bytes, seconds), times > 0
+    steps: int = 0
+    buckets: int = 0
     ready_fraction: List[float] = field(default_factory=list)  # measured, per bucket
     model_fraction: List[float] = field(default_factory=list)  # commsim's, per bucket
     notes: List[str] = field(default_factory=list)
@@ -194,7 +196,7 @@ def infer(tl: Timeline, hosts: List[Optional[str]]) -> Inferred:
         parameters=total // ELEMENT_BYTES[dt], first_bucket=first, bucket_cap=cap, alpha=alpha, bandwidth=bw,
         link_note=link_note, slow=slow_entries, stalls=stalls, jitter_cv=cv if cv >= JITTER_MIN else 0.0,
         spread_cv=spread_cv, slowest_ratio=rho,
-        measured_step_time=float(step.mean()), comm_samples=samples,
+        measured_step_time=float(step.mean()), comm_samples=samples, steps=S, buckets=len(sizes),
         ready_fraction=[float(x) for x in frac], model_fraction=[float(x) for x in model], notes=notes,
     )
 
