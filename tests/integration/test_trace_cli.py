@@ -147,3 +147,14 @@ def test_blame_needs_traces_or_a_scenario(capsys):
     assert run_cli(["blame"]) == 2
     assert run_cli(["blame", DELAY[0], "--scenario", "scenarios/32gpu_throttle.yaml"]) == 2
     assert run_cli(["blame", *DELAY, "--steps", "3"]) == 2
+
+
+def test_an_nccl_tests_log_among_the_inputs_joins_the_calibration(tmp_path):
+    log = str(DATA.parent / "nccl-tests" / "RTX2080Ti-PCIe3-noP2P-1node_2ranks_anthony-hoo-autodl.txt")
+    out, cal = tmp_path / "s.yaml", tmp_path / "c.yaml"
+    assert run_cli(["import", *HEALTHY, log, "-q", "-o", str(out), "--calibration-out", str(cal)]) == 0
+    doc = yaml.safe_load(cal.read_text())
+    assert [s["path"] for s in doc["provenance"]["sources"]] == [*HEALTHY, log]
+    sizes = {row[0] for row in doc["levels"]["intra_node"]["table"]["rows"]}
+    assert len(sizes) > 20  # the log's sweep and the traces' five bucket sizes
+    assert "# nccl-tests log: " + log in out.read_text().replace("#   nccl-tests log", "# nccl-tests log")
