@@ -136,3 +136,21 @@ def test_gpu_buckets_are_timed_on_the_device_when_the_host_runs_ahead():
             st = plan[r][k]
             assert tl.backward_end[k, r] == pytest.approx(st.backward_end + lead, abs=1e-6)
             assert tl.bucket_issue[k, 0, r] == pytest.approx(st.buckets[0][2] + lead, abs=1e-6)  # the kernel's start
+
+
+def test_the_fitted_link_keeps_the_measured_total_over_commsims_layout():
+    """Bucket times that are no line (gloo runs two at once; one even counts <= 0): the fitted
+    ring model, summed over commsim's layout of the same count and bytes, is the measured sum."""
+    from commsim.network.costs import ddp_buckets, ring_allreduce_time
+    from commsim.traces.infer import _fit_link
+
+    sizes = np.array([919_552, 689_920, 493_056, 328_960, 296_704], dtype=float)
+    times = np.array([10.96e-3, 6.8e-3, 5.69e-3, -0.1e-3, 8.07e-3])
+    n = 4
+    alpha, bw, _ = _fit_link(sizes, times, n)
+    first = sizes[0]
+    cap = math.ceil((sizes.sum() - first) / 4)
+    layout = ddp_buckets(sizes.sum(), first, cap)
+    assert len(layout) == 5
+    model = sum(ring_allreduce_time(s, n, alpha, bw) for s in layout)
+    assert model == pytest.approx(times.sum(), rel=1e-9)
