@@ -27,6 +27,7 @@ SUBCOMMAND_MODULES = {
     "commsim.cli.collective": ("collective",),
     "commsim.cli.validate": ("validate",),
     "commsim.cli.compare": ("compare",),
+    "commsim.cli.trace_commands": ("import", "blame"),
 }
 
 

@@ -24,6 +24,7 @@ LAYERS = [
     ("commsim.sim",),
     ("commsim.analysis",),
     ("commsim.mitigations",),
+    ("commsim.traces",),
     ("commsim.sweep",),
     ("commsim.output",),
     ("validate",),

@@ -1,0 +1,202 @@
+"""PyTorch Flight Recorder dumps -> :class:`commsim.traces.records.RankTrace`.
+
+A process group with a Flight Recorder (``TORCH_FR_BUFFER_SIZE`` > 0; NCCL, and gloo in recent
+releases) keeps a ring buffer of its last collectives and dumps it, per rank, as a pickle
+(``torch._C._distributed_c10d._dump_fr_trace``; written to ``TORCH_FR_DUMP_TEMP_FILE<rank>``
+on a timeout) or as JSON (``_dump_fr_trace_json``). Its documented layout (pytorch
+``tools/flight_recorder``, format version 2.x)::
+
+    {"version": "2.10", "pg_config": {PG: {"name", "desc", "ranks": "[0, 1]"}},
+     "pg_status": {...}, "entries": [
+        {"collective_seq_id", "p2p_seq_id", "is_p2p", "process_group": (PG, desc),
+         "profiling_name": "nccl:all_reduce", "time_created_ns",
+         "time_discovered_started_ns", "time_discovered_completed_ns", "duration_ms",
+         "input_sizes": [[n, ...]], "input_dtypes": ["Float"], "output_sizes", "output_dtypes",
+         "state": "scheduled" | "started" | "completed", "retired", ...}, ...]}
+
+The dump names no rank: the rank comes from the file name (``...rank3...``, else its last
+number), as the Flight Recorder's own analyzer takes it from the dump file's suffix.
+
+A pickle can run code when loaded, so a dump is never read with ``pickle.load``: the
+restricted unpickler here resolves no global at all (no class, no function), which is all a
+dump needs (dicts, lists, tuples, strings, numbers, None), and refuses anything else with one
+line naming what the pickle asked for. A dump has no compute timeline (no forward, backward,
+optimizer): it serves ``blame`` (who arrived last at each collective) and, next to the
+profiler traces, sequence numbers; ``import`` needs the profiler traces.
+"""
+
+from __future__ import annotations
+
+import io
+import pickle
+import re
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple
+
+import numpy as np
+
+from commsim.traces.errors import TraceError
+from commsim.traces.kinds import DTYPE_BYTES, collective_kind, dtype_name
+from commsim.traces.records import CommEvent, RankTrace
+
+
+class _Refusing(pickle.Unpickler):
+    """An unpickler that builds plain containers and scalars only: every global is refused."""
+
+    source = ""
+
+    def find_class(self, module: str, name: str):  # noqa: D401 - pickle's hook
+        raise TraceError(self.source, None,
+                         f"refusing to load this pickle: it asks for {module}.{name}, and a Flight Recorder dump holds "
+                         "only plain containers and scalars (a pickle that names a class or function can run code)")
+
+    def persistent_load(self, pid):
+        raise TraceError(self.source, None, "refusing to load this pickle: it uses persistent ids, which a "
+                                            "Flight Recorder dump never does")
+
+
+def safe_unpickle(data: bytes, source: str) -> Any:
+    """Unpickle `data` allowing only dicts, lists, tuples, sets, strings, bytes, numbers,
+    booleans and None. Anything else, and a damaged pickle, is a one-line TraceError."""
+    u = _Refusing(io.BytesIO(data))
+    u.source = source
+    try:
+        return u.load()
+    except TraceError:
+        raise
+    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, IndexError, KeyError,
+            AttributeError, MemoryError, RecursionError) as err:
+        truncated = isinstance(err, EOFError) or "truncated" in str(err)
+        what = "truncated pickle" if truncated else f"damaged pickle ({type(err).__name__}: {err})"
+        raise TraceError(source, None, f"not a readable Flight Recorder dump: {what}") from None
+
+
+def rank_from_name(path: str) -> Optional[int]:
+    """The rank a dump file is named for: ``rank<N>`` (also rank_N, rank-N), else the last number."""
+    name = Path(path).name
+    m = re.search(r"rank[_-]?(\d+)", name, re.IGNORECASE)
+    if m:
+        return int(m.group(1))
+    nums = re.findall(r"\d+", name)
+    return int(nums[-1]) if nums else None
+
+
+def _ranks(raw: Any) -> Tuple[int, ...]:
+    if isinstance(raw, (list, tuple)):
+        return tuple(int(x) for x in raw)
+    if isinstance(raw, str):
+        items = [x.strip() for x in raw.strip().strip("[]").split(",") if x.strip()]
+        try:
+            return tuple(int(x) for x in items)
+        except ValueError:
+            return ()
+    return ()
+
+
+def _size(shapes: Any, dtypes: Any, source: str, where: str) -> Tuple[int, str]:
+    """Total bytes and dtype of a list of tensor shapes with their dtypes."""
+    if not isinstance(shapes, list) or not isinstance(dtypes, list) or len(shapes) != len(dtypes):
+        raise TraceError(source, where, f"expected lists of tensor sizes and of their dtypes of equal length, "
+                                        f"got {shapes!r} and {dtypes!r}")
+    total, dt = 0, ""
+    for shape, raw in zip(shapes, dtypes):
+        d = dtype_name(raw)
+        if d is None:
+            raise TraceError(source, where, f"unknown dtype {raw!r}")
+        if not isinstance(shape, list) or not all(isinstance(x, int) for x in shape):
+            raise TraceError(source, where, f"expected a tensor size (a list of integers), got {shape!r}")
+        total += int(np.prod(shape)) * DTYPE_BYTES[d] if shape else DTYPE_BYTES[d]
+        dt = dt or d
+    return total, dt
+
+
+_REQUIRED = {"collective_seq_id": int, "profiling_name": str, "time_created_ns": int,
+             "input_sizes": list, "input_dtypes": list}
+
+
+def read_flight_recorder(doc: Any, source: str, rank: Optional[int] = None) -> RankTrace:
+    """One rank's Flight Recorder dump (unpickled or JSON) as a RankTrace of collectives."""
+    if not isinstance(doc, dict) or not isinstance(doc.get("entries"), list):
+        raise TraceError(source, "entries", "expected a Flight Recorder dump: a mapping with a list of 'entries'")
+    rank = rank_from_name(source) if rank is None else rank
+    if rank is None:
+        raise TraceError(source, None, "a Flight Recorder dump does not say its rank and the file name has no "
+                                       "number: name it ...rank<N>... (as TORCH_FR_DUMP_TEMP_FILE<rank> does)")
+    pgs: Dict[str, Tuple[int, ...]] = {}
+    config = doc.get("pg_config") if isinstance(doc.get("pg_config"), dict) else {}
+    for name, pg in config.items():
+        if isinstance(pg, dict):
+            pgs[str(name)] = _ranks(pg.get("ranks"))
+    # gloo dumps name the default group '' in pg_config and '0' in their entries: with one
+    # group configured, an entry's group that is not in it is that one
+    only = next(iter(pgs.values())) if len(pgs) == 1 else None
+    notes: List[str] = []
+    comms: List[CommEvent] = []
+    skipped_p2p = 0
+    in_flight = 0
+    for i, e in enumerate(doc["entries"]):
+        where = f"entries[{i}]"
+        if not isinstance(e, dict):
+            raise TraceError(source, where, f"expected a mapping, got {type(e).__name__}")
+        for key, typ in _REQUIRED.items():
+            if not isinstance(e.get(key), typ) or isinstance(e.get(key), bool):
+                raise TraceError(source, f"{where}.{key}", f"expected {typ.__name__}, got {e.get(key)!r}")
+        if e.get("is_p2p"):
+            skipped_p2p += 1
+            continue
+        kind = collective_kind(e["profiling_name"])
+        if kind is None:
+            raise TraceError(source, f"{where}.profiling_name", f"unknown collective {e['profiling_name']!r}")
+        pg = e.get("process_group")
+        group = str(pg[0]) if isinstance(pg, (list, tuple)) and pg else str(e.get("pg_id", "0"))
+        if group not in pgs and only is not None:
+            pgs[group] = only
+        nbytes, dt = _size(e["input_sizes"], e["input_dtypes"], source, f"{where}.input_sizes")
+        if kind in ("all_gather", "gather") and isinstance(e.get("output_sizes"), list):
+            nbytes, _ = _size(e["output_sizes"], e.get("output_dtypes") or [], source, f"{where}.output_sizes")
+        created = e["time_created_ns"]
+        started = e.get("time_discovered_started_ns")
+        completed = e.get("time_discovered_completed_ns")
+        duration = e.get("duration_ms")
+        if e.get("state") != "completed" and not e.get("retired"):
+            in_flight += 1
+        comms.append(CommEvent(
+            kind=kind, group=group, nbytes=nbytes, dtype=dt, issue=created, seq=e["collective_seq_id"],
+            start=started if isinstance(started, int) else None,
+            end=(completed if isinstance(completed, int) else
+                 (started + int(duration * 1e6) if isinstance(started, int) and isinstance(duration, (int, float)) else None)),
+            group_ranks=pgs.get(group) or None, group_size=len(pgs[group]) if pgs.get(group) else None,
+            where=f"{where} ({e['profiling_name']})",
+        ))
+    if skipped_p2p:
+        notes.append(f"{skipped_p2p} point-to-point entries left out")
+    if in_flight:
+        notes.append(f"{in_flight} collectives were still in flight when the dump was taken")
+    if not comms:
+        return RankTrace(source=source, format="flight-recorder", rank=rank, origin_ns=0,
+                         groups=tuple(pgs.items()), notes=tuple(notes))
+    origin = min(c.issue for c in comms)
+
+    def sec(ns):
+        return None if ns is None else (ns - origin) * 1e-9
+
+    from dataclasses import replace
+
+    ordered = sorted(comms, key=lambda c: (c.group, c.seq))
+    counters: Dict[str, int] = {}
+    out = []
+    for c in ordered:
+        k = counters.get(c.group, 0)
+        counters[c.group] = k + 1
+        out.append(replace(c, issue=sec(c.issue), start=sec(c.start), end=sec(c.end), order=k))
+    out.sort(key=lambda c: c.issue)
+    used = {c.group for c in out}
+    pgs = {g: r for g, r in pgs.items() if g in used or not used}
+    world = max((len(r) for r in pgs.values()), default=0) or None
+    prefixes = {e["profiling_name"].split(":")[0] for e in doc["entries"] if ":" in e["profiling_name"]}
+    backend = next(iter(prefixes)) if len(prefixes) == 1 else None
+    return RankTrace(
+        source=source, format="flight-recorder", rank=rank, origin_ns=int(origin), world_size=world,
+        backend=backend, groups=tuple(sorted(pgs.items())), comms=tuple(out),
+        device="gpu" if backend == "nccl" else "cpu", notes=tuple(notes),
+    )

@@ -1,0 +1,127 @@
+"""Kineto Chrome traces: a real gloo trace of this machine, and NCCL/GPU traces in the documented format."""
+
+from pathlib import Path
+
+import pytest
+
+from commsim.traces.errors import TraceError
+from commsim.traces.files import read_bytes, sniff
+from commsim.traces.kineto import _rank_list, read_kineto
+from commsim.traces.kinds import collective_kind, dtype_name, nccl_kernel_kind
+from tests.unit.traces import synth
+
+DATA = Path(__file__).resolve().parents[2] / "data" / "traces"
+
+
+def _real(name="delay", rank=0):
+    p = str(DATA / name / f"rank{rank}.trace.json.gz")
+    return read_kineto(sniff(read_bytes(p), p)[1], p)
+
+
+def test_real_gloo_trace():
+    """tests/data/traces/delay: 2 gloo ranks, 10 profiled steps of 5 buckets (README there)."""
+    t = _real()
+    assert (t.rank, t.world_size, t.backend, t.host, t.device) == (0, 2, "gloo", "vm", "cpu")
+    assert [k for k, _, _ in t.steps] == list(range(1, 11))
+    ar = [c for c in t.comms if c.kind == "all_reduce"]
+    assert len(ar) == 50
+    # the model's layers (trace_job defaults): widths 128, 192, ..., 512, so layer i has
+    # w_i * w_{i+1} + w_{i+1} parameters; backward order is the last layer first
+    widths = [128 + 64 * i for i in range(7)]
+    layer_bytes = [4 * (a * b + b) for a, b in zip(widths, widths[1:])]
+    first_step = sorted((c for c in ar if c.step == 1), key=lambda c: c.issue)
+    assert sum(c.nbytes for c in first_step) == sum(layer_bytes)
+    assert first_step[0].nbytes == layer_bytes[-1]
+    assert all(c.dtype == "fp32" and c.start is not None and c.end > c.start >= c.issue - 1e-3 for c in ar)
+    phases = {i.phase for i in t.intervals}
+    assert phases == {"forward", "backward", "optimizer"}
+    # every bucket is issued inside its step's backward
+    for c in first_step:
+        bwd = [i for i in t.intervals if i.phase == "backward" and i.step == 1]
+        assert min(i.start for i in bwd) <= c.issue <= max(i.end for i in bwd) + 1e-3
+
+
+def test_nccl_gpu_trace_in_the_documented_format():
+    steps = synth.plan(2, 3, sizes=(800_000, 400_000))
+    doc = synth.kineto(1, 2, steps[1], gpu=True, seq=True)
+    t = read_kineto(doc, "rank1.json")
+    assert (t.rank, t.world_size, t.backend, t.device) == (1, 2, "nccl", "gpu")
+    assert [c.seq for c in t.comms] == [1, 2, 3, 4, 5, 6]
+    assert [c.nbytes for c in t.comms] == [800_000, 400_000] * 3
+    first = steps[1][0].buckets[0]
+    c = t.comms[0]
+    assert c.issue == pytest.approx(first[1], abs=1e-9)
+    assert c.start == pytest.approx(max(first[1], first[2]), abs=1e-9)
+    assert c.end == pytest.approx(first[3], abs=1e-9)
+    # compute comes from the kernels, each in the phase of the CPU span that launched it
+    assert {i.phase for i in t.intervals} == {"forward", "backward", "optimizer"}
+    assert all(i.step in (1, 2, 3) for i in t.intervals)
+
+
+def test_kernels_pair_by_order_without_sequence_numbers():
+    steps = synth.plan(2, 2)
+    t = read_kineto(synth.kineto(0, 2, steps[0], gpu=True, seq=False), "rank0.json")
+    for c, b in zip(t.comms, [b for st in steps[0] for b in st.buckets]):
+        assert c.seq is None
+        assert c.end == pytest.approx(b[3], abs=1e-9)
+
+
+def test_unknown_nccl_kernel_is_named():
+    doc = synth.kineto(0, 2, synth.plan(2, 1)[0], gpu=True, kernel_name="ncclDevKernel_Frobnicate_Sum_f32(x)")
+    with pytest.raises(TraceError, match=r"rank0\.json: traceEvents\[\d+\]\.name: unknown NCCL kernel "
+                                         r"'ncclDevKernel_Frobnicate_Sum_f32'"):
+        read_kineto(doc, "rank0.json")
+
+
+def test_unknown_dtype_is_named():
+    doc = synth.kineto(0, 2, synth.plan(2, 1)[0], gpu=True)
+    for e in doc["traceEvents"]:
+        if e["name"] == "record_param_comms":
+            e["args"]["dtype"] = "Quaternion"
+            break
+    with pytest.raises(TraceError, match=r"traceEvents\[\d+\]\.args\.dtype: unknown dtype 'Quaternion'"):
+        read_kineto(doc, "rank0.json")
+
+
+def test_rank_from_metadata_then_file_name():
+    doc = synth.kineto(3, 4, synth.plan(4, 1)[3], dist_info=False)
+    assert read_kineto(doc, "/x/job_rank3.json").rank == 3
+    with pytest.raises(TraceError, match="cannot tell which rank recorded this trace"):
+        read_kineto(doc, "/x/trace.json")
+
+
+def test_no_complete_events():
+    with pytest.raises(TraceError, match=r"e\.json: traceEvents: no complete"):
+        read_kineto({"traceEvents": [{"ph": "M", "name": "process_name"}]}, "e.json")
+
+
+def test_truncated_rank_lists_are_completed_when_they_are_a_progression():
+    assert _rank_list("[0, 1, 2, 3]", 4, "w", "s") == (0, 1, 2, 3)
+    # record_param_comms cuts lists past 30 ranks: "[0, 1, ..., 28, ..., 127]"
+    cut = "[" + ", ".join(str(i) for i in range(29)) + ", ..., 127]"
+    assert _rank_list(cut, 128, "w", "s") == tuple(range(128))
+    strided = "[" + ", ".join(str(2 * i) for i in range(29)) + ", ..., 126]"
+    assert _rank_list(strided, 64, "w", "s") == tuple(range(0, 128, 2))
+    assert _rank_list("[0, 5, 7, ..., 99]", 40, "w", "s") is None  # not a progression: unknown
+    with pytest.raises(TraceError, match="expected a list of ranks"):
+        _rank_list("[0, one]", 2, "w", "s")
+
+
+def test_truncated_rank_list_in_a_trace_is_read():
+    cut = "[" + ", ".join(str(i) for i in range(29)) + ", ..., 63]"
+    doc = synth.kineto(0, 64, synth.plan(64, 1)[0], gpu=True, ranks_arg=cut)
+    t = read_kineto(doc, "rank0.json")
+    assert all(c.group_ranks == tuple(range(64)) for c in t.comms)
+
+
+def test_names():
+    assert collective_kind("c10d::allreduce_") == "all_reduce"
+    assert collective_kind("nccl:all_reduce") == "all_reduce"
+    assert collective_kind("_allgather_base") == "all_gather"
+    assert collective_kind("gloo:broadcast") == "broadcast"
+    assert collective_kind("c10d::wait") is None
+    assert nccl_kernel_kind("ncclKernel_AllReduce_RING_LL_Sum_float(x)") == "all_reduce"
+    assert nccl_kernel_kind("ncclDevKernel_ReduceScatter_Sum_bf16_RING_SIMPLE") == "reduce_scatter"
+    assert dtype_name("BFloat16") == dtype_name("c10::BFloat16") == "bf16"
+    assert dtype_name("float") == dtype_name("Float") == "fp32"
+    assert dtype_name("long int") == "int64"

@@ -1,0 +1,63 @@
+"""Reading trace files: gzip and JSON failures named in one line, formats told apart by content."""
+
+import gzip
+import json
+
+import pytest
+
+from commsim.errors import InputError
+from commsim.traces.errors import TraceError
+from commsim.traces.files import parse_json, read_bytes, sniff
+
+
+def test_trace_error_is_an_input_error_with_the_file_first():
+    err = TraceError("a.json", "traceEvents[3].dtype", "unknown dtype 'x'")
+    assert isinstance(err, InputError)
+    assert str(err) == "a.json: traceEvents[3].dtype: unknown dtype 'x'"
+
+
+def test_gzip_is_read_by_content_not_name(tmp_path):
+    p = tmp_path / "trace.json"  # gzip under a .json name
+    p.write_bytes(gzip.compress(b'{"traceEvents": []}'))
+    assert read_bytes(str(p)) == b'{"traceEvents": []}'
+
+
+def test_truncated_gzip(tmp_path):
+    p = tmp_path / "t.json.gz"
+    events = [{"ph": "X", "name": f"op{i}", "ts": i * 7919 % 10007} for i in range(2000)]
+    data = gzip.compress(json.dumps({"traceEvents": events}).encode())
+    p.write_bytes(data[: len(data) // 2])
+    with pytest.raises(TraceError, match=r"t\.json\.gz: truncated gzip file"):
+        read_bytes(str(p))
+
+
+def test_truncated_json_is_named():
+    with pytest.raises(TraceError, match=r"^x\.json: truncated JSON: the document ends inside a value"):
+        parse_json(b'{"traceEvents": [{"ph": "X", "name": "a"', "x.json")
+
+
+def test_concatenated_json_is_named():
+    with pytest.raises(TraceError, match=r"more than one JSON document \(a second one starts at line 2"):
+        parse_json(b'{"traceEvents": []}\n{"traceEvents": []}\n', "x.json")
+
+
+def test_invalid_json_in_the_middle_is_not_called_truncated():
+    with pytest.raises(TraceError, match=r"x\.json: invalid JSON at line 1 column 18: Expecting value"):
+        parse_json(b'{"traceEvents": [}, {"a": 1}, {"b": 2}]}', "x.json")
+
+
+def test_missing_file_and_directory(tmp_path):
+    with pytest.raises(TraceError, match="file not found"):
+        read_bytes(str(tmp_path / "nope.json"))
+    with pytest.raises(TraceError, match="is a directory"):
+        read_bytes(str(tmp_path))
+
+
+def test_sniff_tells_formats_apart():
+    assert sniff(b'{"traceEvents": []}', "a")[0] == "kineto"
+    assert sniff(b'[{"ph": "X"}]', "a")[0] == "kineto"
+    assert sniff(b'{"entries": [], "pg_config": {}}', "a")[0] == "flight-recorder"
+    with pytest.raises(TraceError, match="a JSON document that is no trace: expected 'traceEvents'.*found foo"):
+        sniff(b'{"foo": 1}', "a")
+    with pytest.raises(TraceError, match="neither a profiler trace"):
+        sniff(b"hello", "a")
