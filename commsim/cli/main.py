@@ -90,12 +90,14 @@ def run(scenario, steps, seed, overrides, calibration, json_path, csv_path, trac
 def _register_subcommands() -> None:
     """Commands that live in their own modules (each imports its heavy dependencies lazily)."""
     from commsim.cli.algorithms import register as register_collectives
+    from commsim.cli.lab import register as register_lab
     from commsim.cli.sweep import register as register_sweep
     from commsim.cli.validate import register as register_validate
 
     register_sweep(main)
     register_collectives(main)
     register_validate(main)
+    register_lab(main)
 
 
 _register_subcommands()

@@ -122,7 +122,7 @@ class Lab:
         """Create the namespaces, the bridge, every node's veth pair and shaping. On any failure
         (KeyboardInterrupt too) whatever was created is removed before the error propagates."""
         commands.preflight()
-        left = [ns for ns in commands.list_namespaces() if ns.startswith(self.spec.prefix)]
+        left = sorted(ns for ns in commands.list_namespaces() if ns.startswith(self.spec.prefix))
         if left:
             raise LabError("--name", None, f"lab {self.spec.name!r} is already up ({', '.join(left)}); "
                            f"remove it with `commsim lab down --name {self.spec.name}`")
