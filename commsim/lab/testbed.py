@@ -41,9 +41,12 @@ from commsim.lab.state import read_spec, remove_state, write_state
 # the shaped rate below a few tens of kB.
 MIN_BURST_BYTES = 16 * 1024
 BURST_S = 1e-3
-# queue limit: 50 ms at the rate (at least 64 KiB): TCP needs some queue to fill the link, a
-# longer one only adds delay (bufferbloat) in front of small messages on a congested port
-QUEUE_S = 0.05
+# queue limits, in seconds at the rate (at least 64 KiB). A node's own egress queue is deep:
+# TCP's small-queue limit (4 MB here) decides how much a socket queues below it, and a drop
+# there only makes TCP back off (8% of the rate lost at 50 ms). A switch port is shallow, as a
+# switch's buffer is: a longer queue only adds delay in front of small messages.
+HOST_QUEUE_S = 0.2
+SWITCH_QUEUE_S = 0.05
 MIN_QUEUE_BYTES = 64 * 1024
 PROBE_PORT = 9  # "discard": nothing listens there, so a live node answers with a reset
 PROBE_TIMEOUT_S = 1.0
@@ -74,14 +77,15 @@ print(" ".join(sorted(dead)))
 _SET_HOSTNAME = "import os, socket, sys; socket.sethostname(sys.argv[1]); os.execvp(sys.argv[2], sys.argv[2:])"
 
 
-def shaping_commands(rate_bps: float, delay_s: float, dev: str, netns: str, delay: bool) -> List[List[str]]:
-    """The tc commands that shape `dev`'s egress: netem (delay) over tbf (rate), or tbf alone."""
+def shaping_commands(rate_bps: float, delay_s: float, dev: str, netns: str, host: bool) -> List[List[str]]:
+    """The tc commands that shape `dev`'s egress: on a node (`host`), netem (the delay, if any)
+    over tbf (the rate) with a host's queue; on a switch port, tbf with a switch's queue."""
     rate_Bps = rate_bps / 8.0
     burst = int(max(MIN_BURST_BYTES, rate_Bps * BURST_S))
-    limit = int(max(MIN_QUEUE_BYTES, rate_Bps * QUEUE_S))
+    limit = int(max(MIN_QUEUE_BYTES, rate_Bps * (HOST_QUEUE_S if host else SWITCH_QUEUE_S)))
     tbf = ["tbf", "rate", tc_rate(rate_bps), "burst", str(burst), "limit", str(limit)]
     base = ["tc", "-n", netns, "qdisc", "add", "dev", dev]
-    if delay and delay_s > 0:
+    if host and delay_s > 0:
         return [base + ["root", "handle", "1:", "netem", "delay", f"{delay_s * 1e6:.0f}us"],
                 base + ["parent", "1:1", "handle", "10:"] + tbf]
     return [base + ["root", "handle", "1:"] + tbf]
@@ -159,9 +163,9 @@ class Lab:
 
     def _shape(self, k: int, rate_bps: float) -> None:
         ns, sw, port = self.spec.namespace(k), self.spec.switch, self.spec.port(k)
-        for netns, dev, delay in ((ns, NODE_IFACE, True), (sw, port, False)):
+        for netns, dev, host in ((ns, NODE_IFACE, True), (sw, port, False)):
             tc("qdisc", "del", "dev", dev, "root", netns=netns, check=False)  # none yet: fine
-            for argv in shaping_commands(rate_bps, self.spec.delay_s, dev, netns, delay):
+            for argv in shaping_commands(rate_bps, self.spec.delay_s, dev, netns, host):
                 commands.run(argv)
 
     def down(self) -> List[str]:

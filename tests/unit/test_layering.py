@@ -25,6 +25,7 @@ LAYERS = [
     ("commsim.analysis",),
     ("commsim.sweep",),
     ("commsim.output",),
+    ("commsim.lab",),
     ("validate",),
     ("commsim.cli",),
 ]

@@ -1,0 +1,169 @@
+"""The model against the lab: calibrate on 2 nodes and predict more; replay the stragglers.
+
+Two experiments, each one job in a running :class:`commsim.lab.Lab` (start-up paid once):
+
+:func:`scaling_check`
+    per-level sweeps (validate.collectives_multi) of a job of N nodes x k ranks: 2 ranks on
+    node 0 (intra_node), 1 rank on each of nodes 0 and 1 (inter_node), and the layouts to
+    predict (e.g. 4 and 8 nodes x 1 and 2 ranks). The two 2-node tables are written in
+    nccl-tests' format and fitted by ``commsim calibrate --from-nccl-tests``'s own code
+    (commsim.calibration.from_logs, in-place columns); the simulator's ring under that
+    calibration (commsim.lab.check) predicts every other layout, compared with its measured busbw.
+
+:func:`straggler_check`
+    a calibration sweep on two nodes, then one replay (validate.lab_replay) per scenario:
+    the straggler-free one first (every other case's measured baseline), then each with its
+    straggler injected for real (a slow node's link shaped by the lab). Each is compared with
+    the simulation under the calibration (commsim.analysis.validation.compare) and its
+    straggler named from the measurements (commsim.lab.diagnose).
+
+Both keep everything measured under `out_dir` (the run's records, the nccl-tests tables, a
+JSON report), also when a rank fails (validate.launch.LaunchError carries the partial records).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from commsim.atomic import atomic_write_text
+from commsim.calibration.from_logs import calibration_from_nccl_logs
+from commsim.calibration.model import Calibration
+from commsim.lab import check, diagnose
+from commsim.scenario.spec import Scenario
+from validate import collectives_multi as cm
+from validate.lab_replay import lab_plan
+from validate.multinode import launch_on
+
+LEVELS = ("intra", "inter")
+
+
+def write_tables(layouts: Sequence[Dict], out_dir: Path, warmup: int, iters: int, note: str = "") -> Dict[Tuple[str, str], Path]:
+    """Every (layout, collective) as an nccl-tests log `<layout>_<collective>.txt`."""
+    paths = {}
+    for lay in layouts:
+        for c in sorted({r["collective"] for r in lay["rows"]}):
+            path = out_dir / f"{lay['name']}_{c}.txt"
+            atomic_write_text(path, cm.format_table(lay, c, warmup, iters, note=note))
+            paths[(lay["name"], c)] = path
+    return paths
+
+
+def calibrate_levels(paths: Dict[Tuple[str, str], Path], command: Optional[str] = None) -> Calibration:
+    """The calibration `commsim calibrate --from-nccl-tests --in-place` fits from the intra and
+    inter all_reduce tables (levels from their host names)."""
+    logs = [str(paths[(lv, "all_reduce")]) for lv in LEVELS if (lv, "all_reduce") in paths]
+    cal, _ = calibration_from_nccl_logs(logs, in_place=True, command=command)
+    return cal
+
+
+def _json(path: Path, doc) -> None:
+    atomic_write_text(path, json.dumps(doc, indent=1, default=float) + "\n")
+
+
+def scaling_check(lab, nodes: int, ranks_per_node: int, predict: Sequence[Tuple[int, int]], sizes: Sequence[int],
+                  out_dir, collectives: Sequence[str] = ("all_reduce",), warmup: int = 1, iters: int = 3,
+                  timeout_s: float = 120.0, echo=print) -> Dict:
+    """Calibrate on 2 nodes, predict the `predict` layouts ((nodes, ranks per node) each).
+
+    Returns {"calibration", "compared", "summary"} and writes tables and report.json to out_dir."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    layouts = cm.level_layouts(nodes, ranks_per_node)
+    layouts = [lay for lay in layouts if lay["name"] in LEVELS]
+    for k, j in predict:
+        layouts.append(cm.layout(f"{k}x{j}", k, j, ranks_per_node))
+    plan = cm.plan(layouts, sizes, collectives, warmup, iters)
+    echo(f"# lab {lab.spec.name}: {nodes} nodes x {ranks_per_node} ranks, layouts "
+         f"{', '.join(lay['name'] for lay in layouts)}, sizes {sizes[0]}..{sizes[-1]} B, {iters} iterations")
+    results = launch_on(lab, "validate.collectives_multi:rank_levels", nodes, ranks_per_node, timeout_s=timeout_s,
+                        args=(plan,), result_dir=str(out / "run"))
+    measured = results[0]["result"]["layouts"]
+    paths = write_tables(measured, out, warmup, iters, note=f"lab links {lab.spec.rate_bps / 1e6:g} Mbit/s")
+    cal = calibrate_levels(paths)
+    rows = [r for lay in measured if lay["name"] not in LEVELS for r in lay["rows"]]
+    compared = check.compare(cal, rows)
+    summary = check.summarize(compared)
+    _json(out / "report.json", {"lab": lab.spec.to_json(), "layouts": measured, "compared": compared, "summary": summary})
+    return {"calibration": cal, "layouts": measured, "compared": compared, "summary": summary}
+
+
+def straggler_check(lab, cases: Sequence[Tuple[str, Scenario, Sequence[int]]], cal_sizes: Sequence[int], out_dir,
+                    warmup_steps: int = 1, iters: int = 3, timeout_s: float = 120.0, echo=print) -> Dict:
+    """Replay each case (name, scenario, lab nodes it runs on, one rank per node) and compare.
+
+    The first case must be straggler-free: it is the measured baseline of the others. A
+    scenario's ``slow_link`` on node k is applied by shaping lab node nodes[k] at factor x the
+    lab's rate; that lab node must serve no other case. Returns {"calibration", "cases"}."""
+    from commsim.analysis.validation import compare, measured_summary, predicted_summary
+    from validate.replay import assemble
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    if cases[0][1].stragglers:
+        raise ValueError(f"the first case ({cases[0][0]}) is the baseline: it must have no stragglers")
+    plans, slowed = [], {}
+    for name, sc, node_ids in cases:
+        if sc.cluster.gpus_per_node != 1 or sc.world_size != len(node_ids):
+            raise ValueError(f"case {name}: one rank per node on {len(node_ids)} nodes, the scenario has "
+                             f"{sc.cluster.nodes} x {sc.cluster.gpus_per_node}")
+        plan = lab_plan(sc, list(node_ids), warmup_steps, timeout_s)
+        plans.append(plan)
+        for k, factor in plan["slow_nodes"].items():
+            slowed[int(node_ids[int(k)])] = (name, factor)
+    for name, _, node_ids in cases:
+        for k in node_ids:
+            if k in slowed and slowed[k][0] != name:
+                raise ValueError(f"lab node {k} is slowed for case {slowed[k][0]} and also serves case {name}")
+    for k in range(lab.spec.nodes):
+        lab.set_rate(k, lab.spec.rate_bps * slowed[k][1] if k in slowed else None)
+    cal_layout = cm.layout("inter", [0, 1], 1, 1)
+    tasks = [["validate.collectives_multi:rank_levels", [cm.plan([cal_layout], cal_sizes, ("all_reduce",), 1, iters)]]]
+    tasks += [["validate.lab_replay:rank_replay", [plan]] for plan in plans]
+    echo(f"# lab {lab.spec.name}: calibration on nodes 0-1, then {len(cases)} replays: "
+         + ", ".join(f"{name} on nodes {list(ids)}" for name, _, ids in cases))
+    results = launch_on(lab, "validate.multinode_rank:rank_sequence", lab.spec.nodes, 1, timeout_s=timeout_s,
+                        args=(tasks,), result_dir=str(out / "run"))
+    measured_levels = results[0]["result"][0]["layouts"]
+    paths = write_tables(measured_levels, out, 1, iters)
+    cal = calibrate_levels(paths)
+    report, baseline = [], None
+    for i, (name, sc, node_ids) in enumerate(cases):
+        per_rank = sorted((e["result"][i + 1] for e in results if e["result"][i + 1] is not None), key=lambda r: r["rank"])
+        arrays = assemble(per_rank)
+        measured = measured_summary(arrays["start"], arrays["rank_end"], arrays["bucket_launch"], arrays["bucket_finish"])
+        if baseline is None:
+            baseline = measured
+        cmp = compare(measured, predicted_summary(sc, cal), baseline if sc.stragglers else None)
+        step_end = arrays["rank_end"].max(axis=1)
+        step_start = np.concatenate(([arrays["start"]], step_end[:-1]))
+        ready = np.array([[st["ready"] for st in r["steps"]] for r in per_rank]).transpose(1, 2, 0)  # (steps, buckets, n)
+        found = diagnose.name_stragglers(step_start, ready, [r["probe_recv_s"] for r in per_rank])
+        entry = {"case": name, "nodes": list(node_ids), "stragglers": [type(s).__name__ for s in sc.stragglers],
+                 "comparison": cmp, "found": found,
+                 "found_text": diagnose.describe(found, node_of=lambda r, ids=node_ids: lab.node_name(ids[r]))}
+        report.append(entry)
+    _json(out / "report.json", {"lab": lab.spec.to_json(), "cases": report,
+                                "calibration_layout": measured_levels})
+    return {"calibration": cal, "cases": report}
+
+
+def lab_scenario(nodes: int = 4, parameters: float = 1e6, forward: float = 0.1, backward: float = 0.3,
+                 optimizer: float = 0.02, bucket_cap: float = 1 << 20, first_bucket: float = 256 << 10,
+                 steps: int = 5, seed: int = 0, name: str = "lab") -> Scenario:
+    """A scenario sized for the lab: `nodes` x 1 rank, fp32 gradients, compute comparable
+    with the time the gradient takes on a 100 Mbit/s ring (link numbers are placeholders: a
+    calibration replaces them)."""
+    from commsim.scenario.spec import DDP, Cluster, Compute, Link, Model
+
+    return Scenario(name=name, cluster=Cluster(nodes, 1, Link(1e9, 1e-4), Link(12.5e6, 1e-3)),
+                    model=Model(int(parameters), "fp32"), compute=Compute(forward, backward, optimizer, 8),
+                    ddp=DDP(bucket_cap=bucket_cap, first_bucket=first_bucket, overlap=True), steps=steps, seed=seed)
+
+
+def with_stragglers(sc: Scenario, name: str, *stragglers) -> Scenario:
+    return replace(sc, name=name, stragglers=tuple(stragglers))
