@@ -45,16 +45,19 @@ REDOP = {"all_reduce": "sum", "all_gather": "none", "reduce_scatter": "sum"}
 SUM_RTOL = 1e-5
 
 
-def layout(name: str, nodes, per_node: int, job_ranks_per_node: int) -> Dict:
+def layout(name: str, nodes, per_node: int, job_ranks_per_node) -> Dict:
     """The first `per_node` ranks of each of `nodes` (a count: the first that many nodes; or
     a list of node indices, in ring order) of a job with `job_ranks_per_node` ranks per node
-    (node-major numbering). The layout's ranks must include rank 0 (node 0 must be in it)."""
+    (one count, or a list of one per node; node-major numbering). The layout's ranks must
+    include rank 0 (node 0 must be in it)."""
     node_ids = list(range(nodes)) if isinstance(nodes, int) else [int(k) for k in nodes]
-    if not 1 <= per_node <= job_ranks_per_node:
-        raise ValueError(f"layout {name}: {per_node} ranks per node, the job has {job_ranks_per_node}")
-    if not node_ids or node_ids[0] != 0 or len(set(node_ids)) != len(node_ids):
-        raise ValueError(f"layout {name}: nodes must be distinct and start with node 0, got {node_ids}")
-    ranks = [k * job_ranks_per_node + j for k in node_ids for j in range(per_node)]
+    counts = job_ranks_per_node if not isinstance(job_ranks_per_node, int) else [job_ranks_per_node] * (max(node_ids) + 1)
+    if not node_ids or node_ids[0] != 0 or len(set(node_ids)) != len(node_ids) or max(node_ids) >= len(counts):
+        raise ValueError(f"layout {name}: nodes must be distinct job nodes starting with node 0, got {node_ids}")
+    if per_node < 1 or any(per_node > counts[k] for k in node_ids):
+        raise ValueError(f"layout {name}: {per_node} ranks per node, the job has {[counts[k] for k in node_ids]}")
+    offsets = [sum(counts[:k]) for k in range(len(counts))]
+    ranks = [offsets[k] + j for k in node_ids for j in range(per_node)]
     return {"name": name, "nodes": len(node_ids), "ranks_per_node": per_node, "ranks": ranks, "node_ids": node_ids}
 
 

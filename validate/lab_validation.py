@@ -65,22 +65,24 @@ def _json(path: Path, doc) -> None:
     atomic_write_text(path, json.dumps(doc, indent=1, default=float) + "\n")
 
 
-def scaling_check(lab, nodes: int, ranks_per_node: int, predict: Sequence[Tuple[int, int]], sizes: Sequence[int],
+def scaling_check(lab, nodes: int, ranks_per_node, predict: Sequence[Tuple[int, int]], sizes: Sequence[int],
                   out_dir, collectives: Sequence[str] = ("all_reduce",), warmup: int = 1, iters: int = 3,
                   timeout_s: float = 120.0, echo=print) -> Dict:
-    """Calibrate on 2 nodes, predict the `predict` layouts ((nodes, ranks per node) each).
+    """Calibrate on 2 nodes, predict the `predict` layouts ((nodes, ranks per node) each) of a
+    job of `nodes` nodes with `ranks_per_node` ranks (one count, or one per node: 2 on the
+    first four and 1 on the next four covers 4 x 2 and 8 x 1 with 12 ranks, not 16).
 
     Returns {"calibration", "compared", "summary"} and writes tables and report.json to out_dir."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    layouts = cm.level_layouts(nodes, ranks_per_node)
-    layouts = [lay for lay in layouts if lay["name"] in LEVELS]
+    counts = [ranks_per_node] * nodes if isinstance(ranks_per_node, int) else list(ranks_per_node)
+    layouts = [cm.layout("intra", 1, 2, counts), cm.layout("inter", 2, 1, counts)]
     for k, j in predict:
-        layouts.append(cm.layout(f"{k}x{j}", k, j, ranks_per_node))
+        layouts.append(cm.layout(f"{k}x{j}", k, j, counts))
     plan = cm.plan(layouts, sizes, collectives, warmup, iters)
-    echo(f"# lab {lab.spec.name}: {nodes} nodes x {ranks_per_node} ranks, layouts "
+    echo(f"# lab {lab.spec.name}: {sum(counts)} ranks on {nodes} nodes ({counts}), layouts "
          f"{', '.join(lay['name'] for lay in layouts)}, sizes {sizes[0]}..{sizes[-1]} B, {iters} iterations")
-    results = launch_on(lab, "validate.collectives_multi:rank_levels", nodes, ranks_per_node, timeout_s=timeout_s,
+    results = launch_on(lab, "validate.collectives_multi:rank_levels", nodes, counts, timeout_s=timeout_s,
                         args=(plan,), result_dir=str(out / "run"))
     measured = results[0]["result"]["layouts"]
     paths = write_tables(measured, out, warmup, iters, note=f"lab links {lab.spec.rate_bps / 1e6:g} Mbit/s")

@@ -1,8 +1,8 @@
 """Launch a torch.distributed job across the nodes of a lab (or any hosts reachable by a
 command prefix) and watch it.
 
-:func:`launch_on` starts ``ranks_per_node`` ranks on each of `nodes` nodes, node-major
-(rank = node * ranks_per_node + local rank, as torchrun numbers them), each as
+:func:`launch_on` starts ``ranks_per_node`` ranks on each of `nodes` nodes (or a count per
+node), numbered node-major (node 0's ranks first, as torchrun numbers them), each as
 ``python -m validate.multinode_rank`` inside its node with torch's env:// variables set
 (MASTER_ADDR = node 0, MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK, GLOO_SOCKET_IFNAME): the
 same rendezvous torchrun, srun or mpirun give on a real cluster, over the node's real network
@@ -34,7 +34,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from validate.launch import LaunchError
 
@@ -44,30 +44,38 @@ KILL_GRACE_S = 5.0
 REPO = Path(__file__).resolve().parents[1]
 
 
-def placements(nodes: int, ranks_per_node: int) -> List[Tuple[int, int]]:
+def per_node_counts(nodes: int, ranks_per_node: Union[int, Sequence[int]]) -> List[int]:
+    """Ranks on each node: the same number everywhere, or one count per node."""
+    counts = [int(ranks_per_node)] * nodes if isinstance(ranks_per_node, int) else [int(c) for c in ranks_per_node]
+    if nodes < 1 or len(counts) != nodes or min(counts) < 1:
+        raise ValueError(f"need nodes >= 1 and >= 1 rank on each of them, got {nodes} nodes, {ranks_per_node!r}")
+    return counts
+
+
+def placements(nodes: int, ranks_per_node: Union[int, Sequence[int]]) -> List[Tuple[int, int]]:
     """(node, local rank) of every global rank, node-major."""
-    if nodes < 1 or ranks_per_node < 1:
-        raise ValueError(f"need nodes >= 1 and ranks_per_node >= 1, got {nodes}, {ranks_per_node}")
-    return [(k, j) for k in range(nodes) for j in range(ranks_per_node)]
+    return [(k, j) for k, c in enumerate(per_node_counts(nodes, ranks_per_node)) for j in range(c)]
 
 
-def rank_env(hosts, rank: int, node: int, local: int, nodes: int, ranks_per_node: int, port: int) -> Dict[str, str]:
+def rank_env(hosts, rank: int, node: int, local: int, world: int, local_world: int, port: int) -> Dict[str, str]:
     """The environment of one rank: torch's env:// rendezvous and the interface to use."""
     env = dict(os.environ)
     env.update(
-        MASTER_ADDR=hosts.address(0), MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(nodes * ranks_per_node),
-        LOCAL_RANK=str(local), LOCAL_WORLD_SIZE=str(ranks_per_node), GROUP_RANK=str(node),
+        MASTER_ADDR=hosts.address(0), MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
+        LOCAL_RANK=str(local), LOCAL_WORLD_SIZE=str(local_world), GROUP_RANK=str(node),
         GLOO_SOCKET_IFNAME=hosts.interface, NCCL_SOCKET_IFNAME=hosts.interface, OMP_NUM_THREADS="1",
         PYTHONPATH=os.pathsep.join([str(REPO)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]),
     )
     return env
 
 
-def launch_on(hosts, fn: str, nodes: int, ranks_per_node: int, backend: str = "gloo", timeout_s: float = 120.0,
+def launch_on(hosts, fn: str, nodes: int, ranks_per_node: Union[int, Sequence[int]], backend: str = "gloo",
+              timeout_s: float = 120.0,
               args: Sequence[Any] = (), result_dir: Optional[str] = None, startup_s: float = 120.0,
               on_start=None) -> List[dict]:
     """Run ``fn(ctx, *args)`` (`fn` is "module:function") on every rank; return, by rank, the
-    entries rank 0 gathered: {"rank", "host", "local_rank", "pid", "result"}.
+    entries rank 0 gathered: {"rank", "host", "local_rank", "pid", "result"}. `ranks_per_node`
+    is one count for every node or a list with one per node.
 
     Raises validate.launch.LaunchError naming the failing or hung rank(s) and their node.
     Without `result_dir`, records go to a temporary folder removed after a success and kept
@@ -77,7 +85,8 @@ def launch_on(hosts, fn: str, nodes: int, ranks_per_node: int, backend: str = "g
         raise ValueError(f"backend must be gloo or nccl, got {backend!r}")
     if not timeout_s > 0:
         raise ValueError(f"timeout must be > 0 seconds, got {timeout_s}")
-    where = placements(nodes, ranks_per_node)
+    counts = per_node_counts(nodes, ranks_per_node)
+    where = placements(nodes, counts)
     created = result_dir is None
     out = Path(result_dir or tempfile.mkdtemp(prefix="commsim-multinode-"))
     out.mkdir(parents=True, exist_ok=True)
@@ -94,7 +103,7 @@ def launch_on(hosts, fn: str, nodes: int, ranks_per_node: int, backend: str = "g
             try:
                 procs.append(subprocess.Popen(hosts.command(node, argv), cwd=str(REPO), stdout=log,
                                               stderr=subprocess.STDOUT,
-                                              env=rank_env(hosts, r, node, local, nodes, ranks_per_node, port)))
+                                              env=rank_env(hosts, r, node, local, len(where), counts[node], port)))
             finally:
                 log.close()
         if on_start is not None:
