@@ -29,11 +29,15 @@ import os
 import socket
 import statistics
 import time
-from typing import Callable, Dict, List, Optional, Sequence
+from pathlib import Path
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 import torch.distributed as dist
 
+from commsim.atomic import atomic_write_text
+from commsim.calibration.from_logs import calibration_from_nccl_logs
+from commsim.calibration.model import Calibration
 from commsim.collectives.busbw import algbw, busbw
 from commsim.output.nccl_table import nccl_table_header, time_cell
 from validate.collective_bench import ELEMENT_BYTES, buffer_count
@@ -43,6 +47,7 @@ PERF_NAME = {"all_reduce": "all_reduce_perf", "all_gather": "all_gather_perf", "
 IN_PLACE = {"all_reduce": True, "all_gather": False, "reduce_scatter": False}
 REDOP = {"all_reduce": "sum", "all_gather": "none", "reduce_scatter": "sum"}
 SUM_RTOL = 1e-5
+LEVELS = ("intra", "inter")  # the layouts a calibration is fitted from
 
 
 def layout(name: str, nodes, per_node: int, job_ranks_per_node) -> Dict:
@@ -238,3 +243,81 @@ def plan(layouts: Sequence[Dict], sizes: Sequence[int], collectives: Sequence[st
         raise ValueError(f"unknown collective {bad[0]!r}; expected one of {', '.join(COLLECTIVES)}")
     return {"layouts": list(layouts), "sizes": [int(s) for s in sizes], "collectives": list(collectives),
             "warmup": int(warmup), "iters": int(iters), "check": bool(check)}
+
+
+def write_tables(layouts: Sequence[Dict], out_dir: Path, warmup: int, iters: int, note: str = "") -> Dict[Tuple[str, str], Path]:
+    """Every (layout, collective) as an nccl-tests log `<layout>_<collective>.txt`."""
+    paths = {}
+    for lay in layouts:
+        for c in sorted({r["collective"] for r in lay["rows"]}):
+            path = out_dir / f"{lay['name']}_{c}.txt"
+            atomic_write_text(path, cm.format_table(lay, c, warmup, iters, note=note))
+            paths[(lay["name"], c)] = path
+    return paths
+
+
+def calibrate_levels(paths: Dict[Tuple[str, str], Path], command: Optional[str] = None) -> Calibration:
+    """The calibration `commsim calibrate --from-nccl-tests --in-place` fits from the intra and
+    inter all_reduce tables (levels from their host names)."""
+    logs = [str(paths[(lv, "all_reduce")]) for lv in LEVELS if (lv, "all_reduce") in paths]
+    cal, _ = calibration_from_nccl_logs(logs, in_place=True, command=command)
+    return cal
+
+
+def node_counts(hosts: Sequence[str]) -> List[int]:
+    """Ranks per node from every rank's host name, in rank order: node-major numbering (what
+    torchrun, srun's block distribution and mpirun --map-by node give) keeps a node's ranks
+    together; ValueError when a host's ranks are not contiguous."""
+    counts: List[int] = []
+    seen: List[str] = []
+    for h in hosts:
+        if seen and h == seen[-1]:
+            counts[-1] += 1
+        elif h in seen:
+            raise ValueError(f"the ranks of host {h} are not numbered together (node-major numbering expected)")
+        else:
+            seen.append(h)
+            counts.append(1)
+    return counts
+
+
+def rank_calibrate(ctx, options: Dict) -> Optional[Dict]:
+    """Entry point under torchrun, srun or mpirun (through validate.multinode_rank), on a real
+    cluster as in the lab: the per-level sweeps of this job's own layout (found from the ranks'
+    host names), then on rank 0 the nccl-tests tables and the calibration fitted from them
+    (calibration.yaml) in options["out"], on rank 0's disk.
+
+    options: out (required), min_size (16 KiB), max_size (4 MiB), collectives (["all_reduce"]),
+    warmup (1), iters (5)."""
+    hosts: List[Optional[str]] = [None] * ctx.world_size
+    dist.all_gather_object(hosts, socket.gethostname())
+    counts = node_counts(hosts)
+    layouts = []
+    if counts[0] >= 2:
+        layouts.append(layout("intra", 1, 2, counts))
+    if len(counts) >= 2:
+        layouts.append(layout("inter", 2, 1, counts))
+    if ctx.world_size > 2 or not layouts:
+        layouts.append({"name": "full", "nodes": len(counts), "ranks_per_node": max(counts),
+                        "ranks": list(range(ctx.world_size)), "node_ids": list(range(len(counts)))})
+    sizes, size = [], int(options.get("min_size", 16 << 10))
+    while size <= int(options.get("max_size", 4 << 20)):
+        sizes.append(size)
+        size *= 2
+    warmup, iters = int(options.get("warmup", 1)), int(options.get("iters", 5))
+    result = rank_levels(ctx, plan(layouts, sizes, options.get("collectives", ["all_reduce"]), warmup, iters))
+    if ctx.rank != 0:
+        return None
+    out = Path(options["out"])
+    out.mkdir(parents=True, exist_ok=True)
+    paths = write_tables(result["layouts"], out, warmup, iters, note=f"{ctx.backend}, {len(counts)} hosts {counts}")
+    doc = {"hosts": sorted(set(hosts)), "ranks_per_node": counts,
+           "tables": {f"{a}/{c}": str(p) for (a, c), p in sorted(paths.items())}}
+    if any((lv, "all_reduce") in paths for lv in LEVELS):
+        from commsim.calibration.file import save_calibration
+
+        cal = calibrate_levels(paths, command=options.get("command"))
+        save_calibration(cal, out / "calibration.yaml")
+        doc["calibration"] = str(out / "calibration.yaml")
+        doc["levels"] = {lv.level: {"alpha_s": lv.alpha_s, "beta_Bps": lv.beta_Bps} for lv in cal.levels}
+    return doc

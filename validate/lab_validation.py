@@ -31,35 +31,12 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from commsim.atomic import atomic_write_text
-from commsim.calibration.from_logs import calibration_from_nccl_logs
-from commsim.calibration.model import Calibration
 from commsim.lab import check, diagnose
 from commsim.scenario.spec import Scenario
 from validate import collectives_multi as cm
+from validate.collectives_multi import LEVELS, calibrate_levels, write_tables
 from validate.lab_replay import lab_plan
 from validate.multinode import launch_on
-
-LEVELS = ("intra", "inter")
-
-
-def write_tables(layouts: Sequence[Dict], out_dir: Path, warmup: int, iters: int, note: str = "") -> Dict[Tuple[str, str], Path]:
-    """Every (layout, collective) as an nccl-tests log `<layout>_<collective>.txt`."""
-    paths = {}
-    for lay in layouts:
-        for c in sorted({r["collective"] for r in lay["rows"]}):
-            path = out_dir / f"{lay['name']}_{c}.txt"
-            atomic_write_text(path, cm.format_table(lay, c, warmup, iters, note=note))
-            paths[(lay["name"], c)] = path
-    return paths
-
-
-def calibrate_levels(paths: Dict[Tuple[str, str], Path], command: Optional[str] = None) -> Calibration:
-    """The calibration `commsim calibrate --from-nccl-tests --in-place` fits from the intra and
-    inter all_reduce tables (levels from their host names)."""
-    logs = [str(paths[(lv, "all_reduce")]) for lv in LEVELS if (lv, "all_reduce") in paths]
-    cal, _ = calibration_from_nccl_logs(logs, in_place=True, command=command)
-    return cal
-
 
 def _json(path: Path, doc) -> None:
     atomic_write_text(path, json.dumps(doc, indent=1, default=float) + "\n")

@@ -6,6 +6,11 @@ torchrun across hosts, or one ``srun`` / ``mpirun`` task per GPU.
     python -m validate.multinode_rank --fn validate.collectives_multi:rank_levels \\
         --args plan.json --out results/ [--backend gloo] [--timeout 300]
 
+    # a calibration of a real cluster, run on each of 2 hosts (rank 0's host gets cal/):
+    torchrun --nnodes 2 --nproc-per-node 8 --rdzv-backend c10d --rdzv-endpoint HOST0:29500 \\
+        -m validate.multinode_rank --fn validate.collectives_multi:rank_calibrate \\
+        --args '[{"out": "cal", "max_size": 67108864}]' --out records/ --backend nccl
+
 The rank finds its place in the job from the environment, whichever launcher set it:
 RANK / WORLD_SIZE / LOCAL_RANK (torchrun, validate.multinode), SLURM_PROCID / SLURM_NTASKS /
 SLURM_LOCALID (srun), OMPI_COMM_WORLD_RANK / _SIZE / _LOCAL_RANK (Open MPI), PMI_RANK /
@@ -112,7 +117,7 @@ def group_timeout(timeout_s: float) -> float:
 def main(argv: Optional[List[str]] = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m validate.multinode_rank", description=__doc__.splitlines()[0])
     ap.add_argument("--fn", required=True, help="module:function to run on every rank")
-    ap.add_argument("--args", default=None, help="JSON file holding the list of arguments after ctx")
+    ap.add_argument("--args", default=None, help="the list of arguments after ctx: JSON, or a JSON file")
     ap.add_argument("--out", required=True, help="folder for this host's records (and rank 0's results.json)")
     ap.add_argument("--backend", choices=["gloo", "nccl"], default="gloo")
     ap.add_argument("--timeout", type=float, default=300.0, help="hang timeout of the launcher, seconds")
@@ -131,7 +136,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             if var not in os.environ:
                 raise ValueError(f"{var} is not set: export rank 0's host and a free port (torchrun sets both)")
         fn = resolve(a.fn)
-        args = json.loads(Path(a.args).read_text(encoding="utf-8")) if a.args else []
+        args = json.loads(a.args if a.args.lstrip().startswith("[") else Path(a.args).read_text(encoding="utf-8")) \
+            if a.args else []
         import torch
         import torch.distributed as dist
 

@@ -10,7 +10,8 @@ Two kinds of evidence, read independently:
 - network: the ring probe (validate.lab_replay), each rank's time to receive a fixed message
   from the previous rank while every rank sends to the next. A link is slow when it takes
   more than `slow_link_ratio` times the median link. A slow node slows both links through it
-  (in and out): two consecutive slow links name the node between them, ``slow_link``.
+  (in and out): slow links into the node's first rank and out of its last name the node,
+  ``slow_link``; a slow link alone is named as the link between two ranks.
 
 Pure numpy: no torch, no timing of its own.
 """
@@ -52,24 +53,36 @@ def compute_findings(step_start: np.ndarray, bucket_ready: np.ndarray, late_shar
     return [{"kind": kind, "rank": r, "late_steps": share, "margin_s": float(np.median(margins)), "margin_cv": cv}]
 
 
-def link_findings(probe_recv_s: Sequence[Optional[float]], slow_link_ratio: float = SLOW_LINK_RATIO) -> List[Dict]:
-    """Findings from the ring probe: each slow node (two consecutive slow links) or slow link.
+def link_findings(probe_recv_s: Sequence[Optional[float]], node_of: Optional[Sequence[int]] = None,
+                  slow_link_ratio: float = SLOW_LINK_RATIO) -> List[Dict]:
+    """Findings from the ring probe: each slow node (its links in and out both slow) or slow link.
 
-    probe_recv_s[r]: time rank r took to receive from rank r-1 (the link into r)."""
+    probe_recv_s[r]: time rank r took to receive from rank r-1 (the link into r); node_of[r]:
+    rank r's node (default: one rank per node). A node's link in is the hop into its first
+    rank, its link out the hop into the rank after its last."""
     t = np.array([np.nan if x is None else x for x in probe_recv_s], dtype=float)
     n = len(t)
     if n < 2 or np.all(np.isnan(t)):
         return []
-    # the reference is the median of the faster half: a slow node slows two of the n links,
-    # which at n = 4 would drag the plain median halfway up to them
-    ref = float(np.median(np.sort(t[~np.isnan(t)])[: max(1, (n + 1) // 2)]))
-    slow = t > slow_link_ratio * ref
+    nodes = list(range(n)) if node_of is None else list(node_of)
+    # only the links between nodes are compared (a hop inside a node is loopback); the
+    # reference is the median of their faster half: a slow node slows two of them, which at 4
+    # nodes would drag the plain median halfway up to them
+    cross = np.array([nodes[r] != nodes[(r - 1) % n] for r in range(n)]) & ~np.isnan(t)
+    if not cross.any():
+        return []
+    between = np.sort(t[cross])
+    ref = float(np.median(between[: max(1, len(between) // 2)]))
+    slow = cross & (t > slow_link_ratio * ref)
     out: List[Dict] = []
     used = set()
-    for r in range(n):  # the node of rank r sends slowly to r+1 and receives slowly from r-1
-        if n > 2 and slow[r] and slow[(r + 1) % n]:
-            out.append({"kind": "slow_link", "rank": r, "ratio": float(min(t[r], t[(r + 1) % n]) / ref)})
-            used |= {r, (r + 1) % n}
+    distinct = sorted(set(nodes))
+    for k in distinct if len(distinct) > 2 else []:
+        ranks = [r for r in range(n) if nodes[r] == k]
+        first, after = ranks[0], (ranks[-1] + 1) % n
+        if slow[first] and slow[after] and nodes[(first - 1) % n] != k and nodes[after] != k:
+            out.append({"kind": "slow_link", "rank": first, "node": k, "ratio": float(min(t[first], t[after]) / ref)})
+            used |= {first, after}
     for r in range(n):
         if slow[r] and r not in used:
             out.append({"kind": "slow_link", "link": [(r - 1) % n, r], "ratio": float(t[r] / ref)})
@@ -77,11 +90,12 @@ def link_findings(probe_recv_s: Sequence[Optional[float]], slow_link_ratio: floa
 
 
 def name_stragglers(step_start: np.ndarray, bucket_ready: np.ndarray,
-                    probe_recv_s: Optional[Sequence[Optional[float]]] = None) -> List[Dict]:
+                    probe_recv_s: Optional[Sequence[Optional[float]]] = None,
+                    node_of: Optional[Sequence[int]] = None) -> List[Dict]:
     """Every finding, compute first, then network; empty: no straggler seen."""
     found = compute_findings(step_start, bucket_ready)
     if probe_recv_s is not None:
-        found += link_findings(probe_recv_s)
+        found += link_findings(probe_recv_s, node_of)
     return found
 
 
@@ -99,7 +113,8 @@ def describe(findings: Sequence[Dict], node_of=None) -> str:
                 a, b = f["link"]
                 parts.append(f"slow_link: the link from rank {a} to rank {b} ({f['ratio']:.1f}x the faster links)")
             else:
-                parts.append(f"slow_link: {where}'s network link, in and out ({f['ratio']:.1f}x the faster links)")
+                parts.append(f"slow_link: the network link of scenario node {f['node']} ({where}), in and out "
+                             f"({f['ratio']:.1f}x the faster links)")
         else:
             parts.append(f"{f['kind']}: {where} (late in {f['late_steps']:.0%} of steps by {f['margin_s'] * 1e3:.0f} ms)")
     return "; ".join(parts)

@@ -13,9 +13,9 @@ import pytest
 
 from commsim.lab import CommandError, Lab, LabSpec, commands, leftovers
 from commsim.lab.state import state_path
+from commsim.lab.stream import stream_rate
 
 REPO = Path(__file__).resolve().parents[2]
-STREAM = str(Path(__file__).with_name("tcp_stream.py"))
 # 9000-byte frames: 8948 bytes of TCP payload (20 B IP, 32 B TCP with timestamps) per 9014 on the wire
 PAYLOAD_SHARE = 8948 / 9014
 
@@ -148,19 +148,6 @@ def test_without_the_capabilities_it_says_what_is_missing(lab_name):
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "CAP_NET_ADMIN" in lines[0] and "Traceback" not in done.stderr
     assert leftovers(f"cslab-{lab_name}-") == []
-
-
-def stream_rate(lab, src, dst, nbytes=8 << 20, port=5201):
-    """Payload bit/s of one TCP stream from node src to node dst."""
-    recv = subprocess.Popen(lab.command(dst, [sys.executable, STREAM, "recv", lab.address(dst), str(port), str(nbytes)]),
-                            stdout=subprocess.PIPE, text=True)
-    try:
-        assert recv.stdout.readline().strip() == "listening"
-        subprocess.run(lab.command(src, [sys.executable, STREAM, "send", lab.address(dst), str(port), str(nbytes)]),
-                       check=True, timeout=60)
-        return float(recv.stdout.readline())
-    finally:
-        recv.wait(timeout=30)
 
 
 @pytest.mark.lab

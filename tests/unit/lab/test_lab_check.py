@@ -78,6 +78,10 @@ def test_compare_and_summary():
          "time_s": 1.0},  # latency-bound: not counted
     ]
     out = check.compare(c, rows)
+    assert [o["latency_floor_s"] for o in out] == [1.0] * 3  # the smallest size's time
+    assert [o["network_bound"] for o in out] == [False] * 3  # no size's bytes take 4x that second
+    rows[2]["time_s"] = 1e-3  # a latency floor of 1 ms: the two large sizes are network-bound
+    out = check.compare(c, rows)
     assert out[0]["error_pct"] == pytest.approx(25.0)
     assert out[1]["error_pct"] == pytest.approx((1 / 1.05 - 1) * 100, rel=1e-6)
     assert [o["network_bound"] for o in out] == [True, True, False]

@@ -53,9 +53,9 @@ def test_small_noise_is_no_straggler():
 def test_a_slow_node_slows_the_links_in_and_out():
     # rank 2's node at half rate: the link into 2 (from 1) and into 3 (from 2) take twice as long
     (f,) = diagnose.link_findings([0.084, 0.086, 0.170, 0.168])
-    assert (f["kind"], f["rank"]) == ("slow_link", 2)
+    assert (f["kind"], f["rank"], f["node"]) == ("slow_link", 2, 2)
     assert f["ratio"] == pytest.approx(0.168 / 0.085, rel=1e-6)
-    assert "rank 2 (node n2)'s network link" in diagnose.describe([f], node_of=lambda r: f"n{r}")
+    assert "scenario node 2 (rank 2 (node n2))" in diagnose.describe([f], node_of=lambda r: f"n{r}")
     (g,) = diagnose.link_findings([0.170, 0.086, 0.084, 0.168])  # the wrap-around: node of rank 3
     assert g["rank"] == 3
 
@@ -65,3 +65,10 @@ def test_one_slow_link_is_named_as_a_link():
     assert f["link"] == [1, 2]
     assert diagnose.link_findings([0.08, 0.082, 0.079, 0.081]) == []
     assert diagnose.link_findings([None, None]) == []
+
+
+def test_a_slow_node_with_two_ranks():
+    # 3 nodes x 2 ranks, node 1 (ranks 2, 3) slow: the links into rank 2 and into rank 4 are slow,
+    # the loopback hop into rank 3 is not
+    (f,) = diagnose.link_findings([0.08, 0.01, 0.17, 0.01, 0.16, 0.01], node_of=[0, 0, 1, 1, 2, 2])
+    assert (f["rank"], f["node"]) == (2, 1)
