@@ -68,8 +68,11 @@ def scaling(rate: float, name: str, out_dir: str, quick: bool) -> dict:
     for c in rep["compared"]:
         print(f"  {c['layout']:6s} {c['collective']:15s} {c['size_bytes']:9d} {c['busbw_Bps'] * 8e-6:7.1f} Mb "
               f"{c['predicted_busbw_Bps'] * 8e-6:7.1f} Mb {c['error_pct']:+7.1f}%  {'net' if c['network_bound'] else '-'}")
+    print("  per-size time: median of the iterations (both sides)")
     print(check.format_summary(rep["summary"]))
-    return {"seconds": took, "calibration": {lv.level: {"alpha_s": lv.alpha_s, "beta_Bps": lv.beta_Bps}
+    print("  the same with the mean of the iterations (nccl-tests' convention)")
+    print(check.format_summary(rep["summary_other"]))
+    return {"seconds": took, "summary_mean": rep["summary_other"], "calibration": {lv.level: {"alpha_s": lv.alpha_s, "beta_Bps": lv.beta_Bps}
                                              for lv in rep["calibration"].levels},
             "compared": rep["compared"], "summary": rep["summary"]}
 

@@ -171,7 +171,8 @@ def bench(collective: str, size: int, group, warmup: int, iters: int, check: boo
 def rank_levels(ctx, plan: Dict) -> Optional[Dict]:
     """validate.multinode entry point: every layout of `plan` in turn, each collective, each size.
 
-    plan: layouts (see :func:`layout`), collectives, sizes, warmup, iters, check. Returns, on
+    plan: layouts (see :func:`layout`; one may carry its own "sizes" and "iters"), collectives,
+    sizes, warmup, iters, check. Returns, on
     rank 0 (which every layout contains), {"layouts": [{..., "hosts": [...], "rows": [...]}]};
     None elsewhere. Each row is also saved as a progress record on rank 0 as it is measured.
     hosts: [host name, pid] of each rank of the layout."""
@@ -185,11 +186,16 @@ def rank_levels(ctx, plan: Dict) -> Optional[Dict]:
         if ctx.rank in ranks:
             hosts = [None] * len(ranks)
             dist.all_gather_object(hosts, [socket.gethostname(), os.getpid()], group=group)
+            # fresh connections: TCP grows its windows over the first transfers, so one
+            # all-reduce of the largest size runs untimed before the sweep (nccl-tests' warm-up
+            # iterations do the same for its long-lived communicator)
+            sizes, iters = lay.get("sizes", plan["sizes"]), int(lay.get("iters", plan["iters"]))
+            bench("all_reduce", max(int(s) for s in sizes), group, 0, 1, False, device)
             rows = []
             for collective in plan["collectives"]:
-                for size in plan["sizes"]:
+                for size in sizes:
                     ctx.progress()
-                    row = bench(collective, int(size), group, int(plan["warmup"]), int(plan["iters"]),
+                    row = bench(collective, int(size), group, int(plan["warmup"]), iters,
                                 bool(plan.get("check", True)), device)
                     row.update(layout=lay["name"], nodes=lay["nodes"], ranks_per_node=lay["ranks_per_node"])
                     rows.append(row)
@@ -200,15 +206,31 @@ def rank_levels(ctx, plan: Dict) -> Optional[Dict]:
     return {"layouts": out} if ctx.rank == 0 else None
 
 
+def with_statistic(row: Dict, statistic: str) -> Dict:
+    """The row with its time (and bandwidths) from the iterations' `statistic`: "mean" (as
+    measured, nccl-tests' convention) or "median" (robust to an iteration stretched by a
+    descheduled rank on a shared machine)."""
+    if statistic == "mean":
+        return row
+    if statistic != "median":
+        raise ValueError(f"statistic must be mean or median, got {statistic!r}")
+    t = row["time_median_s"]
+    return dict(row, time_s=t, algbw_Bps=algbw(row["size_bytes"], t),
+                busbw_Bps=busbw(row["collective"], row["size_bytes"], t, row["world_size"]))
+
+
 def format_table(lay: Dict, collective: str, warmup: int, iters: int, backend: str = "gloo",
-                 note: str = "") -> str:
+                 note: str = "", statistic: str = "mean") -> str:
     """One layout's rows of one collective as an nccl-tests log (device list with host names,
-    the table, the average busbw): what `commsim calibrate --from-nccl-tests` reads."""
-    rows = [r for r in lay["rows"] if r["collective"] == collective]
+    the table, the average busbw): what `commsim calibrate --from-nccl-tests` reads. The time
+    column is the iterations' mean (nccl-tests' convention) or, with `statistic`, their median."""
+    rows = [with_statistic(r, statistic) for r in lay["rows"] if r["collective"] == collective]
+    iters = int(lay.get("iters", iters))
     n = len(lay["ranks"])
     in_place = IN_PLACE[collective]
     lines = [f"# commsim validate.collectives_multi: layout {lay['name']} ({lay['nodes']} node(s) x "
-             f"{lay['ranks_per_node']} rank(s)), {backend}{'; ' + note if note else ''}",
+             f"{lay['ranks_per_node']} rank(s)), {backend}, time = {statistic} of the iterations"
+             f"{'; ' + note if note else ''}",
              f"# NRANKS: {n} ({lay['nodes']} nodes x {lay['ranks_per_node']} ranks)",
              f"# Collective test starting: {PERF_NAME[collective]}",
              f"# nThread 1 nGpus 1 minBytes {rows[0]['size_bytes'] if rows else 0} maxBytes "
@@ -245,22 +267,33 @@ def plan(layouts: Sequence[Dict], sizes: Sequence[int], collectives: Sequence[st
             "warmup": int(warmup), "iters": int(iters), "check": bool(check)}
 
 
-def write_tables(layouts: Sequence[Dict], out_dir: Path, warmup: int, iters: int, note: str = "") -> Dict[Tuple[str, str], Path]:
-    """Every (layout, collective) as an nccl-tests log `<layout>_<collective>.txt`."""
+def write_tables(layouts: Sequence[Dict], out_dir: Path, warmup: int, iters: int, note: str = "",
+                 statistic: str = "mean") -> Dict[Tuple[str, str], Path]:
+    """Every (layout, collective) as an nccl-tests log `<layout>_<collective>.txt` (see
+    :func:`format_table` for `statistic`)."""
     paths = {}
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
     for lay in layouts:
         for c in sorted({r["collective"] for r in lay["rows"]}):
-            path = out_dir / f"{lay['name']}_{c}.txt"
-            atomic_write_text(path, cm.format_table(lay, c, warmup, iters, note=note))
+            path = Path(out_dir) / f"{lay['name']}_{c}.txt"
+            atomic_write_text(path, format_table(lay, c, warmup, iters, note=note, statistic=statistic))
             paths[(lay["name"], c)] = path
     return paths
 
 
-def calibrate_levels(paths: Dict[Tuple[str, str], Path], command: Optional[str] = None) -> Calibration:
+def calibrate_levels(paths: Dict[Tuple[str, str], Path], command: Optional[str] = None,
+                     backend: Optional[str] = None) -> Calibration:
     """The calibration `commsim calibrate --from-nccl-tests --in-place` fits from the intra and
-    inter all_reduce tables (levels from their host names)."""
+    inter all_reduce tables (levels from their host names); with `backend`, the provenance says
+    which torch backend measured them (and its versions) instead of "nccl-tests"."""
+    from dataclasses import replace
+
     logs = [str(paths[(lv, "all_reduce")]) for lv in LEVELS if (lv, "all_reduce") in paths]
     cal, _ = calibration_from_nccl_logs(logs, in_place=True, command=command)
+    if backend is not None:
+        from validate.calibrate import versions
+
+        cal = replace(cal, provenance=replace(cal.provenance, backend=backend, **versions(backend)))
     return cal
 
 
@@ -316,7 +349,7 @@ def rank_calibrate(ctx, options: Dict) -> Optional[Dict]:
     if any((lv, "all_reduce") in paths for lv in LEVELS):
         from commsim.calibration.file import save_calibration
 
-        cal = calibrate_levels(paths, command=options.get("command"))
+        cal = calibrate_levels(paths, command=options.get("command"), backend=ctx.backend)
         save_calibration(cal, out / "calibration.yaml")
         doc["calibration"] = str(out / "calibration.yaml")
         doc["levels"] = {lv.level: {"alpha_s": lv.alpha_s, "beta_Bps": lv.beta_Bps} for lv in cal.levels}
