@@ -100,7 +100,8 @@ def stragglers(rate: float, name: str, out_dir: str, quick: bool) -> dict:
         print(f"  {c['case']:10s} {m['step_time_s']['mean'] * 1e3:7.1f} ms {p['step_time_s']['mean'] * 1e3:7.1f} ms "
               f"{e['step_time_mean']:+7.1f}% {cost[0]:>10s} {cost[1]:>10s}  {c['found_text']}")
     print(f"  median |step time error| {statistics.median(errors):.1f} %")
-    return {"seconds": took, "cases": [{k: c[k] for k in ("case", "nodes", "comparison", "found", "found_text")}
+    return {"seconds": took, "cases": [{k: c[k] for k in ("case", "nodes", "comparison", "measured_scenario_comm_time_s",
+                                                         "found", "found_text")}
                                        for c in rep["cases"]]}
 
 

@@ -320,7 +320,8 @@ def rank_calibrate(ctx, options: Dict) -> Optional[Dict]:
     host names), then on rank 0 the nccl-tests tables and the calibration fitted from them
     (calibration.yaml) in options["out"], on rank 0's disk.
 
-    options: out (required), min_size (16 KiB), max_size (4 MiB), collectives (["all_reduce"]),
+    options: out (required), calibration (the YAML to write; default out/calibration.yaml),
+    command (provenance), min_size (16 KiB), max_size (4 MiB), collectives (["all_reduce"]),
     warmup (1), iters (5)."""
     hosts: List[Optional[str]] = [None] * ctx.world_size
     dist.all_gather_object(hosts, socket.gethostname())
@@ -350,7 +351,8 @@ def rank_calibrate(ctx, options: Dict) -> Optional[Dict]:
         from commsim.calibration.file import save_calibration
 
         cal = calibrate_levels(paths, command=options.get("command"), backend=ctx.backend)
-        save_calibration(cal, out / "calibration.yaml")
-        doc["calibration"] = str(out / "calibration.yaml")
+        target = options.get("calibration") or str(out / "calibration.yaml")
+        save_calibration(cal, target)
+        doc["calibration"] = target
         doc["levels"] = {lv.level: {"alpha_s": lv.alpha_s, "beta_Bps": lv.beta_Bps} for lv in cal.levels}
     return doc

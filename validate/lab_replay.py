@@ -164,15 +164,32 @@ def _common_start(group, device: str) -> float:
 
 def _ring_probe(group, me: int, n: int, nbytes: int, device: str) -> Optional[float]:
     """Seconds until this rank has received `nbytes` from the previous rank of the ring, all
-    ranks sending to the next at once: the time of the link into this rank."""
+    ranks sending to the next at once: the time of the link into this rank.
+
+    With 2 ranks the two directions are timed one after the other: they would share one
+    gloo connection (one pair per peer), whose two directions do not proceed independently
+    (measured: one of them took twice as long), while with more ranks the sends and receives
+    of a rank go to two different peers."""
     if n < 2 or nbytes <= 0:
         return None
     send = torch.ones(max(1, nbytes // 4), dtype=torch.float32, device=device)
     recv = torch.empty_like(send)
+    nxt, prev = dist.get_global_rank(group, (me + 1) % n), dist.get_global_rank(group, (me - 1) % n)
+    if n == 2:
+        took = None
+        for sender in (0, 1):
+            dist.barrier(group=group)
+            if me == sender:
+                dist.send(send, nxt, group=group)
+            else:
+                t0 = time.monotonic()
+                dist.recv(recv, prev, group=group)
+                took = time.monotonic() - t0
+        return took
     dist.barrier(group=group)
     t0 = time.monotonic()
-    out = dist.isend(send, dist.get_global_rank(group, (me + 1) % n), group=group)
-    inc = dist.irecv(recv, dist.get_global_rank(group, (me - 1) % n), group=group)
+    out = dist.isend(send, nxt, group=group)
+    inc = dist.irecv(recv, prev, group=group)
     inc.wait()
     took = time.monotonic() - t0
     out.wait()

@@ -91,6 +91,71 @@ def scaling_check(lab, nodes: int, ranks_per_node, predict: Sequence[Tuple[int, 
             "summary_other": found[other][2]}
 
 
+def replay_findings(per_rank: Sequence[Dict], node_of: Optional[Sequence[int]] = None) -> Tuple[Dict, List[Dict]]:
+    """The measured summary (commsim.analysis.validation.measured_summary) of one replay's
+    per-rank results (validate.lab_replay.rank_replay, by scenario rank) and the stragglers its
+    measurements name (commsim.lab.diagnose; node_of[r]: rank r's node, default one per node)."""
+    from commsim.analysis.validation import measured_summary
+    from validate.replay import assemble
+
+    arrays = assemble(list(per_rank))
+    measured = measured_summary(arrays["start"], arrays["rank_end"], arrays["bucket_launch"], arrays["bucket_finish"])
+    step_end = arrays["rank_end"].max(axis=1)
+    step_start = np.concatenate(([arrays["start"]], step_end[:-1]))
+    ready = np.array([[st["ready"] for st in r["steps"]] for r in per_rank]).transpose(1, 2, 0)  # (steps, buckets, n)
+    return measured, diagnose.name_stragglers(step_start, ready, [r["probe_recv_s"] for r in per_rank], node_of)
+
+
+def _by_rank(results: Sequence[Dict], task: Optional[int] = None) -> List[Dict]:
+    """The replay results of the members (scenario rank order) from what rank 0 gathered."""
+    picked = [e["result"] if task is None else e["result"][task] for e in results]
+    return sorted((r for r in picked if r is not None), key=lambda r: r["rank"])
+
+
+def validate_in_lab(lab, sc: Scenario, warmup_steps: int = 1, timeout_s: float = 120.0, out_dir=None,
+                    echo=print) -> Dict:
+    """`commsim lab validate`: replay `sc` on lab nodes 0..nodes-1 (gpus_per_node ranks each),
+    its slow links shaped for real, and, when it has stragglers, its straggler-free baseline
+    (every link at the lab's rate) first; compare with the simulation under the scenario's
+    calibration and name the stragglers the measurements show. Returns the report (without header)."""
+    from commsim.analysis.validation import compare, predicted_summary
+
+    if sc.calibration is None:
+        raise ValueError(f"scenario {sc.name!r} has no calibration to predict with")
+    nodes, g = sc.cluster.nodes, sc.cluster.gpus_per_node
+    if nodes > lab.spec.nodes:
+        raise ValueError(f"scenario {sc.name!r} needs {nodes} nodes, lab {lab.spec.name} has {lab.spec.nodes}")
+    ranks = list(range(sc.world_size))
+    node_of = [r // g for r in ranks]
+    out = Path(out_dir) if out_dir else None
+
+    def replay(scn: Scenario, tag: str):
+        plan = lab_plan(scn, ranks, warmup_steps, timeout_s)
+        slow = {int(k): f for k, f in plan["slow_nodes"].items()}
+        echo(f"# replay {scn.name} ({tag}): {scn.steps} steps (+{warmup_steps} warm-up) on {nodes} lab nodes x {g}"
+             + (f", slow links: {', '.join(f'node {k} at {f:g}x' for k, f in sorted(slow.items()))}" if slow else ""))
+        try:
+            for k in range(nodes):
+                lab.set_rate(k, lab.spec.rate_bps * slow[k] if k in slow else None)
+            results = launch_on(lab, "validate.lab_replay:rank_replay", nodes, g, timeout_s=timeout_s, args=(plan,),
+                                result_dir=str(out / tag) if out else None)
+        finally:
+            for k in slow:
+                lab.set_rate(k, None)
+        return replay_findings(_by_rank(results), node_of)
+
+    baseline = replay(sc.without_stragglers(), "baseline")[0] if sc.stragglers else None
+    measured, found = replay(sc, "scenario")
+    own_comm = measured.get("comm_time_s")
+    if baseline is not None:  # the predicted comm_time_s is the baseline's, as in validate.replay
+        measured["comm_time_s"] = baseline.get("comm_time_s")
+    report = compare(measured, predicted_summary(sc, sc.calibration), baseline)
+    report["measured_scenario_comm_time_s"] = own_comm
+    report["stragglers_found"] = found
+    report["stragglers_found_text"] = diagnose.describe(found, node_of=lambda r: lab.node_name(node_of[r]))
+    return report
+
+
 def straggler_check(lab, cases: Sequence[Tuple[str, Scenario, Sequence[int]]], cal_sizes: Sequence[int], out_dir,
                     warmup_steps: int = 1, iters: int = 3, timeout_s: float = 120.0, echo=print) -> Dict:
     """Replay each case (name, scenario, lab nodes it runs on, one rank per node) and compare.
@@ -98,8 +163,7 @@ def straggler_check(lab, cases: Sequence[Tuple[str, Scenario, Sequence[int]]], c
     The first case must be straggler-free: it is the measured baseline of the others. A
     scenario's ``slow_link`` on node k is applied by shaping lab node nodes[k] at factor x the
     lab's rate; that lab node must serve no other case. Returns {"calibration", "cases"}."""
-    from commsim.analysis.validation import compare, measured_summary, predicted_summary
-    from validate.replay import assemble
+    from commsim.analysis.validation import compare, predicted_summary
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -118,32 +182,33 @@ def straggler_check(lab, cases: Sequence[Tuple[str, Scenario, Sequence[int]]], c
         for k in node_ids:
             if k in slowed and slowed[k][0] != name:
                 raise ValueError(f"lab node {k} is slowed for case {slowed[k][0]} and also serves case {name}")
-    for k in range(lab.spec.nodes):
-        lab.set_rate(k, lab.spec.rate_bps * slowed[k][1] if k in slowed else None)
     cal_layout = cm.layout("inter", [0, 1], 1, 1)
     tasks = [["validate.collectives_multi:rank_levels", [cm.plan([cal_layout], cal_sizes, ("all_reduce",), 1, iters)]]]
     tasks += [["validate.lab_replay:rank_replay", [plan]] for plan in plans]
     echo(f"# lab {lab.spec.name}: calibration on nodes 0-1, then {len(cases)} replays: "
          + ", ".join(f"{name} on nodes {list(ids)}" for name, _, ids in cases))
-    results = launch_on(lab, "validate.multinode_rank:rank_sequence", lab.spec.nodes, 1, timeout_s=timeout_s,
-                        args=(tasks,), result_dir=str(out / "run"))
+    try:
+        for k in range(lab.spec.nodes):
+            lab.set_rate(k, lab.spec.rate_bps * slowed[k][1] if k in slowed else None)
+        results = launch_on(lab, "validate.multinode_rank:rank_sequence", lab.spec.nodes, 1, timeout_s=timeout_s,
+                            args=(tasks,), result_dir=str(out / "run"))
+    finally:
+        for k in slowed:
+            lab.set_rate(k, None)
     measured_levels = results[0]["result"][0]["layouts"]
     paths = write_tables(measured_levels, out, 1, iters)
     cal = calibrate_levels(paths, backend="gloo")
     report, baseline = [], None
     for i, (name, sc, node_ids) in enumerate(cases):
-        per_rank = sorted((e["result"][i + 1] for e in results if e["result"][i + 1] is not None), key=lambda r: r["rank"])
-        arrays = assemble(per_rank)
-        measured = measured_summary(arrays["start"], arrays["rank_end"], arrays["bucket_launch"], arrays["bucket_finish"])
+        measured, found = replay_findings(_by_rank(results, i + 1))
+        own_comm = measured.get("comm_time_s")
         if baseline is None:
-            baseline = measured
+            baseline = dict(measured)
+        else:  # the predicted comm_time_s is the baseline's, as in validate.replay
+            measured["comm_time_s"] = baseline.get("comm_time_s")
         cmp = compare(measured, predicted_summary(sc, cal), baseline if sc.stragglers else None)
-        step_end = arrays["rank_end"].max(axis=1)
-        step_start = np.concatenate(([arrays["start"]], step_end[:-1]))
-        ready = np.array([[st["ready"] for st in r["steps"]] for r in per_rank]).transpose(1, 2, 0)  # (steps, buckets, n)
-        found = diagnose.name_stragglers(step_start, ready, [r["probe_recv_s"] for r in per_rank])
         entry = {"case": name, "nodes": list(node_ids), "stragglers": [type(s).__name__ for s in sc.stragglers],
-                 "comparison": cmp, "found": found,
+                 "comparison": cmp, "measured_scenario_comm_time_s": own_comm, "found": found,
                  "found_text": diagnose.describe(found, node_of=lambda r, ids=node_ids: lab.node_name(ids[r]))}
         report.append(entry)
     _json(out / "report.json", {"lab": lab.spec.to_json(), "cases": report,

@@ -5,6 +5,8 @@
     commsim lab up --nodes 4 --bandwidth 200Mbit [--latency 0] [--slow-node 2 --slow-bandwidth 100Mbit]
     commsim lab run [--node K | --all-nodes] -- CMD [ARGS...]
     commsim lab link --node K (--bandwidth R | --reset | --cut | --mend)
+    commsim lab calibrate -o CAL.yaml [--nodes 2 --ranks-per-node 2]
+    commsim lab validate SCENARIO --calibration CAL.yaml
     commsim lab status
     commsim lab down [--all]
 
@@ -218,6 +220,97 @@ def down_cmd(everything, name):
     else:
         removed = teardown(f"{PREFIX}{name}-", state_name=name)
     click.echo(f"removed {', '.join(removed)}" if removed else "nothing to remove")
+
+
+@lab_group.command("calibrate")
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Calibration YAML to write.")
+@click.option("--nodes", type=click.IntRange(min=2), default=2, show_default=True, help="Lab nodes to measure on.")
+@click.option("--ranks-per-node", type=click.IntRange(min=1), default=2, show_default=True,
+              help="gloo ranks per node (2 or more: the intra-node level is measured too).")
+@click.option("--min-size", default="4K", show_default=True, help="Smallest all-reduce (doubling up); K/M/G binary.")
+@click.option("--max-size", default="4M", show_default=True, help="Largest all-reduce.")
+@click.option("--iters", type=click.IntRange(min=1), default=5, show_default=True, help="Timed iterations per size.")
+@click.option("--tables", type=click.Path(file_okay=False), default=None,
+              help="Folder for the per-level nccl-tests tables (default: OUTPUT without .yaml, plus .tables).")
+@click.option("--timeout", "timeout_s", type=float, default=300.0, show_default=True,
+              help="Seconds without progress before a hung rank fails the run.")
+@NAME_OPTION
+@_guard
+def calibrate_cmd(output, nodes, ranks_per_node, min_size, max_size, iters, tables, timeout_s, name):
+    """Measure the lab per level (2 ranks on node 0, 1 rank on each of nodes 0 and 1, the whole
+    job) and write the calibration, as `commsim calibrate --backend gloo` does on one host."""
+    from commsim.benchsizes import parse_bench_size
+    from commsim.cli.validate import command_line, import_validate
+
+    lab = Lab.attach(name)
+    if nodes > lab.spec.nodes:
+        raise LabError("--nodes", None, f"lab {name} has {lab.spec.nodes} nodes, asked for {nodes}")
+    multinode = import_validate("multinode")
+    launch_mod = import_validate("launch")
+    folder = tables or (output[:-5] if output.endswith(".yaml") else output) + ".tables"
+    options = {"out": os.path.abspath(folder), "calibration": os.path.abspath(output), "command": command_line(),
+               "min_size": parse_bench_size(min_size), "max_size": parse_bench_size(max_size), "iters": iters}
+    click.echo(f"# commsim lab calibrate: {nodes} nodes x {ranks_per_node} ranks of lab {name}, "
+               f"all_reduce {options['min_size']}..{options['max_size']} B, {iters} iterations")
+    try:
+        with signals_raise():
+            done = multinode.launch_on(lab, "validate.collectives_multi:rank_calibrate", nodes, ranks_per_node,
+                                       timeout_s=timeout_s, args=(options,))
+    except launch_mod.LaunchError as exc:
+        fail(f"{exc}", code=EXIT_RUN_FAILED)
+    except KeyboardInterrupt:
+        raise SystemExit(EXIT_INTERRUPTED)
+    doc = done[0]["result"]
+    for level, lv in doc.get("levels", {}).items():
+        click.echo(f"{level}: alpha = {lv['alpha_s'] * 1e6:.1f} us/step, beta = {lv['beta_Bps'] * 8 / 1e6:.1f} Mbit/s")
+    click.echo(f"tables in {folder}")
+    click.echo(f"wrote {output}")
+
+
+@lab_group.command("validate")
+@click.argument("scenario", type=click.Path(dir_okay=False))
+@click.option("--calibration", "cal_path", required=True, type=click.Path(dir_okay=False),
+              help="Calibration YAML the prediction uses (e.g. from `commsim lab calibrate`).")
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a scenario key (as in `run`).")
+@click.option("--steps", type=click.IntRange(min=1), default=None, help="Timed steps (overrides the scenario's).")
+@click.option("--warmup-steps", type=click.IntRange(min=0), default=1, show_default=True)
+@click.option("--timeout", "timeout_s", type=float, default=120.0, show_default=True,
+              help="Seconds without progress before a hung or dead rank fails the run.")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None, help="Write the report as JSON.")
+@NAME_OPTION
+@_guard
+def validate_cmd(scenario, cal_path, overrides, steps, warmup_steps, timeout_s, json_path, name):
+    """Replay SCENARIO on the lab's nodes (gpus_per_node gloo ranks each), every straggler kind
+    injected for real (slow_link: the node's link shaped), compare with its simulation and name
+    the stragglers the measurements show."""
+    import json
+
+    from commsim.analysis.validation import format_comparison
+    from commsim.atomic import atomic_write_text
+    from commsim.cli.common import load_or_fail
+    from commsim.cli.validate import import_validate
+
+    sc = load_or_fail(scenario, overrides, steps, None, cal_path)
+    lab = Lab.attach(name)
+    job = import_validate("lab_validation")
+    launch_mod = import_validate("launch")
+    try:
+        with signals_raise():
+            report = job.validate_in_lab(lab, sc, warmup_steps, timeout_s, echo=click.echo)
+    except launch_mod.LaunchError as exc:
+        fail(str(exc), code=EXIT_RUN_FAILED)
+    except KeyboardInterrupt:
+        raise SystemExit(EXIT_INTERRUPTED)
+    except ValueError as exc:  # the scenario cannot be replayed here (CalibrationError included)
+        fail(" ".join(str(exc).splitlines()))
+    report = {"scenario": sc.name, "lab": lab.spec.to_json(), "world_size": sc.world_size, "steps": sc.steps,
+              "calibration": cal_path, **report}
+    click.echo(f"# {sc.name}: {sc.cluster.nodes} lab nodes x {sc.cluster.gpus_per_node}, {sc.steps} steps, "
+               f"calibration {cal_path}")
+    click.echo(format_comparison(report))
+    click.echo(f"stragglers seen: {report['stragglers_found_text']}")
+    if json_path:
+        atomic_write_text(json_path, json.dumps(report, indent=2, default=float) + "\n")
 
 
 def register(group: click.Group) -> None:
