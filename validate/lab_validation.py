@@ -162,7 +162,8 @@ def straggler_check(lab, cases: Sequence[Tuple[str, Scenario, Sequence[int]]], c
 
     The first case must be straggler-free: it is the measured baseline of the others. A
     scenario's ``slow_link`` on node k is applied by shaping lab node nodes[k] at factor x the
-    lab's rate; that lab node must serve no other case. Returns {"calibration", "cases"}."""
+    lab's rate for the run (its rate is restored afterwards); that lab node must serve no other
+    case. Returns {"calibration", "cases", "slowed_bps": {lab node: rate during the run}}."""
     from commsim.analysis.validation import compare, predicted_summary
 
     out = Path(out_dir)
@@ -211,9 +212,10 @@ def straggler_check(lab, cases: Sequence[Tuple[str, Scenario, Sequence[int]]], c
                  "comparison": cmp, "measured_scenario_comm_time_s": own_comm, "found": found,
                  "found_text": diagnose.describe(found, node_of=lambda r, ids=node_ids: lab.node_name(ids[r]))}
         report.append(entry)
-    _json(out / "report.json", {"lab": lab.spec.to_json(), "cases": report,
+    rates = {k: lab.spec.rate_bps * f for k, (_, f) in sorted(slowed.items())}
+    _json(out / "report.json", {"lab": lab.spec.to_json(), "cases": report, "slowed_bps": rates,
                                 "calibration_layout": measured_levels})
-    return {"calibration": cal, "cases": report}
+    return {"calibration": cal, "cases": report, "slowed_bps": rates}
 
 
 def lab_scenario(nodes: int = 4, parameters: float = 1e6, forward: float = 0.1, backward: float = 0.3,

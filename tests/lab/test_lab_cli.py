@@ -16,7 +16,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 SCENARIO = """\
 name: lab_cli
-steps: 3
+steps: 2
 cluster:
   nodes: 2
   gpus_per_node: 1

@@ -30,7 +30,8 @@ def test_replayed_stragglers_match_the_simulation_and_are_named(lab_name, tmp_pa
     with Lab(LabSpec(nodes=5, rate_bps=100e6, name=lab_name)) as lab:
         rep = straggler_check(lab, cases(), [64 << 10, 256 << 10, 1 << 20, 4 << 20], tmp_path, timeout_s=120,
                               echo=lambda line: None)
-        assert lab.spec.rate(4) == 50e6  # the slow link was applied for real
+        assert lab.spec.rate(4) == 100e6  # restored after the run
+    assert rep["slowed_bps"] == {4: 50e6}  # the slow link, applied for real during the run
     by = {c["case"]: c for c in rep["cases"]}
     errors = [abs(c["comparison"]["error_pct"]["step_time_mean"]) for c in rep["cases"]]
     assert statistics.median(errors) <= 10.0, errors
