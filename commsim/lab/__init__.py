@@ -15,3 +15,6 @@ ranks that run inside the lab are validate/multinode.py's.
 from commsim.lab.commands import CommandError, LabUnavailable, missing, preflight  # noqa: F401
 from commsim.lab.spec import LabError, LabSpec, describe_rate, parse_bits, parse_delay  # noqa: F401
 from commsim.lab.testbed import Lab, leftovers, signals_raise, teardown  # noqa: F401
+
+__all__ = ["CommandError", "Lab", "LabError", "LabSpec", "LabUnavailable", "describe_rate", "leftovers", "missing",
+           "parse_bits", "parse_delay", "preflight", "signals_raise", "teardown"]
