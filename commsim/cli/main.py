@@ -28,6 +28,7 @@ SUBCOMMAND_MODULES = {
     "commsim.cli.validate": ("validate",),
     "commsim.cli.compare": ("compare",),
     "commsim.cli.trace_commands": ("import", "blame"),
+    "commsim.cli.lab": ("lab",),
 }
 
 

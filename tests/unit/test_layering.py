@@ -27,6 +27,7 @@ LAYERS = [
     ("commsim.traces",),
     ("commsim.sweep",),
     ("commsim.output",),
+    ("commsim.lab",),
     ("validate",),
     ("commsim.cli",),
 ]
