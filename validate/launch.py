@@ -303,11 +303,11 @@ def launch(
     with _sigterm_raises():
         try:
             started = time.monotonic()
-            for r in range(nprocs):
-                beats[FIELDS * r + 1] = beats[FIELDS * r + 2] = started
+            for r in range(nprocs):  # heartbeats stay 0 until a rank's own thread runs
+                beats[FIELDS * r + 1] = started
             for p in procs:
                 p.start()
-            failure = _watch(procs, beats, timeout_s, out, startup_s)
+            failure = _watch(procs, beats, timeout_s, out, startup_s, started)
         except KeyboardInterrupt:
             failure, interrupted = "interrupted (Ctrl-C)", True
         except _Terminated:
@@ -356,7 +356,7 @@ def _sigterm_raises():
             signal.signal(signal.SIGTERM, previous)
 
 
-def _watch(procs, beats, timeout_s: float, out: Path, startup_s: float) -> Optional[str]:
+def _watch(procs, beats, timeout_s: float, out: Path, startup_s: float, started: float) -> Optional[str]:
     """Wait for all ranks; return a failure message, or None when every rank succeeded."""
     n = len(procs)
     while True:
@@ -370,25 +370,28 @@ def _watch(procs, beats, timeout_s: float, out: Path, startup_s: float) -> Optio
         now = time.monotonic()
         ticks = [beats[FIELDS * r] for r in range(n)]
         last = [beats[FIELDS * r + 1] for r in range(n)]
-        heart = [beats[FIELDS * r + 2] for r in range(n)]
+        heart = [beats[FIELDS * r + 2] or started for r in range(n)]  # 0: its thread never ran
         # before every rank has joined the group, allow for interpreter and torch start-up
         limit = timeout_s if min(ticks) > 0 else max(timeout_s, startup_s)
         alive = [r for r in range(n) if codes[r] is None]
         if now - max(last) > limit or any(now - heart[r] > limit for r in alive):
-            return _stall_message(alive, ticks, heart, now, limit, [p.pid for p in procs])
+            beat = [beats[FIELDS * r + 2] > 0 for r in range(n)]
+            return _stall_message(alive, ticks, heart, beat, now, limit, [p.pid for p in procs])
         time.sleep(POLL_S)
 
 
-def _stall_message(alive: List[int], ticks, heart, now: float, limit: float, pids: List[int]) -> str:
+def _stall_message(alive: List[int], ticks, heart, beat, now: float, limit: float, pids: List[int]) -> str:
     """Name the rank(s) that stopped: those whose heartbeat stopped, else those furthest
-    behind in progress (the ones that never reached the collective the others wait in)."""
+    behind in progress (the ones that never reached the collective the others wait in).
+    `beat[r]`: whether rank r's heartbeat ever ran (it starts once the interpreter is up)."""
     counts = dict(enumerate(int(t) for t in ticks))
     stopped = [r for r in alive if now - heart[r] > min(limit, STOPPED_S)]
     if stopped:
         waiting = [r for r in alive if r not in stopped]
-        states = ", ".join(f"rank {r}: {_process_state(pids[r])}" for r in stopped)
+        states = ", ".join(f"rank {r}: {_process_state(pids[r]) if beat[r] else 'never started running'}"
+                           for r in stopped)
         return (f"{_ranks(stopped)} stopped making progress: no heartbeat for {now - max(heart[r] for r in stopped):.1f} s "
-                f"({states})" + (f"; {_ranks(waiting)} waited for it" if waiting else "")
+                f"({states})" + (f"; {_ranks(waiting)} waited for {'it' if len(stopped) == 1 else 'them'}" if waiting else "")
                 + f" (progress counts {counts})")
     behind = min(ticks[r] for r in alive)
     hung = [r for r in alive if ticks[r] == behind]
