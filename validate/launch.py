@@ -60,6 +60,7 @@ HEARTBEAT_S = 0.25  # a rank's heartbeat period
 # a rank whose heartbeat is this much overdue when the run stalls is the one that stopped (a
 # rank waiting in a collective keeps beating: the collective releases the GIL)
 STOPPED_S = 2.0
+MIN_TIMEOUT_S = 1.0
 FIELDS = 3  # per rank in the shared array: progress count, last progress, last heartbeat
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
@@ -277,8 +278,8 @@ def launch(
         raise ValueError(f"nprocs must be >= 1, got {nprocs}")
     if backend not in ("gloo", "nccl"):
         raise ValueError(f"backend must be gloo or nccl, got {backend!r}")
-    if not timeout_s > 0:
-        raise ValueError(f"timeout must be > 0 seconds, got {timeout_s}")
+    if not timeout_s >= MIN_TIMEOUT_S:  # a shorter one would call ranks between two heartbeats stopped
+        raise ValueError(f"timeout must be at least {MIN_TIMEOUT_S:g} s, got {timeout_s:g}")
     if backend == "nccl":
         check_gpus(nprocs)
     created = result_dir is None  # ours to remove once the results are read

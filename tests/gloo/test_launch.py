@@ -108,6 +108,8 @@ def test_bad_arguments():
         launch(w.sum_ranks, 2, "mpi")
     with pytest.raises(ValueError, match="nprocs"):
         launch(w.sum_ranks, 0)
+    with pytest.raises(ValueError, match="timeout must be at least 1 s, got 0.2"):
+        launch(w.sum_ranks, 2, timeout_s=0.2)
 
 
 def test_nccl_without_enough_gpus_fails_in_one_line(tmp_path):
