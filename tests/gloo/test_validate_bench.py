@@ -50,7 +50,7 @@ def test_sweep_on_two_gloo_ranks(tmp_path, capfd):
 def test_torchrun_entry_point(tmp_path):
     js = tmp_path / "rows.json"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "-m", "validate.collective_bench",
-           "--backend", "gloo", "--max-size", "1024", "--iters", "2", "--warmup", "1", "--check", "--json", str(js)]
+           "--backend", "gloo", "--max-size", "1K", "--iters", "2", "--warmup", "1", "--check", "--json", str(js)]
     res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr[-2000:]
     check_rows(json.loads(js.read_text()), 2, [8, 16, 32, 64, 128, 256, 512, 1024])
