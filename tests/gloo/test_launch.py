@@ -16,8 +16,10 @@ from tests.gloo import workers_launch as w  # noqa: E402
 from validate.launch import LaunchError, LaunchInterrupted, launch  # noqa: E402
 
 ROOT = str(Path(__file__).resolve().parents[2])
-# a launcher process of its own, for the tests that interrupt or kill it
-LAUNCHER = ("import json, sys; from tests.gloo import workers_launch as w; "
+# a launcher process of its own, for the tests that interrupt or kill it; Ctrl-C raises
+# KeyboardInterrupt in it even when pytest runs with SIGINT ignored (a background job)
+LAUNCHER = ("import json, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+            "from tests.gloo import workers_launch as w; "
             "w.launch_and_report(sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), json.loads(sys.argv[4]), "
             "sys.argv[5], sys.argv[6])")
 
