@@ -22,13 +22,13 @@ per-rank JSON-lines file at once, so the measurements taken before a failure sur
 (:attr:`LaunchError.partial`).
 
 A rank leaves with ``os._exit`` once its result is on disk and its process group destroyed,
-without running the interpreter's shutdown. A process group that something still holds
-(torch's DistributedDataParallel leaves a reference behind that outlives
-``destroy_process_group``) keeps its gloo worker threads running; a worker that releases a
-finished collective's tensors takes the GIL, and one that does so while the interpreter
-shuts down is ended by CPython from inside a C++ destructor, which aborts the process
-("terminate called without an active exception", exit code -6) after its results were
-complete.
+without running the interpreter's shutdown. ``destroy_process_group`` does not always end a
+group: importing ``torch._inductor`` while a group exists (DistributedDataParallel's
+constructor does, through ``torch._dynamo``) leaves references to it that are never
+released, so its gloo worker threads run on. A worker that frees a finished collective's
+tensors takes the GIL, and one that does so while the interpreter shuts down is ended by
+CPython from inside a C++ destructor: std::terminate ("terminate called without an active
+exception", exit code -6), after the rank's results were complete.
 """
 
 from __future__ import annotations

@@ -72,13 +72,13 @@ def test_forward_backward_timing_scales_with_batch():
 
 
 def test_measured_calibration_end_to_end(tmp_path):
-    cal = measure_calibration("gloo", 2, max_size=1 << 20, iters=2, warmup=1, compute_params=1 << 16,
+    cal = measure_calibration("gloo", 2, max_size=1 << 23, iters=3, warmup=1, compute_params=1 << 16,
                               timeout_s=60, command="test", echo=lambda s: None, result_dir=str(tmp_path))
     p = cal.provenance
     assert (p.backend, p.world_size, p.command) == ("gloo", 2, "test")
     assert p.torch_version == str(torch.__version__) and "bundled" in p.gloo_version
     link = cal.level("intra_node")
-    assert [m.size_bytes for m in link.table] == collective_bench.sweep_sizes(8, 1 << 20)
+    assert [m.size_bytes for m in link.table] == collective_bench.sweep_sizes(8, 1 << 23)
     assert link.alpha_s >= 0 and link.beta_Bps > 0
     assert cal.compute.forward_s > 0 and len(cal.compute.per_rank) == 2
     path = tmp_path / "cal.yaml"

@@ -93,8 +93,9 @@ class _ReleasedByWorker:
 
 def release_during_shutdown(ctx, folder):
     """The numerics job's abort at exit, made certain: a process group kept alive past
-    destroy_process_group (DDP leaves such a reference behind) whose gloo worker takes the
-    GIL to free a finished collective's tensor while the interpreter shuts down."""
+    destroy_process_group (DDP's constructor imports torch._inductor, which leaves references
+    to the group behind) whose gloo worker takes the GIL to free a finished collective's
+    tensor while the interpreter shuts down."""
     from torch import nn
     from torch.nn.parallel import DistributedDataParallel as DDP
 
