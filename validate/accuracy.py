@@ -21,7 +21,7 @@ from commsim.atomic import atomic_write_text
 from commsim.calibration.file import load_calibration
 from commsim.scenario.loader import load_scenario
 from validate.entry import CONTEXT, Failure, run_command, save_partial
-from validate.launch import LaunchError
+from validate.launch import LaunchError, LaunchInterrupted
 from validate.replay import validate_scenario
 
 BUCKETS = ("1 MB", "25 MB", "100 MB")
@@ -91,11 +91,13 @@ def command(cal_path, scenario_path, nprocs, backend, steps, slow_factor, repeat
                 os.makedirs(out_dir, exist_ok=True)
                 atomic_write_text(os.path.join(out_dir, f"{name}.json"), json.dumps(rows[-1], indent=2) + "\n")
             _print_case(rows[-1])
-    except LaunchError as exc:
-        if not json_path:
-            raise
-        saved = save_partial(json_path, {"error": str(exc), "cases": rows})
-        raise type(exc)(f"{exc} ({len(rows)} finished cases saved to {saved})", exc.partial, exc.result_dir)
+    except (LaunchError, KeyboardInterrupt) as exc:
+        if isinstance(exc, KeyboardInterrupt):  # between two replays (a replay's own is a LaunchInterrupted)
+            exc = LaunchInterrupted("interrupted (Ctrl-C)", {}, None)
+        if json_path:
+            saved = save_partial(json_path, {"error": str(exc), "cases": rows})
+            exc = type(exc)(f"{exc} ({len(rows)} finished cases saved to {saved})", exc.partial, exc.result_dir)
+        raise exc
     errs = [abs(r["error_pct"]["step_time_mean"]) for r in rows]
     summary = {"median_abs_error_pct": statistics.median(errs), "max_abs_error_pct": max(errs), "cases": rows}
     click.echo(f"median |error| of the mean step time over {len(rows)} cases: {summary['median_abs_error_pct']:.1f} % "

@@ -344,8 +344,12 @@ def _sigterm_raises():
     KeyboardInterrupt), so that the ranks are killed and the measurements kept. Signal
     handlers can only be set from the main thread; elsewhere SIGTERM keeps its action."""
 
+    fired = []
+
     def handler(signum, frame):
-        raise _Terminated()
+        if not fired:  # once: a second SIGTERM must not cut the killing of the ranks short
+            fired.append(signum)
+            raise _Terminated()
 
     previous = None
     if threading.current_thread() is threading.main_thread():

@@ -121,3 +121,28 @@ def test_failed_sweep_keeps_the_rows_measured(tmp_path, monkeypatch, capfd):
     assert not js.exists()
     err = capfd.readouterr().err
     assert err.strip().endswith(f"(rows measured so far saved to {js}.partial.json)")
+
+
+@pytest.mark.parametrize("stop, code", [
+    (LaunchError("rank 1 hung: no progress for 5 s; no measurements were taken", {0: [], 1: []}, None), 3),
+    (KeyboardInterrupt(), 130),
+])
+def test_accuracy_keeps_the_finished_cases(stop, code, cal_file, tmp_path, monkeypatch, capfd):
+    report = {"measured": {"step_time_s": {"mean": 0.2}}, "predicted": {"step_time_s": {"mean": 0.19}},
+              "error_pct": {"step_time_mean": -5.0, "step_time_p95": -4.0, "comm_time": None}}
+    calls = []
+
+    def replay(*args, **kwargs):
+        calls.append(args[0].name)
+        if len(calls) == 2:
+            raise stop
+        return report
+
+    monkeypatch.setattr(accuracy, "validate_scenario", replay)
+    js = tmp_path / "acc.json"
+    assert accuracy.main(["--calibration", cal_file, "--json", str(js)]) == code
+    saved = json.loads((tmp_path / "acc.json.partial.json").read_text())
+    assert [c["scenario"] for c in saved["cases"]] == ["bucket_1MB"] and not js.exists()
+    err = capfd.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].endswith(f"(1 finished cases saved to {js}.partial.json)")
+    assert err[0].startswith("commsim: error: " + ("rank 1 hung" if code == 3 else "interrupted (Ctrl-C)"))
