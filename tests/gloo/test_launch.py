@@ -254,3 +254,18 @@ def test_rank_leaves_cleanly_while_a_gloo_worker_frees_a_tensor(tmp_path):
     out = launch(w.release_during_shutdown, 2, "gloo", timeout_s=60, args=(str(tmp_path),),
                  result_dir=str(tmp_path / "run"))
     assert out == [{"rank": 0}, {"rank": 1}]
+
+
+def test_sigterm_raises_once_while_watching():
+    # the first SIGTERM ends the watch; a second one, while the ranks are being killed,
+    # must not break off their killing (and afterwards SIGTERM's own action is back)
+    from validate.launch import _sigterm_raises, _Terminated
+
+    before = signal.getsignal(signal.SIGTERM)
+    with _sigterm_raises():
+        with pytest.raises(_Terminated):
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(1.0)  # the handler runs at the next bytecode: well before this ends
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.05)
+    assert signal.getsignal(signal.SIGTERM) is before
