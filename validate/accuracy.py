@@ -94,7 +94,7 @@ def command(cal_path, scenario_path, nprocs, backend, steps, slow_factor, repeat
     except (LaunchError, KeyboardInterrupt) as exc:
         if isinstance(exc, KeyboardInterrupt):  # between two replays (a replay's own is a LaunchInterrupted)
             exc = LaunchInterrupted("interrupted (Ctrl-C)", {}, None)
-        if json_path:
+        if json_path and rows:  # nothing finished: no file to point to
             saved = save_partial(json_path, {"error": str(exc), "cases": rows})
             exc = type(exc)(f"{exc} ({len(rows)} finished cases saved to {saved})", exc.partial, exc.result_dir)
         raise exc

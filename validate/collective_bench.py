@@ -253,9 +253,9 @@ def command(backend, nprocs, min_size, max_size, warmup, iters, check, timeout_s
         try:
             rows = launch(rank_sweep, nprocs, backend, timeout_s, args=(sizes, warmup, iters, check))[0]
         except LaunchError as exc:
-            if not json_path:
+            if not (json_path and exc.partial.get(0)):  # nothing measured: no file to point to
                 raise
-            saved = save_partial(json_path, {"error": str(exc), "rows": exc.partial.get(0, [])})
+            saved = save_partial(json_path, {"error": str(exc), "rows": exc.partial[0]})
             raise type(exc)(f"{exc} (rows measured so far saved to {saved})", exc.partial, exc.result_dir)
     if rows is not None and json_path:
         atomic_write_text(json_path, json.dumps(rows, indent=1) + "\n")

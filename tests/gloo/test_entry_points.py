@@ -146,3 +146,23 @@ def test_accuracy_keeps_the_finished_cases(stop, code, cal_file, tmp_path, monke
     err = capfd.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].endswith(f"(1 finished cases saved to {js}.partial.json)")
     assert err[0].startswith("commsim: error: " + ("rank 1 hung" if code == 3 else "interrupted (Ctrl-C)"))
+
+
+def test_nothing_measured_saves_no_partial_file(tmp_path, monkeypatch, capfd):
+    def failing_launch(*args, **kwargs):
+        raise LaunchInterrupted("terminated (SIGTERM); no measurements were taken", {0: [], 1: []}, None)
+
+    monkeypatch.setattr(collective_bench, "launch", failing_launch)
+    assert collective_bench.main(["--json", str(tmp_path / "rows.json")]) == 130
+    assert not list(tmp_path.iterdir())
+    assert capfd.readouterr().err == "commsim: error: terminated (SIGTERM); no measurements were taken\n"
+
+
+def test_accuracy_interrupted_in_its_first_case_saves_no_partial_file(cal_file, tmp_path, monkeypatch, capfd):
+    def replay(*args, **kwargs):
+        raise LaunchInterrupted("interrupted (Ctrl-C); no measurements were taken", {0: [], 1: []}, None)
+
+    monkeypatch.setattr(accuracy, "validate_scenario", replay)
+    assert accuracy.main(["--calibration", cal_file, "--json", str(tmp_path / "acc.json")]) == 130
+    assert not list(tmp_path.iterdir())
+    assert capfd.readouterr().err == "commsim: error: interrupted (Ctrl-C); no measurements were taken\n"
