@@ -19,12 +19,13 @@ Conventions (NVIDIA/nccl-tests, src/common.cu and doc/PERFORMANCE.md):
 Timing: CPU tensors (gloo) with time.perf_counter; CUDA tensors (nccl) with a CUDA event
 after each iteration, read after torch.cuda.synchronize.
 
-Run under torchrun: ``torchrun --nproc-per-node 2 -m validate.collective_bench --backend gloo``.
+Run it as ``python -m validate.collective_bench`` (it launches its ranks) or under torchrun
+(``torchrun --nproc-per-node 2 -m validate.collective_bench --backend gloo``); ``--help``
+lists the options.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -32,11 +33,15 @@ import sys
 import time
 from typing import Callable, List, Optional
 
+import click
 import torch
 import torch.distributed as dist
 
-from commsim.output.nccl_table import nccl_table_header, time_cell
+from commsim.atomic import atomic_write_text
 from commsim.collectives.busbw import algbw, busbw
+from commsim.output.nccl_table import nccl_table_header, time_cell
+from validate.entry import CONTEXT, BenchSize, Failure, run_command, save_partial
+from validate.launch import LaunchError, launch
 
 ELEMENT_BYTES = 4
 COLD_BYTES = 64 * 1024 * 1024
@@ -197,40 +202,96 @@ def rank_sweep(ctx, sizes, warmup, iters, check):
     return rows if ctx.rank == 0 else None
 
 
-def main(argv: Optional[List[str]] = None) -> int:
-    """Entry point under torchrun (reads RANK/WORLD_SIZE/MASTER_* from the environment)."""
+HELP = """All-reduce size sweep on torch.distributed, printed as nccl-tests' all_reduce_perf table.
+
+\b
+Without torchrun it launches --nprocs local ranks itself:
+  python -m validate.collective_bench --backend gloo --nprocs 2 --max-size 16M --check
+Under torchrun every process is one rank:
+  torchrun --nproc-per-node 2 -m validate.collective_bench --backend gloo --max-size 16M
+
+Sizes double from --min-size to --max-size (float32 elements). Each size is timed out of
+place and in place after --warmup untimed iterations: --iters back-to-back iterations, each
+the slowest rank's time; the table shows their mean, with algbw and busbw as nccl-tests
+computes them. Exit codes: 0 done, 2 bad input, 3 a rank failed or hung (what was measured
+is kept), 130 interrupted.
+"""
+
+
+@click.command(help=HELP, context_settings=CONTEXT)
+@click.option("--backend", type=click.Choice(["gloo", "nccl"]), default="gloo", show_default=True,
+              help="Process-group backend: gloo (CPU tensors) or nccl (CUDA tensors, one GPU per rank).")
+@click.option("--nprocs", type=click.IntRange(min=1), default=2, show_default=True,
+              help="Local ranks to launch when run without torchrun (under torchrun, --nproc-per-node decides).")
+@click.option("--min-size", type=BenchSize(), default="8", show_default=True,
+              help="Smallest all-reduce, in bytes; K/M/G are binary (64K = 65536).")
+@click.option("--max-size", type=BenchSize(), default="16M", show_default=True,
+              help="Largest all-reduce, in bytes; the sizes double from --min-size up to it.")
+@click.option("--warmup", type=click.IntRange(min=0), default=3, show_default=True,
+              help="Untimed iterations per size and column group.")
+@click.option("--iters", type=click.IntRange(min=1), default=10, show_default=True,
+              help="Timed iterations per size and column group.")
+@click.option("--check", is_flag=True,
+              help="Check the sums (rank r contributes r+1) and count wrong elements in the #wrong columns.")
+@click.option("--timeout", "timeout_s", type=click.FloatRange(min=1.0), default=300.0, show_default=True,
+              help="Seconds. Without torchrun: no progress for this long fails the run, naming the rank; "
+                   "under torchrun: the process group's timeout.")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
+              help="Write the rows here as JSON (after a failure, what was measured goes to JSON.partial.json).")
+def command(backend, nprocs, min_size, max_size, warmup, iters, check, timeout_s, json_path):
+    if not ELEMENT_BYTES <= min_size <= max_size:
+        raise Failure(f"--min-size {min_size}, --max-size {max_size}: expected {ELEMENT_BYTES} <= --min-size <= --max-size "
+                      "(bytes of float32 elements)")
+    sizes = sweep_sizes(min_size, max_size)
+    if under_torchrun():
+        world = int(os.environ["WORLD_SIZE"])
+        source = click.get_current_context().get_parameter_source("nprocs")
+        if source is not click.core.ParameterSource.DEFAULT and nprocs != world:
+            raise Failure(f"--nprocs {nprocs}, but torchrun started {world} ranks: leave --nprocs out under torchrun")
+        rows = _torchrun_sweep(backend, sizes, warmup, iters, check, timeout_s)
+    else:
+        try:
+            rows = launch(rank_sweep, nprocs, backend, timeout_s, args=(sizes, warmup, iters, check))[0]
+        except LaunchError as exc:
+            if not (json_path and exc.partial.get(0)):  # nothing measured: no file to point to
+                raise
+            saved = save_partial(json_path, {"error": str(exc), "rows": exc.partial[0]})
+            raise type(exc)(f"{exc} (rows measured so far saved to {saved})", exc.partial, exc.result_dir)
+    if rows is not None and json_path:
+        atomic_write_text(json_path, json.dumps(rows, indent=1) + "\n")
+
+
+def under_torchrun() -> bool:
+    """Whether torchrun (or another launcher of that kind) started this process as one rank."""
+    return all(k in os.environ for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"))
+
+
+def _torchrun_sweep(backend: str, sizes: List[int], warmup: int, iters: int, check: bool,
+                    timeout_s: float) -> Optional[List[dict]]:
+    """The sweep as one rank of a torchrun job (RANK, WORLD_SIZE, MASTER_* from the
+    environment); rank 0 prints the table and returns the rows, the others None."""
     import datetime
 
-    ap = argparse.ArgumentParser(prog="python -m validate.collective_bench", description=__doc__.splitlines()[0])
-    ap.add_argument("--backend", choices=["gloo", "nccl"], default="gloo")
-    ap.add_argument("--min-size", type=int, default=8, help="bytes (default 8)")
-    ap.add_argument("--max-size", type=int, default=1 << 24, help="bytes (default 16 MiB)")
-    ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--iters", type=int, default=10)
-    ap.add_argument("--check", action="store_true", help="check the sums (#wrong column)")
-    ap.add_argument("--timeout", type=float, default=300.0, help="process-group timeout, seconds")
-    ap.add_argument("--json", default=None, help="rank 0 writes the rows here")
-    a = ap.parse_args(argv)
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     device = torch.device("cpu")
-    if a.backend == "gloo":
+    if backend == "gloo":
         torch.set_num_threads(1)  # the local ranks share the cores
-    if a.backend == "nccl":
+    if backend == "nccl":
         torch.cuda.set_device(local_rank)
         device = torch.device("cuda", local_rank)
-    dist.init_process_group(a.backend, timeout=datetime.timedelta(seconds=a.timeout))
+    dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout_s))
     try:
         rank = dist.get_rank()
         echo = (lambda line: print(line, flush=True)) if rank == 0 else None
-        rows = run_sweep(sweep_sizes(a.min_size, a.max_size), a.warmup, a.iters, a.check, device, echo=echo)
-        if rank == 0 and a.json:
-            tmp = a.json + ".tmp"
-            with open(tmp, "w") as fh:
-                json.dump(rows, fh, indent=1)
-            os.replace(tmp, a.json)
+        rows = run_sweep(sizes, warmup, iters, check, device, echo=echo)
     finally:
         dist.destroy_process_group()
-    return 0
+    return rows if rank == 0 else None
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """``python -m validate.collective_bench``: run the command, return its exit code."""
+    return run_command(command, argv, prog_name="python -m validate.collective_bench")
 
 
 if __name__ == "__main__":

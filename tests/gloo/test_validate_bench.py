@@ -50,7 +50,7 @@ def test_sweep_on_two_gloo_ranks(tmp_path, capfd):
 def test_torchrun_entry_point(tmp_path):
     js = tmp_path / "rows.json"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "-m", "validate.collective_bench",
-           "--backend", "gloo", "--max-size", "1024", "--iters", "2", "--warmup", "1", "--check", "--json", str(js)]
+           "--backend", "gloo", "--max-size", "1K", "--iters", "2", "--warmup", "1", "--check", "--json", str(js)]
     res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr[-2000:]
     check_rows(json.loads(js.read_text()), 2, [8, 16, 32, 64, 128, 256, 512, 1024])
@@ -72,13 +72,13 @@ def test_forward_backward_timing_scales_with_batch():
 
 
 def test_measured_calibration_end_to_end(tmp_path):
-    cal = measure_calibration("gloo", 2, max_size=1 << 20, iters=2, warmup=1, compute_params=1 << 16,
+    cal = measure_calibration("gloo", 2, max_size=1 << 23, iters=3, warmup=1, compute_params=1 << 16,
                               timeout_s=60, command="test", echo=lambda s: None, result_dir=str(tmp_path))
     p = cal.provenance
     assert (p.backend, p.world_size, p.command) == ("gloo", 2, "test")
     assert p.torch_version == str(torch.__version__) and "bundled" in p.gloo_version
     link = cal.level("intra_node")
-    assert [m.size_bytes for m in link.table] == collective_bench.sweep_sizes(8, 1 << 20)
+    assert [m.size_bytes for m in link.table] == collective_bench.sweep_sizes(8, 1 << 23)
     assert link.alpha_s >= 0 and link.beta_Bps > 0
     assert cal.compute.forward_s > 0 and len(cal.compute.per_rank) == 2
     path = tmp_path / "cal.yaml"
