@@ -22,7 +22,7 @@ from typing import Iterator, NoReturn, Optional
 
 from commsim.cli.common import fail
 from commsim.cli.outputs import is_stdout, write_output
-from commsim.errors import EXIT_INTERRUPTED, EXIT_RUN_FAILED
+from commsim.errors import EXIT_INTERRUPTED
 
 INSTALL_VALIDATE = "from the repository root: pip install -e '.[validate]'"
 
@@ -58,12 +58,11 @@ def _partial_records(exc) -> dict:
 def job_failed(exc, output: Optional[str]) -> NoReturn:
     """End the command for a failed or interrupted launch (`exc`, a LaunchError): save the
     measurements taken so far as ``OUTPUT.partial.json`` and fail with exit 3 or 130."""
-    launch_mod = import_validate("launch")
-    interrupted = getattr(launch_mod, "LaunchInterrupted", None)
-    code = EXIT_INTERRUPTED if interrupted is not None and isinstance(exc, interrupted) else EXIT_RUN_FAILED
+    code = exc.exit_code  # 3: a rank died, hung or stopped; 130: LaunchInterrupted (Ctrl-C, SIGTERM)
     records = _partial_records(exc)
-    if not any(records.values()):
-        fail(f"{exc} (no measurements were taken)", code)
+    if not exc.measured or not any(records.values()):
+        # the launcher's own message says "no measurements were taken"; nothing to keep
+        fail(str(exc) if "no measurements" in str(exc) else f"{exc} (no measurements were taken)", code)
     if output is None or is_stdout(output):
         fail(str(exc), code)  # the launcher keeps them in its folder, which its message names
     partial_path = f"{output}.partial.json"

@@ -22,17 +22,12 @@ ROOT = Path(__file__).resolve().parents[2]
 RECORDS = {0: [{"size_bytes": 8, "time_s": 1e-5}], 1: [{"size_bytes": 8, "time_s": 1.1e-5}]}
 
 
-class Interrupted(launch.LaunchError):
-    """Stands in for validate.launch.LaunchInterrupted (Ctrl-C/SIGTERM after the ranks were killed)."""
-
-
 def fake_measure(monkeypatch, exc):
     """`calibrate --backend gloo` whose measurement raises `exc` (no torch, no ranks)."""
     def measure_calibration(**kwargs):
         kwargs["echo"]("# measuring")
         raise exc
 
-    monkeypatch.setattr(launch, "LaunchInterrupted", Interrupted, raising=False)
     fake = types.SimpleNamespace(measure_calibration=measure_calibration)
     real = cli_calibrate.import_validate
     monkeypatch.setattr(cli_calibrate, "import_validate", lambda name: fake if name == "calibrate" else real(name))
@@ -60,7 +55,7 @@ def test_a_hung_rank_is_exit_3_and_keeps_what_was_measured(monkeypatch, tmp_path
 
 
 def test_an_interrupted_launch_is_exit_130_and_keeps_what_was_measured(monkeypatch, tmp_path, capsys):
-    fake_measure(monkeypatch, Interrupted("interrupted: ranks stopped", RECORDS, str(tmp_path)))
+    fake_measure(monkeypatch, launch.LaunchInterrupted("interrupted: ranks stopped", RECORDS, str(tmp_path)))
     assert calibrate(tmp_path) == EXIT_INTERRUPTED
     assert "interrupted" in one_line(capsys)
     assert json.loads((tmp_path / "cal.yaml.partial.json").read_text())["partial"]["0"] == RECORDS[0]
