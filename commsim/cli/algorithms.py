@@ -11,21 +11,13 @@ import json
 import click
 
 from commsim.analysis.algorithm_comparison import with_nodes
-from commsim.cli.common import FORCE_HELP, POSITIVE_INT, check_resized, command, fail, load_or_fail, split_choices
+from commsim.cli.common import (FORCE_HELP, POSITIVE_INT, check_resized, command, fail, load_or_fail, node_counts,
+                                split_choices)
 from commsim.cli.outputs import check_outputs, echo_to, write_output
 from commsim.collectives import ALL_REDUCE
 from commsim.collectives.kernels import COST_MODELS
 
 
-def _node_counts(text: str) -> list:
-    try:
-        counts = [int(t) for t in text.split(",") if t.strip()]
-    except ValueError:
-        counts = []
-    if not counts or any(c < 1 for c in counts):
-        raise click.BadParameter(f"expected comma-separated positive node counts like 4,32,256, got {text!r}",
-                                 param_hint="--nodes")
-    return counts
 
 
 def check_calibrated_pairs(scenario, pairs) -> None:
@@ -66,7 +58,7 @@ def algorithms(scenario, nodes_text, algorithm_text, model_text, steps, override
     stdout_taken = check_outputs({"--json": json_path})
     names = split_choices(algorithm_text, "--algorithm", ALL_REDUCE)
     models = split_choices(model_text, "--model", COST_MODELS)
-    counts = _node_counts(nodes_text) if nodes_text else None
+    counts = node_counts(nodes_text) if nodes_text else None
     sc = load_or_fail(scenario, overrides, steps, None, force=force)
     pairs = [(a, m) for m in models for a in names if a in algorithms_for(m)]
     if not pairs:

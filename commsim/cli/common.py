@@ -302,3 +302,15 @@ def check_resized(scenario, option: str, force: bool = False) -> None:
             budget.check(scenario, option)
         except InputError as exc:
             fail(str(exc))
+
+
+def node_counts(text: str) -> list:
+    """``--nodes 4,32,256``: comma-separated positive node counts (a usage error otherwise)."""
+    try:
+        counts = [int(t) for t in text.split(",") if t.strip()]
+    except ValueError:
+        counts = []
+    if not counts or any(c < 1 for c in counts):
+        raise click.BadParameter(f"expected comma-separated positive node counts like 4,32,256, got {text!r}",
+                                 param_hint="--nodes")
+    return counts

@@ -10,7 +10,7 @@ import json
 
 import click
 
-from commsim.cli.common import FORCE_HELP, POSITIVE_INT, command, fail, load_or_fail
+from commsim.cli.common import FORCE_HELP, POSITIVE_INT, command, fail, load_or_fail, node_counts
 from commsim.cli.outputs import check_outputs, echo_to, write_output
 
 MITIGATIONS_HELP = ("Comma-separated remedies, each compared on its own; parameters after ':' "
@@ -21,15 +21,6 @@ MITIGATIONS_HELP = ("Comma-separated remedies, each compared on its own; paramet
                     "fp16,powersgd:r=4,backup:b=2,localsgd:H=8,async:servers=4,buckets.")
 
 
-def _node_counts(text: str) -> list:
-    try:
-        counts = [int(t) for t in text.split(",") if t.strip()]
-    except ValueError:
-        counts = []
-    if not counts or any(c < 1 for c in counts):
-        raise click.BadParameter(f"expected comma-separated positive node counts like 4,16,128, got {text!r}",
-                                 param_hint="--nodes")
-    return counts
 
 
 def _load(path, overrides, steps, nodes, force):
@@ -93,7 +84,7 @@ def compare_command(scenario, mitigations_text, nodes_text, steps, overrides, js
         if not os.path.exists(plot_dir) and os.path.isdir(os.path.dirname(os.path.abspath(plot_dir))):
             os.mkdir(plot_dir)  # the folder itself, as sweep -o makes its own; never its parents
         check_plot_folder(plot_dir)  # a PlotError (exit 2) before any work
-    counts = _node_counts(nodes_text) if nodes_text else None
+    counts = node_counts(nodes_text) if nodes_text else None
     scenarios, section = _load(scenario, overrides, steps, counts, force)
     if mitigations_text is not None:
         mitigations = parse_mitigations(mitigations_text)
