@@ -37,7 +37,7 @@ import torch.distributed as dist
 
 from commsim.atomic import atomic_write_text
 from commsim.calibration.from_logs import calibration_from_nccl_logs
-from commsim.calibration.model import Calibration
+from commsim.calibration import Calibration
 from commsim.collectives.busbw import algbw, busbw
 from commsim.output.nccl_table import nccl_table_header, time_cell
 from validate.collective_bench import ELEMENT_BYTES, buffer_count

@@ -32,7 +32,7 @@ from typing import Dict, List, Optional
 import torch
 import torch.distributed as dist
 
-from commsim.calibration.model import CalibrationError
+from commsim.calibration import CalibrationError
 from commsim.scenario.spec import Scenario, SlowLink, Throttle
 from commsim.sim.stragglers import ThermalClock, perturbations
 

@@ -1,11 +1,11 @@
 """Check the model against the lab: measured collectives vs the simulator's prediction.
 
 The prediction is the simulator's own pricing of a ring under a calibration (what
-``commsim run --calibration`` uses): every hop of the node-major ring gets the time
-:func:`commsim.calibration.model.calibrated_hop_times` gives it (inter_node hops where the
-ring crosses nodes, intra_node hops inside a node), and with all ranks starting together a
-ring collective lasts its step count times the slowest hop's step (DESIGN.md; the closed forms
-of commsim.collectives.ring and .halves):
+``commsim run --calibration`` uses): the lab's nodes as a fabric priced level by level by
+:func:`commsim.calibration.model.measured_level_constants` (inter_node hops where the ring
+crosses nodes, intra_node hops inside a node), and the ring kernel of the collectives package
+with all ranks starting together: the step count times (the ring's mean hop latency + the
+slowest hop's chunk time):
 
     all_reduce: 2(n-1) steps;  all_gather, reduce_scatter: n-1 steps (half a ring each).
 
@@ -27,8 +27,12 @@ from typing import Dict, Iterable, List, Optional, Sequence
 
 import numpy as np
 
-from commsim.calibration.model import Calibration, calibrated_hop_times, hop_level_names, hop_time
+from functools import partial
+
+from commsim.calibration.model import Calibration, measured_level_constants
 from commsim.collectives.busbw import busbw
+from commsim.collectives.kernels import make_kernel
+from commsim.network.fabric import Fabric
 
 STEPS = {"all_reduce": lambda n: 2 * (n - 1), "all_gather": lambda n: n - 1, "reduce_scatter": lambda n: n - 1}
 MIN_TRANSFER_SHARE = 0.8
@@ -42,27 +46,31 @@ def ring_crosses(nodes: int, per_node: int) -> np.ndarray:
     return (i // per_node) != (((i - 1) % n) // per_node)
 
 
+def _fabric(cal: Calibration, nodes: int, per_node: int) -> Fabric:
+    """The lab's nodes as the one fabric, every level priced from the calibration."""
+    return Fabric(nodes=nodes, gpus_per_node=per_node, intra_latency=0.0, intra_bandwidth=1.0,
+                  inter_latency=0.0, inter_bandwidth=1.0, pricing=partial(measured_level_constants, cal))
+
+
 def predicted_time(cal: Calibration, collective: str, nodes: int, per_node: int, size: float) -> float:
     """The simulator's time for `collective` of `size` bytes on `nodes` x `per_node` ranks."""
-    n = nodes * per_node
-    if n < 2:
+    if nodes * per_node < 2:
         return 0.0
-    hops = calibrated_hop_times(cal, ring_crosses(nodes, per_node), size)
-    return STEPS[collective](n) * float(hops.max())
+    name = "ring" if collective == "all_reduce" else collective  # the halves are ring halves
+    return float(make_kernel(name, _fabric(cal, nodes, per_node), size).uniform_time())
 
 
 def transfer_share(cal: Calibration, collective: str, nodes: int, per_node: int, size: float) -> float:
-    """Share of the predicted time that is bandwidth: 1 - (the ring's mean hop latency, what
-    calibrated_hop_times charges every step) / (the slowest hop's step)."""
+    """Share of the predicted time that is bandwidth: 1 - (steps x the ring's mean hop
+    latency) / the predicted time."""
     n = nodes * per_node
     if n < 2:
         return 0.0
+    priced = _fabric(cal, nodes, per_node).at_size(size)
     crosses = ring_crosses(nodes, per_node)
-    levels = hop_level_names(cal, crosses)
-    per_level = {lv: hop_time(cal, size, n, lv) for lv in set(levels)}
-    alpha = np.mean([min(cal.level(lv).range_for(size).alpha_s, per_level[lv]) for lv in levels])
-    step = float(calibrated_hop_times(cal, crosses, size).max())
-    return 1.0 - float(alpha) / step if step > 0 else 0.0
+    alpha = float(np.mean(np.where(crosses, priced.inter_latency, priced.intra_latency)))
+    total = predicted_time(cal, collective, nodes, per_node, size)
+    return 1.0 - STEPS[collective](n) * alpha / total if total > 0 else 0.0
 
 
 def compare(cal: Calibration, rows: Iterable[dict], min_transfer_share: float = MIN_TRANSFER_SHARE) -> List[dict]:

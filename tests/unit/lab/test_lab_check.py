@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from commsim import calibration as calib
-from commsim.collectives.maxplus import ring_steps
+from commsim.collectives.maxplus import ring_recurrence
 from commsim.lab import check
 
 SIZES = [2**k for k in range(12, 24)]
@@ -60,9 +60,14 @@ def test_closed_form_equals_the_max_plus_recurrence(nodes, per_node, k, collecti
     if n < 2:
         assert check.predicted_time(c, collective, nodes, per_node, 2**k) == 0.0
         return
-    hops = calib.calibrated_hop_times(c, check.ring_crosses(nodes, per_node), 2**k)
+    # hop i's step time: the ring's mean hop latency + its chunk over its level's bandwidth
+    crosses = check.ring_crosses(nodes, per_node)
+    const = {lv: calib.measured_level_constants(c, lv, 2**k, n) for lv in ("intra_node", "inter_node")}
+    alpha = np.where(crosses, const["inter_node"][0], const["intra_node"][0])
+    bw = np.where(crosses, const["inter_node"][1], const["intra_node"][1])
+    hops = alpha.mean() + (2**k / n) / bw
     steps = check.STEPS[collective](n)
-    slow = ring_steps(np.zeros(n), hops, steps).max()
+    slow = ring_recurrence(np.zeros(n), hops, steps).max()
     assert check.predicted_time(c, collective, nodes, per_node, 2**k) == pytest.approx(slow, rel=1e-12)
 
 
