@@ -240,7 +240,7 @@ def calibrate_cmd(output, nodes, ranks_per_node, min_size, max_size, iters, tabl
     """Measure the lab per level (2 ranks on node 0, 1 rank on each of nodes 0 and 1, the whole
     job) and write the calibration, as `commsim calibrate --backend gloo` does on one host."""
     from commsim.benchsizes import parse_bench_size
-    from commsim.cli.validate import command_line, import_validate
+    from commsim.cli.jobs import command_line, import_validate
 
     lab = Lab.attach(name)
     if nodes > lab.spec.nodes:

@@ -60,7 +60,7 @@ def test_calibrate_then_validate_a_slow_rank(lab_name, tmp_path):
     up = cli("up", "--nodes", "2", "--bandwidth", "100Mbit", "--name", lab_name)
     assert up.returncode == 0, up.stderr
     try:
-        done = cli("calibrate", "-o", str(cal), "--ranks-per-node", "2", "--max-size", "1M", "--iters", "3",
+        done = cli("calibrate", "-o", str(cal), "--ranks-per-node", "2", "--max-size", "4M", "--iters", "3",
                    "--name", lab_name)
         assert done.returncode == 0, done.stderr
         assert sorted(p.name for p in (tmp_path / "cal.tables").glob("*.txt")) == [

@@ -46,8 +46,10 @@ def test_two_node_calibration_predicts_four_and_eight_nodes(lab_name, tmp_path):
         assert s["median_abs_error_pct"] <= 10.0, s
 
     # the tables are nccl-tests logs: `commsim calibrate --from-nccl-tests` fits the same two levels
+    # (--same-system: the per-level sweeps of one job differ in layout by design, 2 ranks on one
+    # node vs 1 on each of 2, which the different-systems check refuses without it)
     cal_path = tmp_path / "cal.yaml"
-    done = subprocess.run([sys.executable, "-m", "commsim.cli", "calibrate", "--from-nccl-tests", "--in-place",
+    done = subprocess.run([sys.executable, "-m", "commsim.cli", "calibrate", "--from-nccl-tests", "--in-place", "--same-system",
                            str(tmp_path / "intra_all_reduce.txt"), str(tmp_path / "inter_all_reduce.txt"),
                            "-o", str(cal_path)], cwd=str(REPO), capture_output=True, text=True,
                           env=dict(os.environ, PYTHONPATH=str(REPO)))

@@ -28,7 +28,7 @@ def test_torchrun_on_two_nodes_calibrates_both_levels(lab_name, tmp_path):
                         capture_output=True, text=True, env=env)
     assert up.returncode == 0, up.stderr
     cal_dir = tmp_path / "cal"
-    args = '[{"out": "%s", "max_size": 1048576, "iters": 3}]' % cal_dir
+    args = '[{"out": "%s", "max_size": 4194304, "iters": 3}]' % cal_dir
     script = (f"{torchrun} --nnodes $COMMSIM_LAB_NODES --node-rank $COMMSIM_LAB_NODE --nproc-per-node 2 "
               f"--master-addr $MASTER_ADDR --master-port 29500 -m validate.multinode_rank "
               f"--fn validate.collectives_multi:rank_calibrate --args '{args}' --out {tmp_path}/records$COMMSIM_LAB_NODE")
