@@ -3,7 +3,7 @@
 Inside commsim every quantity is in base units: bytes, bytes per second, seconds, plain
 integers. Users write either a plain number (already in the base unit) or a string with a unit.
 
-Prefixes (the IEC 80000-13 convention; see README.md ("Scenario format")):
+Prefixes (the IEC 80000-13 convention; see docs/scenario-format.md):
 
 * SI, powers of 1000: k/K, M, G, T, P. ``25 MB`` = 25,000,000 bytes. Link speeds are always SI
   (a "100 Gb/s" NIC moves 100e9 bits per second).

@@ -1,5 +1,4 @@
-"""Numerics checks of data-parallel SGD on real process groups (DESIGN.md, "Pitfalls a
-validator can check on real runs"). Each check returns a record with its measured error and
+"""Numerics checks of data-parallel SGD on real process groups (docs/collectives.md). Each check returns a record with its measured error and
 whether it passed:
 
 1. ``sync_sgd_equals_big_batch``: n workers of sync SGD under DistributedDataParallel, each on

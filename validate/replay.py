@@ -1,6 +1,6 @@
 """Replay a scenario's sync-SGD job on real ranks (``commsim validate --mode replay``).
 
-Every rank does what the simulator assumes (DESIGN.md, "PyTorch DDP"; commsim.sim.engine):
+Every rank does what the simulator assumes (docs/collectives.md, "PyTorch DDP"; commsim.sim.engine):
 
 - per step: the scenario's stall, then forward (and, with gradient accumulation, the earlier
   micro-batches) for the scenario's durations times the rank's straggler factor;

@@ -1,4 +1,4 @@
-"""The calibration file: YAML in, YAML out (format documented key by key in README.md, "Calibrating and validating").
+"""The calibration file: YAML in, YAML out (format documented key by key in docs/calibration.md).
 
 Writing is atomic (a temporary sibling, then os.replace). Reading is strict: an unknown or
 missing key, a value of the wrong kind or range, or a table row whose bandwidth columns do
@@ -63,7 +63,7 @@ def _finite(x: float) -> Optional[float]:
 
 
 def calibration_to_dict(cal: Calibration) -> Dict[str, Any]:
-    """The YAML mapping of a calibration (see README.md, "Calibrating and validating" for every key)."""
+    """The YAML mapping of a calibration (see docs/calibration.md for every key)."""
     p = cal.provenance
     doc: Dict[str, Any] = {
         "format": FORMAT,
@@ -143,7 +143,7 @@ def dump_calibration(cal: Calibration) -> str:
     header = (
         "# commsim calibration: all-reduce alpha/beta per link level + measured table"
         + (" + physical fit" if cal.physical is not None else "") + ".\n"
-        "# Units: bytes, seconds, bytes/s. Format documented in README.md (Calibrating and validating).\n"
+        "# Units: bytes, seconds, bytes/s. Format documented in docs/calibration.md.\n"
     )
     return header + yaml.dump(calibration_to_dict(cal), Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=120)
 

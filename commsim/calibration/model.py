@@ -19,7 +19,7 @@ from commsim.calibration.records import Calibration, Number
 
 def hop_time(cal: Calibration, size: Number, n: int, level: Optional[str] = None) -> float:
     """Time of one of the 2(n-1) ring steps (each moving size/n bytes over one hop) that makes
-    a uniform ring take :func:`predict_allreduce_time`: the per-hop time t_i of DESIGN.md's
+    a uniform ring take :func:`predict_allreduce_time`: the per-hop time t_i of docs/collectives.md's
     max-plus recurrence for a healthy hop on this level."""
     if n <= 1:
         return 0.0

@@ -6,7 +6,7 @@ the all-reduce times measured over a size sweep, and the ring alpha-beta model f
 them (the fit is in :mod:`commsim.calibration.fit`, predictions in
 :mod:`commsim.calibration.prediction`, the YAML format in :mod:`commsim.calibration.file`).
 
-The model (DESIGN.md, "Ring all-reduce"): a ring of n ranks takes 2(n-1) steps, each moving
+The model (docs/collectives.md): a ring of n ranks takes 2(n-1) steps, each moving
 S/n bytes over one hop of latency alpha and bandwidth B:
 
     T(S, n) = 2(n-1) * alpha + 2(n-1)/n * S / B
@@ -41,7 +41,7 @@ def allreduce_factor(n: int) -> float:
 
 
 def model_time(alpha_s: float, beta_Bps: float, size: Number, n: int) -> float:
-    """Ring all-reduce time of the alpha-beta model: 2(n-1) alpha + 2(n-1)/n S/B (DESIGN.md);
+    """Ring all-reduce time of the alpha-beta model: 2(n-1) alpha + 2(n-1)/n S/B (docs/collectives.md);
     the simulator's own formula (commsim.network.costs.ring_allreduce_time), in the calibration's
     argument order."""
     return ring_allreduce_time(float(size), n, alpha_s, beta_Bps)

@@ -270,7 +270,7 @@ POSITIVE_INT = click.IntRange(min=1)
 POSITIVE_SECONDS = Seconds()
 
 FORCE_HELP = ("Run a scenario even when its estimated memory or work exceeds the loader's limit "
-              "(see the README's limits).")
+              "(see docs/scenario-format.md, Limits).")
 
 
 def load_or_fail(path: str, overrides: Sequence[str], steps: Optional[int], seed: Optional[int],

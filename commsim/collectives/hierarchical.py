@@ -13,7 +13,7 @@ Closed form (all ranks launch together), from the ring recurrence of each stage:
 
 The bandwidth terms add up to the flat ring's (2(g-1)/g S/B_i + 2(N-1)/N S/B_e, each level at
 its own speed rather than all at the slowest); the network latency is paid 2(N-1) times
-instead of 2(gN-1) times. DESIGN.md, "Hierarchical"; NCCL's CollNet/NVLS-Tree and Horovod's
+instead of 2(gN-1) times. docs/collectives.md; NCCL's CollNet/NVLS-Tree and Horovod's
 hierarchical all-reduce follow this pattern.
 """
 

@@ -2,7 +2,7 @@
 
 A synchronous step of a ring: rank i can do step k once it has done step k-1 and its
 predecessor i-1 has done step k-1 (it needs the chunk that i-1 produced), and the hop into i
-then takes t_i (DESIGN.md, "A collective is a synchronization point"):
+then takes t_i (docs/collectives.md):
 
     f[i, k] = max(f[i, k-1], f[i-1, k-1]) + t_i,    f[i, 0] = L_i.
 

@@ -1,6 +1,6 @@
 """NCCL's internal cost-model constants, as numbers: the one copy in the package.
 
-Transcribed from shared/data/nccl_tuning_constants.md, which records the numeric tables of
+Transcribed from NCCL src/graph/tuning.cc (v2.19.3 and later), which holds the numeric tables of
 NVIDIA/nccl src/graph/tuning.cc and src/graph/topo.h at tags v2.7.8-1 (033d7995), v2.19.3-1
 (8c6c5951) and v2.30.7-1 (73cf1122). Units as in NCCL: latencies in microseconds, bandwidths
 in GB/s.

@@ -2,7 +2,7 @@
 
 NCCL picks an algorithm and a protocol per call from a-priori estimates (src/graph/tuning.cc,
 ncclTopoTuneModel and ncclTopoGetAlgoTime; constants in :mod:`.nccl_constants`, composition
-paraphrased in shared/data/nccl_tuning_constants.md):
+paraphrased in NCCL src/graph/tuning.cc v2.19.3):
 
     time [us] = latency + nBytes / (1000 * algbw [GB/s])
 

@@ -3,7 +3,7 @@
 Ranks form one ring in node-major order, so the ring crosses the network once per node
 (the hop into local rank 0 of each node) and uses the intra-node link elsewhere
 (:meth:`commsim.network.fabric.Fabric.ring_links`). Each step moves S/n bytes over every hop
-(DESIGN.md, Modeling reference); the step over the hop into rank i takes
+(Patarasuk & Yuan 2009); the step over the hop into rank i takes
 (:func:`commsim.collectives.ring_closed_form.hop_times`)
 
     t_i = mean over hops(alpha) + (S/n) / B_i

@@ -1,6 +1,6 @@
 """Vectorized ring all-reduce: per-rank finish times for per-rank launch times.
 
-The model (DESIGN.md, "A collective is a synchronization point"): ranks 0..n-1 form a ring;
+The model (docs/collectives.md): ranks 0..n-1 form a ring;
 one step over the hop into rank i (from rank i-1) takes ``t[i]`` (see :func:`hop_times`:
 the ring's mean hop latency plus S/n bytes at that hop's bandwidth). A ring
 all-reduce is K = 2(n-1) steps (reduce-scatter then all-gather). Step k completes on
@@ -61,7 +61,7 @@ def hop_times(size_bytes: float, alpha: np.ndarray, bandwidth: np.ndarray) -> np
     """Per-hop step time of a ring collective of S bytes: t[i] = mean(alpha) + (S/n) / B[i].
 
     ``alpha[i]`` and ``bandwidth[i]`` describe the hop into rank i (from rank i-1). Every step
-    moves one chunk of S/n bytes over every hop (DESIGN.md), occupying hop i for (S/n)/B[i]:
+    moves one chunk of S/n bytes over every hop (docs/collectives.md), occupying hop i for (S/n)/B[i]:
     the slowest hop paces the pipeline, so the bandwidth term is 2(n-1)/n * S / min(B).
     Latency is not occupancy: consecutive chunks overlap their latencies, and a chunk's chain of
     dependencies over the 2(n-1) steps crosses every hop of the ring about twice. So each step
@@ -421,7 +421,7 @@ def window_max(x: np.ndarray, width: int) -> np.ndarray:
 class RingHalf(_RingClosedForm):
     """Finish times of a ring reduce-scatter or all-gather: K = n-1 steps of the same recurrence.
 
-    A ring all-reduce is a reduce-scatter then an all-gather (DESIGN.md); either half alone is
+    A ring all-reduce is a reduce-scatter then an all-gather (docs/collectives.md); either half alone is
     the recurrence of :class:`RingAllReduce` stopped after n-1 steps, with the same hop times
     (each step still moves S/n bytes over every hop: :func:`hop_times` of the total size S).
     Uniform case: max(L) + (n-1) alpha + (n-1)/n * S/B.

@@ -23,7 +23,7 @@ and its down-edges, in both trees) is busy at the same time, so a rank that send
 one link class gives each 1/k of that class's bandwidth (the network's is the node's, used by
 its first GPU only). A node interior in one tree and a leaf in the other sends on 4 network
 edges: each tree then moves its S/2 in about (S/2)/(B/4) = 2S/B, NCCL's own figure for large
-trees (tuning.cc: Tree algbw = busbw x 0.5, shared/data/nccl_tuning_constants.md); with 2 nodes
+trees (tuning.cc: Tree algbw = busbw x 0.5, NCCL src/graph/tuning.cc v2.19.3); with 2 nodes
 each node sends on 2 edges and a tree takes about S/B.
 
 Closed form (all ranks launch together): the heaviest path goes up from some rank v1 to the

@@ -14,7 +14,7 @@ def ring_allreduce_time(size_bytes: float, n: int, alpha: float, bandwidth: floa
     """Uniform ring all-reduce: T = 2(n-1) alpha + 2(n-1)/n * S/B.
 
     Reduce-scatter then all-gather, each n-1 steps moving S/n bytes per hop
-    (Patarasuk & Yuan 2009; DESIGN.md "Modeling reference"). One rank: no communication.
+    (Patarasuk & Yuan 2009; docs/collectives.md). One rank: no communication.
     """
     if n <= 1:
         return 0.0

@@ -4,7 +4,7 @@ Reading the file and applying ``--set`` overrides happen here; which keys exist 
 checked is :mod:`commsim.scenario.schema` (``parse_scenario`` is re-exported). Every problem raises
 :class:`commsim.errors.ScenarioError` with one line naming the file, the key path in YAML
 notation (``stragglers[1].ranks[0]``), what was expected and what was given. The format is
-documented key by key in README.md ("Scenario format").
+documented key by key in docs/scenario-format.md.
 
 Public API::
 

@@ -7,7 +7,7 @@ its module: :mod:`.schema_fields` (the field readers and the mapping checker),
 :mod:`.schema_cluster`, :mod:`.schema_training` (model, compute, ddp, collective, calibration)
 and :mod:`.schema_stragglers`; this one reads the top level and checks what spans sections.
 Reading files and ``--set`` overrides live in :mod:`commsim.scenario.loader`. The format is
-documented key by key in README.md ("Scenario format"); keep the two in step.
+documented key by key in docs/scenario-format.md; keep the two in step.
 """
 
 from __future__ import annotations

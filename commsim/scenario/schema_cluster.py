@@ -35,7 +35,7 @@ INTRA_KINDS: Tuple[str, ...] = get_args(spec.IntraKind)
 
 # Per-hop link latency when a file gives none: NCCL's own cost model for Ring/Simple
 # (src/graph/tuning.cc hwLat, v2.19.3 and v2.30.7: NVLink 3.4 us, network 14.0 us; see
-# /work/shared/data/nccl_tuning_constants.md). Write `latency:` explicitly to model anything else.
+# NCCL src/graph/tuning.cc v2.19.3). Write `latency:` explicitly to model anything else.
 DEFAULT_INTRA_NODE_LATENCY = 3.4e-6
 DEFAULT_INTER_NODE_LATENCY = 14.0e-6
 

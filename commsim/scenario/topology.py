@@ -13,7 +13,7 @@ writes wins over the preset's.
 
 Latencies in the presets are NCCL's own a-priori per-hop latencies for the Simple protocol
 (src/graph/tuning.cc v2.19.3, hwLat[hw][Ring][Simple]: NVLINK 3.4 us, PCI 5.7 us, NET 14 us;
-see shared/data/nccl_tuning_constants.md); they are priors, to be replaced by a calibration.
+see NCCL src/graph/tuning.cc v2.19.3); they are priors, to be replaced by a calibration.
 Bandwidths are the vendors' nominal figures, per direction.
 """
 

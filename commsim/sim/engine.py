@@ -1,6 +1,6 @@
 """The simulation engine: synchronous data-parallel SGD under a SimPy clock.
 
-Per step and rank (DESIGN.md, "PyTorch DDP"): an optional stall, then the forward and
+Per step and rank (docs/collectives.md): an optional stall, then the forward and
 backward passes of every micro-batch; during the last backward the gradient buckets become
 ready in DDP order (gradient bytes are produced at a uniform rate through backward); each
 bucket's all-reduce starts on a rank once the bucket is ready there (with overlap; else

@@ -4,7 +4,7 @@ It implements the same semantics as :mod:`commsim.sim.engine` the direct way: ev
 process that stalls, computes, and marks each gradient bucket ready; a communication process
 per rank runs the buckets in order, and each of the 2(n-1) ring steps of a bucket waits for
 the rank's own previous step and its predecessor's previous step, then takes the hop's
-time (DESIGN.md's recurrence f[i,k] = max(f[i,k-1], f[i-1,k-1]) + t_i, event by event).
+time (the ring's max-plus recurrence f[i,k] = max(f[i,k-1], f[i-1,k-1]) + t_i, event by event).
 That is O(n^2) events per all-reduce: fine for checking the fast engine on small cases,
 hopeless at scale (benchmarks/ measures how hopeless). It models the ring only (the engine's
 other algorithms are checked kernel by kernel against :mod:`commsim.collectives.reference`);

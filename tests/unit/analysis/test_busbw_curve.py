@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[3]
 
 
 def _ring_finish_brute_force(t: np.ndarray) -> float:
-    """DESIGN.md's max-plus recurrence, step by step, all ranks launching at 0."""
+    """the ring's max-plus recurrence (docs/collectives.md), step by step, all ranks launching at 0."""
     n = len(t)
     f = np.zeros(n)
     for _ in range(2 * (n - 1)):

@@ -1,4 +1,4 @@
-"""NCCL's tuning model against values computed by hand from shared/data/nccl_tuning_constants.md."""
+"""NCCL's tuning model against values computed by hand from NCCL src/graph/tuning.cc v2.19.3."""
 
 import math
 
@@ -119,7 +119,7 @@ def test_one_copy_of_the_constants_nccl_model_reads_the_tuner_tables():
         assert view["hw_lat"]["NET"]["Ring"] == full["hw"]["NET"]["ring"]
         assert view["per_ch_max_tree"] == full["tree"][:3]
         assert view["ll_max_bws"] == full["ll_max"][:3]
-    # spot values from NCCL tuning.cc (shared/data/nccl_tuning_constants.md)
+    # spot values from NCCL tuning.cc (NCCL src/graph/tuning.cc v2.19.3)
     assert K.VERSIONS["2.19"]["hw_lat"]["NVLINK"]["Tree"] == (0.6, 1.25, 28.0)
     assert K.VERSIONS["2.30"]["ll_max_bws"][2] == (141.0, 45.0, 35.0)
     assert K.NCCL_TABLES["2.30"]["ll_max"][3] == (282.0, 90.0, 70.0)

@@ -145,7 +145,7 @@ def test_ring_half_uniform_equals_closed_form_and_half_an_all_reduce():
     n, S, alpha, B = 8, 4e9, 5e-6, 12.5e9
     t = hop_times(S, np.full(n, alpha), np.full(n, B))
     half = RingHalf(t).finish_times(np.zeros(n))
-    # (n-1) alpha + (n-1)/n S/B: one of the all-reduce's two halves (DESIGN.md)
+    # (n-1) alpha + (n-1)/n S/B: one of the all-reduce's two halves (docs/collectives.md)
     np.testing.assert_allclose(half, 7 * 5e-6 + 7 / 8 * 4e9 / 12.5e9, rtol=1e-12)
     np.testing.assert_allclose(2 * half, ring_allreduce_time(S, n, alpha, B), rtol=1e-12)
 

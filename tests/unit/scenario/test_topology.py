@@ -62,7 +62,7 @@ def test_expand_without_preset_is_unchanged():
 
 
 def test_design_example_eight_workers_on_ethernet():
-    # DESIGN.md: 1e9 fp32 parameters (4 GB), 8 workers: ring moves 7 GB per worker -> 2.24 s at 25 Gb/s,
+    # docs/collectives.md: 1e9 fp32 parameters (4 GB), 8 workers: ring moves 7 GB per worker -> 2.24 s at 25 Gb/s,
     # 0.56 s at 100 Gb/s (plus 14 network latencies of 14 us).
     S = 4e9
     for preset, seconds in (("ethernet-25g", 2.24), ("ethernet-100g", 0.56)):
