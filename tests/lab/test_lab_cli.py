@@ -53,6 +53,7 @@ def test_without_a_lab_up_the_commands_say_so(lab_name, tmp_path):
 
 
 @pytest.mark.lab
+@pytest.mark.lab_accuracy
 def test_calibrate_then_validate_a_slow_rank(lab_name, tmp_path):
     sc = tmp_path / "sc.yaml"
     sc.write_text(SCENARIO)

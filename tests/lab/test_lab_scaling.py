@@ -22,6 +22,7 @@ SIZES = [64 << 10, 256 << 10, 1 << 20, 4 << 20]
 
 
 @pytest.mark.lab
+@pytest.mark.lab_accuracy
 def test_two_node_calibration_predicts_four_and_eight_nodes(lab_name, tmp_path):
     with Lab(LabSpec(nodes=8, rate_bps=RATE, name=lab_name)) as lab:
         rep = scaling_check(lab, 8, COUNTS, [(4, 1), (4, 2), (8, 1)], SIZES, tmp_path, iters=3, timeout_s=120,

@@ -26,6 +26,7 @@ def cases(steps=5):
 
 
 @pytest.mark.lab
+@pytest.mark.lab_accuracy
 def test_replayed_stragglers_match_the_simulation_and_are_named(lab_name, tmp_path):
     with Lab(LabSpec(nodes=5, rate_bps=100e6, name=lab_name)) as lab:
         rep = straggler_check(lab, cases(), [64 << 10, 256 << 10, 1 << 20, 4 << 20], tmp_path, timeout_s=120,

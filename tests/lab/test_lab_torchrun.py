@@ -18,6 +18,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.lab
+@pytest.mark.lab_accuracy
 def test_torchrun_on_two_nodes_calibrates_both_levels(lab_name, tmp_path):
     torchrun = shutil.which("torchrun") or str(Path(sys.executable).with_name("torchrun"))
     if not os.path.exists(torchrun):
