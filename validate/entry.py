@@ -25,7 +25,7 @@ import click
 from commsim.atomic import atomic_write_text
 from commsim.benchsizes import parse_bench_size
 from commsim.errors import EXIT_INPUT, EXIT_INTERRUPTED, InputError
-from validate.launch import LaunchError, LaunchInterrupted
+from validate.launch import LaunchError
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 

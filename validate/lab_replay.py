@@ -23,8 +23,6 @@ not change clocks). On a real cluster the replay's common start needs synchroniz
 
 from __future__ import annotations
 
-import queue
-import threading
 import time
 from dataclasses import replace
 from typing import Dict, List, Optional
@@ -35,6 +33,7 @@ import torch.distributed as dist
 from commsim.calibration import CalibrationError
 from commsim.scenario.spec import Scenario, SlowLink, Throttle
 from commsim.sim.stragglers import ThermalClock, perturbations
+from validate.replay import CommStream
 
 SETTLE_S = 0.02
 PROBE_BYTES = 1 << 20
@@ -91,46 +90,7 @@ class _Compute:
         return self.zero + float(self.clock.finish(t - self.zero, work))
 
 
-class _CommStream:
-    """One thread all-reducing buckets (on `group`) in order, recording when each starts and ends."""
-
-    def __init__(self, buffers: List[torch.Tensor], group):
-        self.buffers, self.group = buffers, group
-        self.jobs: "queue.Queue" = queue.Queue()
-        self.done: "queue.Queue" = queue.Queue()
-        self.error: List[BaseException] = []
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        while True:
-            j = self.jobs.get()
-            if j is None:
-                return
-            try:
-                t0 = time.monotonic()
-                dist.all_reduce(self.buffers[j], group=self.group)
-                self.done.put((j, t0, time.monotonic()))
-            except BaseException as exc:  # surfaced in the main thread
-                self.error.append(exc)
-                self.done.put((j, float("nan"), float("nan")))
-                return
-
-    def launch(self, j: int) -> None:
-        self.jobs.put(j)
-
-    def wait(self, count: int, timeout_s: float) -> List[tuple]:
-        out = [self.done.get(timeout=timeout_s) for _ in range(count)]
-        if self.error:
-            raise self.error[0]
-        return out
-
-    def close(self) -> None:
-        self.jobs.put(None)
-        self.thread.join(timeout=5.0)
-
-
-def _one_step(plan: Dict, comm: _CommStream, factor: float, stall: float, compute: _Compute) -> Dict:
+def _one_step(plan: Dict, comm: CommStream, factor: float, stall: float, compute: _Compute) -> Dict:
     """One step on this rank, starting now (validate.replay's step, compute through `compute`).
     Besides validate.replay's timestamps: when each bucket was ready (handed to the thread)."""
     m = plan["gradient_accumulation"]
@@ -212,7 +172,7 @@ def rank_replay(ctx, plan: Dict) -> Optional[Dict]:
 
 def _replay(ctx, plan: Dict, group, me: int) -> Dict:
     buffers = [torch.zeros(max(1, int(b) // 4), dtype=torch.float32, device=ctx.device) for b in plan["bucket_bytes"]]
-    comm = _CommStream(buffers, group)
+    comm = CommStream(buffers, group)
     clock = plan["clocks"].get(str(me))
     try:
         for _ in range(plan["warmup_steps"]):

@@ -231,7 +231,8 @@ def _run_rank(rank, nprocs, backend, port, timeout_s, fn, args, result_dir, beat
     return status
 
 
-def _read_jsonl(path: Path) -> List[Any]:
+def read_jsonl(path: Path) -> List[Any]:
+    """The records of a rank's JSON-lines file; a last line cut by a kill ends them."""
     if not path.exists():
         return []
     out = []
@@ -315,7 +316,7 @@ def launch(
             failure, interrupted = "terminated (SIGTERM)", True
         finally:
             _stop(procs)
-    partial = {r: _read_jsonl(out / f"rank{r}.jsonl") for r in range(nprocs)}
+    partial = {r: read_jsonl(out / f"rank{r}.jsonl") for r in range(nprocs)}
     if failure:
         raise _failure(failure, partial, out, created, LaunchInterrupted if interrupted else LaunchError)
     results = [json.loads((out / f"rank{r}.result.json").read_text()) for r in range(nprocs)]

@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
-from validate.launch import LaunchError
+from validate.launch import LaunchError, read_jsonl
 
 POLL_S = 0.05
 SETTLE_S = 0.5
@@ -111,7 +111,7 @@ def launch_on(hosts, fn: str, nodes: int, ranks_per_node: Union[int, Sequence[in
         failure = _watch(procs, where, hosts, out, timeout_s, startup_s)
     finally:
         _stop(procs)
-    partial = {r: _read_jsonl(out / f"rank{r}.jsonl") for r in range(len(where))}
+    partial = {r: read_jsonl(out / f"rank{r}.jsonl") for r in range(len(where))}
     if failure:
         raise LaunchError(f"{failure}; partial measurements in {out}", partial, str(out))
     results = json.loads((out / "results.json").read_text(encoding="utf-8"))
@@ -190,18 +190,6 @@ def _first_failure(procs, where, hosts, errors: Dict[int, Path]) -> str:
     reported = sorted((errors[r].stat().st_mtime, r) for r in errors if errors[r].exists())
     r = reported[0][1]
     return f"{_who(where, hosts, [r])} failed: {errors[r].read_text(encoding='utf-8').splitlines()[0]}"
-
-
-def _read_jsonl(path: Path) -> List[Any]:
-    if not path.exists():
-        return []
-    out = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            out.append(json.loads(line))
-        except ValueError:  # a line cut by the kill
-            break
-    return out
 
 
 def _stop(procs: List[subprocess.Popen]) -> None:

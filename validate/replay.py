@@ -52,11 +52,12 @@ def common_start(device: str = "cpu") -> float:
     return start
 
 
-class _CommStream:
-    """One thread that all-reduces buckets in order, recording when each starts and ends."""
+class CommStream:
+    """One thread that all-reduces buckets in order (on `group`, default the whole job),
+    recording when each starts and ends."""
 
-    def __init__(self, buffers: List[torch.Tensor]):
-        self.buffers = buffers
+    def __init__(self, buffers: List[torch.Tensor], group=None):
+        self.buffers, self.group = buffers, group
         self.jobs: "queue.Queue" = queue.Queue()
         self.done: "queue.Queue" = queue.Queue()
         self.error: List[BaseException] = []
@@ -70,7 +71,7 @@ class _CommStream:
                 return
             try:
                 t0 = time.monotonic()
-                dist.all_reduce(self.buffers[j])
+                dist.all_reduce(self.buffers[j], group=self.group)
                 self.done.put((j, t0, time.monotonic()))
             except BaseException as exc:  # surfaced in the main thread
                 self.error.append(exc)
@@ -91,7 +92,7 @@ class _CommStream:
         self.thread.join(timeout=5.0)
 
 
-def _one_step(plan: Dict, comm: _CommStream, factor: float, stall: float, timeout_s: float) -> Dict:
+def _one_step(plan: Dict, comm: CommStream, factor: float, stall: float, timeout_s: float) -> Dict:
     """One step on this rank, starting now. Returns its timestamps."""
     m = plan["gradient_accumulation"]
     fwd, bwd, opt = plan["forward_s"], plan["backward_s"], plan["optimizer_s"]
@@ -118,7 +119,7 @@ def rank_replay(ctx, plan: Dict) -> Dict:
     overlap, bucket_bytes, ready_fraction, factor (steps x n), stall (steps x n), timeout_s."""
     rank = ctx.rank
     buffers = [torch.zeros(max(1, int(b) // 4), dtype=torch.float32) for b in plan["bucket_bytes"]]
-    comm = _CommStream(buffers)
+    comm = CommStream(buffers)
     timeout_s = plan["timeout_s"]
     try:
         for _ in range(plan["warmup_steps"]):

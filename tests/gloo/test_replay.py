@@ -158,9 +158,9 @@ def test_common_start_is_shared_and_common(tmp_path):
 
 
 def test_one_step_returns_only_what_assemble_reads():
-    from validate.replay import _CommStream, _one_step
+    from validate.replay import CommStream, _one_step
 
-    class Local(_CommStream):  # no process group: "all-reduce" is a no-op
+    class Local(CommStream):  # no process group: "all-reduce" is a no-op
         def _run(self):
             while (j := self.jobs.get()) is not None:
                 t = __import__("time").monotonic()
