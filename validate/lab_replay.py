@@ -33,7 +33,7 @@ import torch.distributed as dist
 from commsim.calibration import CalibrationError
 from commsim.scenario.spec import Scenario, SlowLink, Throttle
 from commsim.sim.stragglers import ThermalClock, perturbations
-from validate.replay import CommStream
+from validate.replay import CommStream, _sleep_until
 
 SETTLE_S = 0.02
 PROBE_BYTES = 1 << 20
@@ -67,14 +67,6 @@ def lab_plan(scenario: Scenario, ranks: List[int], warmup_steps: int = 1, timeou
                 clocks={str(r): [c.heat_up, c.throttled_time, c.clock_fraction, c.phase] for r, c in pert.clocks.items()},
                 slow_nodes={str(k): f for k, f in sorted(slow.items())}, probe_bytes=int(probe_bytes))
     return plan
-
-
-def _sleep_until(t: float) -> None:
-    while True:
-        left = t - time.monotonic()
-        if left <= 0:
-            return
-        time.sleep(left)
 
 
 class _Compute:

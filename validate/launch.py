@@ -34,7 +34,6 @@ exception", exit code -6), after the rank's results were complete.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import datetime
 import json
 import multiprocessing as mp
@@ -51,6 +50,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
+from commsim.parentdeath import die_with_parent
 from commsim.atomic import atomic_write_text
 from commsim.errors import EXIT_INTERRUPTED, EXIT_RUN_FAILED
 
@@ -62,7 +62,6 @@ HEARTBEAT_S = 0.25  # a rank's heartbeat period
 STOPPED_S = 2.0
 MIN_TIMEOUT_S = 1.0
 FIELDS = 3  # per rank in the shared array: progress count, last progress, last heartbeat
-_PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 class LaunchError(RuntimeError):
@@ -160,14 +159,7 @@ def _tie_to_launcher(parent_pid: int) -> None:
         os.setpgid(0, 0)
     except OSError:  # already a group leader (a rank run by hand)
         pass
-    armed = False
-    if sys.platform.startswith("linux"):
-        try:
-            libc = ctypes.CDLL(None, use_errno=True)
-            armed = libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) == 0
-        except (OSError, AttributeError):
-            armed = False
-    if not armed:
+    if not die_with_parent():
         threading.Thread(target=_watch_parent, args=(parent_pid,), daemon=True).start()
     if os.getppid() != parent_pid:  # the launcher died before the death signal was armed
         os._exit(3)

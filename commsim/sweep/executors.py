@@ -14,10 +14,8 @@ the sweep process stops them) and take SIGTERM's default action.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import signal
-import sys
 import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -25,12 +23,12 @@ from concurrent.futures.process import BrokenProcessPool
 from contextlib import suppress
 from typing import Any, Callable, Dict, Iterator, Optional, Sequence, Tuple
 
+from commsim.parentdeath import die_with_parent
 from commsim.sweep import signals
 from commsim.sweep.errors import SweepError
 from commsim.sweep.plan import Point, run_point
 
 # <linux/prctl.h>: deliver a signal to this process when the thread that forked it exits.
-_PR_SET_PDEATHSIG = 1
 # How often a worker without PR_SET_PDEATHSIG checks that its parent is still there.
 PARENT_POLL_S = 0.2
 # How often the pool loop looks for a pending Ctrl-C/SIGTERM (see commsim.sweep.signals).
@@ -87,16 +85,10 @@ def watch_sweep(still_there: Callable[[], bool], exit: Callable[[int], Any] = os
 def _die_with_parent(sweep_pid: int) -> None:
     """Arrange for this worker to end when the sweep process `sweep_pid` does."""
     if os.getppid() == sweep_pid:  # forked or spawned by the sweep itself
-        if sys.platform.startswith("linux"):
-            try:
-                libc = ctypes.CDLL(None, use_errno=True)
-                armed = libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) == 0
-            except (OSError, AttributeError):
-                armed = False
-            if armed:
-                if os.getppid() != sweep_pid:  # it died before the signal was armed
-                    os._exit(1)
-                return
+        if die_with_parent():
+            if os.getppid() != sweep_pid:  # it died before the signal was armed
+                os._exit(1)
+            return
 
         def still_there() -> bool:
             return os.getppid() == sweep_pid  # an orphan is re-parented

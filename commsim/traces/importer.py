@@ -12,10 +12,8 @@ import os
 from dataclasses import dataclass, replace
 from typing import Any, Dict, List, Optional, Sequence
 
-import numpy as np
 import yaml
 
-from commsim.traces.errors import TraceError
 from commsim.traces.infer import Inferred, infer
 from commsim.traces.load import Inputs, job_from, read_inputs
 from commsim.traces.matching import Job

@@ -22,7 +22,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from commsim.traces.errors import TraceError
-from commsim.traces.records import CommEvent, RankTrace
+from commsim.traces.records import RankTrace
 
 MAX_SHIFT = 64  # collectives a trace may start before or after another's
 
