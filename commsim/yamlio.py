@@ -130,6 +130,9 @@ class _StrictLoader(yaml.SafeLoader):
             raise ConstructorError(None, None, f"expected a valid {tag} value, got {given}{detail}", node.start_mark) from None
 
 
+_KEY_KINDS = {int: "an integer", float: "a number", bool: "true/false", type(None): "null", bytes: "binary data"}
+
+
 def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode) -> Dict[Any, Any]:
     """A mapping whose explicit keys are unique; merged keys (``<<``) yield to explicit ones."""
     seen: set = set()
@@ -137,6 +140,16 @@ def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode) -> Dict[An
         if key_node.tag == _MERGE_TAG:
             continue
         key = loader.construct_object(key_node, deep=True)
+        if not isinstance(key, str):
+            # every key of every commsim format is a name; YAML 1.1 reads `1:`, `~:`, `on:` as
+            # an int, None or True, which no key path can name and which cannot be sorted
+            # against text keys (the sweep's canonical JSON sorts them)
+            if isinstance(key_node, yaml.ScalarNode):
+                reads_as = _KEY_KINDS.get(type(key), type(key).__name__)
+                problem = f"got {_short(key_node.value)}, which YAML reads as {reads_as}; quote it"
+            else:
+                problem = f"got a {key_node.id}"
+            raise ConstructorError(None, None, f"a key must be text, {problem}", key_node.start_mark)
         try:
             duplicate = key in seen
             seen.add(key)

@@ -91,6 +91,20 @@ def test_duplicate_keys():
     assert error_of("a: 1\nb: 2\na: 3\n") == f"{SRC}: invalid YAML at line 3, column 1: duplicate key 'a'"
 
 
+@pytest.mark.parametrize("text, message", [
+    ("1: a\nb: c\n", "line 1, column 1: a key must be text, got '1', which YAML reads as an integer; quote it"),
+    ("a: 1\n~: 2\n", "line 2, column 1: a key must be text, got '~', which YAML reads as null; quote it"),
+    ("{on: 1}", "a key must be text, got 'on', which YAML reads as true/false; quote it"),
+    ("? [1]\n: 2\n", "a key must be text, got a sequence"),
+])
+def test_keys_are_text(text, message):
+    # YAML 1.1 reads these keys as int/None/bool; a mapping mixing them with text keys cannot be
+    # sorted (the sweep's canonical JSON raised TypeError on `(:\n?`, found by hypothesis in CI)
+    error = error_of(text)
+    assert message in error and error.startswith(f"{SRC}: invalid YAML at line "), error
+    assert parse_yaml("'1': a\n'on': b\n", SRC) == {"1": "a", "on": "b"}
+
+
 def test_duplicate_keys_after_a_merge_are_still_refused():
     assert "duplicate key 'x'" in error_of("b: &b {y: 1}\nc: {<<: *b, x: 1, x: 2}\n")
 
@@ -113,7 +127,7 @@ def test_duplicate_keys_after_a_merge_are_still_refused():
         ("x: !!seq abc", "expected a sequence node, but found scalar"),
         ("x: !!str [1]", "expected a scalar node, but found sequence"),
         ("x: !!omap [1]", "expected a mapping of length 1, but found scalar"),
-        ("? [a]\n: 1\n", "found unhashable key"),
+        ("? [a]\n: 1\n", "a key must be text, got a sequence"),
     ],
 )
 def test_bad_tag_content_is_one_line(text, message):

@@ -94,6 +94,14 @@ def test_bad_grid_files(tmp_path, text, fragment):
     assert str(path) in str(err.value) and "\n" not in str(err.value)
 
 
+@pytest.mark.parametrize("arg", ["steps=(:\n?", "steps={1: a, b: c}", "steps=[{~: 1}]"])
+def test_grid_values_with_keys_that_are_not_text_are_one_line_errors(arg):
+    # `(:\n?` is a mapping {"(": None, None: None}: its keys could not be sorted into canonical JSON
+    with pytest.raises(SweepError, match="a key must be text") as err:
+        parse_grid_option(arg)
+    assert "\n" not in str(err.value)
+
+
 def test_key_given_twice_is_rejected():
     with pytest.raises(SweepError, match="more than one grid"):
         parse_grid_args(["cluster.nodes=1,2", "cluster.nodes=4"])
