@@ -7,6 +7,7 @@ bytes per second, seconds.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal, Optional, Tuple, Union
 
@@ -76,6 +77,28 @@ class Compute:
     backward: float
     optimizer: float = 0.0
     batch_size: int = 1
+
+
+@dataclass(frozen=True)
+class DDPCosts:
+    """DDP's own costs beyond its collectives: per-bucket host cost, gradient copies at memory
+    bandwidth, compute slowed while a collective is in flight (:mod:`commsim.sim.ddp_costs`
+    says what each is, where the defaults come from, and how the engine charges them).
+    Units: seconds, bytes/s, a fraction."""
+
+    bucket_overhead: float = 20e-6
+    memory_bandwidth: float = 1.5e12
+    gradient_as_bucket_view: bool = False
+    overlap_slowdown: float = 0.1
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.bucket_overhead) and self.bucket_overhead >= 0):
+            raise ValueError(f"bucket_overhead must be >= 0 seconds, got {self.bucket_overhead!r}")
+        if not (math.isfinite(self.memory_bandwidth) and self.memory_bandwidth > 0):
+            raise ValueError(f"memory_bandwidth must be > 0 bytes/s, got {self.memory_bandwidth!r}")
+        if not (math.isfinite(self.overlap_slowdown) and 0 <= self.overlap_slowdown <= 10):
+            raise ValueError(f"overlap_slowdown must be in [0, 10], got {self.overlap_slowdown!r}")
+
 
 
 @dataclass(frozen=True)

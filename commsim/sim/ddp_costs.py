@@ -30,31 +30,16 @@ Pure module: numbers and closed forms; the engine calls :func:`bucket_launch_tim
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence, Tuple
 
 from commsim.errors import ScenarioError
+from commsim.scenario.spec import DDPCosts
 from commsim.units import parse_rate, parse_time
 
+__all__ = ["DDPCosts", "NONE", "KEYS", "bucket_copy_in_time", "bucket_launch_time", "copy_back_time",
+           "stretched_finish", "step_overhead", "parse_ddp_costs"]
+
 KEYS = ("bucket_overhead", "memory_bandwidth", "gradient_as_bucket_view", "overlap_slowdown")
-
-
-@dataclass(frozen=True)
-class DDPCosts:
-    """DDP's own costs (module docstring). Units: seconds, bytes/s, a fraction."""
-
-    bucket_overhead: float = 20e-6
-    memory_bandwidth: float = 1.5e12
-    gradient_as_bucket_view: bool = False
-    overlap_slowdown: float = 0.1
-
-    def __post_init__(self) -> None:
-        if not (math.isfinite(self.bucket_overhead) and self.bucket_overhead >= 0):
-            raise ValueError(f"bucket_overhead must be >= 0 seconds, got {self.bucket_overhead!r}")
-        if not (math.isfinite(self.memory_bandwidth) and self.memory_bandwidth > 0):
-            raise ValueError(f"memory_bandwidth must be > 0 bytes/s, got {self.memory_bandwidth!r}")
-        if not (math.isfinite(self.overlap_slowdown) and 0 <= self.overlap_slowdown <= 10):
-            raise ValueError(f"overlap_slowdown must be in [0, 10], got {self.overlap_slowdown!r}")
 
 
 NONE = DDPCosts(0.0, 1e30, True, 0.0)  # no DDP costs at all: the model before them
