@@ -1,0 +1,33 @@
+"""commsim.calibration.nccl_tables: the collective tables of a real nccl-tests log."""
+
+import os
+
+import pytest
+
+from commsim.calibration.nccl_tables import TRANSIENT_RATIO, load_tables, parse_tables
+
+DATA = os.path.join(os.path.dirname(__file__), "..", "..", "data", "nccl-tests-multiscale")
+
+
+def _row(size, t_oop, t_ip, n=8):
+    a, b = size / (t_oop * 1e3), size / (t_ip * 1e3)
+    f = 2 * (n - 1) / n
+    return f"{size:12d} {size // 4:10d}  float  sum  -1  {t_oop:8.2f} {a:7.2f} {a * f:7.2f}  0  {t_ip:8.2f} {b:7.2f} {b * f:7.2f}  0"
+
+
+def test_an_out_of_place_stall_keeps_the_in_place_time():
+    """Snellius 2x4 all_reduce, 16 KB: out-of-place 90.85 us against 22.59 us in-place and
+    22-24 us at 8 KB and 32 KB; the table keeps 22.59 (the interpolation benchmark's 288%)."""
+    t = load_tables(os.path.join(DATA, "Snellius-H100_2x4_odissei-allreduce.txt")).table("all_reduce")
+    rows = {s: tm for s, tm, _ in t.rows}
+    assert rows[16384] == 22.59
+    assert rows[8192] == 22.81 and rows[32768] == 24.02  # ordinary rows keep out-of-place
+
+
+def test_transient_rule_only_above_the_ratio():
+    text = "\n".join(["# Collective test starting: all_reduce_perf",
+                      _row(1 << 20, 100.0, 100.0 / (TRANSIENT_RATIO * 1.01)),   # stall: in-place kept
+                      _row(1 << 21, 150.0, 150.0 / (TRANSIENT_RATIO * 0.99)),   # noise: out-of-place kept
+                      _row(1 << 22, 100.0, 300.0)])                           # in-place slower: out-of-place
+    (t,) = parse_tables(text, world_size=8).tables
+    assert [r[1] for r in t.rows] == [pytest.approx(100.0 / (TRANSIENT_RATIO * 1.01), abs=0.01), 150.0, 100.0]
