@@ -8,7 +8,8 @@ What a prediction at any scale needs is written, and nothing else:
   logs did not determine;
 - ``constants``: per physical constant its ``value``, ``stderr`` (same unit; null when not
   determined), ``determined``, the ``logs`` (``file:collective``) that determined it and its
-  ``source`` (``fit: ...`` or the nominal origin);
+  ``source`` (``fit: ...`` or the nominal origin); for a link bandwidth, its ``line_rate_GBps``
+  (the bound the fit respects) and ``at_line_rate`` (whether the bound was active);
 - ``free`` and ``covariance``: the determined constants and the covariance of their
   logarithms (the prediction interval);
 - ``rms_log_error`` and ``notes`` (which constants stayed nominal and why);
@@ -39,6 +40,7 @@ TABLE_COLUMNS = ["size_bytes", "time_us", "log_residual"]
 KEYS = ["nominal_system", "constants", "free", "covariance", "rms_log_error", "tables"]
 OPTIONAL_KEYS = ["notes"]
 CONSTANT_KEYS = ["value", "stderr", "determined", "logs", "source"]
+CONSTANT_OPTIONAL_KEYS = ["line_rate_GBps", "at_line_rate"]
 TABLE_KEYS = ["source", "kind", "nodes", "gpus_per_node", "columns", "rows"]
 
 
@@ -49,7 +51,8 @@ def physical_to_dict(fit: PhysicalFit, flow=list) -> Dict[str, Any]:
         "nominal_system": fit.nominal.describe(),
         "constants": {
             c.name: {"value": float(c.value), "stderr": None if c.stderr is None else float(c.stderr),
-                     "determined": bool(c.determined), "logs": list(c.logs), "source": c.source}
+                     "determined": bool(c.determined), "logs": list(c.logs), "source": c.source,
+                     **({"line_rate_GBps": float(c.line_rate), "at_line_rate": bool(c.at_line_rate)} if c.line_rate else {})}
             for c in fit.constants.values()
         },
         "free": list(fit.free),
@@ -126,15 +129,22 @@ def physical_from_dict(doc: Any, source: str, where: str = "physical") -> Physic
     constants: Dict[str, FittedConstant] = {}
     for name in System.FIT_NAMES:
         w = f"{where}.constants.{name}"
-        c = r.mapping(cdoc[name], w, CONSTANT_KEYS)
+        c = r.mapping(cdoc[name], w, CONSTANT_KEYS, CONSTANT_OPTIONAL_KEYS)
         value = r.number(c["value"], w + ".value", positive=True)
         stderr = None if c["stderr"] is None else r.number(c["stderr"], w + ".stderr")
         if not isinstance(c["determined"], bool):
             raise r.err(w + ".determined", f"expected true or false, got {c['determined']!r}")
         if c["determined"] and stderr is None:
             raise r.err(w + ".stderr", "a determined constant needs its standard error, got null")
+        line = None if c.get("line_rate_GBps") is None else r.number(c["line_rate_GBps"], w + ".line_rate_GBps", positive=True)
+        at_line = c.get("at_line_rate", False)
+        if not isinstance(at_line, bool):
+            raise r.err(w + ".at_line_rate", f"expected true or false, got {at_line!r}")
+        if line is not None and value > line * (1 + 1e-9):
+            raise r.err(w + ".value", f"expected at most the line rate {line:g} GB/s, got {value!r}")
         constants[name] = FittedConstant(name, value, stderr, c["determined"],
-                                         tuple(r.strings(c["logs"], w + ".logs")), r.string(c["source"], w + ".source"))
+                                         tuple(r.strings(c["logs"], w + ".logs")), r.string(c["source"], w + ".source"),
+                                         line, at_line)
 
     free = tuple(r.strings(top["free"], f"{where}.free"))
     for i, name in enumerate(free):

@@ -15,7 +15,11 @@ a prior of a factor :data:`PRIOR_FACTOR` around the nominal value); the others s
 nominal value and are marked ``nominal`` with the reason (e.g. no multi-node log for the NIC
 bandwidth). A determined constant records its standard error (from the Gauss-Newton
 covariance of the final fit, scaled by the residual variance) and the logs that determined
-it (those carrying at least 10% of its sensitivity). A level's constants are only ever
+it (those carrying at least 10% of its sensitivity). A link bandwidth is bounded by the line
+rate its system description gives (:meth:`System.line_rate_GBps`): the fit is constrained
+there (projected Levenberg-Marquardt), and a constant that ends on its bound says so
+(``at_line_rate``, and a note), since the logs alone would put it above what the wire carries
+(a 2-node tree, for one, cannot separate NIC bandwidth from tree efficiency). A level's constants are only ever
 fitted from logs that exercise that level, so a 1-node log never prices a network hop.
 
 Calibrations compose: :func:`compose` takes the intra-node constants of one fit and the
@@ -45,6 +49,7 @@ from commsim.network.system import System
 PRIOR_FACTOR = 4.0        # prior: a constant is within a factor 4 of nominal (1 sigma in log)
 DETERMINED_SHRINK = 0.5   # determined: posterior sd of log(value) < 0.5 x prior sd
 HUBER_DELTA = 0.25        # log-ratio beyond which a row's weight falls off (|r| > ~28%)
+BOUND_TOL = 1e-9          # log distance from a bound at which it counts as active
 DATA_SIGMA = 0.05         # scatter of one nccl-tests row (log), to weigh the data against the prior
 
 # Which level each constant belongs to: a log must exercise the level to determine it.
@@ -101,6 +106,8 @@ class FittedConstant:
     determined: bool
     logs: Tuple[str, ...]
     source: str
+    line_rate: Optional[float] = None   # the physical bound on a link bandwidth (GB/s), if any
+    at_line_rate: bool = False          # the bound was active: the logs alone would put it higher
 
 
 @dataclass(frozen=True)
@@ -182,7 +189,8 @@ class PhysicalFit:
             "logs": sorted({m.source for m in self.measurements}),
             "constants": {
                 c.name: {"value": c.value, "stderr": c.stderr, "determined": c.determined,
-                         "logs": list(c.logs), "source": c.source}
+                         "logs": list(c.logs), "source": c.source,
+                         **({"line_rate_GBps": c.line_rate, "at_line_rate": c.at_line_rate} if c.line_rate else {})}
                 for c in self.constants.values()
             },
             "notes": list(self.notes),
@@ -251,8 +259,13 @@ def fit_physical(
     row_log = np.concatenate([[i] * m.sizes.size for i, m in enumerate(ms)])
     sigma_prior = math.log(PRIOR_FACTOR)
 
+    def upper(free_names) -> np.ndarray:
+        # a link bandwidth never exceeds its line rate: the fit is bounded there (log space)
+        return np.array([math.log(nominal.line_rate_GBps(n)) if nominal.line_rate_GBps(n) else math.inf
+                         for n in free_names])
+
     def make(free_names):
-        x0 = np.array([math.log(getattr(nominal, n)) for n in free_names])
+        x0 = np.minimum(np.array([math.log(getattr(nominal, n)) for n in free_names]), upper(free_names))
 
         def system_at(x) -> System:
             return nominal.with_constants({n: math.exp(v) for n, v in zip(free_names, x)}, "fit")
@@ -278,7 +291,7 @@ def fit_physical(
         trial = free + (name,)
         tx0, tsys, tres = make(trial)
         start = np.concatenate([x, tx0[-1:]])  # warm start from the constants already fitted
-        tx, tr, tJ = _lm(tres, start, max_iter, y.size)
+        tx, tr, tJ = _lm(tres, start, max_iter, y.size, upper(trial))
         tpost, _ = _posterior(tJ, tr, y.size, sigma_prior, tx.size)
         ok = all(tpost[j, j] < (DETERMINED_SHRINK * sigma_prior) ** 2 for j in range(tx.size))
         if ok:
@@ -301,9 +314,15 @@ def fit_physical(
             logs = tuple(sorted({ms[i].label for i in range(len(ms)) if sens[i] >= 0.1 * total}))
             se = v * math.sqrt(max(cov[j, j], 0.0))  # delta method: sd(log v) x v
             src = "fit: " + ", ".join(logs)
-            constants[n] = FittedConstant(n, v, se, True, logs, src)
+            line = nominal.line_rate_GBps(n)
+            at_line = bool(line) and bool(x[j] >= math.log(line) - BOUND_TOL)
+            if at_line:
+                src += f" (at the line rate {line:g} GB/s: the logs alone would put it higher)"
+                notes.append(f"{n}: bounded by the line rate {line:g} GB/s (the bound is active)")
+            constants[n] = FittedConstant(n, v, se, True, logs, src, line, at_line)
         else:
-            constants[n] = FittedConstant(n, v, None, False, (), nominal.sources.get(n, "nominal"))
+            constants[n] = FittedConstant(n, v, None, False, (), nominal.sources.get(n, "nominal"),
+                                          nominal.line_rate_GBps(n))
     sources = dict(nominal.sources)
     sources.update({n: c.source for n, c in constants.items()})
     final = replace(final, sources=sources)
@@ -335,20 +354,27 @@ def _cost(r: np.ndarray, n_data: int) -> float:
     return float(np.sum(_huber(r[:n_data])) + np.sum(r[n_data:] ** 2))
 
 
-def _jacobian(res, x, r, h=1e-4) -> np.ndarray:
+def _jacobian(res, x, r, h=1e-4, ub=None) -> np.ndarray:
+    """Forward differences; backward for a variable at its upper bound (never probe past it)."""
     J = np.zeros((r.size, x.size))
     for j in range(x.size):
+        hj = -h if ub is not None and x[j] + h > ub[j] else h
         xp = x.copy()
-        xp[j] += h
-        J[:, j] = (res(xp) - r) / h
+        xp[j] += hj
+        J[:, j] = (res(xp) - r) / hj
     return J
 
 
-def _lm(res, x, max_iter, n_data):
-    """Levenberg-Marquardt (IRLS for the Huber loss) on res(x); returns x, res(x), Jacobian."""
+def _lm(res, x, max_iter, n_data, ub=None):
+    """Levenberg-Marquardt (IRLS for the Huber loss) on res(x) with optional upper bounds `ub`
+    (projected: a variable at its bound whose step points past it is held there, the others
+    are solved for without it, and every step is clipped to the bounds); returns x, res(x),
+    Jacobian."""
+    ub = np.full(x.size, np.inf) if ub is None else np.asarray(ub, dtype=float)
+    x = np.minimum(x, ub)
     lam = 1e-2
     r = res(x)
-    J = _jacobian(res, x, r)
+    J = _jacobian(res, x, r, ub=ub)
     for _ in range(max_iter):
         w = _weights(r, n_data)
         A = (J.T * w) @ J
@@ -357,6 +383,14 @@ def _lm(res, x, max_iter, n_data):
         step = np.zeros_like(x)
         for _ in range(12):
             step = np.linalg.solve(A + lam * np.diag(np.diag(A) + 1e-9), -b)
+            held = (x >= ub - BOUND_TOL) & (step > 0)
+            if held.any():
+                keep = ~held
+                step = np.zeros_like(x)
+                if keep.any():
+                    Ak = A[np.ix_(keep, keep)]
+                    step[keep] = np.linalg.solve(Ak + lam * np.diag(np.diag(Ak) + 1e-9), -b[keep])
+            step = np.minimum(x + step, ub) - x
             rn = res(x + step)
             if _cost(rn, n_data) < _cost(r, n_data):
                 x, r, lam = x + step, rn, max(lam / 3, 1e-7)
@@ -365,7 +399,7 @@ def _lm(res, x, max_iter, n_data):
             lam *= 4
         if not improved:
             break
-        J = _jacobian(res, x, r)
+        J = _jacobian(res, x, r, ub=ub)
         if np.max(np.abs(step)) < 1e-5:
             break
     return x, r, J

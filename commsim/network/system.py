@@ -63,6 +63,10 @@ ACHIEVABLE_FRACTION = {
 NOMINAL_HOP_US = {"nvswitch": 3.4, "nvlink": 3.4, "pcie_p2p": 5.7, "pcie_host": 5.7, "network": 14.0}
 
 
+# The bandwidth constants that a physical line rate bounds, and the field holding that rate.
+LINE_RATE_OF = {"intra_bw_GBps": "intra_line_GBps", "nic_bw_GBps": "nic_line_GBps"}
+
+
 @dataclass(frozen=True)
 class SwitchTier:
     """One switch tier above the leaves: how many nodes share one switch of the tier below it,
@@ -109,6 +113,10 @@ class System:
     simple_ch_GBps: float = 40.0       # one channel's Simple throughput (perChMaxTreeBws-like)
     ll128_ch_GBps: float = 36.7        # perChMaxRingLL128Bws[arch]
     ll_ch_GBps: float = 10.0           # one channel's LL throughput (llMaxBws / channels)
+    # Line rates (per direction, GB/s) of one GPU's intra-node links and of one NIC, from the
+    # datasheet; None where the description does not say. A fitted bandwidth never exceeds them.
+    intra_line_GBps: Optional[float] = None
+    nic_line_GBps: Optional[float] = None
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
 
     # the physical constants a calibration may fit (all positive)
@@ -136,6 +144,10 @@ class System:
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
                 raise InputError(src, name, f"expected a positive number, got {v!r}")
+        for name in LINE_RATE_OF.values():
+            v = getattr(self, name)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0):
+                raise InputError(src, name, f"expected a positive number or null, got {v!r}")
         if self.nvls and self.intra_kind != "nvswitch":
             raise InputError(src, "nvls", f"NVLS needs NVSwitch; intra_kind is {self.intra_kind!r}")
         for i, t in enumerate(self.tiers):
@@ -158,6 +170,12 @@ class System:
                              f"expected 1..{self.gpus_per_node} ({self.name} has {self.gpus_per_node} GPUs per node), got {gpus_per_node!r}")
         if nodes * gpus_per_node < 2:
             raise InputError(source, "nodes", "a collective needs at least 2 ranks")
+
+    def line_rate_GBps(self, name: str) -> Optional[float]:
+        """The physical line rate that bounds the bandwidth constant `name` (None when `name`
+        is not a link bandwidth or the description gives no line rate)."""
+        field_name = LINE_RATE_OF.get(name)
+        return None if field_name is None else getattr(self, field_name)
 
     def domains(self, nodes: int) -> int:
         """NVLink domains a job of `nodes` nodes spans (the network's 'nodes')."""
@@ -276,7 +294,8 @@ def nominal_system(
         name=name, gpu_arch=gpu_arch, gpus_per_node=gpus_per_node, intra_kind=intra_kind,
         intra_bw_GBps=intra_bw, intra_hop_us=NOMINAL_HOP_US[intra_kind],
         nics_per_node=nics_per_node, nic_bw_GBps=nic_bw, net_hop_us=NOMINAL_HOP_US["network"],
-        transport=transport, intra_channels=intra_channels, sources=sources, **defaults,
+        transport=transport, intra_channels=intra_channels, sources=sources,
+        intra_line_GBps=float(intra_line_GBps), nic_line_GBps=nic_line_Gbps / 8.0, **defaults,
     )
 
 
@@ -390,6 +409,9 @@ def system_from_dict(doc: object, source: str, where: str = "system") -> System:
     for k in System.FIT_NAMES:
         if k in kw and (isinstance(kw[k], bool) or not isinstance(kw[k], (int, float))):
             raise InputError(source, f"{where}.{k}", f"expected a positive number, got {kw[k]!r}")
+    for k in LINE_RATE_OF.values():
+        if kw.get(k) is not None and (isinstance(kw[k], bool) or not isinstance(kw[k], (int, float))):
+            raise InputError(source, f"{where}.{k}", f"expected a positive number or null, got {kw[k]!r}")
     try:
         return System(**kw)
     except InputError as exc:  # the record's own check: re-anchor it at this file and key

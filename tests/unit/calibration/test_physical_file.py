@@ -53,7 +53,9 @@ def test_round_trip_gives_the_same_predictions_and_the_same_text(fit, tmp_path):
 def test_every_constant_records_value_stderr_and_source(fit):
     doc = physical_to_dict(fit)
     for name, c in doc["constants"].items():
-        assert set(c) == {"value", "stderr", "determined", "logs", "source"}
+        bandwidth = name in ("intra_bw_GBps", "nic_bw_GBps")
+        assert set(c) == {"value", "stderr", "determined", "logs", "source"} | (
+            {"line_rate_GBps", "at_line_rate"} if bandwidth else set())
         assert c["source"].startswith("fit: ") == c["determined"], name
         assert (c["stderr"] is None) == (not c["determined"]), name
 
@@ -104,3 +106,23 @@ def test_old_files_without_physical_still_load(tmp_path):
     path.write_text(dump_calibration(cal))
     assert "physical" not in path.read_text()
     assert load_calibration(path).physical is None
+
+
+def test_the_line_rate_bound_is_written_read_back_and_enforced(fit):
+    doc = physical_to_dict(fit)
+    assert doc["constants"]["nic_bw_GBps"]["line_rate_GBps"] == 25.0
+    back = physical_from_dict(copy.deepcopy(doc), "cal.yaml")
+    assert back.constants["nic_bw_GBps"].line_rate == 25.0
+    assert back.constants["nic_bw_GBps"].at_line_rate == fit.constants["nic_bw_GBps"].at_line_rate
+    bad = copy.deepcopy(doc)
+    bad["constants"]["nic_bw_GBps"]["value"] = 30.0
+    with pytest.raises(CalibrationError, match=r"cal.yaml: physical.constants.nic_bw_GBps.value: expected at most the line rate 25 GB/s"):
+        physical_from_dict(bad, "cal.yaml")
+    bad = copy.deepcopy(doc)
+    bad["constants"]["nic_bw_GBps"]["at_line_rate"] = "yes"
+    with pytest.raises(CalibrationError, match="physical.constants.nic_bw_GBps.at_line_rate: expected true or false"):
+        physical_from_dict(bad, "cal.yaml")
+    old = copy.deepcopy(doc)  # a file written before the bound existed still loads
+    for c in old["constants"].values():
+        c.pop("line_rate_GBps", None), c.pop("at_line_rate", None)
+    assert physical_from_dict(old, "cal.yaml").constants["nic_bw_GBps"].line_rate is None

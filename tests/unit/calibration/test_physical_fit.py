@@ -72,6 +72,27 @@ def test_small_scale_calibration_predicts_a_larger_scale_of_the_same_physics():
     assert "extrapolating: 16 nodes is 8x" in pred.note
 
 
+def test_a_fitted_bandwidth_never_exceeds_the_line_rate_and_says_the_bound_was_active():
+    """Logs that, read alone, put the NIC at 70 GB/s (above the 400 Gb/s = 50 GB/s line rate):
+    the fit stops at the line rate and records that the bound was active."""
+    nominal = _nominal()
+    assert nominal.nic_line_GBps == 50.0
+    too_fast = _truth().with_constants({"nic_bw_GBps": 70.0}, "truth")
+    ms = [_synthetic(too_fast, k, n, g) for k, n, g in (("all_reduce", 1, 8), ("all_gather", 2, 1), ("all_reduce", 2, 1))]
+    fit = fit_physical(ms, nominal)
+    nic = fit.constants["nic_bw_GBps"]
+    assert nic.determined and nic.value == pytest.approx(50.0, rel=1e-9) and nic.value <= 50.0
+    assert nic.at_line_rate and nic.line_rate == 50.0 and "line rate 50 GB/s" in nic.source
+    assert any(n.startswith("nic_bw_GBps: bounded by the line rate") for n in fit.notes)
+    intra = fit.constants["intra_bw_GBps"]   # a bandwidth below its line rate is not marked
+    assert intra.line_rate == 450.0 and not intra.at_line_rate
+    assert fit.describe()["constants"]["nic_bw_GBps"]["at_line_rate"] is True
+    # below the line rate the bound changes nothing
+    free = fit_physical([_synthetic(_truth(), k, n, g) for k, n, g in (("all_reduce", 1, 8), ("all_gather", 2, 1))], nominal)
+    assert free.constants["nic_bw_GBps"].value == pytest.approx(42.0, rel=0.02)
+    assert not free.constants["nic_bw_GBps"].at_line_rate
+
+
 def test_standard_errors_cover_the_truth_under_noise():
     truth = _truth()
     ms = [_synthetic(truth, "all_gather", 1, 8, noise=0.03, seed=1),

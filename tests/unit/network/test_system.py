@@ -90,8 +90,20 @@ def test_system_from_dict_reads_back_every_preset_and_refuses_bad_keys():
     assert system_from_dict("p5", "f.yaml") == PRESETS["p5"]
     doc = PRESETS["p5"].describe()
     for edit, key in ((dict(bogus=1), "system.bogus"), (dict(nvls="yes"), "system.nvls"),
-                      (dict(nic_bw_GBps="fast"), "system.nic_bw_GBps"), (dict(intra_kind="pci"), "system.intra_kind")):
+                      (dict(nic_bw_GBps="fast"), "system.nic_bw_GBps"), (dict(intra_kind="pci"), "system.intra_kind"),
+                      (dict(nic_line_GBps="wire"), "system.nic_line_GBps"), (dict(intra_line_GBps=-1.0), "system.intra_line_GBps")):
         with pytest.raises(InputError, match=f"f.yaml: {key}"):
             system_from_dict({**doc, **edit}, "f.yaml")
     with pytest.raises(InputError, match="system.name: missing key"):
         system_from_dict({k: v for k, v in doc.items() if k != "name"}, "f.yaml")
+
+
+def test_presets_carry_their_line_rates_and_achieve_less():
+    from commsim.network.system import PRESETS
+
+    for name, s in PRESETS.items():
+        assert s.line_rate_GBps("intra_bw_GBps") == s.intra_line_GBps and s.intra_bw_GBps < s.intra_line_GBps, name
+        assert s.line_rate_GBps("nic_bw_GBps") == s.nic_line_GBps and s.nic_bw_GBps < s.nic_line_GBps, name
+        assert s.line_rate_GBps("launch_us") is None
+    assert PRESETS["hgx-h100-4gpu"].nic_line_GBps == 25.0      # 200 Gb/s NDR200
+    assert PRESETS["dgx-h100"].intra_line_GBps == 450.0        # NVLink4, each way
