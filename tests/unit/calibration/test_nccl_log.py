@@ -81,6 +81,8 @@ HEADER = """\
 ROW_1M = "     1048576        262144     float     sum      -1    279.5    3.75    3.75      0    280.2    3.74    3.74      0"
 ROW_2M = "     2097152        524288     float     sum      -1    539.6    3.89    3.89      0    540.8    3.88    3.88      0"
 ROW_4M = "     4194304       1048576     float     sum      -1   1065.1    3.94    3.94      0   1062.2    3.95    3.95      0"
+# the same timings as all_gather rows over the 2 ranks: busbw = algbw x (n-1)/n
+ROW_1M_AG = "     1048576        131072     float    none      -1    279.5    3.75    1.88      0    280.2    3.74    1.87      0"
 
 
 def test_banners_warnings_prefixes_and_footer():
@@ -150,7 +152,7 @@ def test_unusable_logs_raise_one_line_errors(text, msg):
 
 
 def test_non_allreduce_logs_are_rejected():
-    text = "# Collective test starting: all_gather_perf\n" + HEADER.replace("sum", "none") + ROW_1M.replace("sum", "none") + "\n"
+    text = "# Collective test starting: all_gather_perf\n" + HEADER + ROW_1M_AG + "\n"
     log = parse_nccl_log(text, "ag.log")
     with pytest.raises(NcclLogError, match="all_gather_perf output"):
         check_allreduce(log)
@@ -305,5 +307,42 @@ def test_data_rows_with_overlong_sizes_are_skipped_with_a_note():
     ("run foo_perfx then bar_perf", "run foo_perfx then bar_perf", "bar_perf"),
 ])
 def test_command_lines_and_prompts(line, command, collective):
-    log = parse_nccl_log(line + "\n" + HEADER + ROW_1M + "\n", "cmd.log")
+    log = parse_nccl_log(line + "\n" + HEADER + (ROW_1M_AG if "all_gather" in line else ROW_1M) + "\n", "cmd.log")
     assert (log.command, log.collective) == (command, collective)
+
+
+def test_rows_follow_their_own_collectives_bus_factor():
+    """busbw/algbw is nccl-tests' factor of the collective the log names: (n-1)/n for all_gather."""
+    ag = parse_nccl_log("# Collective test starting: all_gather_perf\n" + HEADER + ROW_1M_AG + "\n", "ag.log")
+    assert ag.bus_kind == "all_gather" and [r.size_bytes for r in ag.rows] == [1048576]
+    # the caller's collective wins: the same rows read as all_reduce do not follow 2(n-1)/n
+    with pytest.raises(NcclLogError, match=r"busbw = algbw\*2\(n-1\)/n for n=2 \(all_reduce\)"):
+        parse_nccl_log(HEADER + ROW_1M_AG + "\n", "ag.log", collective="all_reduce")
+    with pytest.raises(NcclLogError, match=r"busbw = algbw\*\(n-1\)/n for n=2 \(all_gather\)"):
+        parse_nccl_log(HEADER + ROW_1M + "\n", "ar.log", collective="all_gather")
+    with pytest.raises(NcclLogError, match="collective 'alltoall' has no nccl-tests bus factor"):
+        parse_nccl_log(HEADER + ROW_1M + "\n", "x.log", collective="alltoall")
+    # without a device list the world size comes from the all_gather ratio (n-1)/n = 7/8
+    row = "     1048576   32768  float  none  -1   100.0   10.49    9.18  0   100.0   10.49    9.18  0"
+    log = parse_nccl_log(row + "\n", "ag8.log", collective="all_gather")
+    assert (log.world_size, log.world_size_from) == (8, "busbw/algbw ratio")
+
+
+def test_a_multiscale_reduce_scatter_log_reads_with_its_factor():
+    path = DATA.parent / "nccl-tests-multiscale" / "Snellius-H100_2x4_odissei-reducescatter.txt"
+    log = load_nccl_log(str(path))
+    assert log.bus_kind == "reduce_scatter" and log.world_size == 8 and len(log.rows) > 20
+    r = log.rows[-1].out_of_place
+    assert r.busbw_Bps == pytest.approx(r.algbw_Bps * 7 / 8, rel=0.01, abs=0.006e9)
+
+
+def test_steady_takes_in_place_only_for_a_stall():
+    from commsim.calibration.nccl_log import TRANSIENT_RATIO, NcclRow, Timing
+
+    def row(t_oop, t_ip):
+        return NcclRow(1, 1 << 20, 1, "float", "sum", -1, Timing(t_oop, 1.0, 1.0, "0"),
+                       None if t_ip is None else Timing(t_ip, 1.0, 1.0, "0"))
+    assert row(1.0, 1.0 / (TRANSIENT_RATIO * 1.01)).steady().time_s == pytest.approx(1.0 / (TRANSIENT_RATIO * 1.01))
+    assert row(1.0, 1.0 / (TRANSIENT_RATIO * 0.99)).steady().time_s == 1.0
+    assert row(1.0, 3.0).steady().time_s == 1.0 and row(1.0, None).steady().time_s == 1.0
+    assert NcclRow(1, 8, 2, "float", "sum", -1, None, Timing(2.0, 1.0, 1.0, "0")).steady().time_s == 2.0
