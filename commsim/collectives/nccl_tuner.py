@@ -405,7 +405,9 @@ def physical_time_us(kind: str, algorithm: str, protocol: str, sizes, system: Sy
             intra = intra / factor  # AG/RS: the ring's traffic through the switch
         alg_bw = np.full(S.shape, intra)
         if D > 1:
-            net = scale.nics * nic * system.tree_efficiency / (1.0 if (D == 2 or a == "nvls") else 2.0)
+            # the tree's channels each drive one NIC (like a ring's): a multi-host NVLink domain
+            # (GB200 NVL72: 64 NICs) crosses the network through C of them, not all
+            net = net_bw * system.tree_efficiency / (1.0 if (D == 2 or a == "nvls") else 2.0)
             alg_bw = np.minimum(alg_bw, net)
         h_nvls = system.intra_hop_us * t["hw"]["NVLINK"][a][2] / intra_nominal
         if a == "nvls":
