@@ -166,7 +166,8 @@ def run_series(series: Series, pick: str) -> dict:
     out = {"system": series.name, "preset": series.preset, "nccl": series.nccl,
            "calibrated_from": sorted({l.file for l, _ in cal_logs}),
            "calibrated_nodes": cal_nodes, "fit_rms_log_error": fit.rms_log_error,
-           "constants": {k: {"value": c.value, "stderr": c.stderr, "determined": c.determined}
+           "constants": {k: {"value": c.value, "stderr": c.stderr, "determined": c.determined,
+                             "at_line_rate": c.at_line_rate}
                          for k, c in fit.constants.items()},
            "fit_notes": list(fit.notes), "predicted": [], "nominal": []}
     for log, mm in per_log:
