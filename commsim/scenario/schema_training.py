@@ -120,8 +120,8 @@ def _read_bucket_layout(m: Section, model: Optional[spec.Model]):
         for key in ("first_bucket", "bucket_cap"):
             if m.has(key):
                 raise ScenarioError(source, f"ddp.{key}",
-                                    f"expected either ddp.bucket_sizes or ddp.first_bucket/bucket_cap, got both "
-                                    f"(bucket_sizes is the whole layout)")
+                                    "expected either ddp.bucket_sizes or ddp.first_bucket/bucket_cap, got both "
+                                    "(bucket_sizes is the whole layout)")
         if model is not None:
             total, grad = sum(out), float(model.grad_bytes)
             slack = max(BUCKET_TOTAL_TOLERANCE * grad, spec.BYTES_PER_ELEMENT[model.grad_dtype] * len(out))
