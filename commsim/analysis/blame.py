@@ -25,11 +25,16 @@ NOISE_SIGMAS x sigma. A rank is a **culprit** when it is named in significantly 
 chance (1/n of them) would give: one-sided binomial tail below ALPHA / n (Bonferroni over
 ranks), at least MIN_STEPS steps. Its delay is estimated as its median lateness when named.
 
-For a simulated run (:func:`blame_run`) the engine records, per collective, the last rank and
-the spread of arrivals (last minus first), not each rank's arrival: lateness is then that
-spread, and a collective counts when its spread exceeds the straggler-free baseline's (as
-:func:`commsim.analysis.report.late_ranks` does); the critical path is approximated from the
-per-rank backward and communication ends.
+For a simulated run (:func:`blame_run`) the arrivals are the engine's own: each rank's issue
+time of each collective and each collective's end, recorded by ``simulate(collectives=True)``
+(:func:`simulate_for_blame`), so lateness, the wait caused and the critical path are exact.
+The threshold there is the larger of NOISE_SIGMAS x sigma (the jitter's) and the
+straggler-free baseline's spread of arrivals for that collective (a ring's own skew, as
+:func:`commsim.analysis.report.late_ranks` has it). A run too large to record every
+collective on every rank (more than MAX_RECORDED arrivals) falls back to what the engine
+always keeps, per collective the last rank and the spread (last minus first): lateness is then
+that spread, the wait an upper bound, and the critical path read from the ranks' backward and
+communication ends.
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ NOISE_SIGMAS = 5.0
 ALPHA = 0.01
 MIN_STEPS = 3
 MAX_ARRIVALS_LISTED = 64  # per-collective arrival lists in the JSON only up to this many ranks
+MAX_RECORDED = 20_000_000  # arrivals (steps x collectives x ranks) a simulated run records for blame: 3 x 160 MB
 
 
 @dataclass(frozen=True)
@@ -55,7 +61,8 @@ class BlameInput:
     ``step`` (C,) the step index 0..S-1 (-1: none); ``position`` (C,) the index of the collective
     within its step (-1: unknown). ``step_end``/``compute_end``/``comm_end`` (S, n): each rank's
     end of the step, of its backward, of its last bucket. For a simulated run ``arrival`` is None
-    and ``last_rank``/``lateness`` (C,) are given, with ``tolerance`` (C,) the baseline's spread."""
+    and ``last_rank``/``lateness`` (C,) are given, with ``tolerance`` (C,) the baseline's spread;
+    with arrivals, a ``tolerance`` is a floor under the noise threshold (the ring's own skew)."""
 
     world_size: int
     kind: Sequence[str]
@@ -158,6 +165,8 @@ def blame(inp: BlameInput) -> Dict[str, Any]:
         last, lateness, waited, first = _last_and_lateness(inp.arrival)
         sigma = noise_sigma(inp.arrival, inp.position)
         threshold = np.full(C, NOISE_SIGMAS * sigma)
+        if inp.tolerance is not None:
+            threshold = np.maximum(threshold, np.asarray(inp.tolerance, dtype=float))
     else:
         last = np.asarray(inp.last_rank, dtype=np.int64)
         lateness = np.asarray(inp.lateness, dtype=float)
@@ -264,32 +273,70 @@ def _f(x) -> Optional[float]:
     return x if math.isfinite(x) else None
 
 
+def records_every_collective(scenario) -> bool:
+    """Whether a simulated run of `scenario` may record every collective's arrival on every rank
+    (at most MAX_RECORDED of them): then :func:`blame_run` is exact."""
+    from commsim.sim.engine import bucket_layout
+    from commsim.sim.sharding import stream_order
+
+    sizes, _ = bucket_layout(scenario)
+    collectives = len(stream_order(scenario.ddp.sharding, len(sizes), scenario.ddp.overlap))
+    return scenario.steps * collectives * scenario.world_size <= MAX_RECORDED
+
+
+def simulate_for_blame(scenario):
+    """(run, straggler-free baseline) of `scenario` for :func:`blame_run`: the run records every
+    collective's issue and end on every rank when that fits (:func:`records_every_collective`)."""
+    from commsim.sim.engine import simulate
+
+    result = simulate(scenario, collectives=records_every_collective(scenario))
+    return result, simulate(scenario.without_stragglers(), ranks=np.arange(0))
+
+
 def blame_run(result, baseline=None) -> Dict[str, Any]:
     """The blame report of a simulated run (a :class:`commsim.sim.engine.RunResult`), against
-    its straggler-free baseline (simulated here when not given)."""
+    its straggler-free baseline (simulated here when not given). Exact when the run recorded
+    its collectives on every rank (``simulate(collectives=True)``); else the approximation of
+    the module docstring, said so in the report's notes."""
     from commsim.analysis.report import compute_time
     from commsim.sim.engine import simulate
 
     if baseline is None:
-        baseline = simulate(result.scenario.without_stragglers())
+        baseline = simulate(result.scenario.without_stragglers(), ranks=np.arange(0))
     steps, nc = result.last_rank.shape
+    n = result.scenario.world_size
     tol = baseline.launch_spread.max(axis=0) * (1 + 1e-9) + 1e-9 * compute_time(result.scenario)
     kinds = _stream_kinds(result)
-    inp = BlameInput(
-        world_size=result.scenario.world_size,
+    common = dict(
+        world_size=n,
         kind=[kinds[j] for _ in range(steps) for j in range(nc)],
         nbytes=np.tile(_stream_bytes(result), steps),
         step=np.repeat(np.arange(steps), nc),
         position=np.tile(np.arange(nc), steps),
-        step_end=result.rank_end, compute_end=result.rank_backward_end, comm_end=result.rank_comm_end,
-        last_rank=result.last_rank.ravel(), lateness=result.launch_spread.ravel(),
         tolerance=np.tile(tol, steps), source="simulation",
     )
+    exact = result.coll_issue is not None and np.array_equal(result.ranks, np.arange(n))
+    if exact:
+        inp = BlameInput(
+            **common, arrival=result.coll_issue.reshape(steps * nc, n),
+            end=result.coll_finish.max(axis=2).reshape(steps * nc) if nc else np.zeros(0),
+            step_end=result.rank_end, compute_end=result.rank_backward_end, comm_end=result.rank_comm_end,
+        )
+        note = ("simulated: arrivals are the engine's recorded issue times of every collective on every rank "
+                "(exact); late means beyond 5 sigma of their jitter and the straggler-free baseline's spread")
+    else:
+        inp = BlameInput(
+            **common, step_end=result.rank_end if result.rank_end.shape[1] == n else None,
+            compute_end=result.rank_backward_end if result.rank_end.shape[1] == n else None,
+            comm_end=result.rank_comm_end if result.rank_end.shape[1] == n else None,
+            last_rank=result.last_rank.ravel(), lateness=result.launch_spread.ravel(),
+        )
+        note = ("simulated without per-collective records (too many to keep: more than "
+                f"{MAX_RECORDED} arrivals): per collective the engine's last rank and spread of arrivals (last "
+                "minus first) stand for lateness, the others' waiting is an upper bound ((n - 1) x spread), and a "
+                "step's critical path is read from the ranks' backward and communication ends")
     report = blame(inp)
-    report["notes"] = [
-        "simulated: the engine records per collective its last rank and the spread of arrivals (last minus "
-        "first), not every rank's arrival; lateness is that spread, the others' waiting an upper bound "
-        "((n - 1) x spread), and a step's critical path is read from the ranks' backward and communication ends"]
+    report["notes"] = [note]
     return report
 
 

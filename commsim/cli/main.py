@@ -93,7 +93,9 @@ SET_HELP = (
 @click.option("--csv", "csv_path", type=click.Path(dir_okay=False, allow_dash=True),
               help="Write one row per step as CSV here ('-': stdout).")
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False, allow_dash=True),
-              help="Write a Chrome/Perfetto trace (per-rank stall, compute, wait, optimizer) here ('-': stdout).")
+              help="Write a Chrome/Perfetto trace here ('-': stdout): per rank, its compute (stall, compute, "
+                   "wait, optimizer) and, on a second thread, one span per bucket collective, with arrows from "
+                   "each late arrival to the end of the collective it delayed.")
 @click.option("--trace-ranks", type=POSITIVE_INT, default=64, show_default=True,
               help="Ranks included in the trace (the first N).")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False),
@@ -132,7 +134,8 @@ def run(scenario, steps, seed, overrides, calibration, json_path, csv_path, trac
     else:
         kept = np.arange(min(trace_ranks, sc.world_size)) if trace_path else np.arange(0)
     with step_progress(sc, enabled=not quiet) as on_step:
-        result = simulate(sc, on_step=on_step("scenario"), ranks=kept)
+        # the trace's per-bucket spans need every collective's times on its ranks
+        result = simulate(sc, on_step=on_step("scenario"), ranks=kept, collectives=bool(trace_path))
         baseline = simulate(sc.without_stragglers(), on_step=on_step("baseline"),
                             ranks=None if plot_path else np.arange(0))
     summary = summarize(sc, result, baseline)
@@ -141,7 +144,7 @@ def run(scenario, steps, seed, overrides, calibration, json_path, csv_path, trac
     if csv_path:
         write_output(csv_path, steps_csv(result, late_ranks(result, baseline)), "the step CSV")
     if trace_path:
-        write_output(trace_path, chrome_trace(result, trace_ranks), "the trace")
+        write_output(trace_path, chrome_trace(result, trace_ranks, late_ranks(result, baseline)), "the trace")
     if plot_path:
         from commsim.output.plots import plot_run
 

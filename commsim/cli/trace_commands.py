@@ -103,12 +103,11 @@ def blame_command(traces, scenario, overrides, steps, seed, json_path, perfetto_
     if not scenario and (overrides or steps or seed is not None):
         fail("--set, --steps and --seed apply to --scenario only")
     if scenario:
-        from commsim.analysis.blame import blame_run
-        from commsim.sim.engine import simulate
+        from commsim.analysis.blame import blame_run, simulate_for_blame
 
         sc = load_or_fail(scenario, overrides, steps, seed)
-        result = simulate(sc)
-        report = blame_run(result, simulate(sc.without_stragglers()))
+        result, baseline = simulate_for_blame(sc)  # every collective's arrivals, where they fit
+        report = blame_run(result, baseline)
         report["scenario"] = sc.name
         title = f"{sc.name} (simulated)"
         trace_text = perfetto.run_trace(result, report) if perfetto_path else None

@@ -10,12 +10,13 @@ import csv
 import io
 import json
 import math
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
 import numpy as np
 
 from commsim.atomic import atomic_write_text  # noqa: F401 - re-exported: every output file is written through it
 from commsim.sim.engine import RunResult
+from commsim.traces.perfetto import run_events, trace_json
 
 
 def summary_json(summary: Dict[str, Any]) -> str:
@@ -65,35 +66,16 @@ def steps_csv(result: RunResult, late: np.ndarray) -> str:
     return buf.getvalue()
 
 
-def chrome_trace(result: RunResult, max_ranks: int = 64) -> str:
-    """Chrome trace-event JSON (chrome://tracing, ui.perfetto.dev), one track per rank for the
-    first `max_ranks` ranks whose records the run kept (``result.ranks``): per step a "stall", "forward+backward", "wait for all-reduce" and
-    "optimizer" span. All-reduces overlap backward, so "wait" is only the exposed part.
-    With ``ddp.sharding`` the spans say what they hold: ZeRO-2's "optimizer+all-gather" (the
-    gather follows the optimizer), FSDP's "forward+backward+gather waits" (units wait for their
-    all-gathers) and "wait for reduce-scatter". Times in microseconds."""
-    events = []
-    kept = result.ranks[:max_ranks]
-    sharding = result.scenario.ddp.sharding
-    compute_name = "forward+backward+gather waits" if sharding == "fsdp" else "forward+backward"
-    wait_name = "wait for all-reduce" if sharding == "none" else "wait for reduce-scatter"
-    optimizer_name = "optimizer+all-gather" if sharding == "zero2" else "optimizer"
-    start = np.vstack([np.zeros((1, result.rank_end.shape[1])), result.rank_end[:-1]])
-
-    def span(name, rank, step, t0, t1):
-        if t1 > t0:
-            events.append({"name": name, "cat": "step", "ph": "X", "pid": 0, "tid": rank,
-                           "ts": t0 * 1e6, "dur": (t1 - t0) * 1e6, "args": {"step": step}})
-
-    for j, r in enumerate(int(r) for r in kept):  # column j holds rank r
-        events.append({"name": "thread_name", "ph": "M", "pid": 0, "tid": r, "args": {"name": f"rank {r}"}})
-        for s in range(result.rank_end.shape[0]):
-            t0 = start[s, j]
-            compute_start = t0 + result.rank_stall[s, j]
-            bwd_end, comm_end = result.rank_backward_end[s, j], result.rank_comm_end[s, j]
-            opt_start = max(bwd_end, comm_end)
-            span("stall", r, s, t0, compute_start)
-            span(compute_name, r, s, compute_start, bwd_end)
-            span(wait_name, r, s, bwd_end, opt_start)
-            span(optimizer_name, r, s, opt_start, result.rank_end[s, j])
-    return json.dumps({"traceEvents": events, "displayTimeUnit": "ms"}) + "\n"
+def chrome_trace(result: RunResult, max_ranks: int = 64, late: Optional[np.ndarray] = None) -> str:
+    """Chrome trace-event JSON (chrome://tracing, ui.perfetto.dev) of the first `max_ranks` ranks
+    whose records the run kept (``result.ranks``): one process per rank with a ``compute``
+    thread (per step a "stall", "forward+backward", "wait for all-reduce" and "optimizer" span;
+    all-reduces overlap backward, so "wait" is only the exposed part; with ``ddp.sharding`` the
+    spans say what they hold: ZeRO-2's "optimizer+all-gather", FSDP's "forward+backward+gather
+    waits" and "wait for reduce-scatter") and, when the run recorded its collectives
+    (``simulate(collectives=True)``), a ``comm`` thread with a span per bucket collective
+    ("bucket 3 all-reduce", its bucket, bytes, kind and issue time in ``args``) and flow arrows
+    from each late rank's issue to the end of the collective it delayed (`late`: (steps,
+    collectives) the late rank or -1, :func:`commsim.analysis.report.late_ranks`). Times in
+    microseconds (:func:`commsim.traces.perfetto.run_events`)."""
+    return trace_json(run_events(result, max_ranks, late))

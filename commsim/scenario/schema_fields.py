@@ -149,7 +149,8 @@ SECTION_KEYS: Dict[str, Tuple[str, ...]] = {
     "cluster.inter_node": ("bandwidth", "latency"),
     "model": ("parameters", "grad_dtype"),
     "compute": ("forward", "backward", "optimizer", "batch_size"),
-    "ddp": ("bucket_cap", "first_bucket", "overlap", "gradient_accumulation", "sharding"),
+    "ddp": ("bucket_cap", "first_bucket", "overlap", "gradient_accumulation", "sharding", "bucket_sizes",
+            "bucket_ready"),
     "collective": ("algorithm", "model"),
 }
 

@@ -9,7 +9,7 @@ takes for the loader to accept it.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Tuple, get_args
+from typing import Any, Optional, Tuple, get_args
 
 from commsim.calibration.file import load_calibration
 from commsim.collectives import algorithms_for
@@ -25,6 +25,7 @@ from commsim.scenario.schema_fields import (
     read_size,
     read_time,
     read_time_or_zero,
+    ranged,
 )
 from commsim.units import describe
 
@@ -70,7 +71,8 @@ def read_compute(source: str, value: Any) -> spec.Compute:
     )
 
 
-def read_ddp(source: str, value: Any) -> spec.DDP:
+def read_ddp(source: str, value: Any, model: Optional[spec.Model] = None) -> spec.DDP:
+    """The ``ddp`` section; `model` (when given) checks an explicit bucket layout's total."""
     m = Section(source, "ddp", value, SECTION_KEYS["ddp"])
     accumulation = m.get("gradient_accumulation", read_count, spec.DDP.gradient_accumulation)
     sharding = m.get("sharding", choice(SHARDINGS), spec.DDP.sharding)
@@ -80,13 +82,76 @@ def read_ddp(source: str, value: Any) -> spec.DDP:
         raise ScenarioError(source, "ddp.sharding",
                             f"expected gradient_accumulation 1 with sharding {sharding} (accumulation is modeled "
                             f"for sharding none only), got gradient_accumulation {accumulation}")
+    bucket_sizes, bucket_ready = _read_bucket_layout(m, model)
     return spec.DDP(
         bucket_cap=m.get("bucket_cap", read_size, float(spec.DDP.bucket_cap)),
         first_bucket=m.get("first_bucket", read_size, float(spec.DDP.first_bucket)),
         overlap=m.get("overlap", read_bool, spec.DDP.overlap),
         gradient_accumulation=accumulation,
         sharding=sharding,
+        bucket_sizes=bucket_sizes,
+        bucket_ready=bucket_ready,
     )
+
+
+# -- an explicit bucket layout: ddp.bucket_sizes and ddp.bucket_ready ----------------------------
+# Gradient bytes may differ from the buckets' total by rounding: a bucket written in a unit
+# ("25 MiB") or a model's parameter count rounded to a few digits.
+BUCKET_TOTAL_TOLERANCE = 1e-3
+
+
+def _read_bucket_layout(m: Section, model: Optional[spec.Model]):
+    """(bucket_sizes, bucket_ready) as tuples, or None each: a real job's layout, as DDP built it
+    (``commsim import`` writes both). Sizes replace first_bucket/bucket_cap, so they may not
+    be given together; ready points need sizes, one per bucket, non-decreasing in (0, 1]."""
+    source = m.source
+    sizes = ready = None
+    if m.has("bucket_sizes"):
+        raw = m.value["bucket_sizes"]
+        if not isinstance(raw, list) or not raw:
+            raise ScenarioError(source, "ddp.bucket_sizes",
+                                f"expected a non-empty list of bucket sizes in bytes (all-reduce order), got {describe(raw)}")
+        out = []
+        for i, v in enumerate(raw):
+            try:
+                out.append(float(read_size(v)))
+            except ValueError as err:
+                raise ScenarioError(source, f"ddp.bucket_sizes[{i}]", str(err)) from None
+        for key in ("first_bucket", "bucket_cap"):
+            if m.has(key):
+                raise ScenarioError(source, f"ddp.{key}",
+                                    "expected either ddp.bucket_sizes or ddp.first_bucket/bucket_cap, got both "
+                                    "(bucket_sizes is the whole layout)")
+        if model is not None:
+            total, grad = sum(out), float(model.grad_bytes)
+            slack = max(BUCKET_TOTAL_TOLERANCE * grad, spec.BYTES_PER_ELEMENT[model.grad_dtype] * len(out))
+            if abs(total - grad) > slack:
+                raise ScenarioError(source, "ddp.bucket_sizes",
+                                    f"expected bucket sizes summing to the model's gradient bytes, {grad:.0f} B "
+                                    f"(model.parameters x {model.grad_dtype}, within 0.1%), got {total:.0f} B")
+        sizes = tuple(out)
+    if m.has("bucket_ready"):
+        raw = m.value["bucket_ready"]
+        if sizes is None:
+            raise ScenarioError(source, "ddp.bucket_ready",
+                                "expected ddp.bucket_sizes too (one ready point per bucket), got bucket_ready alone")
+        if not isinstance(raw, list) or len(raw) != len(sizes):
+            raise ScenarioError(source, "ddp.bucket_ready",
+                                f"expected a list of {len(sizes)} fractions of the backward (one per bucket of "
+                                f"bucket_sizes), got {describe(raw)}")
+        fraction = ranged(0.0, 1.0, low_open=True, high_open=False, what="a fraction of the backward")
+        out = []
+        for i, v in enumerate(raw):
+            try:
+                out.append(float(fraction(v)))
+            except ValueError as err:
+                raise ScenarioError(source, f"ddp.bucket_ready[{i}]", str(err)) from None
+            if i and out[i] < out[i - 1]:
+                raise ScenarioError(source, f"ddp.bucket_ready[{i}]",
+                                    f"expected ready points non-decreasing (bucket {i} cannot be ready before bucket "
+                                    f"{i - 1}), got {out[i]:g} after {out[i - 1]:g}")
+        ready = tuple(out)
+    return sizes, ready
 
 
 def read_collective(source: str, value: Any) -> spec.Collective:

@@ -108,6 +108,11 @@ class DDP:
     ``sharding``: ``none`` (DDP: all-reduce per bucket), ``zero2`` (reduce-scatter per bucket,
     1/n optimizer, all-gather after it) or ``fsdp`` (the buckets are FSDP units, gathered before
     their forward and their backward); see :mod:`commsim.sim.sharding`.
+
+    ``bucket_sizes`` (bytes, in all-reduce order; None: ``first_bucket`` then ``bucket_cap``s) is
+    an explicit bucket layout, as a real job's DDP built it; ``bucket_ready`` (None: gradients at
+    a uniform rate) the share of the backward done when each bucket is ready, non-decreasing in
+    (0, 1] (:func:`commsim.sim.engine.bucket_layout` turns both into the engine's layout).
     """
 
     bucket_cap: float = 25 * 1024 * 1024
@@ -115,6 +120,8 @@ class DDP:
     overlap: bool = True
     gradient_accumulation: int = 1
     sharding: Sharding = "none"
+    bucket_sizes: Optional[Tuple[float, ...]] = None
+    bucket_ready: Optional[Tuple[float, ...]] = None
 
 
 @dataclass(frozen=True)

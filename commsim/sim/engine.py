@@ -24,6 +24,12 @@ semantics in O(n^2) events per collective.
 Memory is O(ranks + steps x collectives): the engine keeps per-step aggregates (step end, per
 collective the last-issuing rank and the launch spread) and the per-rank records only of the
 ranks asked for (``ranks``: all by default; e.g. none for a summary, the first 64 for a trace).
+``collectives=True`` also keeps, for those ranks, every collective's issue, start and finish
+(O(steps x collectives x kept): for traces and blame, not for summaries at scale).
+
+The bucket layout (:func:`bucket_layout`) is DDP's (a first bucket, then equal caps, gradients
+produced at a uniform rate) unless the scenario gives one (``ddp.bucket_sizes`` and
+``ddp.bucket_ready``, as a real job's DDP built it).
 
 ``log`` (a list, optional) receives ``(time, step, event)`` for every point the clock advances
 to: ``"<kind> <k>"`` when the step's k-th collective is done on every rank, ``"end"`` when the
@@ -48,6 +54,26 @@ from commsim.sim.stragglers import Perturbations, ThermalClock, perturbations
 
 EventLog = List[Tuple[float, int, str]]
 
+
+def bucket_layout(scenario: Scenario) -> Tuple[np.ndarray, np.ndarray]:
+    """(sizes in bytes, ready points) of a step's gradient buckets, in all-reduce order.
+
+    A bucket's ready point is the share of the backward done when all its gradients are: the
+    scenario's ``ddp.bucket_ready`` when given, else its share of the cumulative bytes
+    (gradients produced at a uniform rate through the backward). Sizes are
+    ``ddp.bucket_sizes`` when given, else :func:`commsim.network.costs.ddp_buckets`."""
+    ddp = scenario.ddp
+    if ddp.bucket_sizes is not None:
+        sizes = np.asarray(ddp.bucket_sizes, dtype=float)
+    else:
+        sizes = ddp_buckets(scenario.model.grad_bytes, ddp.first_bucket, ddp.bucket_cap)
+    if ddp.bucket_ready is not None:
+        ready = np.asarray(ddp.bucket_ready, dtype=float)
+    else:
+        ready = np.cumsum(sizes) / max(sizes.sum(), 1.0)
+    return sizes, ready
+
+
 @dataclass(frozen=True)
 class RunResult:
     """Per-step records of one simulated run. Times in seconds from the job's start.
@@ -71,6 +97,13 @@ class RunResult:
     launch_spread: np.ndarray  # (steps, collectives) last minus first issue time
     comm_time: np.ndarray  # (collectives,) duration of each collective in the last step simulated
     steps_simulated: int  # steps actually stepped through; the rest repeat a steady state
+    # per collective and kept rank, only when the run was asked for them (simulate(collectives=True)),
+    # else None: (steps, collectives, kept) when the rank issued it (its arrival: the bucket ready,
+    # or the sharded step's point of issue), when it started there (launch: the later of issue
+    # and the rank's previous collective's finish: one stream) and when it finished there
+    coll_issue: Optional[np.ndarray] = None
+    coll_start: Optional[np.ndarray] = None
+    coll_finish: Optional[np.ndarray] = None
 
     @property
     def step_time(self) -> np.ndarray:
@@ -119,8 +152,10 @@ class Engine:
         on_step: Optional[Callable[[int, int], None]] = None,
         log: Optional[EventLog] = None,
         ranks: Optional[np.ndarray] = None,
+        collectives: bool = False,
     ):
         self.scenario = scenario
+        self.collectives = collectives  # keep every collective's issue/start/finish on the kept ranks
         self.on_step = on_step  # called as on_step(steps_done, steps) after every step
         self.log = log
         self.n = scenario.world_size
@@ -130,9 +165,8 @@ class Engine:
         self._all_kept = ranks is None
         self.perturb = perturb if perturb is not None else perturbations(scenario)
         self.env = simpy.Environment()
-        self.buckets = ddp_buckets(scenario.model.grad_bytes, scenario.ddp.first_bucket, scenario.ddp.bucket_cap)
-        # fraction of backward done when each bucket's gradients are all produced
-        self.ready_fraction = np.cumsum(self.buckets) / max(self.buckets.sum(), 1.0)
+        # sizes, and the fraction of backward done when each bucket's gradients are all produced
+        self.buckets, self.ready_fraction = bucket_layout(scenario)
         self.sharding = scenario.ddp.sharding
         if self.sharding != "none" and scenario.ddp.gradient_accumulation != 1:
             raise ValueError("gradient accumulation is modeled for ddp.sharding none only (the loader says so too)")
@@ -167,6 +201,8 @@ class Engine:
         self._last_rank = np.zeros((steps, nb), dtype=np.int64)
         self._launch_spread = np.zeros((steps, nb))
         self._comm_time = np.zeros(nb)
+        shape = (steps, nb, kept) if self.collectives else (0, nb, kept)
+        self._coll = {name: np.zeros(shape) for name in ("issue", "start", "finish")}
         self._steps_simulated = 0
         self._recent: List[np.ndarray] = []  # the last two steps' full rank_end (steady-state test)
         self._steady_possible = self.perturb.deterministic_steps  # then steps may repeat exactly
@@ -189,6 +225,9 @@ class Engine:
             launch_spread=self._launch_spread,
             comm_time=self._comm_time,
             steps_simulated=self._steps_simulated,
+            coll_issue=self._coll["issue"] if self.collectives else None,
+            coll_start=self._coll["start"] if self.collectives else None,
+            coll_finish=self._coll["finish"] if self.collectives else None,
         )
 
     def _keep(self, row: np.ndarray) -> np.ndarray:
@@ -282,6 +321,10 @@ class Engine:
         finish = self.kernels[k].finish_times(launch)
         if self._record:
             self._comm_time[k] = finish.max() - launch.max()
+        if self.collectives:
+            self._coll["issue"][s, k] = self._keep(issue)
+            self._coll["start"][s, k] = self._keep(launch)
+            self._coll["finish"][s, k] = self._keep(finish)
         if self.log is not None:  # the clock stops at every collective only when someone watches it
             yield self.env.timeout(max(finish.max() - self.env.now, 0.0))
             self.log.append((self.env.now, s, f"{self.ops[k].kind} {k}"))
@@ -387,13 +430,18 @@ class Engine:
         self._step_end[s + 1:] = self._step_end[s] + k * duration
         for times in (self._rank_end, self._rank_backward_end, self._rank_comm_end):
             times[s + 1 :] = times[s] + k[:, None] * duration
+        if self.collectives:
+            for times in self._coll.values():
+                times[s + 1 :] = times[s] + k[:, None, None] * duration
         for per_step in (self._rank_busy, self._rank_stall, self._last_rank, self._launch_spread):
             per_step[s + 1 :] = per_step[s]
 
 
 def simulate(scenario: Scenario, on_step: Optional[Callable[[int, int], None]] = None,
-             log: Optional[EventLog] = None, ranks: Optional[np.ndarray] = None) -> RunResult:
+             log: Optional[EventLog] = None, ranks: Optional[np.ndarray] = None,
+             collectives: bool = False) -> RunResult:
     """Run the scenario and return its per-step records (`on_step(done, total)` reports progress;
     `log` receives the engine's events, see the module docstring; `ranks`: the ranks whose
-    per-rank records are kept, all by default)."""
-    return Engine(scenario, on_step=on_step, log=log, ranks=ranks).run()
+    per-rank records are kept, all by default; `collectives`: also keep each of their
+    collectives' issue, start and finish times, ``RunResult.coll_*``)."""
+    return Engine(scenario, on_step=on_step, log=log, ranks=ranks, collectives=collectives).run()

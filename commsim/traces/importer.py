@@ -59,7 +59,8 @@ def _scenario_doc(inf: Inferred, name: str, steps: int, seed: int, batch_size: i
         "model": {"parameters": inf.parameters, "grad_dtype": inf.grad_dtype},
         "compute": {"forward": _ms(inf.forward), "backward": _ms(inf.backward), "optimizer": _ms(inf.optimizer),
                     "batch_size": batch_size},
-        "ddp": {"bucket_cap": inf.bucket_cap, "first_bucket": inf.first_bucket, "overlap": True,
+        # the job's own layout, as its DDP built it and issued it (ddp.bucket_cap does not apply)
+        "ddp": {"bucket_sizes": list(inf.bucket_sizes), "bucket_ready": list(inf.bucket_ready), "overlap": True,
                 "gradient_accumulation": 1},
         "collective": {"algorithm": "ring"},
     }
@@ -106,7 +107,9 @@ def _header(inf: Inferred, tl: Timeline, job: Job, notes: List[str], sim_step: f
         f"Buckets: {len(tl.bucket_bytes)} of {', '.join(str(int(b)) for b in tl.bucket_bytes[:8])}"
         f"{' ...' if len(tl.bucket_bytes) > 8 else ''} B ({tl.grad_dtype}); issued at "
         f"{', '.join(f'{x:.2f}' for x in inf.ready_fraction[:8])} of the backward "
-        f"(commsim assumes {', '.join(f'{x:.2f}' for x in inf.model_fraction[:8])}: gradients at a uniform rate).",
+        f"(ddp.bucket_sizes and ddp.bucket_ready; a uniform gradient rate would say "
+        f"{', '.join(f'{x:.2f}' for x in inf.model_fraction[:8])}); as first_bucket + bucket_cap: "
+        f"{inf.first_bucket} + {inf.bucket_cap} B.",
         f"Links: {inf.link_note}; inter_node copies the measured link (set it before a multi-node what-if).",
     ]
     if inf.slow:

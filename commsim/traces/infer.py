@@ -22,9 +22,13 @@ optimizer O, as the simulator splits a step):
   excluded; :func:`cv_for_expected_max`); kept when above JITTER_MIN. The plain spread (the std
   of each rank's compute around its mean) is reported beside it: the two differ when the
   ranks' noise is not independent (ranks sharing a machine's cores slow each other down);
-- **buckets**: DDP's measured bucket sizes (in all-reduce order) give ``first_bucket`` (the
-  first) and ``bucket_cap`` (the rest's mean, so that commsim's layout has the same count and
-  total); ``parameters`` = total bytes / gradient element size;
+- **buckets**: DDP's measured bucket sizes (in all-reduce order) become ``ddp.bucket_sizes``
+  and the share of the backward done when each was issued (the median over steps and ranks,
+  clipped into (0, 1] and made non-decreasing) ``ddp.bucket_ready``: DDP issues its buckets
+  unevenly (as its autograd hooks fire), which commsim's default layout, a uniform gradient
+  rate, cannot say; ``first_bucket`` (the first) and ``bucket_cap`` (the rest's mean: the same
+  count and total) summarize the layout in the header; ``parameters`` = total bytes / gradient
+  element size;
 - **links**: each bucket's all-reduce time as the simulator counts it (from when it could
   start, its last rank's issue or the previous bucket's end, whichever is later, to its last
   rank's end), averaged over steps, fitted with the ring model T(S) = 2(n-1) alpha +
@@ -82,6 +86,8 @@ class Inferred:
     steps: int = 0
     buckets: int = 0
     ready_fraction: List[float] = field(default_factory=list)  # measured, per bucket
+    bucket_sizes: List[int] = field(default_factory=list)  # bytes, in all-reduce order
+    bucket_ready: List[float] = field(default_factory=list)  # the scenario's: measured, in (0, 1], non-decreasing
     model_fraction: List[float] = field(default_factory=list)  # commsim's, per bucket
     notes: List[str] = field(default_factory=list)
 
@@ -185,6 +191,7 @@ def infer(tl: Timeline, hosts: List[Optional[str]]) -> Inferred:
     alpha, bw, link_note = _fit_link(sizes.astype(float), t_mean, n)
     # -- where the buckets were issued, against the simulator's uniform-rate assumption -------
     frac = np.nanmedian(tl.ready_fraction, axis=(0, 2))
+    ready = ready_points(frac)
     model = np.cumsum(sizes) / total
     nodes = _nodes(hosts, notes)
     if len(tl.other):
@@ -197,8 +204,22 @@ def infer(tl: Timeline, hosts: List[Optional[str]]) -> Inferred:
         link_note=link_note, slow=slow_entries, stalls=stalls, jitter_cv=cv if cv >= JITTER_MIN else 0.0,
         spread_cv=spread_cv, slowest_ratio=rho,
         measured_step_time=float(step.mean()), comm_samples=samples, steps=S, buckets=len(sizes),
-        ready_fraction=[float(x) for x in frac], model_fraction=[float(x) for x in model], notes=notes,
+        ready_fraction=[float(x) for x in frac], bucket_sizes=[int(x) for x in sizes], bucket_ready=ready,
+        model_fraction=[float(x) for x in model], notes=notes,
     )
+
+
+READY_DIGITS = 4  # decimals of ddp.bucket_ready in the scenario
+
+
+def ready_points(measured: np.ndarray) -> List[float]:
+    """``ddp.bucket_ready`` from the measured issue shares of the backward: a share outside (0, 1]
+    (a bucket issued after the last autograd op, or unknown) is clipped to its bounds, and each
+    point is at least the previous one (DDP issues its buckets in order)."""
+    floor = 10.0 ** -READY_DIGITS
+    x = np.where(np.isfinite(measured), measured, 1.0)
+    x = np.maximum.accumulate(np.clip(np.round(x, READY_DIGITS), floor, 1.0))
+    return [float(v) for v in x]
 
 
 def expected_max_lognormal(cv: float, n: int) -> float:

@@ -86,7 +86,7 @@ def section_error(*args, **kwargs) -> ScenarioError:
 def test_section_checks_type_unknown_and_required_keys():
     assert str(section_error(SRC, "ddp", [1], SECTION_KEYS["ddp"])) == (
         "s.yaml: ddp: expected a mapping with keys bucket_cap, first_bucket, overlap, gradient_accumulation, "
-        "sharding, got [1] (a list)"
+        "sharding, bucket_sizes, bucket_ready, got [1] (a list)"
     )
     assert str(section_error(SRC, "ddp", {"overlapp": True}, SECTION_KEYS["ddp"])).startswith(
         "s.yaml: ddp.overlapp: unknown key (did you mean 'overlap'?); expected one of bucket_cap,"

@@ -31,16 +31,17 @@ class Step:
 
 def plan(n: int, steps: int, forward=0.010, backward=0.020, optimizer=0.002, sizes=(400_000, 200_000),
          comm=0.001, late: Optional[Dict[int, float]] = None, slow: Optional[Dict[int, float]] = None,
-         stall: Optional[Dict[int, tuple]] = None, gap=0.0) -> List[List[Step]]:
+         stall: Optional[Dict[int, tuple]] = None, gap=0.0, ready: Optional[Sequence[float]] = None) -> List[List[Step]]:
     """Per rank, per step: a DDP step with `sizes` buckets issued at a uniform gradient rate.
 
     late {rank: s} delays that rank's backward after its first bucket (a mid-backward delay);
     slow {rank: factor} scales its compute; stall {rank: (every, seconds)} pauses it before
-    the forward of steps (k + 1) % every == 0. All-reduce j runs from max(last issue, end of
+    the forward of steps (k + 1) % every == 0; ready: each bucket's issue as a share of the
+    backward instead of the uniform rate's. All-reduce j runs from max(last issue, end of
     j-1) for `comm` seconds (or comm(bytes)) on every rank; the optimizer follows the last one."""
     late, slow, stall = late or {}, slow or {}, stall or {}
     total = float(sum(sizes))
-    frac = [sum(sizes[: j + 1]) / total for j in range(len(sizes))]
+    frac = list(ready) if ready is not None else [sum(sizes[: j + 1]) / total for j in range(len(sizes))]
     out: List[List[Step]] = [[] for _ in range(n)]
     start = [0.0] * n
     for k in range(steps):
