@@ -316,7 +316,8 @@ def measure(scenario, backend: str, nprocs: int, warmup_steps: int = 2, timeout_
     scenario cannot be replayed (a slow_link: one host's ranks share no link that can be shaped)."""
     from validate.launch import launch
 
-    plan = plan_for(scenario, None, warmup_steps, timeout_s)
+    # no ring probe: every rank of one host talks over loopback, whose hops cannot differ
+    plan = plan_for(scenario, None, warmup_steps, timeout_s, probe_bytes=0)
     echo(f"# replay {scenario.name}: {len(plan['bucket_bytes'])} buckets, {scenario.steps} steps "
          f"(+{warmup_steps} warm-up) on {nprocs} x {backend}")
     results = launch(rank_replay, nprocs, backend, timeout_s, args=(plan,))

@@ -154,6 +154,8 @@ def validate_cmd(ctx, scenario, cal_path, backend, nprocs, steps, warmup_steps, 
         write_output(json_path, json_text(report), "the validation report")
     echo(f"# {sc.name}: {n} ranks, {sc.steps} steps, calibration {cal_path}")
     echo(format_comparison(report))
+    if "stragglers_found_text" in report:  # the replay names what it saw; the DDP job does not
+        echo(f"stragglers seen: {report['stragglers_found_text']}")
 
 
 def _validate_on_hosts(scenario, cal_path, overrides, steps, force, backend, job, warmup_steps, timeout_s,
