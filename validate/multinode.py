@@ -153,7 +153,8 @@ class HostJob:
     def local_ranks(self) -> List[Tuple[int, int, int, Optional[int]]]:
         """(global rank, local rank, world size, local world size) of each rank this host starts."""
         if self.place:
-            return [self.place]
+            rank, world, local, local_world = self.place
+            return [(rank, local, world, local_world)]
         first = self.node_rank * self.nproc_per_node
         return [(first + j, j, self.world_size, self.nproc_per_node) for j in range(self.nproc_per_node)]
 

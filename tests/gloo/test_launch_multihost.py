@@ -57,7 +57,7 @@ def test_ranks_from_env_reads_srun_and_mpirun(monkeypatch):
     job = HostJob.from_environment("n0:29500", env={"SLURM_PROCID": "3", "SLURM_NTASKS": "4",
                                                      "SLURM_LOCALID": "1", "SLURM_NTASKS_PER_NODE": "2"})
     assert (job.world_size, job.nnodes, job.node_rank, job.local_ranks(), job.has_rank0) == \
-        (4, 2, 1, [(3, 4, 1, 2)], False)
+        (4, 2, 1, [(3, 1, 4, 2)], False)
     job = HostJob.from_environment(None, env={"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2",
                                               "MASTER_ADDR": "n0", "MASTER_PORT": "29500"})
     assert job.has_rank0 and (job.master_addr, job.master_port) == ("n0", 29500)
@@ -73,6 +73,18 @@ def test_options_place_this_hosts_ranks_node_major():
     assert parse_endpoint("[fe80::1]:29500") == ("fe80::1", 29500)
     with pytest.raises(JobOptionError, match="expected HOST:PORT"):
         parse_endpoint("fe80::1:29500")  # an IPv6 address needs its brackets
+
+
+def _outputs(procs, timeout_s=300):
+    """Each process's output once all have ended; a process still running at the timeout (a
+    host waiting for a peer that failed) is killed, its pid only."""
+    try:
+        return [p.communicate(timeout=timeout_s)[0] for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
 
 
 def _free_port():
@@ -91,7 +103,7 @@ def test_two_processes_calibrate_as_two_nodes_and_only_node_0_writes(tmp_path):
     procs = [subprocess.Popen([sys.executable, "-m", "commsim.cli", "calibrate", *args, "--node-rank", str(k)],
                               cwd=str(tmp_path), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
              for k in (1, 0)]
-    out = [p.communicate(timeout=300)[0] for p in procs]
+    out = _outputs(procs)
     assert [p.returncode for p in procs] == [0, 0], out
     assert "rank 0's host writes cal.yaml" in out[0] and "wrote cal.yaml" in out[1]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cal.tables", "cal.yaml"]
@@ -101,3 +113,32 @@ def test_two_processes_calibrate_as_two_nodes_and_only_node_0_writes(tmp_path):
     assert cal.provenance.world_size == 2 and cal.provenance.hostnames == (socket.gethostname(),)
     assert cal.level_names == ("intra_node",)
     assert [c.rank for c in cal.compute.per_rank] == [0, 1]  # every host's compute timing, gathered on rank 0
+
+
+def test_validate_with_one_rank_per_process_as_mpirun_starts_them(tmp_path):
+    # mpirun's variables (OMPI_COMM_WORLD_*) place each process; rank 0's process writes the report
+    from commsim import calibration as calib
+
+    cal_file = tmp_path / "cal.yaml"
+    ms = [calib.Measurement(s, calib.model_time(200e-6, 0.5e9, s, 2), 2) for s in (1024, 2**20, 2**22)]
+    calib.save_calibration(calib.Calibration((calib.fit_link("intra_node", ms),), calib.Provenance("test", 2)), cal_file)
+    tmp_path = tmp_path / "run"
+    tmp_path.mkdir()
+    port = _free_port()
+    procs = []
+    for rank in (1, 0):
+        env = dict(os.environ, PYTHONPATH=str(REPO), OMPI_COMM_WORLD_RANK=str(rank), OMPI_COMM_WORLD_SIZE="2",
+                   OMPI_COMM_WORLD_LOCAL_RANK=str(rank), OMPI_COMM_WORLD_LOCAL_SIZE="2",
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
+            env.pop(var, None)
+        procs.append(subprocess.Popen(
+            [sys.executable, "-m", "commsim.cli", "validate", str(SCENARIO), "--calibration", str(cal_file),
+             "--ranks-from-env", "--steps", "3", "--warmup-steps", "1", "--timeout", "120", "--json", "rep.json",
+             "--set", "stragglers=[{kind: slow_rank, ranks: [1], factor: 1.5}]"],
+            cwd=str(tmp_path), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    out = _outputs(procs)
+    assert [p.returncode for p in procs] == [0, 0], out
+    assert "rank 1 of 2" in out[0] and "rank 0's host writes the report" in out[0] and "step time" not in out[0]
+    assert "step time mean" in out[1] and "stragglers seen: slow_rank: rank 1" in out[1]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rep.json"]
