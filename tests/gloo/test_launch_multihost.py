@@ -142,3 +142,17 @@ def test_validate_with_one_rank_per_process_as_mpirun_starts_them(tmp_path):
     assert "rank 1 of 2" in out[0] and "rank 0's host writes the report" in out[0] and "step time" not in out[0]
     assert "step time mean" in out[1] and "stragglers seen: slow_rank: rank 1" in out[1]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["rep.json"]
+
+
+def test_a_slow_link_across_hosts_outside_the_lab_is_refused_before_launching(tmp_path, monkeypatch):
+    from commsim import calibration as calib
+
+    monkeypatch.delenv("COMMSIM_LAB", raising=False)
+    cal_file = tmp_path / "cal.yaml"
+    ms = [calib.Measurement(s, calib.model_time(200e-6, 0.5e9, s, 2), 2) for s in (1024, 2**20, 2**22)]
+    calib.save_calibration(calib.Calibration((calib.fit_link("inter_node", ms),), calib.Provenance("test", 2)), cal_file)
+    line = one_line_error(["validate", SCENARIO, "--calibration", cal_file, "--nnodes", "2", "--node-rank", "0",
+                           "--rdzv-endpoint", "127.0.0.1:1", "--set", "cluster.nodes=2", "--set",
+                           "cluster.gpus_per_node=1", "--set", "stragglers=[{kind: slow_link, node: 1, factor: 0.5}]"],
+                          "slow_link on node 1 cannot be applied on this hardware")
+    assert "commsim lab" in line
