@@ -293,10 +293,22 @@ def calibrate_levels(paths: Dict[Tuple[str, str], Path], command: Optional[str] 
     # on one node, 1 on each of 2) differ, which the different-systems check would refuse
     cal, _ = calibration_from_nccl_logs(logs, in_place=True, command=command, same_system=True)
     if backend is not None:
-        from validate.calibrate import versions
-
         cal = replace(cal, provenance=replace(cal.provenance, backend=backend, **versions(backend)))
     return cal
+
+
+def versions(backend: str) -> dict:
+    """torch / NCCL / gloo versions as this torch reports them (None when unknown)."""
+    nccl = None
+    if backend == "nccl" and torch.cuda.is_available():
+        v = torch.cuda.nccl.version()
+        nccl = ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
+    return {
+        "torch_version": str(torch.__version__),
+        "nccl_version": nccl,
+        # gloo has no version API; it is the copy vendored in this torch build
+        "gloo_version": f"bundled with torch {torch.__version__}" if backend == "gloo" else None,
+    }
 
 
 def node_counts(hosts: Sequence[str]) -> List[int]:
@@ -316,15 +328,11 @@ def node_counts(hosts: Sequence[str]) -> List[int]:
     return counts
 
 
-def rank_calibrate(ctx, options: Dict) -> Optional[Dict]:
-    """Entry point under torchrun, srun or mpirun (through validate.multinode_rank), on a real
-    cluster as in the lab: the per-level sweeps of this job's own layout (found from the ranks'
-    host names), then on rank 0 the nccl-tests tables and the calibration fitted from them
-    (calibration.yaml) in options["out"], on rank 0's disk.
-
-    options: out (required), calibration (the YAML to write; default out/calibration.yaml),
-    command (provenance), min_size (16 KiB), max_size (4 MiB), collectives (["all_reduce"]),
-    warmup (1), iters (5)."""
+def own_layouts(ctx) -> Tuple[List[str], List[int], List[Dict]]:
+    """The per-level layouts of this job's own placement, found from every rank's host name (a
+    collective: every rank calls it): (host of each rank, ranks per node, layouts): intra (2
+    ranks on the first node, when it has 2), inter (1 rank on each of the first 2 nodes, when
+    there are 2) and full (every rank, when that is more than 2 ranks or the only layout)."""
     hosts: List[Optional[str]] = [None] * ctx.world_size
     dist.all_gather_object(hosts, socket.gethostname())
     counts = node_counts(hosts)
@@ -336,6 +344,19 @@ def rank_calibrate(ctx, options: Dict) -> Optional[Dict]:
     if ctx.world_size > 2 or not layouts:
         layouts.append({"name": "full", "nodes": len(counts), "ranks_per_node": max(counts),
                         "ranks": list(range(ctx.world_size)), "node_ids": list(range(len(counts)))})
+    return [str(h) for h in hosts], counts, layouts
+
+
+def rank_calibrate(ctx, options: Dict) -> Optional[Dict]:
+    """Entry point under torchrun, srun or mpirun (through validate.multinode_rank), on a real
+    cluster as in the lab: the per-level sweeps of this job's own layout (found from the ranks'
+    host names), then on rank 0 the nccl-tests tables and the calibration fitted from them
+    (calibration.yaml) in options["out"], on rank 0's disk.
+
+    options: out (required), calibration (the YAML to write; default out/calibration.yaml),
+    command (provenance), min_size (16 KiB), max_size (4 MiB), collectives (["all_reduce"]),
+    warmup (1), iters (5)."""
+    hosts, counts, layouts = own_layouts(ctx)
     sizes, size = [], int(options.get("min_size", 16 << 10))
     while size <= int(options.get("max_size", 4 << 20)):
         sizes.append(size)

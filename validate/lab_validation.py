@@ -11,7 +11,7 @@ Two experiments, each one job in a running :class:`commsim.lab.Lab` (start-up pa
     calibration (commsim.lab.check) predicts every other layout, compared with its measured busbw.
 
 :func:`straggler_check`
-    a calibration sweep on two nodes, then one replay (validate.lab_replay) per scenario:
+    a calibration sweep on two nodes, then one replay (validate.replay) per scenario:
     the straggler-free one first (every other case's measured baseline), then each with its
     straggler injected for real (a slow node's link shaped by the lab). Each is compared with
     the simulation under the calibration (commsim.analysis.validation.compare) and its
@@ -28,14 +28,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-import numpy as np
-
 from commsim.atomic import atomic_write_text
 from commsim.lab import check, diagnose
 from commsim.scenario.spec import Scenario
 from validate import collectives_multi as cm
 from validate.collectives_multi import LEVELS, calibrate_levels, write_tables
-from validate.lab_replay import lab_plan
+from validate.replay import findings, plan_for
 from validate.multinode import launch_on
 
 CAL_ITERS = 5
@@ -98,17 +96,9 @@ def scaling_check(lab, nodes: int, ranks_per_node, predict: Sequence[Tuple[int, 
 
 def replay_findings(per_rank: Sequence[Dict], node_of: Optional[Sequence[int]] = None) -> Tuple[Dict, List[Dict]]:
     """The measured summary (commsim.analysis.validation.measured_summary) of one replay's
-    per-rank results (validate.lab_replay.rank_replay, by scenario rank) and the stragglers its
-    measurements name (commsim.lab.diagnose; node_of[r]: rank r's node, default one per node)."""
-    from commsim.analysis.validation import measured_summary
-    from validate.replay import assemble
-
-    arrays = assemble(list(per_rank))
-    measured = measured_summary(arrays["start"], arrays["rank_end"], arrays["bucket_launch"], arrays["bucket_finish"])
-    step_end = arrays["rank_end"].max(axis=1)
-    step_start = np.concatenate(([arrays["start"]], step_end[:-1]))
-    ready = np.array([[st["ready"] for st in r["steps"]] for r in per_rank]).transpose(1, 2, 0)  # (steps, buckets, n)
-    return measured, diagnose.name_stragglers(step_start, ready, [r["probe_recv_s"] for r in per_rank], node_of)
+    per-rank results (validate.replay.rank_replay, by scenario rank) and the stragglers its
+    measurements name: validate.replay.findings."""
+    return findings(per_rank, node_of)
 
 
 def _by_rank(results: Sequence[Dict], task: Optional[int] = None) -> List[Dict]:
@@ -135,14 +125,14 @@ def validate_in_lab(lab, sc: Scenario, warmup_steps: int = 1, timeout_s: float =
     out = Path(out_dir) if out_dir else None
 
     def replay(scn: Scenario, tag: str):
-        plan = lab_plan(scn, ranks, warmup_steps, timeout_s)
+        plan = plan_for(scn, ranks, warmup_steps, timeout_s, links="lab")
         slow = {int(k): f for k, f in plan["slow_nodes"].items()}
         echo(f"# replay {scn.name} ({tag}): {scn.steps} steps (+{warmup_steps} warm-up) on {nodes} lab nodes x {g}"
              + (f", slow links: {', '.join(f'node {k} at {f:g}x' for k, f in sorted(slow.items()))}" if slow else ""))
         try:
             for k in range(nodes):
                 lab.set_rate(k, lab.spec.rate_bps * slow[k] if k in slow else None)
-            results = launch_on(lab, "validate.lab_replay:rank_replay", nodes, g, timeout_s=timeout_s, args=(plan,),
+            results = launch_on(lab, "validate.replay:rank_replay", nodes, g, timeout_s=timeout_s, args=(plan,),
                                 result_dir=str(out / tag) if out else None)
         finally:
             for k in slow:
@@ -180,7 +170,7 @@ def straggler_check(lab, cases: Sequence[Tuple[str, Scenario, Sequence[int]]], c
         if sc.cluster.gpus_per_node != 1 or sc.world_size != len(node_ids):
             raise ValueError(f"case {name}: one rank per node on {len(node_ids)} nodes, the scenario has "
                              f"{sc.cluster.nodes} x {sc.cluster.gpus_per_node}")
-        plan = lab_plan(sc, list(node_ids), warmup_steps, timeout_s)
+        plan = plan_for(sc, list(node_ids), warmup_steps, timeout_s, links="lab")
         plans.append(plan)
         for k, factor in plan["slow_nodes"].items():
             slowed[int(node_ids[int(k)])] = (name, factor)
@@ -190,7 +180,7 @@ def straggler_check(lab, cases: Sequence[Tuple[str, Scenario, Sequence[int]]], c
                 raise ValueError(f"lab node {k} is slowed for case {slowed[k][0]} and also serves case {name}")
     cal_layout = cm.layout("inter", [0, 1], 1, 1)
     tasks = [["validate.collectives_multi:rank_levels", [cm.plan([cal_layout], cal_sizes, ("all_reduce",), 1, iters)]]]
-    tasks += [["validate.lab_replay:rank_replay", [plan]] for plan in plans]
+    tasks += [["validate.replay:rank_replay", [plan]] for plan in plans]
     echo(f"# lab {lab.spec.name}: calibration on nodes 0-1, then {len(cases)} replays: "
          + ", ".join(f"{name} on nodes {list(ids)}" for name, _, ids in cases))
     try:

@@ -1,5 +1,7 @@
 """One rank of a multi-node run, started by any launcher: the lab's (validate.multinode),
-torchrun across hosts, or one ``srun`` / ``mpirun`` task per GPU.
+each host's own (``commsim calibrate --backend`` / ``commsim validate`` with ``--nnodes`` or
+``--ranks-from-env``, through validate.multinode.launch_node), torchrun across hosts, or one
+``srun`` / ``mpirun`` task per GPU.
 
 ::
 

@@ -16,6 +16,7 @@ from commsim import calibration as calib
 from commsim.cli.common import POSITIVE_SECONDS, ByteSize, command, fail
 from commsim.cli.jobs import check_backend, command_line, import_validate, launched_job
 from commsim.cli.outputs import check_outputs, echo_to, write_output
+from commsim.cli.validate import host_job, multihost_options
 from commsim.errors import InputError
 LEVEL_CHOICES = ("auto",) + calib.LEVELS
 SWEEP_MIN_SIZE = 8  # the measured sweep starts at 8 B (two floats), as all_reduce_perf -b 8
@@ -131,6 +132,21 @@ def _measured(output, backend, nprocs, max_size, iters, warmup, compute_params, 
             _fail_naming(exc, [f"{output} (measured with {backend}, {nprocs} ranks)"])
 
 
+def _measured_on_hosts(output, job, tables, backend, max_size, iters, warmup, compute_params, timeout_s, echo):
+    """This host's part of a calibration across hosts; the calibration on rank 0's host, else None."""
+    check_backend(backend, len(job.local_ranks()))
+    measure = import_validate("calibrate").measure_calibration_on_hosts
+    stem = output[:-5] if output.endswith(".yaml") else ("calibration" if output == "-" else output)
+    with launched_job(output if job.has_rank0 else None):  # only rank 0's host writes next to OUTPUT
+        try:
+            done = measure(job, backend=backend, max_size=max_size, tables_dir=tables or f"{stem}.tables",
+                           iters=iters, warmup=warmup, compute_params=compute_params, timeout_s=timeout_s,
+                           command=command_line(), echo=echo)
+        except InputError as exc:
+            _fail_naming(exc, [f"{output} (measured with {backend}, {job.world_size} ranks on several hosts)"])
+    return None if done is None else done[0]
+
+
 @command("calibrate")
 @click.argument("logs", nargs=-1, type=click.Path(dir_okay=False))
 @click.option("--from-nccl-tests", "from_nccl", is_flag=True,
@@ -166,8 +182,14 @@ def _measured(output, backend, nprocs, max_size, iters, warmup, compute_params, 
               help="Parameters of the synthetic model timed for compute (0 to skip, else >= 2); K/M/G are binary.")
 @click.option("--timeout", "timeout_s", type=POSITIVE_SECONDS, default=300.0, show_default=True,
               help="Seconds before a hung or dead rank fails the run (exit 3).")
-def calibrate_cmd(logs, from_nccl, output, level, ranks, in_place, same_system, physical, system_name, nodes,
-                  gpus_per_node, backend, nprocs, max_size, iters, warmup, compute_params, timeout_s):
+@multihost_options
+@click.option("--tables", type=click.Path(file_okay=False), default=None,
+              help="Across hosts: folder (on rank 0's host) for the per-level nccl-tests tables "
+                   "(default: OUTPUT without .yaml, plus .tables).")
+@click.pass_context
+def calibrate_cmd(click_ctx, logs, from_nccl, output, level, ranks, in_place, same_system, physical, system_name,
+                  nodes, gpus_per_node, backend, nprocs, max_size, iters, warmup, compute_params, timeout_s,
+                  nnodes, node_rank, rdzv_endpoint, nproc_per_node, ranks_from_env, tables):
     """Write a calibration file: fit alpha/beta per link level and keep the measured table.
 
     \b
@@ -177,6 +199,9 @@ def calibrate_cmd(logs, from_nccl, output, level, ranks, in_place, same_system, 
       commsim calibrate --from-nccl-tests LOG [LOG ...] --physical --system dgx-h100 -o CAL.yaml
     Measuring this machine (launches NPROCS local processes):
       commsim calibrate --backend gloo --nprocs 2 --max-size 16M -o CAL.yaml
+    Measuring across hosts (run on each; node 0's host writes CAL.yaml and the per-level tables):
+      commsim calibrate --backend nccl --nnodes 2 --node-rank K --rdzv-endpoint NODE0:29500 --nproc-per-node 8 -o CAL.yaml
+      srun -N2 --ntasks-per-node 8 commsim calibrate --backend nccl --ranks-from-env --rdzv-endpoint NODE0:29500 -o CAL.yaml
     A rank that dies or hangs exits 3, Ctrl-C exits 130; both keep the measurements taken
     so far in CAL.yaml.partial.json.
     """
@@ -201,7 +226,19 @@ def calibrate_cmd(logs, from_nccl, output, level, ranks, in_place, same_system, 
         cal, notes = _from_logs(logs, level, ranks, in_place, same_system)
     else:
         notes = []
-        cal = _measured(output, backend, nprocs, max_size, iters, warmup, compute_params, level, timeout_s, echo)
+        job = host_job(click_ctx, nnodes, node_rank, rdzv_endpoint, nproc_per_node, ranks_from_env)
+        if job is None:
+            if tables is not None:
+                raise click.UsageError("--tables goes with a calibration across hosts (--nnodes N or --ranks-from-env)")
+            cal = _measured(output, backend, nprocs, max_size, iters, warmup, compute_params, level, timeout_s, echo)
+        else:
+            if level != "auto":
+                raise click.UsageError("--level: across hosts the levels come from the job's placement (keep auto)")
+            cal = _measured_on_hosts(output, job, tables, backend, max_size, iters, warmup, compute_params,
+                                     timeout_s, echo)
+            if cal is None:
+                echo(f"{job.describe()}: done; rank 0's host writes {output}")
+                return
     write_output(output, dump_calibration(cal), "the calibration")
     for line in notes + fit_lines(cal) + ([] if stdout_taken else [f"wrote {output}"]):
         echo(line)

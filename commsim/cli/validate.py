@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Callable, Optional
 
 import click
+from click.core import ParameterSource
 
 from commsim.cli.common import FORCE_HELP, POSITIVE_SECONDS, command, fail, load_or_fail
 from commsim.cli.jobs import check_backend, import_validate, launched_job
@@ -37,6 +38,51 @@ def run_numerics(backend: str, nprocs: int, timeout_s: float, json_path: Optiona
     return passed == len(results)
 
 
+def multihost_options(fn):
+    """The options of a job across hosts (``calibrate --backend`` and ``validate``)."""
+    options = [
+        click.option("--nnodes", type=click.IntRange(min=1), default=1, show_default=True,
+                     help="Hosts of the job; each runs this command with its own --node-rank (as torchrun)."),
+        click.option("--node-rank", type=int, default=None, help="This host's node, 0..NNODES-1 (node 0 writes the output)."),
+        click.option("--rdzv-endpoint", default=None, metavar="HOST:PORT",
+                     help="Node 0's address and a free port: rank 0 serves the job's c10d TCPStore there "
+                          "(a second job of the same command uses PORT+1)."),
+        click.option("--nproc-per-node", type=click.IntRange(min=1), default=None,
+                     help="Ranks on each host (default 1) with --nnodes."),
+        click.option("--ranks-from-env", is_flag=True,
+                     help="This process is one rank of a job srun, mpirun or torchrun started: its rank and world "
+                          "size come from their variables (SLURM_PROCID/SLURM_NTASKS, OMPI_COMM_WORLD_RANK/SIZE, "
+                          "PMI_RANK/SIZE, RANK/WORLD_SIZE); rank 0's host writes the output."),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+def host_job(click_ctx, nnodes: int, node_rank, endpoint, nproc_per_node, ranks_from_env):
+    """The validate.multinode.HostJob of the multi-host options, or None for a job on this host
+    alone; a bad combination fails in one line (exit 2)."""
+    across = nnodes > 1 or ranks_from_env
+    if not across:
+        given = [name for name, v in (("--node-rank", node_rank), ("--rdzv-endpoint", endpoint),
+                                      ("--nproc-per-node", nproc_per_node)) if v is not None]
+        if given:
+            fail(f"{', '.join(given)}: go with --nnodes N (N >= 2) or --ranks-from-env (a job across hosts)")
+        return None
+    if click_ctx.get_parameter_source("nprocs") == ParameterSource.COMMANDLINE:
+        fail("--nprocs launches ranks on this host alone; across hosts give --nproc-per-node (ranks per host)")
+    multinode = import_validate("multinode")
+    try:
+        if ranks_from_env:
+            if nnodes > 1 or node_rank is not None or nproc_per_node is not None:
+                fail("--ranks-from-env takes the job's layout from the launcher: drop --nnodes, --node-rank "
+                     "and --nproc-per-node")
+            return multinode.HostJob.from_environment(endpoint)
+        return multinode.HostJob.from_options(nnodes, node_rank, endpoint, nproc_per_node)
+    except multinode.JobOptionError as exc:
+        fail(str(exc))
+
+
 @command("validate")
 @click.argument("scenario", required=False, type=click.Path(dir_okay=False))
 @click.option("--calibration", "cal_path", type=click.Path(dir_okay=False),
@@ -57,14 +103,17 @@ def run_numerics(backend: str, nprocs: int, timeout_s: float, json_path: Optiona
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, allow_dash=True), default=None,
               help="Write the report as JSON ('-': stdout, the text report then goes to stderr).")
 @click.option("--force", is_flag=True, help=FORCE_HELP)
+@multihost_options
 @click.pass_context
 def validate_cmd(ctx, scenario, cal_path, backend, nprocs, steps, warmup_steps, mode, overrides, numerics, timeout_s,
-                 json_path, force):
+                 json_path, force, nnodes, node_rank, rdzv_endpoint, nproc_per_node, ranks_from_env):
     """Run SCENARIO's sync-SGD job for real and compare it with its simulation.
 
     \b
     commsim validate SCENARIO --calibration CAL.yaml --backend gloo --nprocs 2 [--steps K] [--json PATH]
     commsim validate --numerics --backend gloo --nprocs 2
+    Across hosts (run on each; node 0's host writes --json):
+    commsim validate SCENARIO --calibration CAL.yaml --nnodes 2 --node-rank K --rdzv-endpoint NODE0:29500 --nproc-per-node 8
     A rank that dies or hangs exits 3, Ctrl-C exits 130; both keep the measurements taken so
     far in PATH.partial.json when --json PATH is given (else in the folder the message names).
     """
@@ -75,8 +124,15 @@ def validate_cmd(ctx, scenario, cal_path, backend, nprocs, steps, warmup_steps, 
         raise click.UsageError("--numerics takes no SCENARIO")
     if not numerics and (not scenario or not cal_path):
         raise click.UsageError("give SCENARIO and --calibration CAL.yaml (or --numerics)")
+    job = host_job(ctx, nnodes, node_rank, rdzv_endpoint, nproc_per_node, ranks_from_env)
+    if job is not None and (numerics or mode != "replay"):
+        fail("across hosts validate replays a scenario (--mode replay); --numerics and --mode ddp run on one host")
     stdout_taken = check_outputs({"--json": json_path})  # before launching anything
     echo = echo_to(stdout_taken)
+    if job is not None:
+        _validate_on_hosts(scenario, cal_path, overrides, steps, force, backend, job, warmup_steps, timeout_s,
+                           json_path, echo)
+        return
     if numerics:
         if not run_numerics(backend, nprocs or 2, timeout_s, json_path, echo):
             ctx.exit(1)
@@ -98,6 +154,39 @@ def validate_cmd(ctx, scenario, cal_path, backend, nprocs, steps, warmup_steps, 
         write_output(json_path, json_text(report), "the validation report")
     echo(f"# {sc.name}: {n} ranks, {sc.steps} steps, calibration {cal_path}")
     echo(format_comparison(report))
+    if "stragglers_found_text" in report:  # the replay names what it saw; the DDP job does not
+        echo(f"stragglers seen: {report['stragglers_found_text']}")
+
+
+def _validate_on_hosts(scenario, cal_path, overrides, steps, force, backend, job, warmup_steps, timeout_s,
+                       json_path, echo) -> None:
+    """This host's part of `commsim validate` across hosts: rank 0's host writes the report."""
+    from commsim.analysis.validation import format_comparison
+    from commsim.output.run_files import json_text
+
+    sc = load_or_fail(scenario, overrides, steps, None, cal_path, force=force)
+    if job.world_size != sc.world_size or (not job.from_env and (job.nnodes, job.nproc_per_node)
+                                           != (sc.cluster.nodes, sc.cluster.gpus_per_node)):
+        layout = f"{job.world_size} ranks" if job.from_env else f"{job.nnodes} nodes x {job.nproc_per_node} ranks"
+        fail(f"{scenario}: cluster: the scenario has {sc.cluster.nodes} nodes x {sc.cluster.gpus_per_node} ranks but "
+             f"the job is {layout}; set cluster.nodes/gpus_per_node with --set to match")
+    replay = import_validate("replay")
+    check_backend(backend, len(job.local_ranks()))
+    with launched_job(json_path if job.has_rank0 else None):  # only rank 0's host writes next to --json
+        try:
+            report = replay.validate_scenario_on_hosts(sc, sc.calibration, backend, job, warmup_steps, timeout_s, echo)
+        except ValueError as exc:  # the scenario cannot be replayed here (CalibrationError included)
+            fail(" ".join(str(exc).splitlines()))
+    if report is None:
+        echo(f"{job.describe()}: done; rank 0's host writes the report")
+        return
+    report = {"scenario": sc.name, "mode": "replay", "backend": backend, "world_size": sc.world_size,
+              "steps": sc.steps, "calibration": cal_path, "nnodes": sc.cluster.nodes, **report}
+    if json_path:
+        write_output(json_path, json_text(report), "the validation report")
+    echo(f"# {sc.name}: {sc.world_size} ranks on {sc.cluster.nodes} hosts, {sc.steps} steps, calibration {cal_path}")
+    echo(format_comparison(report))
+    echo(f"stragglers seen: {report['stragglers_found_text']}")
 
 
 def register(group: click.Group) -> None:

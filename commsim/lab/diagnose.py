@@ -7,7 +7,7 @@ Two kinds of evidence, read independently:
   `late_share` of the step's compute behind the median rank is *late* in that step. Late in
   (nearly) every step by a steady margin: ``slow_rank``; late in some steps only, or by a
   margin that swings: ``throttle`` (a duty cycle: slow while hot, fast while cool).
-- network: the ring probe (validate.lab_replay), each rank's time to receive a fixed message
+- network: the ring probe (validate.replay), each rank's time to receive a fixed message
   from the previous rank while every rank sends to the next. A link is slow when it takes
   more than `slow_link_ratio` times the median link. A slow node slows both links through it
   (in and out): slow links into the node's first rank and out of its last name the node,

@@ -3,6 +3,7 @@
 import json
 
 import click
+import numpy as np
 import pytest
 
 pytest.importorskip("torch")
@@ -173,4 +174,67 @@ def test_one_step_returns_only_what_assemble_reads():
         out = _one_step(plan, comm, 1.0, 0.0, 5.0)
     finally:
         comm.close()
-    assert sorted(out) == ["end", "finish", "start"] and len(out["start"]) == 2
+    assert sorted(out) == ["end", "finish", "ready", "start"] and len(out["start"]) == len(out["ready"]) == 2
+
+
+THROTTLE = {"heat_up": 0.3, "throttled_time": 0.3, "clock_fraction": 0.5}
+
+
+def _throttled(folder, steps=8):
+    from commsim.scenario.loader import load_scenario
+
+    (folder / "throttled.yaml").write_text(SCENARIO)
+    return load_scenario(str(folder / "throttled.yaml"), overrides=[
+        f"steps={steps}", "model.parameters=1e5",
+        "stragglers=[{kind: throttle, ranks: [1], heat_up: 0.3, throttled_time: 0.3, clock_fraction: 0.5}]"])
+
+
+def test_a_throttled_rank_computes_at_its_duty_cycle_and_is_named(tmp_path):
+    # throttle needs nothing but a clock on compute: it runs on one host, 2 gloo processes
+    from commsim.sim.stragglers import ThermalClock
+    from validate.launch import launch
+    from validate.replay import findings, plan_for, rank_replay
+
+    sc = _throttled(tmp_path)
+    plan = plan_for(sc, None, warmup_steps=1, timeout_s=60)
+    assert plan["clocks"] == {"1": [0.3, 0.3, 0.5, 0.0]} and plan["slow_nodes"] == {}
+    per_rank = launch(rank_replay, 2, "gloo", timeout_s=60, args=(plan,), result_dir=str(tmp_path))
+    work = 0.030 + 0.060  # forward + backward at full clock, up to the last bucket's readiness
+    clock = ThermalClock(**THROTTLE)
+    start = per_rank[1]["start"]
+    took, expected = [], []
+    t = start
+    for r1 in per_rank[1]["steps"]:
+        took.append(r1["ready"][-1] - t)
+        expected.append(float(clock.finish(t - start, work)) - (t - start))
+        t = r1["end"]
+    took, expected = np.array(took), np.array(expected)
+    # the thermal clock is what the rank follows: never faster than it says (sleeps only overshoot) ...
+    assert (took >= expected - 1e-3).all(), (took, expected)
+    # ... and slowed where it says: some steps run at full clock, some at half (the duty cycle)
+    assert expected.min() == pytest.approx(work) and expected.max() > 1.5 * work
+    hot = expected > 1.3 * work
+    assert took[hot].mean() > 1.3 * took[~hot].mean()
+    _, found = findings(per_rank, node_of=[0, 0])
+    assert [(f["kind"], f["rank"]) for f in found] == [("throttle", 1)]
+
+
+def test_validate_names_the_throttled_rank(files):
+    js = files / "throttle.json"
+    r = CliRunner().invoke(cli, ["validate", str(files / "sc.yaml"), "--calibration", str(files / "cal.yaml"),
+                                 "--warmup-steps", "1", "--steps", "8", "--json", str(js), "--set",
+                                 "stragglers=[{kind: throttle, ranks: [1], heat_up: 0.3, throttled_time: 0.3, "
+                                 "clock_fraction: 0.5}]"])
+    assert r.exit_code == 0, r.output
+    rep = json.loads(js.read_text())
+    assert [(f["kind"], f["rank"]) for f in rep["stragglers_found"]] == [("throttle", 1)]
+    assert "stragglers seen: throttle: rank 1" in r.output
+    assert rep["measured"]["straggler_cost_s"] > 0
+
+
+def test_a_slow_link_is_refused_on_one_host_in_one_line(files):
+    r = CliRunner().invoke(cli, ["validate", str(files / "sc.yaml"), "--calibration", str(files / "cal.yaml"),
+                                 "--set", "stragglers=[{kind: slow_link, node: 0, factor: 0.5}]"])
+    assert r.exit_code == 2, r.output
+    assert "slow_link on node 0 cannot be applied on this hardware" in r.output and "commsim lab" in r.output
+    assert len(r.output.strip().splitlines()) == 1
