@@ -15,6 +15,14 @@ the step's collectives in :func:`commsim.sim.sharding.stream_order`, each a ring
 (all-reduce) or n-1 (reduce-scatter, all-gather) chunk steps, every one waiting for the event
 its compute process signals when the rank issues it; FSDP's compute process waits for each
 unit's all-gather before computing that unit, and signals the next unit's gather as it starts.
+
+DDP's own costs (``ddp`` costs, :mod:`commsim.sim.ddp_costs`; plain DDP) the direct way too: the
+compute process copies each bucket in (a timeout) after the backward segment that completes it,
+issues the bucket's all-reduce ``bucket_overhead`` after the copy and after its previous issue,
+and copies the buckets back before the optimizer; every compute runs at ``1 / (1 + slowdown)`` of
+its rate while the rank's communication process is inside a collective: the compute process
+re-plans its finish whenever that process starts or ends one (an event), integrating the thermal
+clock piece by piece. Nothing here shares the engine's interval algebra.
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ import simpy
 from commsim.collectives import ring
 from commsim.network.costs import ddp_buckets
 from commsim.scenario.spec import Scenario
+from commsim.sim.ddp_costs import bucket_copy_in_time, charges, copy_back_time
 from commsim.sim.links import scenario_fabric
 from commsim.sim.sharding import collective_steps, optimizer_time, stream_order, unit_shares
 from commsim.sim.stragglers import Perturbations, perturbations
@@ -47,6 +56,35 @@ class ReferenceModel:
         self.op_index = {(op.kind, op.bucket, op.phase): o for o, op in enumerate(self.ops)}
         self.env = simpy.Environment()
         self.rank_end = np.zeros((scenario.steps, self.n))
+        self.charged = self.sharding == "none" and charges(scenario.ddp.costs, self.n)
+        self.busy = [False] * self.n  # rank's communication process is inside a collective
+        self.changed = [self.env.event() for _ in range(self.n)]  # succeeds when busy[r] flips
+
+    def _set_busy(self, r: int, busy: bool) -> None:
+        self.busy[r] = busy
+        event, self.changed[r] = self.changed[r], self.env.event()
+        event.succeed()
+
+    def _slowed(self, r: int, work: float):
+        """Compute `work` full-clock seconds on rank r from now (a generator), at
+        ``1 / (1 + overlap_slowdown)`` of the rate while r's communication process is busy."""
+        env, slowdown = self.env, self.sc.ddp.costs.overlap_slowdown
+        clock = self.perturb.clocks.get(r)
+        left = work
+        while left > 1e-15 * max(1.0, work):
+            rate = 1.0 / (1.0 + slowdown) if self.busy[r] else 1.0
+            now = env.now
+            end = float(clock.finish(now, left / rate)) if clock else now + left / rate
+            timer, change = env.timeout(max(end - now, 0.0)), self.changed[r]
+            yield timer | change
+            if timer.processed:
+                return
+            elapsed = float(clock.work_done(env.now) - clock.work_done(now)) if clock else env.now - now
+            left -= rate * elapsed
+
+    def _later(self, delay: float, event) -> None:
+        """Succeed `event` `delay` seconds from now, without blocking the caller."""
+        self.env.timeout(delay).callbacks.append(lambda _: event.succeed())
 
     def _event(self, table, key):
         if key not in table:
@@ -68,6 +106,9 @@ class ReferenceModel:
         return self._event(self.chunk, (r, s, o, collective_steps(self.ops[o].kind, self.n)))
 
     def _compute(self, r: int):
+        if self.charged:
+            yield from self._compute_charged(r)
+            return
         sc, env = self.sc, self.env
         c, m = sc.compute, sc.ddp.gradient_accumulation
         for s in range(sc.steps):
@@ -90,6 +131,35 @@ class ReferenceModel:
             if len(self.buckets) and self.n > 1:
                 yield self._event(self.chunk, (r, s, len(self.buckets) - 1, collective_steps("all_reduce", self.n)))
             yield env.timeout(self._work(r, f * c.optimizer))
+            self.rank_end[s, r] = env.now
+
+    def _compute_charged(self, r: int):
+        """Plain DDP with DDP's own costs (module docstring)."""
+        sc, env = self.sc, self.env
+        c, m, costs = sc.compute, sc.ddp.gradient_accumulation, sc.ddp.costs
+        nb = len(self.buckets)
+        for s in range(sc.steps):
+            f = self.perturb.factor[s, r]
+            yield env.timeout(self.perturb.stall[s, r])
+            for _ in range(m - 1):
+                yield from self._slowed(r, f * c.forward)
+                yield from self._slowed(r, f * c.backward)
+            yield from self._slowed(r, f * c.forward)
+            done_frac, last_issue = 0.0, -np.inf
+            for j, size in enumerate(self.buckets):
+                frac = (self.buckets[: j + 1].sum() / self.buckets.sum()) if sc.ddp.overlap else 1.0
+                if frac > done_frac:
+                    yield from self._slowed(r, f * c.backward * (frac - done_frac))
+                    done_frac = frac
+                yield env.timeout(bucket_copy_in_time(float(size), costs))
+                last_issue = max(env.now, last_issue) + costs.bucket_overhead
+                self._later(last_issue - env.now, self._event(self.ready, (r, s, j)))
+            if done_frac < 1.0:
+                yield from self._slowed(r, f * c.backward * (1.0 - done_frac))
+            if nb:
+                yield self._event(self.chunk, (r, s, nb - 1, collective_steps("all_reduce", self.n)))
+            yield env.timeout(copy_back_time(float(self.buckets.sum()), costs))
+            yield from self._slowed(r, f * c.optimizer)
             self.rank_end[s, r] = env.now
 
     def _compute_zero2(self, r: int):
@@ -149,12 +219,16 @@ class ReferenceModel:
             for o, op in enumerate(self.ops):
                 yield self._event(self.ready, (r, s, o))  # previous collective: done, we are sequential
                 self._event(self.chunk, (r, s, o, 0)).succeed()
+                if self.charged:
+                    self._set_busy(r, True)
                 hop = self.hop[op.bucket]
                 for k in range(1, collective_steps(op.kind, self.n) + 1):
                     prev = (r - 1) % self.n
                     yield self._event(self.chunk, (r, s, o, k - 1)) & self._event(self.chunk, (prev, s, o, k - 1))
                     yield self.env.timeout(hop[r])
                     self._event(self.chunk, (r, s, o, k)).succeed()
+                if self.charged:
+                    self._set_busy(r, False)
 
     def run(self) -> np.ndarray:
         """Simulate; returns (steps, n) per-rank step end times."""
