@@ -42,9 +42,10 @@ import numpy as np
 
 from commsim.scenario.schema_training import DDP_COST_KEYS as KEYS, read_ddp_costs
 from commsim.scenario.spec import DDPCosts
+from commsim.sim.stragglers import ThermalClock
 
 __all__ = ["DDPCosts", "NONE", "KEYS", "bucket_copy_in_time", "bucket_launch_time", "copy_back_time",
-           "stretched_finish", "step_overhead", "parse_ddp_costs", "charges", "InFlight", "ChargedBackward"]
+           "stretched_finish", "step_overhead", "parse_ddp_costs", "charges", "clock_group", "InFlight", "ChargedBackward"]
 
 NONE = DDPCosts(0.0, 1e30, True, 0.0)  # no DDP costs at all: the model before them
 
@@ -127,6 +128,38 @@ def charges(costs: DDPCosts, world_size: int) -> bool:
                                or not costs.gradient_as_bucket_view)
 
 
+def clock_group(clocks: Mapping[int, ThermalClock]) -> Optional[Tuple[np.ndarray, ThermalClock]]:
+    """The throttled ranks (sorted) and one ThermalClock whose parameters are their arrays: its
+    ``work_done`` / ``time_for_work`` map all of them at once (None without a throttled rank)."""
+    if not clocks:
+        return None
+    ranks = np.array(sorted(clocks), dtype=np.int64)
+    fields = ("heat_up", "throttled_time", "clock_fraction", "phase")
+    return ranks, ThermalClock(*(np.array([getattr(clocks[int(r)], f) for r in ranks]) for f in fields))
+
+
+def _through_chains(start: np.ndarray, work: np.ndarray, begin: np.ndarray, end: np.ndarray, slowdown: float,
+                    zero: np.ndarray) -> np.ndarray:
+    """Per column: when `work` started at `start` is done, at ``1 / (1 + slowdown)`` of its rate
+    inside the chains (rows of `begin`/`end`: disjoint, in order) and at full rate outside."""
+    t, left, rate = start, work, 1.0 / (1.0 + slowdown)
+    rows = len(begin)
+    for k in range(rows - 1):  # older chains (a gap before the last one), in order
+        if (end[k] <= t).all():
+            continue  # over in every column
+        free = np.minimum(np.maximum(begin[k] - t, zero), left)  # full rate before the chain
+        t = t + free
+        left = left - free
+        slow = np.minimum(np.maximum(end[k] - t, zero) * rate, left)  # work done while it runs
+        t = t + slow / rate
+        left = left - slow
+    # the last chain [b, e] in closed form: `free` at full rate before it, then the work done
+    # inside it, `slow`, takes (1 + slowdown) times as long: the finish is t + left + slowdown x slow
+    free = np.maximum(begin[-1] - t, zero)
+    slow = np.maximum(np.minimum((end[-1] - t - free) * rate, left - free), zero)
+    return t + left + slowdown * slow
+
+
 class InFlight:
     """One step's collectives in flight on each rank's communication stream, and compute slowed
     by them: :func:`stretched_finish` over rank vectors.
@@ -138,13 +171,13 @@ class InFlight:
     oldest first (begin = end = -1 for a rank with fewer); a chain leaves when a new one starts and
     it ended before any later compute can start (`floor` in :meth:`add`), else a row is added, so
     the result is exact with as few rows as the schedule needs (one, or two with a gap).
-    ``clocks``: the thermally throttled ranks' clocks (rank -> ThermalClock), whose compute is
-    stretched in work units (module docstring), one rank at a time."""
+    ``throttled``: :func:`clock_group` of the thermally throttled ranks, whose compute is
+    stretched in work units (module docstring): their chains mapped through the clock, the same
+    arithmetic, the finish mapped back."""
 
-    def __init__(self, clocks: Mapping[int, Any], slowdown: float):
-        self.clocks = clocks
+    def __init__(self, throttled: Optional[Tuple[np.ndarray, ThermalClock]], slowdown: float):
+        self.throttled = throttled
         self.slowdown = slowdown
-        self.rate = 1.0 / (1.0 + slowdown)
         self.begin: Optional[np.ndarray] = None  # (chains, n) each chain's start on each rank
         self.end: Optional[np.ndarray] = None  # and its end
         self.last: Optional[np.ndarray] = None  # (n,) the last collective's finish
@@ -174,37 +207,24 @@ class InFlight:
         self.last = end
 
     def compute(self, start: np.ndarray, work: np.ndarray) -> np.ndarray:
-        """When `work` (full-clock seconds per rank) started at `start` is done on each rank."""
+        """When `work` ((n,) full-clock seconds per rank) started at `start` is done on each rank."""
         if self.slowdown <= 0 or self.last is None:
             t = start + work
-        else:
+            if self.throttled is not None:
+                ranks, clock = self.throttled
+                t[ranks] = clock.finish(start[ranks], work[ranks])
+            return t
+        if len(self.zero) != len(start):
             # np.maximum against a zero vector: against the scalar 0.0 it is several times slower
-            zero = self.zero if len(self.zero) == len(start) else np.zeros(len(start))
-            self.zero = zero
-            t, left, rate = start, np.asarray(work, dtype=np.float64), self.rate
-            rows = len(self.begin)
-            for k in range(rows - 1):  # older chains (a gap before the last one), in order
-                if (self.end[k] <= t).all():
-                    continue  # over on every rank
-                free = np.minimum(np.maximum(self.begin[k] - t, zero), left)  # full rate before the chain
-                t = t + free
-                left = left - free
-                slow = np.minimum(np.maximum(self.end[k] - t, zero) * rate, left)  # work done while it runs
-                t = t + slow / rate
-                left = left - slow
-            # the last chain [b, e] in closed form: `free` at full rate before it, then the work done
-            # inside it, `slow`, takes (1 + slowdown) times as long: the finish is t + left + slowdown x slow
-            free = np.maximum(self.begin[-1] - t, zero)
-            slow = np.maximum(np.minimum((self.end[-1] - t - free) * rate, left - free), zero)
-            t = t + left + self.slowdown * slow
-        for r, clock in self.clocks.items():
-            if self.last is None or self.slowdown <= 0:
-                t[r] = clock.finish(start[r], work[r])
-                continue
-            k = len(self.begin)
-            units = clock.work_done(np.concatenate(([start[r]], self.begin[:, r], self.end[:, r])))
-            done = stretched_finish(float(units[0]), float(work[r]), zip(units[1:k + 1], units[k + 1:]), self.slowdown)
-            t[r] = clock.time_for_work(done)
+            self.zero = np.zeros(len(start))
+        t = _through_chains(start, work, self.begin, self.end, self.slowdown, self.zero)
+        if self.throttled is not None:
+            ranks, clock = self.throttled
+            rows = len(self.begin)  # one clock call for the start and every chain end
+            units = clock.work_done(np.vstack([start[ranks], self.begin[:, ranks], self.end[:, ranks]]))
+            done = _through_chains(units[0], work[ranks], units[1:rows + 1], units[rows + 1:], self.slowdown,
+                                   self.zero[:len(ranks)])
+            t[ranks] = clock.time_for_work(done)
         return t
 
 
@@ -230,7 +250,7 @@ class ChargedBackward:
         self.copy_in = [bucket_copy_in_time(float(b), costs) for b in buckets]
         self.copy_back = copy_back_time(float(buckets.sum()), costs)
         self.costs = costs
-        self.clocks = clocks
+        self.throttled = clock_group(clocks)
 
     def begin(self, backward: np.ndarray, start: np.ndarray) -> None:
         """A new step: the last backward (`backward` full-clock seconds per rank) starts at `start`."""
@@ -238,7 +258,7 @@ class ChargedBackward:
         self.t = start
         self.backward_end = start
         self.issued: Optional[np.ndarray] = None
-        self.in_flight = InFlight(self.clocks, self.costs.overlap_slowdown)
+        self.in_flight = InFlight(self.throttled, self.costs.overlap_slowdown)
 
     def bucket(self, j: int) -> np.ndarray:
         """Compute up to bucket j's ready point and copy it in; returns when its all-reduce is issued."""
