@@ -42,7 +42,7 @@ from commsim.collectives.contract import Kernel
 from commsim.collectives.kernels import algorithm_for, make_kernel
 from commsim.network.costs import ddp_buckets
 from commsim.scenario.spec import Scenario
-from commsim.sim.ddp_costs import ChargedBackward, charges
+from commsim.sim.ddp_costs import ChargedBackward, InFlight, charges
 from commsim.sim.links import scenario_fabric
 from commsim.sim.sharding import optimizer_time, stream_order, unit_shares
 from commsim.sim.stragglers import Perturbations, ThermalClock, perturbations
@@ -287,7 +287,11 @@ class Engine:
         sc = self.scenario
         steps, n = sc.steps, self.n
         optimizer = optimizer_time(sc.compute.optimizer, self.sharding, n)
-        step = self._zero2_step if self.sharding == "zero2" else self._fsdp_step
+        if charges(sc.ddp.costs, n):  # DDP's own costs where they apply (the steps' docstrings)
+            step = self._charged_zero2_step if self.sharding == "zero2" else self._charged_fsdp_step
+            self._charged = ChargedBackward(self.buckets, sc.ddp.overlap, sc.ddp.costs, self.perturb.clocks)
+        else:
+            step = self._zero2_step if self.sharding == "zero2" else self._fsdp_step
         start = np.zeros(n)
         for s in range(steps):
             f = self.perturb.factor_at(s)
@@ -375,6 +379,78 @@ class Engine:
         if not sc.ddp.overlap:
             for _ in range(nb):
                 stream = yield from self._collective(s, backward_end, stream)
+        optimizer_start = backward_end if stream is None else np.maximum(stream, backward_end)
+        end = self.ranks.finish(optimizer_start, f * optimizer)
+        busy += end - optimizer_start
+        return end, backward_end, backward_end if stream is None else stream, busy
+
+    def _charged_zero2_step(self, s, f, t0, optimizer):
+        """:meth:`_zero2_step` with DDP's own costs: the backward and its reduce-scatters as plain
+        DDP's (:class:`commsim.sim.ddp_costs.ChargedBackward`: DeepSpeed copies each gradient into
+        its contiguous bucket too), no copy back (the optimizer reads its reduced shard in place),
+        the all-gathers issued ``bucket_overhead`` apart after the optimizer."""
+        sc, c = self.scenario, self.scenario.compute
+        costs = sc.ddp.costs
+        charged = self._charged
+        nb = len(self.buckets)
+        charged.begin(f * c.backward, self.ranks.finish(t0, f * c.forward))
+        stream = None
+        for j in range(nb):
+            issue = charged.bucket(j)
+            launch = issue if stream is None else np.maximum(issue, stream)
+            stream = yield from self._collective(s, issue, stream)
+            charged.ran(launch, stream)
+        t, backward_end = charged.end()
+        reduced = t if stream is None else stream
+        optimizer_start = np.maximum(reduced, t)
+        optimizer_end = self.ranks.finish(optimizer_start, f * optimizer)
+        issue = optimizer_end
+        for _ in range(nb):  # all-gathers in forward order, launched one after another
+            issue = issue + costs.bucket_overhead
+            stream = yield from self._collective(s, issue, stream)
+        end = optimizer_end if stream is None else stream
+        busy = (t - t0) + (optimizer_end - optimizer_start)
+        return end, backward_end, reduced, busy
+
+    def _charged_fsdp_step(self, s, f, t0, optimizer):
+        """:meth:`_fsdp_step` with DDP's own costs: every collective issued ``bucket_overhead``
+        after the point the plain step issues it (launches one after another), every compute
+        segment, forward and backward, slowed while the rank's own gathers and reduce-scatters
+        run (:class:`commsim.sim.ddp_costs.InFlight`); no gradient copies (a unit's gradient is
+        produced in its flat parameter's buffer)."""
+        sc, c = self.scenario, self.scenario.compute
+        costs = sc.ddp.costs
+        nb = len(self.buckets)
+        share = unit_shares(self.buckets)
+        work = [c.forward * share[nb - 1 - x] for x in range(nb)] + [c.backward * share[j] for j in range(nb)]
+        in_flight = InFlight(self._charged.throttled, costs.overlap_slowdown)
+        issued = None
+
+        def run(at, stream):  # issue the next collective at `at` (plus the host cost), after the previous issue
+            nonlocal issued
+            issued = (at if issued is None else np.maximum(at, issued)) + costs.bucket_overhead
+            launch = issued if stream is None else np.maximum(issued, stream)
+            finish = yield from self._collective(s, issued, stream)
+            in_flight.add(launch, finish, at)
+            return finish
+
+        busy = np.zeros(self.n)
+        prev_end = t0
+        stream = gathered = None
+        if nb:
+            stream = gathered = yield from run(t0, None)
+        for x in range(2 * nb):
+            begin = np.maximum(prev_end, gathered)
+            if x + 1 < 2 * nb:  # prefetch: the next unit's gather, one unit ahead
+                stream = gathered = yield from run(begin, stream)
+            prev_end = in_flight.compute(begin, f * work[x])
+            busy += prev_end - begin
+            if x >= nb and sc.ddp.overlap:
+                stream = yield from run(prev_end, stream)
+        backward_end = prev_end
+        if not sc.ddp.overlap:
+            for _ in range(nb):
+                stream = yield from run(backward_end, stream)
         optimizer_start = backward_end if stream is None else np.maximum(stream, backward_end)
         end = self.ranks.finish(optimizer_start, f * optimizer)
         busy += end - optimizer_start

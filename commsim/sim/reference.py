@@ -56,7 +56,8 @@ class ReferenceModel:
         self.op_index = {(op.kind, op.bucket, op.phase): o for o, op in enumerate(self.ops)}
         self.env = simpy.Environment()
         self.rank_end = np.zeros((scenario.steps, self.n))
-        self.charged = self.sharding == "none" and charges(scenario.ddp.costs, self.n)
+        self.charged = charges(scenario.ddp.costs, self.n)
+        self.last_issue = [-np.inf] * self.n  # when each rank's host last issued a collective
         self.busy = [False] * self.n  # rank's communication process is inside a collective
         self.changed = [self.env.event() for _ in range(self.n)]  # succeeds when busy[r] flips
 
@@ -98,8 +99,22 @@ class ReferenceModel:
         return max(float(clock.finish(now, work)) - now, 0.0) if clock else work
 
     def _issue(self, r: int, s: int, kind: str, bucket: int, phase: str = "backward") -> None:
-        """Rank r issues one of step s's collectives: its communication process may start it."""
-        self._event(self.ready, (r, s, self.op_index[(kind, bucket, phase)])).succeed()
+        """Rank r issues one of step s's collectives: its communication process may start it
+        (with DDP's costs: ``bucket_overhead`` after now and after r's previous issue)."""
+        event = self._event(self.ready, (r, s, self.op_index[(kind, bucket, phase)]))
+        if not self.charged:
+            event.succeed()
+            return
+        self.last_issue[r] = max(self.env.now, self.last_issue[r]) + self.sc.ddp.costs.bucket_overhead
+        self._later(self.last_issue[r] - self.env.now, event)
+
+    def _run(self, r: int, work: float):
+        """Compute `work` full-clock seconds on rank r (a generator): slowed while its collectives
+        run when DDP's costs are charged."""
+        if self.charged:
+            yield from self._slowed(r, work)
+        else:
+            yield self.env.timeout(self._work(r, work))
 
     def _done(self, r: int, s: int, o: int):
         """The event: rank r finished the last chunk step of step s's collective number o."""
@@ -164,31 +179,36 @@ class ReferenceModel:
 
     def _compute_zero2(self, r: int):
         """ZeRO-2: backward as in DDP (reduce-scatters issued at the ready points), the 1/n
-        optimizer after the last one, then every all-gather; the step ends when they are done."""
+        optimizer after the last one, then every all-gather; the step ends when they are done.
+        With DDP's costs: each bucket copied in before its reduce-scatter is issued, no copy back."""
         sc, env = self.sc, self.env
         c, nb = sc.compute, len(self.buckets)
         for s in range(sc.steps):
             f = self.perturb.factor[s, r]
             yield env.timeout(self.perturb.stall[s, r])
-            yield env.timeout(self._work(r, f * c.forward))
+            yield from self._run(r, f * c.forward)
             done_frac = 0.0
             for j in range(nb):
                 frac = (self.buckets[: j + 1].sum() / self.buckets.sum()) if sc.ddp.overlap else 1.0
                 if frac > done_frac:
-                    yield env.timeout(self._work(r, f * c.backward * (frac - done_frac)))
+                    yield from self._run(r, f * c.backward * (frac - done_frac))
                     done_frac = frac
+                if self.charged:
+                    yield env.timeout(bucket_copy_in_time(float(self.buckets[j]), sc.ddp.costs))
                 self._issue(r, s, "reduce_scatter", j)
             if done_frac < 1.0:
-                yield env.timeout(self._work(r, f * c.backward * (1.0 - done_frac)))
+                yield from self._run(r, f * c.backward * (1.0 - done_frac))
             yield self._done(r, s, nb - 1)  # the last reduce-scatter
-            yield env.timeout(self._work(r, f * optimizer_time(c.optimizer, "zero2", self.n)))
-            for j in range(nb):
-                self._issue(r, s, "all_gather", j, "optimizer")
+            yield from self._run(r, f * optimizer_time(c.optimizer, "zero2", self.n))
+            for op in self.ops:  # in stream order (forward order): with a host cost, issued one after another
+                if op.kind == "all_gather":
+                    self._issue(r, s, op.kind, op.bucket, op.phase)
             yield self._done(r, s, len(self.ops) - 1)
             self.rank_end[s, r] = env.now
 
     def _compute_fsdp(self, r: int):
-        """FSDP: each unit's forward, then each unit's backward, after its all-gather."""
+        """FSDP: each unit's forward, then each unit's backward, after its all-gather (with DDP's
+        costs: every collective issued later by the host cost, no gradient copies)."""
         sc, env = self.sc, self.env
         c, nb = sc.compute, len(self.buckets)
         share = unit_shares(self.buckets)
@@ -203,7 +223,7 @@ class ReferenceModel:
                 yield self._done(r, s, self.op_index[("all_gather", unit, phase)])
                 if x + 1 < len(segments):  # prefetch the next unit's parameters
                     self._issue(r, s, "all_gather", segments[x + 1][1], segments[x + 1][0])
-                yield env.timeout(self._work(r, f * work))
+                yield from self._run(r, f * work)
                 if phase == "backward" and sc.ddp.overlap:
                     self._issue(r, s, "reduce_scatter", unit)
             if not sc.ddp.overlap:
@@ -211,7 +231,7 @@ class ReferenceModel:
                     self._issue(r, s, "reduce_scatter", u)
             if self.ops:
                 yield self._done(r, s, len(self.ops) - 1)
-            yield env.timeout(self._work(r, f * optimizer_time(c.optimizer, "fsdp", self.n)))
+            yield from self._run(r, f * optimizer_time(c.optimizer, "fsdp", self.n))
             self.rank_end[s, r] = env.now
 
     def _communicate(self, r: int):

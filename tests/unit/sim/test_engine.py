@@ -349,3 +349,20 @@ def test_ddp_costs_same_scenario_same_bytes():
     kw = dict(stragglers=[Jitter(0.05), Throttle((3,), 0.02, 0.03, 0.5)], steps=6, costs=DDPCosts())
     a, b = make_scenario(seed=3, **kw), make_scenario(seed=3, **kw)
     assert summary_json(summarize(a)) == summary_json(summarize(b))
+
+
+@pytest.mark.parametrize("sharding", ["none", "zero2", "fsdp"])
+@pytest.mark.parametrize("overlap", [True, False])
+@pytest.mark.parametrize("costs", [DDPCosts(), DDPCosts(bucket_overhead=2e-3, memory_bandwidth=1e10, overlap_slowdown=0.5),
+                                   DDPCosts(bucket_overhead=0.0, gradient_as_bucket_view=True, overlap_slowdown=2.0)],
+                         ids=["defaults", "large", "slowdown-only"])
+def test_ddp_costs_engine_equals_reference_for_every_sharding(sharding, overlap, costs):
+    sc = make_scenario(nodes=2, gpus_per_node=2, parameters=5_000_000, bucket_cap=5e6, overlap=overlap, sharding=sharding,
+                       stragglers=[Jitter(0.1), Throttle((1,), 0.01, 0.02, 0.5, 0.003), Stall((2,), 0.004, every=2)],
+                       steps=3, costs=costs)
+    np.testing.assert_allclose(simulate(sc).rank_end, ReferenceModel(sc).run(), rtol=1e-9)
+    charged, free = (simulate(x).step_end[-1] for x in (sc, replace(sc, ddp=replace(sc.ddp, costs=NO_DDP_COSTS))))
+    if overlap or sharding == "fsdp" or costs.bucket_overhead > 0:  # FSDP's prefetched gathers overlap compute
+        assert charged > free
+    else:  # nothing overlaps communication: a slowdown alone costs nothing
+        assert charged == free
