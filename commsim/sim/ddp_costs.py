@@ -182,6 +182,7 @@ class InFlight:
         self.end: Optional[np.ndarray] = None  # and its end
         self.last: Optional[np.ndarray] = None  # (n,) the last collective's finish
         self.zero = np.zeros(0)
+        self.stretch = 0.0  # (n,) seconds the slowdown added to the compute so far (0 until any)
 
     def add(self, begin: np.ndarray, end: np.ndarray, floor: np.ndarray) -> None:
         """The next collective on the stream: running from `begin` to `end` on each rank; no later
@@ -218,13 +219,17 @@ class InFlight:
             # np.maximum against a zero vector: against the scalar 0.0 it is several times slower
             self.zero = np.zeros(len(start))
         t = _through_chains(start, work, self.begin, self.end, self.slowdown, self.zero)
+        extra = t - start - work
         if self.throttled is not None:
             ranks, clock = self.throttled
-            rows = len(self.begin)  # one clock call for the start and every chain end
+            rows = len(self.begin)  # one clock call for the start and every chain end, one back
             units = clock.work_done(np.vstack([start[ranks], self.begin[:, ranks], self.end[:, ranks]]))
             done = _through_chains(units[0], work[ranks], units[1:rows + 1], units[rows + 1:], self.slowdown,
                                    self.zero[:len(ranks)])
-            t[ranks] = clock.time_for_work(done)
+            finish, unslowed = clock.time_for_work(np.vstack([done, units[0] + work[ranks]]))
+            t[ranks] = finish
+            extra[ranks] = finish - unslowed
+        self.stretch = self.stretch + extra
         return t
 
 
@@ -259,6 +264,7 @@ class ChargedBackward:
         self.backward_end = start
         self.issued: Optional[np.ndarray] = None
         self.in_flight = InFlight(self.throttled, self.costs.overlap_slowdown)
+        self.copied = 0.0  # seconds of copies in so far
 
     def bucket(self, j: int) -> np.ndarray:
         """Compute up to bucket j's ready point and copy it in; returns when its all-reduce is issued."""
@@ -266,6 +272,7 @@ class ChargedBackward:
             self.t = self.backward_end = self.in_flight.compute(self.t, self.backward * self.share[j])
         if self.copy_in[j] > 0:
             self.t = self.t + self.copy_in[j]
+            self.copied += self.copy_in[j]
         # bucket_launch_time on every rank: after the copy, and after the previous launch
         issue = (self.t if self.issued is None else np.maximum(self.t, self.issued)) + self.costs.bucket_overhead
         self.issued = issue
@@ -274,6 +281,11 @@ class ChargedBackward:
     def ran(self, begin: np.ndarray, finish: np.ndarray) -> None:
         """The bucket's all-reduce ran from `begin` to `finish` on each rank's stream."""
         self.in_flight.add(begin, finish, self.t)
+
+    def overhead(self) -> np.ndarray:
+        """(n,) or scalar: the seconds of this step's backward that were DDP's own costs (copies
+        in, the slowdown under overlap), not compute: the engine counts them as waiting."""
+        return self.copied + self.in_flight.stretch
 
     def end(self) -> Tuple[np.ndarray, np.ndarray]:
         """(when the compute stream is done with the backward and its copies, when backward's

@@ -65,7 +65,10 @@ class RunResult:
     rank_backward_end: np.ndarray  # (steps, kept) when each rank finished its last backward
     rank_comm_end: np.ndarray  # (steps, kept) when each rank's gradients were reduced (its last all-reduce or reduce-scatter)
     rank_stall: np.ndarray  # (steps, kept) stall before the step's forward
-    rank_busy: np.ndarray  # (steps, kept) compute + stall time of each rank (the rest is waiting)
+    # (steps, kept) compute + stall time of each rank (the rest is waiting); compute at its rate
+    # without DDP's own costs (copies, the slowdown under overlap: they count as waiting, as the
+    # summary's exposed communication counts them: baseline step minus compute)
+    rank_busy: np.ndarray
     # per collective of a step, in stream order (one all-reduce per bucket without sharding;
     # sharding.stream_order otherwise):
     last_rank: np.ndarray  # (steps, collectives) rank that issued the collective last
@@ -263,7 +266,7 @@ class Engine:
             reduced = t if stream is None else stream
             optimizer_start = np.maximum(reduced, t) + charged.copy_back
             end = self.ranks.finish(optimizer_start, f * c.optimizer)
-            busy = (t - t0) + charged.copy_back + (end - optimizer_start) + stall
+            busy = (t - t0) - charged.overhead() + (end - optimizer_start) + stall
             if (yield from self._close_step(s, end, backward_end, reduced, busy, stall)):
                 return
             start = end
@@ -409,7 +412,7 @@ class Engine:
             issue = issue + costs.bucket_overhead
             stream = yield from self._collective(s, issue, stream)
         end = optimizer_end if stream is None else stream
-        busy = (t - t0) + (optimizer_end - optimizer_start)
+        busy = (t - t0) - charged.overhead() + (optimizer_end - optimizer_start)
         return end, backward_end, reduced, busy
 
     def _charged_fsdp_step(self, s, f, t0, optimizer):
@@ -453,7 +456,7 @@ class Engine:
                 stream = yield from run(backward_end, stream)
         optimizer_start = backward_end if stream is None else np.maximum(stream, backward_end)
         end = self.ranks.finish(optimizer_start, f * optimizer)
-        busy += end - optimizer_start
+        busy += end - optimizer_start - in_flight.stretch  # the slowdown counts as waiting, not compute
         return end, backward_end, backward_end if stream is None else stream, busy
 
     def _close_step(self, s: int, end, backward_end, comm_end, busy, stall):

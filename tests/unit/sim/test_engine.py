@@ -292,7 +292,8 @@ def test_ddp_costs_two_ranks_two_buckets_by_hand():
     np.testing.assert_allclose(r.rank_backward_end[0], backward_end, rtol=1e-12)
     np.testing.assert_allclose(r.rank_comm_end[0], comm_end, rtol=1e-12)
     np.testing.assert_allclose(r.step_time, step, rtol=1e-12)
-    np.testing.assert_allclose(r.rank_busy[0], step - ar - (comm_end - ar - backward_end - copy), rtol=1e-12)
+    # busy is the compute at its rate (2 + 4 + 1 ms): the copies and the slowdown count as waiting
+    np.testing.assert_allclose(r.rank_busy, 7e-3, rtol=1e-12)
     # without the costs: 2 + 4 ms, the last all-reduce 1 ms, the optimizer 1 ms
     np.testing.assert_allclose(simulate(_two_ranks_two_buckets(NO_DDP_COSTS)).step_time, 8e-3, rtol=1e-12)
 
@@ -366,3 +367,15 @@ def test_ddp_costs_engine_equals_reference_for_every_sharding(sharding, overlap,
         assert charged > free
     else:  # nothing overlaps communication: a slowdown alone costs nothing
         assert charged == free
+
+
+@pytest.mark.parametrize("sharding", ["none", "zero2", "fsdp"])
+def test_ddp_costs_count_as_waiting_not_compute(sharding):
+    """rank_busy is compute at its rate: the same with and without DDP's costs (no throttle here, so
+    compute takes the same time wherever it starts); the costs only add to the waiting."""
+    sc = make_scenario(nodes=2, gpus_per_node=2, parameters=5_000_000, bucket_cap=5e6, sharding=sharding, steps=4,
+                       stragglers=[Jitter(0.1), Stall((2,), 0.004, every=2)],
+                       costs=DDPCosts(bucket_overhead=1e-3, memory_bandwidth=1e10, overlap_slowdown=0.5))
+    charged, free = simulate(sc), simulate(replace(sc, ddp=replace(sc.ddp, costs=NO_DDP_COSTS)))
+    np.testing.assert_allclose(charged.rank_busy, free.rank_busy, rtol=1e-12)
+    assert np.all(charged.rank_wait.sum(axis=0) > free.rank_wait.sum(axis=0))
