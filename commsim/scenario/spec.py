@@ -99,6 +99,12 @@ class DDPCosts:
         if not (math.isfinite(self.overlap_slowdown) and 0 <= self.overlap_slowdown <= 10):
             raise ValueError(f"overlap_slowdown must be in [0, 10], got {self.overlap_slowdown!r}")
 
+    @property
+    def on(self) -> bool:
+        """Whether any cost is charged (all off: ``bucket_overhead: 0, overlap_slowdown: 0,
+        gradient_as_bucket_view: true``; the memory bandwidth then prices nothing)."""
+        return self.bucket_overhead > 0 or self.overlap_slowdown > 0 or not self.gradient_as_bucket_view
+
 
 @dataclass(frozen=True)
 class DDP:

@@ -124,8 +124,7 @@ def charges(costs: DDPCosts, world_size: int) -> bool:
     """Whether DDP's own costs change the schedule at all. Not on one GPU (DDP reduces nothing
     there: the engine's rule), nor with every cost off: then the engine runs the schedule it ran
     before the costs existed, bit for bit."""
-    return world_size > 1 and (costs.bucket_overhead > 0 or costs.overlap_slowdown > 0
-                               or not costs.gradient_as_bucket_view)
+    return world_size > 1 and costs.on
 
 
 def clock_group(clocks: Mapping[int, ThermalClock]) -> Optional[Tuple[np.ndarray, ThermalClock]]:
