@@ -138,12 +138,13 @@ def clock_group(clocks: Mapping[int, ThermalClock]) -> Optional[Tuple[np.ndarray
 
 
 def _through_chains(start: np.ndarray, work: np.ndarray, begin: np.ndarray, end: np.ndarray, slowdown: float,
-                    zero: np.ndarray) -> np.ndarray:
-    """Per column: when `work` started at `start` is done, at ``1 / (1 + slowdown)`` of its rate
-    inside the chains (rows of `begin`/`end`: disjoint, in order) and at full rate outside."""
+                    zero: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+    """Per column: (when `work` started at `start` is done, at ``1 / (1 + slowdown)`` of its rate
+    inside the chains (rows of `begin`/`end`: disjoint, in order) and at full rate outside, and
+    how much later than at full rate throughout)."""
     t, left, rate = start, work, 1.0 / (1.0 + slowdown)
-    rows = len(begin)
-    for k in range(rows - 1):  # older chains (a gap before the last one), in order
+    late = 0.0
+    for k in range(len(begin) - 1):  # older chains (a gap before the last one), in order
         if (end[k] <= t).all():
             continue  # over in every column
         free = np.minimum(np.maximum(begin[k] - t, zero), left)  # full rate before the chain
@@ -152,11 +153,22 @@ def _through_chains(start: np.ndarray, work: np.ndarray, begin: np.ndarray, end:
         slow = np.minimum(np.maximum(end[k] - t, zero) * rate, left)  # work done while it runs
         t = t + slow / rate
         left = left - slow
+        late = late + slowdown * slow
     # the last chain [b, e] in closed form: `free` at full rate before it, then the work done
     # inside it, `slow`, takes (1 + slowdown) times as long: the finish is t + left + slowdown x slow
-    free = np.maximum(begin[-1] - t, zero)
-    slow = np.maximum(np.minimum((end[-1] - t - free) * rate, left - free), zero)
-    return t + left + slowdown * slow
+    # (in place: at 10^5 ranks a fresh array per operation costs more than the arithmetic)
+    free = np.subtract(begin[-1], t)
+    np.maximum(free, zero, out=free)
+    slow = np.subtract(end[-1], t)
+    slow -= free
+    slow *= rate
+    np.subtract(left, free, out=free)
+    np.minimum(slow, free, out=slow)
+    np.maximum(slow, zero, out=slow)
+    slow *= slowdown
+    finish = np.add(t, left)
+    finish += slow
+    return finish, slow + late
 
 
 class InFlight:
@@ -217,18 +229,17 @@ class InFlight:
         if len(self.zero) != len(start):
             # np.maximum against a zero vector: against the scalar 0.0 it is several times slower
             self.zero = np.zeros(len(start))
-        t = _through_chains(start, work, self.begin, self.end, self.slowdown, self.zero)
-        extra = t - start - work
+        t, extra = _through_chains(start, work, self.begin, self.end, self.slowdown, self.zero)
         if self.throttled is not None:
             ranks, clock = self.throttled
             rows = len(self.begin)  # one clock call for the start and every chain end, one back
             units = clock.work_done(np.vstack([start[ranks], self.begin[:, ranks], self.end[:, ranks]]))
-            done = _through_chains(units[0], work[ranks], units[1:rows + 1], units[rows + 1:], self.slowdown,
-                                   self.zero[:len(ranks)])
+            done, _ = _through_chains(units[0], work[ranks], units[1:rows + 1], units[rows + 1:], self.slowdown,
+                                      self.zero[:len(ranks)])
             finish, unslowed = clock.time_for_work(np.vstack([done, units[0] + work[ranks]]))
             t[ranks] = finish
             extra[ranks] = finish - unslowed
-        self.stretch = self.stretch + extra
+        self.stretch += extra
         return t
 
 
