@@ -12,7 +12,9 @@ Sec. 3-4), each a scenario key under ``ddp:`` (:func:`parse_ddp_costs`):
   of the order of NCCL's own base latencies (tuning.cc baseLat 6.6-14 us) plus one launch;
   an estimate to be fitted (``commsim calibrate`` from a ``validate --mode ddp`` run), not a
   measured constant.
-- ``memory_bandwidth`` (bytes/s, default 1.5 TB/s, the A100 40 GB HBM2 datasheet rate) with
+- ``memory_bandwidth`` (bytes/s, default 1.5 TB/s, the A100 40 GB HBM2 datasheet rate; a cluster
+  ``preset`` naming its GPUs gives theirs: H100 SXM5 3.35 TB/s, A100 SXM4 1,555 GB/s, T4 320 GB/s,
+  :data:`commsim.scenario.schema_training.PRESET_MEMORY_BANDWIDTH`) with
   ``gradient_as_bucket_view`` (default false, as PyTorch): each gradient is copied into its
   bucket's flat buffer on the compute stream (read + write: 2 bytes moved per byte, so
   ``2 B / memory_bandwidth``), and, without the bucket view, copied back into ``.grad`` after
@@ -36,7 +38,7 @@ there as to any rank, and the result is mapped back to time (``time_for_work``).
 
 from __future__ import annotations
 
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Iterable, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 

@@ -9,6 +9,16 @@ communication stream, buckets in order); the optimizer runs after the last bucke
 rank then starts its next step. Gradient accumulation: only the last micro-batch
 all-reduces (no_sync on the others).
 
+DDP's own costs (``ddp`` keys bucket_overhead, memory_bandwidth, gradient_as_bucket_view,
+overlap_slowdown: :mod:`commsim.sim.ddp_costs`, on by default) are charged on top: each bucket's
+gradients copied into its buffer on the compute stream right after the backward segment that
+completes it (delaying the rest of backward), its collective issued ``bucket_overhead`` later
+(launches one after another), compute slowed by ``1 / (1 + overlap_slowdown)`` while the rank's
+own collectives run (backward; forward too under FSDP), the buckets copied back before the
+optimizer (:class:`commsim.sim.ddp_costs.ChargedBackward`; ZeRO-2 and FSDP as their steps say).
+With every cost off the engine runs the schedule above, bit for bit. ``rank_busy`` counts compute
+at its rate: the costs are waiting, like the summary's exposed communication.
+
 Rank state lives in numpy vectors. One SimPy process drives the job: it advances the clock
 to the end of every step (and, when an event ``log`` is asked for, to the completion of every
 collective). A step's ready times are computed for blocks of buckets at once. The engine only schedules: the
