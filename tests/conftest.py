@@ -9,7 +9,11 @@ import os
 import pytest
 from hypothesis import settings
 
-from commsim.scenario.spec import DDP, Cluster, Compute, Link, Model, Scenario
+from commsim.scenario.spec import DDP, Cluster, Compute, DDPCosts, Link, Model, Scenario
+
+# DDP's own costs all off (commsim/sim/ddp_costs.py): the schedule the closed forms of most tests
+# describe. Tests of the costs pass costs=DDPCosts() (the scenario default) or their own.
+NO_DDP_COSTS = DDPCosts(bucket_overhead=0.0, gradient_as_bucket_view=True, overlap_slowdown=0.0)
 
 # Property tests draw the same examples on every run, so that a CI run cannot fail on an example no
 # earlier run drew (a randomized run once found a new reader bug in CI: a flaky test is a defect).
@@ -39,6 +43,7 @@ def make_scenario(
     stragglers=(),
     name="test",
     sharding="none",
+    costs=NO_DDP_COSTS,
 ):
     return Scenario(
         name=name,
@@ -46,7 +51,7 @@ def make_scenario(
         model=Model(parameters, grad_dtype),
         compute=Compute(forward, backward, optimizer, batch_size),
         ddp=DDP(bucket_cap=bucket_cap, first_bucket=first_bucket, overlap=overlap, gradient_accumulation=accumulation,
-                sharding=sharding),
+                sharding=sharding, costs=costs),
         steps=steps,
         seed=seed,
         stragglers=tuple(stragglers),
@@ -58,4 +63,4 @@ def scenario_factory():
     return make_scenario
 
 
-__all__ = ["make_scenario", "replace"]
+__all__ = ["make_scenario", "replace", "NO_DDP_COSTS"]

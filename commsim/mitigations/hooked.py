@@ -34,6 +34,7 @@ from commsim.collectives.kernels import algorithm_for, make_kernel
 from commsim.network.costs import ddp_buckets
 from commsim.scenario.spec import Scenario
 from commsim.scenario.topology import cluster_fabric
+from commsim.sim.ddp_costs import ChargedBackward, charges
 from commsim.sim.links import scenario_fabric
 from commsim.sim.stragglers import Perturbations, perturbations
 
@@ -159,12 +160,29 @@ def run_hooked(scenario: Scenario, hook=None, perturb: Perturbations = None) -> 
                     world[s] += st.size
         return t
 
+    # DDP's own costs (commsim/sim/ddp_costs.py), charged as the engine does; the hook's stages
+    # take the all-reduce's place on the stream (its span slows backward)
+    charged = ChargedBackward(buckets, sc.ddp.overlap, sc.ddp.costs, perturb.clocks) if charges(sc.ddp.costs, n) else None
     for s in range(steps):
         f = perturb.factor[s]
         t0 = start + perturb.stall[s]
         backward_start = clock.finish(t0, f * work_before)
         backward = f * c.backward
         stream = None
+        if charged is not None:
+            charged.begin(backward, backward_start)
+            for j, size in enumerate(buckets):
+                issue = charged.bucket(j)
+                launch = issue if stream is None else np.maximum(issue, stream)
+                stream = run_stages(hook.stages(s, j, float(size)), launch, s)
+                charged.ran(launch, stream)
+            t, _ = charged.end()
+            reduced_at = t if stream is None else stream
+            end = clock.finish(np.maximum(reduced_at, t) + charged.copy_back, f * c.optimizer)
+            end = run_stages(hook.after_step(s), end, s)
+            rank_end[s] = end
+            start = end
+            continue
         if not single:  # one rank: DDP all-reduces nothing (the engine's rule)
             for j, size in enumerate(buckets):
                 ready = clock.ready(backward_start, backward, fractions[j])

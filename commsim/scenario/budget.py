@@ -29,8 +29,11 @@ kernel call over the n ranks, ``t = A + B*n`` seconds (``B*n*log2(n)`` for halvi
 plus writing the records and the stragglers' own cost (per-rank random streams, per-rank
 thermal clocks)::
 
-    seconds = sum over (scenario, baseline) of S_sim * sum over collectives of t(n)
+    seconds = sum over (scenario, baseline) of S_sim * sum over collectives of (t(n) + d(n))
               + S*n*FILL + jitter/random-stall ranks * (SETUP + S*DRAW) + throttled ranks * S * THROTTLE
+
+where ``d(n) = C + D*n`` is what DDP's own costs add per collective when any is on (the default;
+:data:`DDP_COSTS`), 0 with them all off.
 
 ``S_sim`` is ``S`` when something differs from step to step (jitter with cv > 0, a stall, a
 throttle), else ``min(S, STEADY_STEPS)``: a deterministic run repeats a steady step after a
@@ -98,6 +101,13 @@ COSTS: Dict[str, Tuple[float, float, bool]] = {
     "uniform": (10e-6, 2e-9, False),  # NCCL cost models: one time for all ranks, the engine's vector work
 }
 COSTS["reduce_scatter"] = COSTS["all_gather"] = COSTS["ring"]  # half a ring (closed form)
+
+# Seconds per collective, A + B*n, that DDP's own costs (ddp.bucket_overhead, gradient copies,
+# overlap_slowdown: commsim/sim/ddp_costs.py) add when any is on, the default: the backward cut
+# and slowed bucket by bucket (ten-odd vector operations; the throttled ranks together). Measured
+# on the scale scenario (161 buckets, jitter, one throttled rank): 32 us per collective at 1,024
+# ranks, 80 us at 16,384 (the ring's own call: 18 and 110 us).
+DDP_COSTS = (28e-6, 3e-9)
 
 # What counts as large for each key, to name the one to change, and which way to change it
 # (fewer buckets take a larger bucket_cap).
@@ -188,6 +198,8 @@ def estimate(scenario: spec.Scenario) -> Estimate:
     simulated = steps if _stochastic(scenario) else min(steps, STEADY_STEPS)
     baseline = min(steps, STEADY_STEPS)
     per_step = sum(_call_seconds(kind, n) for kind in kinds)
+    if n > 1 and ddp.costs.on:
+        per_step += c * (DDP_COSTS[0] + DDP_COSTS[1] * n)
     seconds = (simulated + baseline) * per_step + steps * n * FILL + _straggler_seconds(scenario)
     common = max(set(kinds), key=kinds.count) if kinds else "ring"
     return Estimate(memory, seconds, steps, n, c, simulated, common)

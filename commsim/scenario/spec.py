@@ -99,6 +99,11 @@ class DDPCosts:
         if not (math.isfinite(self.overlap_slowdown) and 0 <= self.overlap_slowdown <= 10):
             raise ValueError(f"overlap_slowdown must be in [0, 10], got {self.overlap_slowdown!r}")
 
+    @property
+    def on(self) -> bool:
+        """Whether any cost is charged (all off: ``bucket_overhead: 0, overlap_slowdown: 0,
+        gradient_as_bucket_view: true``; the memory bandwidth then prices nothing)."""
+        return self.bucket_overhead > 0 or self.overlap_slowdown > 0 or not self.gradient_as_bucket_view
 
 
 @dataclass(frozen=True)
@@ -112,7 +117,8 @@ class DDP:
     ``bucket_sizes`` (bytes, in all-reduce order; None: ``first_bucket`` then ``bucket_cap``s) is
     an explicit bucket layout, as a real job's DDP built it; ``bucket_ready`` (None: gradients at
     a uniform rate) the share of the backward done when each bucket is ready, non-decreasing in
-    (0, 1] (:func:`commsim.sim.engine.bucket_layout` turns both into the engine's layout).
+    (0, 1] (:func:`commsim.sim.engine.bucket_layout` turns both into the engine's layout). ``costs``: DDP's own
+    costs beyond the collectives (:class:`DDPCosts`; the literature's defaults, on).
     """
 
     bucket_cap: float = 25 * 1024 * 1024
@@ -122,6 +128,7 @@ class DDP:
     sharding: Sharding = "none"
     bucket_sizes: Optional[Tuple[float, ...]] = None
     bucket_ready: Optional[Tuple[float, ...]] = None
+    costs: DDPCosts = field(default_factory=DDPCosts)
 
 
 @dataclass(frozen=True)

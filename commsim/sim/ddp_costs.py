@@ -12,7 +12,9 @@ Sec. 3-4), each a scenario key under ``ddp:`` (:func:`parse_ddp_costs`):
   of the order of NCCL's own base latencies (tuning.cc baseLat 6.6-14 us) plus one launch;
   an estimate to be fitted (``commsim calibrate`` from a ``validate --mode ddp`` run), not a
   measured constant.
-- ``memory_bandwidth`` (bytes/s, default 1.5 TB/s, the A100 40 GB HBM2 datasheet rate) with
+- ``memory_bandwidth`` (bytes/s, default 1.5 TB/s, the A100 40 GB HBM2 datasheet rate; a cluster
+  ``preset`` naming its GPUs gives theirs: H100 SXM5 3.35 TB/s, A100 SXM4 1,555 GB/s, T4 320 GB/s,
+  :data:`commsim.scenario.schema_training.PRESET_MEMORY_BANDWIDTH`) with
   ``gradient_as_bucket_view`` (default false, as PyTorch): each gradient is copied into its
   bucket's flat buffer on the compute stream (read + write: 2 bytes moved per byte, so
   ``2 B / memory_bandwidth``), and, without the bucket view, copied back into ``.grad`` after
@@ -23,24 +25,29 @@ Sec. 3-4), each a scenario key under ``ddp:`` (:func:`parse_ddp_costs`):
   ``1 / (1 + overlap_slowdown)`` of its rate (:func:`stretched_finish`). The default is the
   order of that SM share, not a measured constant.
 
-Pure module: numbers and closed forms; the engine calls :func:`bucket_launch_time`,
-:func:`bucket_copy_in_time`, :func:`copy_back_time` and :func:`stretched_finish`.
+Numbers and closed forms, and their schedule over rank vectors: :class:`ChargedBackward` is
+one step's last backward on every rank with these costs (the engine's and the communication
+hooks' schedule, :mod:`commsim.mitigations.hooked`), :class:`InFlight` the vectorized
+:func:`stretched_finish`. One GPU alone has no DDP reduction at all (:func:`charges`).
+
+Copies are memory-bound: they take their time whatever the compute clock (no jitter or slow-rank
+factor, no thermal clock, no overlap slowdown). A thermally throttled rank is stretched in its own
+work units (the clock's ``work_done``, where it runs at full rate): the overlap stretch applies
+there as to any rank, and the result is mapped back to time (``time_for_work``).
 """
 
 from __future__ import annotations
 
-import math
-from typing import Any, Iterable, Mapping, Sequence, Tuple
+from typing import Any, Iterable, Mapping, Optional, Sequence, Tuple
 
-from commsim.errors import ScenarioError
+import numpy as np
+
+from commsim.scenario.schema_training import DDP_COST_KEYS as KEYS, read_ddp_costs
 from commsim.scenario.spec import DDPCosts
-from commsim.units import parse_rate, parse_time
+from commsim.sim.stragglers import ThermalClock
 
 __all__ = ["DDPCosts", "NONE", "KEYS", "bucket_copy_in_time", "bucket_launch_time", "copy_back_time",
-           "stretched_finish", "step_overhead", "parse_ddp_costs"]
-
-KEYS = ("bucket_overhead", "memory_bandwidth", "gradient_as_bucket_view", "overlap_slowdown")
-
+           "stretched_finish", "step_overhead", "parse_ddp_costs", "charges", "clock_group", "InFlight", "ChargedBackward"]
 
 NONE = DDPCosts(0.0, 1e30, True, 0.0)  # no DDP costs at all: the model before them
 
@@ -109,26 +116,192 @@ def step_overhead(bucket_sizes: Sequence[float], costs: DDPCosts) -> float:
 
 def parse_ddp_costs(raw: Mapping[str, Any], source: str, where: str = "ddp") -> DDPCosts:
     """The DDP costs of a scenario's raw ``ddp:`` mapping (keys :data:`KEYS`; the section's
-    other keys are the schema's). ScenarioError naming ``ddp.KEY`` for a bad value."""
-    if raw is None:
-        return DDPCosts()
-    if not isinstance(raw, Mapping):
-        raise ScenarioError(source, where, f"expected a mapping, got {type(raw).__name__}")
-    kw = {}
-    for key, parse in (("bucket_overhead", lambda v: parse_time(v, allow_zero=True)), ("memory_bandwidth", parse_rate)):
-        if key in raw:
-            try:
-                kw[key] = parse(raw[key])
-            except ValueError as exc:  # the unit parser's message says what was expected and given
-                raise ScenarioError(source, f"{where}.{key}", str(exc)) from None
-    if "gradient_as_bucket_view" in raw:
-        v = raw["gradient_as_bucket_view"]
-        if not isinstance(v, bool):
-            raise ScenarioError(source, f"{where}.gradient_as_bucket_view", f"expected true or false, got {v!r}")
-        kw["gradient_as_bucket_view"] = v
-    if "overlap_slowdown" in raw:
-        v = raw["overlap_slowdown"]
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not (0 <= v <= 10):
-            raise ScenarioError(source, f"{where}.overlap_slowdown", f"expected a fraction in [0, 10] (0.1 = 10% slower), got {v!r}")
-        kw["overlap_slowdown"] = float(v)
-    return DDPCosts(**kw)
+    other keys are the schema's). ScenarioError naming ``ddp.KEY`` for a bad value. The schema
+    reads the keys (:func:`commsim.scenario.schema_training.read_ddp_costs`, which a scenario
+    below this package can import); this is the same reader."""
+    return read_ddp_costs(raw, source, where)
+
+
+def charges(costs: DDPCosts, world_size: int) -> bool:
+    """Whether DDP's own costs change the schedule at all. Not on one GPU (DDP reduces nothing
+    there: the engine's rule), nor with every cost off: then the engine runs the schedule it ran
+    before the costs existed, bit for bit."""
+    return world_size > 1 and costs.on
+
+
+def clock_group(clocks: Mapping[int, ThermalClock]) -> Optional[Tuple[np.ndarray, ThermalClock]]:
+    """The throttled ranks (sorted) and one ThermalClock whose parameters are their arrays: its
+    ``work_done`` / ``time_for_work`` map all of them at once (None without a throttled rank)."""
+    if not clocks:
+        return None
+    ranks = np.array(sorted(clocks), dtype=np.int64)
+    fields = ("heat_up", "throttled_time", "clock_fraction", "phase")
+    return ranks, ThermalClock(*(np.array([getattr(clocks[int(r)], f) for r in ranks]) for f in fields))
+
+
+def _through_chains(start: np.ndarray, work: np.ndarray, begin: np.ndarray, end: np.ndarray, slowdown: float,
+                    zero: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+    """Per column: (when `work` started at `start` is done, at ``1 / (1 + slowdown)`` of its rate
+    inside the chains (rows of `begin`/`end`: disjoint, in order) and at full rate outside, and
+    how much later than at full rate throughout)."""
+    t, left, rate = start, work, 1.0 / (1.0 + slowdown)
+    late = 0.0
+    for k in range(len(begin) - 1):  # older chains (a gap before the last one), in order
+        if (end[k] <= t).all():
+            continue  # over in every column
+        free = np.minimum(np.maximum(begin[k] - t, zero), left)  # full rate before the chain
+        t = t + free
+        left = left - free
+        slow = np.minimum(np.maximum(end[k] - t, zero) * rate, left)  # work done while it runs
+        t = t + slow / rate
+        left = left - slow
+        late = late + slowdown * slow
+    # the last chain [b, e] in closed form: `free` at full rate before it, then the work done
+    # inside it, `slow`, takes (1 + slowdown) times as long: the finish is t + left + slowdown x slow
+    # (in place: at 10^5 ranks a fresh array per operation costs more than the arithmetic)
+    free = np.subtract(begin[-1], t)
+    np.maximum(free, zero, out=free)
+    slow = np.subtract(end[-1], t)
+    slow -= free
+    slow *= rate
+    np.subtract(left, free, out=free)
+    np.minimum(slow, free, out=slow)
+    np.maximum(slow, zero, out=slow)
+    slow *= slowdown
+    finish = np.add(t, left)
+    finish += slow
+    return finish, slow + late
+
+
+class InFlight:
+    """One step's collectives in flight on each rank's communication stream, and compute slowed
+    by them: :func:`stretched_finish` over rank vectors.
+
+    A rank's collectives run one after another (each launches once the previous one is done), so
+    its busy time is a sequence of disjoint chains (collectives back to back; a new chain starts
+    when the stream was idle before a launch). Compute started at t only needs the chains that end
+    after t, in order. Each rank keeps its last few chains as the rows of two (chains, n) arrays,
+    oldest first (begin = end = -1 for a rank with fewer); a chain leaves when a new one starts and
+    it ended before any later compute can start (`floor` in :meth:`add`), else a row is added, so
+    the result is exact with as few rows as the schedule needs (one, or two with a gap).
+    ``throttled``: :func:`clock_group` of the thermally throttled ranks, whose compute is
+    stretched in work units (module docstring): their chains mapped through the clock, the same
+    arithmetic, the finish mapped back."""
+
+    def __init__(self, throttled: Optional[Tuple[np.ndarray, ThermalClock]], slowdown: float):
+        self.throttled = throttled
+        self.slowdown = slowdown
+        self.begin: Optional[np.ndarray] = None  # (chains, n) each chain's start on each rank
+        self.end: Optional[np.ndarray] = None  # and its end
+        self.last: Optional[np.ndarray] = None  # (n,) the last collective's finish
+        self.zero = np.zeros(0)
+        self.stretch = 0.0  # (n,) seconds the slowdown added to the compute so far (0 until any)
+
+    def add(self, begin: np.ndarray, end: np.ndarray, floor: np.ndarray) -> None:
+        """The next collective on the stream: running from `begin` to `end` on each rank; no later
+        compute starts before `floor` there."""
+        if self.slowdown <= 0:
+            return
+        if self.last is None:
+            self.begin, self.end = begin[None].copy(), end[None].copy()
+        else:
+            new = begin > self.last  # else begin == last: queued behind the previous one, same chain
+            if new.any():
+                if (new & (self.end[0] > floor)).any():  # the oldest chain can still slow compute: keep it
+                    empty = np.full((1, len(begin)), -1.0)
+                    self.begin, self.end = np.vstack([empty, self.begin]), np.vstack([empty, self.end])
+                if new.all():
+                    self.begin[:-1], self.end[:-1] = self.begin[1:], self.end[1:]
+                    self.begin[-1] = begin
+                else:
+                    r = np.flatnonzero(new)
+                    self.begin[:-1, r], self.end[:-1, r] = self.begin[1:, r], self.end[1:, r]
+                    self.begin[-1, r] = begin[r]
+            self.end[-1] = end
+        self.last = end
+
+    def compute(self, start: np.ndarray, work: np.ndarray) -> np.ndarray:
+        """When `work` ((n,) full-clock seconds per rank) started at `start` is done on each rank."""
+        if self.slowdown <= 0 or self.last is None:
+            t = start + work
+            if self.throttled is not None:
+                ranks, clock = self.throttled
+                t[ranks] = clock.finish(start[ranks], work[ranks])
+            return t
+        if len(self.zero) != len(start):
+            # np.maximum against a zero vector: against the scalar 0.0 it is several times slower
+            self.zero = np.zeros(len(start))
+        t, extra = _through_chains(start, work, self.begin, self.end, self.slowdown, self.zero)
+        if self.throttled is not None:
+            ranks, clock = self.throttled
+            rows = len(self.begin)  # one clock call for the start and every chain end, one back
+            units = clock.work_done(np.vstack([start[ranks], self.begin[:, ranks], self.end[:, ranks]]))
+            done, _ = _through_chains(units[0], work[ranks], units[1:rows + 1], units[rows + 1:], self.slowdown,
+                                      self.zero[:len(ranks)])
+            finish, unslowed = clock.time_for_work(np.vstack([done, units[0] + work[ranks]]))
+            t[ranks] = finish
+            extra[ranks] = finish - unslowed
+        self.stretch += extra
+        return t
+
+
+class ChargedBackward:
+    """One step's last backward on every rank (vectors) with DDP's own costs, bucket by bucket.
+
+    The backward is cut at each bucket's ready point (gradient bytes produced at a uniform rate,
+    or all at its end without overlap); after each cut the compute stream copies the bucket into
+    its flat buffer (:func:`bucket_copy_in_time`), delaying the rest of backward; the host issues
+    the bucket's all-reduce :func:`bucket_launch_time` after that copy (launches one after
+    another); backward computes ``1 / (1 + overlap_slowdown)`` slower while the rank's own
+    all-reduces run (:class:`InFlight`); :attr:`copy_back` seconds before the optimizer copy
+    the reduced buckets back (:func:`copy_back_time`). Use: :meth:`begin` per step, then per
+    bucket :meth:`bucket` (its issue time) and :meth:`ran` (its collective's start and finish),
+    then :meth:`end`."""
+
+    def __init__(self, buckets: Sequence[float], overlap: bool, costs: DDPCosts, clocks: Mapping[int, Any]):
+        buckets = np.asarray(buckets, dtype=np.float64)
+        nb = len(buckets)
+        fractions = np.cumsum(buckets) / max(buckets.sum(), 1.0) if overlap else np.ones(nb)
+        self.share = np.diff(fractions, prepend=0.0)  # of the backward, computed before each bucket is ready
+        self.remainder = 1.0 - (fractions[-1] if nb else 0.0)  # the shares' rounding, or no bucket at all
+        self.copy_in = [bucket_copy_in_time(float(b), costs) for b in buckets]
+        self.copy_back = copy_back_time(float(buckets.sum()), costs)
+        self.costs = costs
+        self.throttled = clock_group(clocks)
+
+    def begin(self, backward: np.ndarray, start: np.ndarray) -> None:
+        """A new step: the last backward (`backward` full-clock seconds per rank) starts at `start`."""
+        self.backward = backward
+        self.t = start
+        self.backward_end = start
+        self.issued: Optional[np.ndarray] = None
+        self.in_flight = InFlight(self.throttled, self.costs.overlap_slowdown)
+        self.copied = 0.0  # seconds of copies in so far
+
+    def bucket(self, j: int) -> np.ndarray:
+        """Compute up to bucket j's ready point and copy it in; returns when its all-reduce is issued."""
+        if self.share[j] > 0:
+            self.t = self.backward_end = self.in_flight.compute(self.t, self.backward * self.share[j])
+        if self.copy_in[j] > 0:
+            self.t = self.t + self.copy_in[j]
+            self.copied += self.copy_in[j]
+        # bucket_launch_time on every rank: after the copy, and after the previous launch
+        issue = (self.t if self.issued is None else np.maximum(self.t, self.issued)) + self.costs.bucket_overhead
+        self.issued = issue
+        return issue
+
+    def ran(self, begin: np.ndarray, finish: np.ndarray) -> None:
+        """The bucket's all-reduce ran from `begin` to `finish` on each rank's stream."""
+        self.in_flight.add(begin, finish, self.t)
+
+    def overhead(self) -> np.ndarray:
+        """(n,) or scalar: the seconds of this step's backward that were DDP's own costs (copies
+        in, the slowdown under overlap), not compute: the engine counts them as waiting."""
+        return self.copied + self.in_flight.stretch
+
+    def end(self) -> Tuple[np.ndarray, np.ndarray]:
+        """(when the compute stream is done with the backward and its copies, when backward's
+        compute ended) on each rank."""
+        if self.remainder > 0:
+            self.t = self.backward_end = self.in_flight.compute(self.t, self.backward * self.remainder)
+        return self.t, self.backward_end

@@ -9,6 +9,16 @@ communication stream, buckets in order); the optimizer runs after the last bucke
 rank then starts its next step. Gradient accumulation: only the last micro-batch
 all-reduces (no_sync on the others).
 
+DDP's own costs (``ddp`` keys bucket_overhead, memory_bandwidth, gradient_as_bucket_view,
+overlap_slowdown: :mod:`commsim.sim.ddp_costs`, on by default) are charged on top: each bucket's
+gradients copied into its buffer on the compute stream right after the backward segment that
+completes it (delaying the rest of backward), its collective issued ``bucket_overhead`` later
+(launches one after another), compute slowed by ``1 / (1 + overlap_slowdown)`` while the rank's
+own collectives run (backward; forward too under FSDP), the buckets copied back before the
+optimizer (:class:`commsim.sim.ddp_costs.ChargedBackward`; ZeRO-2 and FSDP as their steps say).
+With every cost off the engine runs the schedule above, bit for bit. ``rank_busy`` counts compute
+at its rate: the costs are waiting, like the summary's exposed communication.
+
 Rank state lives in numpy vectors. One SimPy process drives the job: it advances the clock
 to the end of every step (and, when an event ``log`` is asked for, to the completion of every
 collective). A step's ready times are computed for blocks of buckets at once. The engine only schedules: the
@@ -48,6 +58,7 @@ from commsim.collectives.contract import Kernel
 from commsim.collectives.kernels import algorithm_for, make_kernel
 from commsim.network.costs import ddp_buckets
 from commsim.scenario.spec import Scenario
+from commsim.sim.ddp_costs import ChargedBackward, InFlight, charges
 from commsim.sim.links import scenario_fabric
 from commsim.sim.sharding import optimizer_time, stream_order, unit_shares
 from commsim.sim.stragglers import Perturbations, ThermalClock, perturbations
@@ -90,7 +101,10 @@ class RunResult:
     rank_backward_end: np.ndarray  # (steps, kept) when each rank finished its last backward
     rank_comm_end: np.ndarray  # (steps, kept) when each rank's gradients were reduced (its last all-reduce or reduce-scatter)
     rank_stall: np.ndarray  # (steps, kept) stall before the step's forward
-    rank_busy: np.ndarray  # (steps, kept) compute + stall time of each rank (the rest is waiting)
+    # (steps, kept) compute + stall time of each rank (the rest is waiting); compute at its rate
+    # without DDP's own costs (copies, the slowdown under overlap: they count as waiting, as the
+    # summary's exposed communication counts them: baseline step minus compute)
+    rank_busy: np.ndarray
     # per collective of a step, in stream order (one all-reduce per bucket without sharding;
     # sharding.stream_order otherwise):
     last_rank: np.ndarray  # (steps, collectives) rank that issued the collective last
@@ -235,6 +249,8 @@ class Engine:
 
     # -- the job: one SimPy process stepping all ranks as vectors ------------------------
     def _job(self):
+        if charges(self.scenario.ddp.costs, self.n):
+            return (yield from self._charged_job())
         sc = self.scenario
         c = sc.compute
         m = sc.ddp.gradient_accumulation
@@ -270,6 +286,40 @@ class Engine:
                 return
             start = end
 
+    def _charged_job(self):
+        """:meth:`_job` with DDP's own costs, charged as :class:`commsim.sim.ddp_costs.ChargedBackward`
+        says: each bucket's copy-in after the backward segment that completes it, its all-reduce
+        issued ``bucket_overhead`` later (launches one after another), backward slowed while the
+        rank's own all-reduces run, the copy back before the optimizer."""
+        sc = self.scenario
+        c = sc.compute
+        m = sc.ddp.gradient_accumulation
+        nb = len(self.kernels)
+        work_before = m * c.forward + (m - 1) * c.backward
+        charged = ChargedBackward(self.buckets, sc.ddp.overlap, sc.ddp.costs, self.perturb.clocks)
+        start = np.zeros(self.n)
+        for s in range(sc.steps):
+            f = self.perturb.factor_at(s)
+            stall = self.perturb.stall_at(s)
+            t0 = start + stall
+            self._begin_step(s)
+            t = self.ranks.finish(t0, f * work_before)  # no collective in flight before the last backward
+            charged.begin(f * c.backward, t)
+            stream = None
+            for j in range(nb):
+                issue = charged.bucket(j)
+                launch = issue if stream is None else np.maximum(issue, stream)
+                stream = yield from self._collective(s, issue, stream)
+                charged.ran(launch, stream)
+            t, backward_end = charged.end()
+            reduced = t if stream is None else stream
+            optimizer_start = np.maximum(reduced, t) + charged.copy_back
+            end = self.ranks.finish(optimizer_start, f * c.optimizer)
+            busy = (t - t0) - charged.overhead() + (end - optimizer_start) + stall
+            if (yield from self._close_step(s, end, backward_end, reduced, busy, stall)):
+                return
+            start = end
+
     def _ready_block(self, backward_start, backward, fractions, throttled_ready, s, b0, block):
         """(buckets, n) ready times of buckets b0.. of step s (at most `block`), recording each
         bucket's last-issuing rank and launch spread."""
@@ -289,7 +339,11 @@ class Engine:
         sc = self.scenario
         steps, n = sc.steps, self.n
         optimizer = optimizer_time(sc.compute.optimizer, self.sharding, n)
-        step = self._zero2_step if self.sharding == "zero2" else self._fsdp_step
+        if charges(sc.ddp.costs, n):  # DDP's own costs where they apply (the steps' docstrings)
+            step = self._charged_zero2_step if self.sharding == "zero2" else self._charged_fsdp_step
+            self._charged = ChargedBackward(self.buckets, sc.ddp.overlap, sc.ddp.costs, self.perturb.clocks)
+        else:
+            step = self._zero2_step if self.sharding == "zero2" else self._fsdp_step
         start = np.zeros(n)
         for s in range(steps):
             f = self.perturb.factor_at(s)
@@ -384,6 +438,78 @@ class Engine:
         optimizer_start = backward_end if stream is None else np.maximum(stream, backward_end)
         end = self.ranks.finish(optimizer_start, f * optimizer)
         busy += end - optimizer_start
+        return end, backward_end, backward_end if stream is None else stream, busy
+
+    def _charged_zero2_step(self, s, f, t0, optimizer):
+        """:meth:`_zero2_step` with DDP's own costs: the backward and its reduce-scatters as plain
+        DDP's (:class:`commsim.sim.ddp_costs.ChargedBackward`: DeepSpeed copies each gradient into
+        its contiguous bucket too), no copy back (the optimizer reads its reduced shard in place),
+        the all-gathers issued ``bucket_overhead`` apart after the optimizer."""
+        sc, c = self.scenario, self.scenario.compute
+        costs = sc.ddp.costs
+        charged = self._charged
+        nb = len(self.buckets)
+        charged.begin(f * c.backward, self.ranks.finish(t0, f * c.forward))
+        stream = None
+        for j in range(nb):
+            issue = charged.bucket(j)
+            launch = issue if stream is None else np.maximum(issue, stream)
+            stream = yield from self._collective(s, issue, stream)
+            charged.ran(launch, stream)
+        t, backward_end = charged.end()
+        reduced = t if stream is None else stream
+        optimizer_start = np.maximum(reduced, t)
+        optimizer_end = self.ranks.finish(optimizer_start, f * optimizer)
+        issue = optimizer_end
+        for _ in range(nb):  # all-gathers in forward order, launched one after another
+            issue = issue + costs.bucket_overhead
+            stream = yield from self._collective(s, issue, stream)
+        end = optimizer_end if stream is None else stream
+        busy = (t - t0) - charged.overhead() + (optimizer_end - optimizer_start)
+        return end, backward_end, reduced, busy
+
+    def _charged_fsdp_step(self, s, f, t0, optimizer):
+        """:meth:`_fsdp_step` with DDP's own costs: every collective issued ``bucket_overhead``
+        after the point the plain step issues it (launches one after another), every compute
+        segment, forward and backward, slowed while the rank's own gathers and reduce-scatters
+        run (:class:`commsim.sim.ddp_costs.InFlight`); no gradient copies (a unit's gradient is
+        produced in its flat parameter's buffer)."""
+        sc, c = self.scenario, self.scenario.compute
+        costs = sc.ddp.costs
+        nb = len(self.buckets)
+        share = unit_shares(self.buckets)
+        work = [c.forward * share[nb - 1 - x] for x in range(nb)] + [c.backward * share[j] for j in range(nb)]
+        in_flight = InFlight(self._charged.throttled, costs.overlap_slowdown)
+        issued = None
+
+        def run(at, stream):  # issue the next collective at `at` (plus the host cost), after the previous issue
+            nonlocal issued
+            issued = (at if issued is None else np.maximum(at, issued)) + costs.bucket_overhead
+            launch = issued if stream is None else np.maximum(issued, stream)
+            finish = yield from self._collective(s, issued, stream)
+            in_flight.add(launch, finish, at)
+            return finish
+
+        busy = np.zeros(self.n)
+        prev_end = t0
+        stream = gathered = None
+        if nb:
+            stream = gathered = yield from run(t0, None)
+        for x in range(2 * nb):
+            begin = np.maximum(prev_end, gathered)
+            if x + 1 < 2 * nb:  # prefetch: the next unit's gather, one unit ahead
+                stream = gathered = yield from run(begin, stream)
+            prev_end = in_flight.compute(begin, f * work[x])
+            busy += prev_end - begin
+            if x >= nb and sc.ddp.overlap:
+                stream = yield from run(prev_end, stream)
+        backward_end = prev_end
+        if not sc.ddp.overlap:
+            for _ in range(nb):
+                stream = yield from run(backward_end, stream)
+        optimizer_start = backward_end if stream is None else np.maximum(stream, backward_end)
+        end = self.ranks.finish(optimizer_start, f * optimizer)
+        busy += end - optimizer_start - in_flight.stretch  # the slowdown counts as waiting, not compute
         return end, backward_end, backward_end if stream is None else stream, busy
 
     def _close_step(self, s: int, end, backward_end, comm_end, busy, stall):

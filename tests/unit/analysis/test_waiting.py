@@ -72,17 +72,17 @@ def test_jitter_straggler_waiting_averages_to_the_straggler_cost():
     assert np.all(low <= split.straggler_mean) and np.all(split.straggler_mean <= high)
 
 
-def test_scaling_1024_waiting_is_634_ms_of_exposed_communication_and_17_6_ms_of_straggler_cost():
+def test_scaling_1024_waiting_is_637_ms_of_exposed_communication_and_17_9_ms_of_straggler_cost():
     """The issue's figure: about 650 ms of waiting at 1,024 ranks, of which the straggler cost
-    is 17.6 ms; the split must show the two apart."""
+    is 17.9 ms (17.6 before DDP's own costs); the split must show the two apart."""
     sc = load_scenario("scenarios/scaling_1024.yaml")
     result, baseline, summary = run(sc)
     split = waiting_split(result, summary, baseline)
-    assert np.asarray(result.rank_wait).mean() == pytest.approx(0.652, abs=0.002)
+    assert np.asarray(result.rank_wait).mean() == pytest.approx(0.655, abs=0.002)
     assert split.mean_straggler_wait == pytest.approx(summary["straggler_cost_s"], rel=0.01)
-    assert split.mean_straggler_wait == pytest.approx(0.0176, abs=0.0005)
+    assert split.mean_straggler_wait == pytest.approx(0.0179, abs=0.0005)
     assert split.mean_exposed_comm == pytest.approx(summary["exposed_comm_s"], rel=1e-6)
-    assert split.mean_exposed_comm == pytest.approx(0.634, abs=0.001)
+    assert split.mean_exposed_comm == pytest.approx(0.637, abs=0.001)
 
 
 def test_baseline_of_another_size_is_refused():

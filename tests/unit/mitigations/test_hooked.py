@@ -8,15 +8,16 @@ from commsim.mitigations.compression import CompressionHook
 from commsim.mitigations.hooked import run_hooked
 from commsim.mitigations.localsgd import LocalSGDHook
 from commsim.mitigations.spec import Compression, LocalSGD
-from commsim.scenario.spec import Jitter, SlowRank, Stall, Throttle
+from commsim.scenario.spec import DDPCosts, Jitter, SlowRank, Stall, Throttle
 from commsim.sim.engine import simulate
 from commsim.sim.links import scenario_fabric
 
 from tests.unit.mitigations.helpers import tiny
 
 
+@pytest.mark.parametrize("with_costs", [False, True])
 @pytest.mark.parametrize("seed", range(8))
-def test_plain_hook_equals_the_engine_on_random_small_scenarios(seed):
+def test_plain_hook_equals_the_engine_on_random_small_scenarios(seed, with_costs):
     rng = np.random.default_rng(seed)
     nodes, gpus = int(rng.integers(1, 4)), int(rng.integers(1, 4))
     n = nodes * gpus
@@ -25,8 +26,11 @@ def test_plain_hook_equals_the_engine_on_random_small_scenarios(seed):
         stragglers.append(SlowRank(ranks=(int(rng.integers(n)),), factor=float(rng.uniform(1, 2))))
         stragglers.append(Stall(ranks=(0,), duration=0.01, every=3))
         stragglers.append(Throttle(ranks=(n - 1,), heat_up=0.05, throttled_time=0.03, clock_fraction=0.5))
+    costs = DDPCosts(bucket_overhead=float(rng.uniform(0, 1e-3)), memory_bandwidth=float(rng.uniform(1e9, 2e12)),
+                     gradient_as_bucket_view=bool(rng.integers(2)), overlap_slowdown=float(rng.uniform(0, 1)))
     sc = tiny(nodes=nodes, gpus=gpus, params=int(rng.integers(1e5, 3e6)), stragglers=stragglers, seed=seed,
-              overlap=bool(rng.integers(2)), accumulation=int(rng.integers(1, 3)), steps=12)
+              overlap=bool(rng.integers(2)), accumulation=int(rng.integers(1, 3)), steps=12,
+              **({"costs": costs} if with_costs else {}))
     np.testing.assert_allclose(run_hooked(sc).step_end, simulate(sc).step_end, rtol=1e-12, atol=1e-12)
 
 

@@ -126,6 +126,19 @@ def test_the_time_grows_with_each_factor():
     assert estimate(scenario(collective__algorithm="tree", stragglers=[{"kind": "jitter", "cv": 0.05}])).seconds > 5 * base
 
 
+def test_ddp_costs_add_their_per_collective_time_and_none_when_off():
+    kw = dict(cluster__nodes=512, stragglers=[{"kind": "jitter", "cv": 0.05}])  # 4,096 ranks, 5 buckets
+    on = estimate(scenario(**kw))
+    off = estimate(scenario(ddp__bucket_overhead=0, ddp__overlap_slowdown=0, ddp__gradient_as_bucket_view=True, **kw))
+    per_step = on.collectives * (budget.DDP_COSTS[0] + budget.DDP_COSTS[1] * on.ranks)
+    assert on.seconds - off.seconds == pytest.approx((on.simulated_steps + STEADY_STEPS) * per_step, rel=1e-9)
+    assert on.seconds > 1.2 * off.seconds  # material at this size: the ring's own call is ~37 us
+    assert on.memory_bytes == off.memory_bytes
+    one = dict(cluster__nodes=1, cluster__gpus_per_node=1)  # one GPU: DDP reduces nothing, nothing charged
+    assert estimate(scenario(**one)).seconds == estimate(scenario(ddp__overlap_slowdown=0, ddp__bucket_overhead=0,
+                                                                  ddp__gradient_as_bucket_view=True, **one)).seconds
+
+
 # --- what is refused, and how ----------------------------------------------------------------------
 
 

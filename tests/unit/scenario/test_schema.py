@@ -65,3 +65,14 @@ def test_rank_steps_limit():
 def test_public_names_are_re_exported():
     for name in schema.__all__:
         assert hasattr(schema, name), name
+
+
+def test_ddp_costs_default_on_and_the_preset_names_the_memory_bandwidth():
+    assert parse_scenario(doc(), "s.yaml").ddp.costs == spec.DDPCosts() and spec.DDPCosts().on
+    h100 = parse_scenario(doc(cluster={"preset": "dgx-h100", "nodes": 2}), "s.yaml")
+    assert h100.ddp.costs.memory_bandwidth == 3.35e12
+    keyed = parse_scenario(doc(cluster={"preset": "dgx-h100", "nodes": 2}, ddp={"memory_bandwidth": "2 TB/s"}), "s.yaml")
+    assert keyed.ddp.costs.memory_bandwidth == 2e12
+    off = parse_scenario(doc(ddp={"bucket_overhead": 0, "overlap_slowdown": 0, "gradient_as_bucket_view": True}), "s.yaml")
+    assert not off.ddp.costs.on
+    assert str(error(doc(ddp={"bucket_overhead": "1 GB"}))).startswith("s.yaml: ddp.bucket_overhead: ")

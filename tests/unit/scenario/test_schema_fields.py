@@ -86,7 +86,8 @@ def section_error(*args, **kwargs) -> ScenarioError:
 def test_section_checks_type_unknown_and_required_keys():
     assert str(section_error(SRC, "ddp", [1], SECTION_KEYS["ddp"])) == (
         "s.yaml: ddp: expected a mapping with keys bucket_cap, first_bucket, overlap, gradient_accumulation, "
-        "sharding, bucket_sizes, bucket_ready, got [1] (a list)"
+        "sharding, bucket_sizes, bucket_ready, bucket_overhead, memory_bandwidth, gradient_as_bucket_view, "
+        "overlap_slowdown, got [1] (a list)"
     )
     assert str(section_error(SRC, "ddp", {"overlapp": True}, SECTION_KEYS["ddp"])).startswith(
         "s.yaml: ddp.overlapp: unknown key (did you mean 'overlap'?); expected one of bucket_cap,"
@@ -103,8 +104,10 @@ def test_section_checks_type_unknown_and_required_keys():
 def test_a_misplaced_key_is_pointed_home():
     err = section_error(SRC, "", {"bucket_cap": 1}, SECTION_KEYS[""])
     assert err.path == "bucket_cap" and "(did you mean 'ddp.bucket_cap'?)" in str(err)
+    err = section_error(SRC, "", {"overlap_slowdown": 0.1}, SECTION_KEYS[""])
+    assert "(did you mean 'ddp.overlap_slowdown'?)" in str(err)
     # a key that lives in two sections gets no guess
-    err = section_error(SRC, "ddp", {"bandwidth": 1}, SECTION_KEYS["ddp"])
+    err = section_error(SRC, "ddp", {"latency": 1}, SECTION_KEYS["ddp"])
     assert "did you mean" not in str(err)
 
 
@@ -116,3 +119,9 @@ def test_section_get():
     with pytest.raises(ScenarioError) as err:
         m.get("overlap", read_bool)
     assert str(err.value) == "s.yaml: ddp.overlap: expected true or false, got 'no'"
+
+
+def test_every_ddp_cost_key_is_a_ddp_key():
+    from commsim.scenario.schema_training import DDP_COST_KEYS
+
+    assert set(DDP_COST_KEYS) <= set(SECTION_KEYS["ddp"])

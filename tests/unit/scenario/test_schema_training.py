@@ -9,6 +9,7 @@ from commsim.scenario import spec
 from commsim.scenario.schema_training import (
     ALGORITHMS,
     COST_MODELS,
+    PRESET_MEMORY_BANDWIDTH,
     read_calibration,
     read_collective,
     read_compute,
@@ -46,6 +47,41 @@ def test_compute():
 
 def test_ddp_defaults_are_pytorchs():
     assert read_ddp(SRC, {}) == spec.DDP(bucket_cap=25 * 2**20, first_bucket=2**20)
+
+
+def test_ddp_costs_keys_defaults_on_and_off():
+    assert read_ddp(SRC, {}).costs == spec.DDPCosts() and spec.DDPCosts().overlap_slowdown > 0
+    got = read_ddp(SRC, {"bucket_overhead": "50 us", "memory_bandwidth": "2 TB/s", "gradient_as_bucket_view": True,
+                         "overlap_slowdown": 0.2, "bucket_cap": "4 MiB"})
+    assert got.bucket_cap == 4 * 2**20
+    assert (got.costs.bucket_overhead, got.costs.memory_bandwidth, got.costs.gradient_as_bucket_view,
+            got.costs.overlap_slowdown) == (pytest.approx(50e-6), pytest.approx(2e12), True, 0.2)
+    off = read_ddp(SRC, {"bucket_overhead": 0, "overlap_slowdown": 0, "gradient_as_bucket_view": True}).costs
+    assert (off.bucket_overhead, off.overlap_slowdown, off.gradient_as_bucket_view) == (0.0, 0.0, True)
+
+
+def test_ddp_costs_memory_bandwidth_from_the_cluster_preset():
+    assert read_ddp(SRC, {}, {"preset": "dgx-h100", "nodes": 2}).costs.memory_bandwidth == 3.35e12
+    assert read_ddp(SRC, {}, {"preset": "pcie-8gpu"}).costs.memory_bandwidth == PRESET_MEMORY_BANDWIDTH["pcie-8gpu"]
+    # no GPU named (or a preset without one): the spec's A100 figure; the key wins over the preset
+    assert read_ddp(SRC, {}, {"nodes": 2}).costs.memory_bandwidth == spec.DDPCosts().memory_bandwidth
+    assert read_ddp(SRC, {}, {"preset": "ethernet-25g"}).costs.memory_bandwidth == spec.DDPCosts().memory_bandwidth
+    assert read_ddp(SRC, {"memory_bandwidth": "1 TB/s"}, {"preset": "dgx-h100"}).costs.memory_bandwidth == 1e12
+
+
+@pytest.mark.parametrize("raw, key, expected", [
+    ({"bucket_overhead": "20 GB"}, "bucket_overhead", ""),
+    ({"bucket_overhead": -1}, "bucket_overhead", ""),
+    ({"memory_bandwidth": 0}, "memory_bandwidth", ""),
+    ({"memory_bandwidth": "5 ms"}, "memory_bandwidth", ""),
+    ({"gradient_as_bucket_view": "yes"}, "gradient_as_bucket_view", "expected true or false, got 'yes'"),
+    ({"overlap_slowdown": -0.1}, "overlap_slowdown", "expected a fraction in [0, 10] (0.1 = 10% slower), got -0.1"),
+    ({"overlap_slowdown": "10%"}, "overlap_slowdown", "expected a fraction in [0, 10]"),
+    ({"overlap_slowdown": True}, "overlap_slowdown", "expected a fraction in [0, 10]"),
+])
+def test_ddp_costs_bad_values_name_the_key(raw, key, expected):
+    msg = error(read_ddp, raw)
+    assert msg.startswith(f"t.yaml: ddp.{key}: ") and expected in msg
 
 
 def test_ddp_sharding_without_accumulation():

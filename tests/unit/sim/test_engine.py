@@ -11,11 +11,19 @@ from commsim.analysis.report import summarize
 from commsim.collectives.kernels import make_kernel
 from commsim.network.costs import ring_allreduce_time
 from commsim.output.run_files import summary_json
-from commsim.scenario.spec import Collective, Jitter, SlowLink, SlowRank, Stall, Throttle
+from pathlib import Path
+
+import commsim.sim.engine as engine_module
+from commsim.scenario.loader import load_scenario
+from commsim.scenario.spec import Collective, DDPCosts, Jitter, SlowLink, SlowRank, Stall, Throttle
+from commsim.sim.ddp_costs import charges
 from commsim.sim.engine import Engine, simulate
 from commsim.sim.links import scenario_fabric
 from commsim.sim.reference import ReferenceModel
-from tests.conftest import make_scenario, replace
+from tests.conftest import NO_DDP_COSTS, make_scenario, replace
+
+SCENARIOS = sorted((Path(__file__).resolve().parents[3] / "scenarios").glob("*.yaml"))
+COSTS_OFF = ["ddp.bucket_overhead=0", "ddp.overlap_slowdown=0", "ddp.gradient_as_bucket_view=true"]
 
 ONE_BUCKET = dict(bucket_cap=4e9, first_bucket=4e9, overlap=False)
 
@@ -119,8 +127,11 @@ def small_scenarios(draw):
             stragglers.append(SlowLink(draw(st.floats(0.05, 1.0)), node=draw(st.integers(0, nodes - 1))))
     cap = draw(st.sampled_from([2e6, 5e6, 25e6]))
     sharding = draw(st.sampled_from(["none", "zero2", "fsdp"]))
+    costs = draw(st.one_of(st.just(NO_DDP_COSTS), st.just(DDPCosts()), st.builds(
+        DDPCosts, bucket_overhead=st.floats(0, 2e-3), memory_bandwidth=st.floats(1e9, 2e12),
+        gradient_as_bucket_view=st.booleans(), overlap_slowdown=st.floats(0, 2))))
     return make_scenario(
-        sharding=sharding,
+        sharding=sharding, costs=costs,
         nodes=nodes, gpus_per_node=gpn,
         parameters=draw(st.integers(1, 5_000_000)),
         forward=draw(st.floats(0.001, 0.1)), backward=draw(st.floats(0.001, 0.2)), optimizer=draw(st.floats(0, 0.02)),
@@ -253,3 +264,118 @@ def test_steady_state_repeats_fill_kept_ranks_and_step_ends():
 def test_kept_ranks_out_of_range_are_refused():
     with pytest.raises(ValueError, match="ranks must lie in"):
         simulate(make_scenario(nodes=1, gpus_per_node=2, steps=1), ranks=[2])
+
+
+# -- DDP's own costs (commsim/sim/ddp_costs.py) -------------------------------------------------
+
+def _two_ranks_two_buckets(costs, steps=3, **kw):
+    """2 ranks, two 1 MB buckets (ring all-reduce 1 ms each), forward 2 ms, backward 4 ms, optimizer 1 ms."""
+    return make_scenario(nodes=2, gpus_per_node=1, parameters=500_000, forward=2e-3, backward=4e-3, optimizer=1e-3,
+                         inter=(1e9, 0.0), bucket_cap=1e6, first_bucket=1e6, steps=steps, costs=costs, **kw)
+
+
+def test_ddp_costs_two_ranks_two_buckets_by_hand():
+    costs = DDPCosts(bucket_overhead=0.1e-3, memory_bandwidth=1e10, gradient_as_bucket_view=False, overlap_slowdown=0.5)
+    ar = ring_allreduce_time(1e6, 2, 0.0, 1e9)
+    assert ar == pytest.approx(1e-3, rel=1e-12)
+    copy = 2 * 1e6 / 1e10  # read + write of one bucket: 0.2 ms
+    # forward 0-2 ms, the first half of backward 2-4 ms, bucket 0 copied in by 4.2 ms, issued at 4.3 ms
+    # (host cost), all-reduced 4.3-5.3 ms; the second half of backward starts at 4.2 ms: 0.1 ms at full
+    # rate, then 1 ms at 1/1.5 of it while bucket 0 is reduced, the rest at full rate
+    issue0 = 4e-3 + copy + 0.1e-3
+    backward_end = issue0 + ar + (2e-3 - 0.1e-3 - ar / 1.5)
+    issue1 = backward_end + copy + 0.1e-3
+    comm_end = issue1 + ar
+    step = comm_end + 2 * 2e6 / 1e10 + 1e-3  # copy back of both buckets, optimizer
+    r = simulate(_two_ranks_two_buckets(costs))
+    assert backward_end == pytest.approx(6.5333333e-3, rel=1e-7)
+    np.testing.assert_allclose(r.rank_backward_end[0], backward_end, rtol=1e-12)
+    np.testing.assert_allclose(r.rank_comm_end[0], comm_end, rtol=1e-12)
+    np.testing.assert_allclose(r.step_time, step, rtol=1e-12)
+    # busy is the compute at its rate (2 + 4 + 1 ms): the copies and the slowdown count as waiting
+    np.testing.assert_allclose(r.rank_busy, 7e-3, rtol=1e-12)
+    # without the costs: 2 + 4 ms, the last all-reduce 1 ms, the optimizer 1 ms
+    np.testing.assert_allclose(simulate(_two_ranks_two_buckets(NO_DDP_COSTS)).step_time, 8e-3, rtol=1e-12)
+
+
+def test_ddp_costs_stretch_a_throttled_rank_in_its_work_units():
+    # rank 1 runs at half clock from 3 ms for 10 ms: the second half of its backward (from 4.2 ms)
+    # is half as fast, and 1/1.5 of that while bucket 0 is reduced
+    costs = DDPCosts(bucket_overhead=0.1e-3, memory_bandwidth=1e10, gradient_as_bucket_view=False, overlap_slowdown=0.5)
+    r = simulate(_two_ranks_two_buckets(costs, stragglers=[Throttle((1,), 3e-3, 10e-3, 0.5)], steps=1))
+    # rank 1: 2 ms forward, then 1 ms of backward at full clock (2-3 ms), 1 ms of work at half clock: 3-5 ms
+    first = 5e-3
+    issue0 = first + 0.2e-3 + 0.1e-3
+    # second half (2 ms of work) from 5.2 ms: 0.1 ms at half clock (0.05 work), 1 ms at 0.5/1.5 (1/3 work),
+    # then the rest (2 - 0.05 - 1/3 ms) at half clock
+    end = issue0 + 1e-3 + (2e-3 - 0.05e-3 - 1e-3 / 3) / 0.5
+    assert r.rank_backward_end[0, 1] == pytest.approx(end, rel=1e-12)
+
+
+def test_ddp_costs_off_run_the_schedule_from_before_the_costs(monkeypatch):
+    """All costs zero through the charged schedule equals the schedule without it (to rounding)."""
+    sc = make_scenario(nodes=2, gpus_per_node=3, parameters=3_000_000, bucket_cap=2e6, steps=6,
+                       stragglers=[Jitter(0.1), Throttle((2,), 0.02, 0.05, 0.4, 0.01), Stall((4,), 0.01, every=2)])
+    assert not charges(sc.ddp.costs, sc.world_size)
+    before = simulate(sc)
+    monkeypatch.setattr(engine_module, "charges", lambda costs, n: n > 1)
+    charged = simulate(sc)
+    for field in ("rank_end", "rank_backward_end", "rank_comm_end", "rank_busy"):
+        np.testing.assert_allclose(getattr(charged, field), getattr(before, field), rtol=1e-12, atol=1e-15)
+
+
+@pytest.mark.parametrize("path", SCENARIOS, ids=lambda p: p.stem)
+def test_every_scenario_file_with_its_costs_off_gives_the_cost_free_json(path):
+    off = load_scenario(path, COSTS_OFF)
+    assert not charges(off.ddp.costs, off.world_size)
+    default = load_scenario(path)
+    assert charges(default.ddp.costs, default.world_size)  # the literature's defaults are on
+    assert summary_json(summarize(off)) == summary_json(summarize(replace(default, ddp=replace(default.ddp, costs=NO_DDP_COSTS))))
+
+
+def test_ddp_costs_make_1mb_buckets_slower_than_25mb_where_measured():
+    """The published DDP benchmark's regime (ResNet-50-sized gradients, 2 DGX-1 nodes of 8 V100, 4 x 100 Gb/s
+    per node): measured, 1 MB buckets are slower than 25 MB; without a per-bucket cost the model says faster."""
+    kw = dict(nodes=2, gpus_per_node=8, parameters=25_600_000, forward=0.027, backward=0.053, optimizer=0.002,
+              intra=(150e9, 3.4e-6), inter=(50e9, 14e-6), first_bucket=1e6, steps=3)
+    v100 = DDPCosts(memory_bandwidth=900e9)  # V100 SXM2 HBM2, 900 GB/s (datasheet)
+    small, large = (simulate(make_scenario(bucket_cap=cap, costs=v100, **kw)).step_time.mean() for cap in (1e6, 25e6))
+    assert small > large * 1.005
+    small0, large0 = (simulate(make_scenario(bucket_cap=cap, **kw)).step_time.mean() for cap in (1e6, 25e6))
+    assert small0 < large0
+    assert large > large0  # and the costs make the step longer
+
+
+def test_ddp_costs_same_scenario_same_bytes():
+    kw = dict(stragglers=[Jitter(0.05), Throttle((3,), 0.02, 0.03, 0.5)], steps=6, costs=DDPCosts())
+    a, b = make_scenario(seed=3, **kw), make_scenario(seed=3, **kw)
+    assert summary_json(summarize(a)) == summary_json(summarize(b))
+
+
+@pytest.mark.parametrize("sharding", ["none", "zero2", "fsdp"])
+@pytest.mark.parametrize("overlap", [True, False])
+@pytest.mark.parametrize("costs", [DDPCosts(), DDPCosts(bucket_overhead=2e-3, memory_bandwidth=1e10, overlap_slowdown=0.5),
+                                   DDPCosts(bucket_overhead=0.0, gradient_as_bucket_view=True, overlap_slowdown=2.0)],
+                         ids=["defaults", "large", "slowdown-only"])
+def test_ddp_costs_engine_equals_reference_for_every_sharding(sharding, overlap, costs):
+    sc = make_scenario(nodes=2, gpus_per_node=2, parameters=5_000_000, bucket_cap=5e6, overlap=overlap, sharding=sharding,
+                       stragglers=[Jitter(0.1), Throttle((1,), 0.01, 0.02, 0.5, 0.003), Stall((2,), 0.004, every=2)],
+                       steps=3, costs=costs)
+    np.testing.assert_allclose(simulate(sc).rank_end, ReferenceModel(sc).run(), rtol=1e-9)
+    charged, free = (simulate(x).step_end[-1] for x in (sc, replace(sc, ddp=replace(sc.ddp, costs=NO_DDP_COSTS))))
+    if overlap or sharding == "fsdp" or costs.bucket_overhead > 0:  # FSDP's prefetched gathers overlap compute
+        assert charged > free
+    else:  # nothing overlaps communication: a slowdown alone costs nothing
+        assert charged == free
+
+
+@pytest.mark.parametrize("sharding", ["none", "zero2", "fsdp"])
+def test_ddp_costs_count_as_waiting_not_compute(sharding):
+    """rank_busy is compute at its rate: the same with and without DDP's costs (no throttle here, so
+    compute takes the same time wherever it starts); the costs only add to the waiting."""
+    sc = make_scenario(nodes=2, gpus_per_node=2, parameters=5_000_000, bucket_cap=5e6, sharding=sharding, steps=4,
+                       stragglers=[Jitter(0.1), Stall((2,), 0.004, every=2)],
+                       costs=DDPCosts(bucket_overhead=1e-3, memory_bandwidth=1e10, overlap_slowdown=0.5))
+    charged, free = simulate(sc), simulate(replace(sc, ddp=replace(sc.ddp, costs=NO_DDP_COSTS)))
+    np.testing.assert_allclose(charged.rank_busy, free.rank_busy, rtol=1e-12)
+    assert np.all(charged.rank_wait.sum(axis=0) > free.rank_wait.sum(axis=0))
