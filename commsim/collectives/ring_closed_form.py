@@ -152,6 +152,7 @@ class _RingClosedForm:
         self.hop_time = t
         self.steps = K = steps
         self._g = np.empty(n)
+        self._h = np.empty(n)
         self._classes: List[_Class] = []
         # one hop time t: every walk of K >= n-1 steps reaches rank i from every rank, so all
         # finish at max(L) + K t (the textbook closed form; no classes needed)
@@ -187,9 +188,9 @@ class _RingClosedForm:
             return L.copy()
         if self._uniform is not None:
             return np.full(self.n, L.max() + self._uniform)
-        g = self._g
+        g, h = self._g, self._h
         np.maximum(L[1:], L[:-1], out=g[1:])
-        g[0] = max(L[0], L[-1])
+        g[0] = L[0] if L[0] > L[-1] else L[-1]
         best = None
         bound = None  # min over ranks of the answer so far (for skipping classes)
         for k, cls in enumerate(self._classes):
@@ -201,7 +202,8 @@ class _RingClosedForm:
                 if g_max + self.steps * cls.v <= bound:
                     break  # no window whose max is v (or less: classes go down) reaches the answer
                 bound = None
-            f, bound0 = self._evaluate(cls, np.add(g, cls.base), want_min=k == 0 and len(self._classes) > 1)
+            # h is a planned buffer: no class keeps it past its evaluation
+            f, bound0 = self._evaluate(cls, np.add(g, cls.base, out=h), want_min=k == 0 and len(self._classes) > 1)
             if best is None:
                 best, bound = f, bound0
             else:
@@ -251,7 +253,7 @@ class RingAllReduce(_RingClosedForm):
             # class positions evenly spaced (one network hop per node): segments of equal
             # length, whose maxima strided column maxima give faster than reduceat
             # (measured: 210 vs 260 us at 16,384 ranks; slower below a few hundred segments)
-            cls.regular = (int(inner[0]), int(inner[-1]), int(inner[1] - inner[0]))
+            cls.regular = _regular(int(inner[0]), int(inner[-1]), int(inner[1] - inner[0]), n)
         # segment k covers [cuts[k], cuts[k+1]): the prefix ending at q0 is the segment ending there
         cls.pre_seg = np.searchsorted(cuts, q0, side="right") - 1
         # a suffix starting at s >= n is empty: index len(cuts) holds -inf
@@ -332,8 +334,12 @@ class RingAllReduce(_RingClosedForm):
         W = len(pre_min)
         f = np.empty(W * b)
         if j and seg[:j].max() > c:  # an early segment beats M - D: its prefix maxima count
-            head = np.maximum(np.maximum.accumulate(seg[:j]), c)
-            np.add(cls.const[: j * b].reshape(j, b), head[:, None], out=f[: j * b].reshape(j, b))
+            head = np.maximum(_prefix_max(seg[:j]), c)
+            # spread the per-window values over the window's ranks: a repeat then a flat add
+            # is cheaper than a broadcast add over (windows, block) rows of a few ranks each
+            lo = f[: j * b]
+            lo[:] = np.repeat(head, b)
+            lo += cls.const[: j * b]
             bound = float(np.min(head + cls.const_min[:j])) if want_min else None
         else:
             np.add(cls.const[: j * b], c, out=f[: j * b])
@@ -363,18 +369,50 @@ class RingAllReduce(_RingClosedForm):
         return np.maximum(out, prefix[-1] + cls.off_full, out=out)
 
 
-def _segment_max(h: np.ndarray, starts: np.ndarray, regular) -> np.ndarray:
-    """Maxima of h over the segments [starts[k], starts[k+1]) (the last one runs to the end)."""
+def _prefix_max(x: np.ndarray) -> np.ndarray:
+    """``np.maximum.accumulate(x)``, or x itself when x is already non-decreasing.
+
+    The ring's segment maxima usually are (a bucket launched from the previous one's finish
+    times, which grow along the ring), and checking costs one comparison pass, against a serial
+    chain of about 6 ns per element for the accumulation. Exact either way."""
+    if len(x) < 2 or (x[1:] >= x[:-1]).all():
+        return x
+    return np.maximum.accumulate(x)
+
+
+@dataclass
+class _Regular:
+    """Equal segments [first + k*spacing, first + (k+1)*spacing) between ``first`` and ``last``
+    (plus a head [0, first) and a tail [last, n)), with the buffers their maxima are taken in,
+    allocated once per plan: a 16,384-rank vector is 128 KiB, and an allocation of that size per
+    call and pass costs more than the pass."""
+
+    first: int
+    last: int
+    spacing: int
+    seg: np.ndarray  # the segment maxima, rewritten by every call
+    work: tuple  # window_max's buffers
+
+
+def _regular(first: int, last: int, spacing: int, n: int) -> _Regular:
+    length = last - first
+    return _Regular(first, last, spacing, np.empty(length // spacing + 2),
+                    (np.empty(max(length - 1, 0)), np.empty(max(length - 1, 0))))
+
+
+def _segment_max(h: np.ndarray, starts: np.ndarray, regular: Optional[_Regular]) -> np.ndarray:
+    """Maxima of h over the segments [starts[k], starts[k+1]) (the last one runs to the end).
+
+    With ``regular`` the result is its planned buffer: read it before the next call."""
     if regular is None:
         return np.maximum.reduceat(h, starts)
-    first, last, spacing = regular
-    seg = np.empty((last - first) // spacing + 2)
+    first, last, spacing, seg = regular.first, regular.last, regular.spacing, regular.seg
     seg[0] = h[:first].max()
     seg[-1] = h[last:].max()
     # equal segments: the maximum over every window of `spacing` positions (doubling windows,
     # a few contiguous passes) read at the segment starts; faster than reduceat or a
     # strided column loop (measured 8 us against 84 and 32 at 16,384 ranks, 8 per segment)
-    seg[1:-1] = window_max(h[first:last], spacing)[::spacing]
+    seg[1:-1] = window_max(h[first:last], spacing, regular.work)[::spacing]
     return seg
 
 
@@ -406,15 +444,21 @@ def running_max(x: np.ndarray) -> np.ndarray:
     return padded[:n]
 
 
-def window_max(x: np.ndarray, width: int) -> np.ndarray:
-    """y[s] = max(x[s : s + width]) for s in 0 .. len(x) - width (exact: maxima only)."""
-    y, w = x, 1
+def window_max(x: np.ndarray, width: int, work: Optional[tuple] = None) -> np.ndarray:
+    """y[s] = max(x[s : s + width]) for s in 0 .. len(x) - width (exact: maxima only).
+
+    ``work``: two buffers of at least len(x) - 1 floats that the passes alternate between
+    (then the result is a view of one of them), instead of a new array per pass."""
+    y, w, turn = x, 1, 0
     while 2 * w <= width:
-        y = np.maximum(y[:-w], y[w:])
+        out = None if work is None else work[turn][: len(y) - w]
+        y = np.maximum(y[:-w], y[w:], out=out)
         w *= 2
+        turn ^= 1
     if w < width:  # two overlapping windows of w cover one of `width`
         m = len(x) - width + 1
-        y = np.maximum(y[:m], y[width - w: width - w + m])
+        out = None if work is None else work[turn][:m]
+        y = np.maximum(y[:m], y[width - w: width - w + m], out=out)
     return y
 
 
@@ -459,7 +503,7 @@ class RingHalf(_RingClosedForm):
                        and np.array_equal(positions, np.arange(0, n, b))) else 0
         return _HalfClass(
             simple=simple,
-            regular=(1, last + 1, b) if simple else None,
+            regular=_regular(1, last + 1, b, n) if simple else None,
             **vars(common),
             all_across=len(a) == n,
             across=a,
@@ -503,27 +547,38 @@ class RingHalf(_RingClosedForm):
         top = min(j, W)
         if top:
             if seg[:top].max() > below:
-                node[:top] = np.maximum(np.maximum.accumulate(seg[:top]), below)
+                np.maximum(_prefix_max(seg[:top]), below, out=node[:top])
             else:
                 node[:top] = below
-        f = np.empty(n)
-        f.reshape(W, b)[:] = node[:, None]
+        f = node.repeat(b)  # cheaper than a broadcast into (nodes, b) rows of a few ranks each
         if j:  # the ranks whose suffix starts after p*, before the end of segment j
             start, end = (j - 1) * b + 1, min(j * b, n - 1)
-            p = start + int(h[start:end + 1].argmax())
-            after = seg[j + 1:].max() if j < W else NEG_INF
-            tail = np.maximum.accumulate(h[p + 1:end + 1][::-1])[::-1]  # max(h[y:end+1]), y = p+1..end
-            suffix = np.maximum(np.append(tail, NEG_INF), after)  # max(h[a+2:]) for a = p-1 .. end-1
-            lo, hi = max(p - 1, 0), min(end - 1, n - 3)  # these ranks, in at most two nodes
+            hi = min(end - 1, n - 3)  # ranks p* - 1 .. hi, in at most two nodes
+            # a few ranks (at most a node's worth plus one): Python floats over a short list
+            # cost less than a dozen numpy calls on views of a few elements; same IEEE maxima
+            # and differences, so the same bits
+            hs = h[start:end + 1].tolist()
+            p = start + hs.index(M)  # the first occurrence, as argmax
+            lo = max(p - 1, 0)
             if lo <= hi:
-                suffix = suffix[lo - (p - 1): hi - (p - 1) + 1]
                 k_lo, k_hi = lo // b, hi // b
                 pre_lo = seg[: k_lo + 1].max()
                 pre_hi = max(pre_lo, seg[k_lo + 1: k_hi + 1].max()) if k_hi > k_lo else pre_lo
-                split = min((k_lo + 1) * b, hi + 1) - lo  # ranks of node k_lo come first
-                out = f[lo: hi + 1]
-                np.maximum(pre_lo, suffix[:split] - c.D, out=out[:split])
-                np.maximum(pre_hi, suffix[split:] - c.D, out=out[split:])
+                first_hi = (k_lo + 1) * b  # ranks from here on are in node k_hi
+                D = float(c.D)
+                pre_lo, pre_hi = float(pre_lo), float(pre_hi)
+                running = float(seg[j + 1:].max()) if j < W else NEG_INF  # max(h[end+1:])
+                vals = [0.0] * (hi - lo + 1)
+                for a in range(hi, lo - 1, -1):  # running = max(h[a+2:])
+                    y = a + 2
+                    if y <= end:
+                        x = hs[y - start]
+                        if x > running:
+                            running = x
+                    pre = pre_lo if a < first_hi else pre_hi
+                    d = running - D
+                    vals[a - lo] = d if d > pre else pre
+                f[lo: hi + 1] = vals
         else:
             p = 0
         for i, lo, r in c.within:
