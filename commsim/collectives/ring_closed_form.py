@@ -54,6 +54,10 @@ import numpy as np
 from commsim.collectives.distinct import distinct, distinct_inverse
 
 NEG_INF = -np.inf
+# the ufunc's own reduction: ndarray.max() adds a Python-level wrapper (about 0.5 us a call,
+# several calls per collective); same result
+_max = np.maximum.reduce
+_min = np.minimum.reduce
 REGULAR_MIN_SEGMENTS = 16
 
 
@@ -151,8 +155,12 @@ class _RingClosedForm:
         self.n = n = len(t)
         self.hop_time = t
         self.steps = K = steps
+        # planned buffers: g and h; the equal-segment maxima take their passes in g (then
+        # recomputed for any later class) and in h (all-reduce: h is not read after them) or
+        # a third buffer (the halves read h again)
         self._g = np.empty(n)
         self._h = np.empty(n)
+        self._spare = None
         self._classes: List[_Class] = []
         # one hop time t: every walk of K >= n-1 steps reaches rank i from every rank, so all
         # finish at max(L) + K t (the textbook closed form; no classes needed)
@@ -174,6 +182,11 @@ class _RingClosedForm:
 
     def _prepare(self, common: _Class, positions, k, q, lo) -> _Class:
         raise NotImplementedError
+
+    def _spare_buffer(self) -> np.ndarray:
+        if self._spare is None:
+            self._spare = np.empty(self.n)
+        return self._spare
 
     def _evaluate(self, cls, h: np.ndarray, want_min: bool = False):
         """(finish times of the class's windows, const added; their minimum when asked, or None)."""
@@ -202,6 +215,9 @@ class _RingClosedForm:
                 if g_max + self.steps * cls.v <= bound:
                     break  # no window whose max is v (or less: classes go down) reaches the answer
                 bound = None
+                # the previous class's segment maxima may have worked in g: the same g again
+                np.maximum(L[1:], L[:-1], out=g[1:])
+                g[0] = L[0] if L[0] > L[-1] else L[-1]
             # h is a planned buffer: no class keeps it past its evaluation
             f, bound0 = self._evaluate(cls, np.add(g, cls.base, out=h), want_min=k == 0 and len(self._classes) > 1)
             if best is None:
@@ -253,7 +269,7 @@ class RingAllReduce(_RingClosedForm):
             # class positions evenly spaced (one network hop per node): segments of equal
             # length, whose maxima strided column maxima give faster than reduceat
             # (measured: 210 vs 260 us at 16,384 ranks; slower below a few hundred segments)
-            cls.regular = _regular(int(inner[0]), int(inner[-1]), int(inner[1] - inner[0]), n)
+            cls.regular = _regular(int(inner[0]), int(inner[-1]), int(inner[1] - inner[0]), (self._g, self._h))
         # segment k covers [cuts[k], cuts[k+1]): the prefix ending at q0 is the segment ending there
         cls.pre_seg = np.searchsorted(cuts, q0, side="right") - 1
         # a suffix starting at s >= n is empty: index len(cuts) holds -inf
@@ -333,14 +349,14 @@ class RingAllReduce(_RingClosedForm):
         pre_min, suf_min = cls.simple
         W = len(pre_min)
         f = np.empty(W * b)
-        if j and seg[:j].max() > c:  # an early segment beats M - D: its prefix maxima count
-            head = np.maximum(_prefix_max(seg[:j]), c)
+        if j and (seg[0] > c or _max(seg[:j]) > c):  # an early segment beats M - D: its prefix maxima count
+            head = seg[:j]
+            if not (head[0] > c and _nondecreasing(head)):  # else its own prefix maxima, all above c
+                head = np.maximum(_prefix_max(head), c)
             # spread the per-window values over the window's ranks: a repeat then a flat add
             # is cheaper than a broadcast add over (windows, block) rows of a few ranks each
-            lo = f[: j * b]
-            lo[:] = np.repeat(head, b)
-            lo += cls.const[: j * b]
-            bound = float(np.min(head + cls.const_min[:j])) if want_min else None
+            np.add(head.repeat(b), cls.const[: j * b], out=f[: j * b])
+            bound = float(_min(head + cls.const_min[:j])) if want_min else None
         else:
             np.add(cls.const[: j * b], c, out=f[: j * b])
             bound = float(c + pre_min[j - 1]) if want_min and j else None
@@ -375,9 +391,11 @@ def _prefix_max(x: np.ndarray) -> np.ndarray:
     The ring's segment maxima usually are (a bucket launched from the previous one's finish
     times, which grow along the ring), and checking costs one comparison pass, against a serial
     chain of about 6 ns per element for the accumulation. Exact either way."""
-    if len(x) < 2 or (x[1:] >= x[:-1]).all():
-        return x
-    return np.maximum.accumulate(x)
+    return x if _nondecreasing(x) else np.maximum.accumulate(x)
+
+
+def _nondecreasing(x: np.ndarray) -> bool:
+    return len(x) < 2 or bool(np.greater_equal(x[1:], x[:-1]).all())
 
 
 @dataclass
@@ -394,10 +412,10 @@ class _Regular:
     work: tuple  # window_max's buffers
 
 
-def _regular(first: int, last: int, spacing: int, n: int) -> _Regular:
-    length = last - first
-    return _Regular(first, last, spacing, np.empty(length // spacing + 2),
-                    (np.empty(max(length - 1, 0)), np.empty(max(length - 1, 0))))
+def _regular(first: int, last: int, spacing: int, work: tuple) -> _Regular:
+    """Equal segments, their maxima taken in ``work`` (two buffers of at least last - first
+    floats, free for the segment maxima to overwrite)."""
+    return _Regular(first, last, spacing, np.empty((last - first) // spacing + 2), work)
 
 
 def _segment_max(h: np.ndarray, starts: np.ndarray, regular: Optional[_Regular]) -> np.ndarray:
@@ -407,8 +425,8 @@ def _segment_max(h: np.ndarray, starts: np.ndarray, regular: Optional[_Regular])
     if regular is None:
         return np.maximum.reduceat(h, starts)
     first, last, spacing, seg = regular.first, regular.last, regular.spacing, regular.seg
-    seg[0] = h[:first].max()
-    seg[-1] = h[last:].max()
+    seg[0] = h[0] if first == 1 else _max(h[:first])
+    seg[-1] = _max(h[last:])
     # equal segments: the maximum over every window of `spacing` positions (doubling windows,
     # a few contiguous passes) read at the segment starts; faster than reduceat or a
     # strided column loop (measured 8 us against 84 and 32 at 16,384 ranks, 8 per segment)
@@ -503,7 +521,7 @@ class RingHalf(_RingClosedForm):
                        and np.array_equal(positions, np.arange(0, n, b))) else 0
         return _HalfClass(
             simple=simple,
-            regular=_regular(1, last + 1, b, n) if simple else None,
+            regular=_regular(1, last + 1, b, (self._g, self._spare_buffer())) if simple else None,
             **vars(common),
             all_across=len(a) == n,
             across=a,
