@@ -148,7 +148,8 @@ class _RingClosedForm:
     :class:`RingAllReduce` and :class:`RingHalf`, which prepare and evaluate one class each.
 
     Build once per hop-time vector (in the engine: once per collective kind and bucket size) and
-    call :meth:`finish_times` for every collective."""
+    call :meth:`finish_times` for every collective. The plan holds its work buffers (a call
+    returns a new array but works in them), so one plan serves one caller at a time."""
 
     def __init__(self, hop_time: np.ndarray, steps: int):
         t = _checked_hop_times(hop_time)
@@ -537,13 +538,16 @@ class RingHalf(_RingClosedForm):
         )
 
     def _evaluate(self, c: _HalfClass, h: np.ndarray, want_min: bool = False):
+        if c.simple:
+            return self._half_simple(c, h), None
         f = self._half(c, h)
         f += c.const
         return f, None
 
     def _half_simple(self, c: _HalfClass, h: np.ndarray) -> np.ndarray:
-        """:meth:`_half` when the class positions are every b ranks from rank 0 (one network
-        hop per node) and D >= 0: the same maxima, taken from the largest value M of h.
+        """The class's finish times (its maxima from :meth:`_half`, const added) when the class
+        positions are every b ranks from rank 0 (one network hop per node) and D >= 0: the same
+        maxima, taken from the largest value M of h.
 
         Rank a (node k = a // b, q(a) = k b) takes max(prefix_max(h)[q(a)], max(h[a+2:]) - D).
         With M first at p* (in segment j, which ends at node j's position): nodes k >= j have
@@ -559,16 +563,23 @@ class RingHalf(_RingClosedForm):
         j = int(seg.argmax())
         M = seg[j]
         below = M - c.D
-        node = np.empty(W)
-        if j < W:
-            node[j:] = M
+        const = c.const
+        f = np.empty(n)  # node values + const: nodes >= j take M, nodes < j max(prefix maximum, M - D)
         top = min(j, W)
         if top:
-            if seg[:top].max() > below:
-                np.maximum(_prefix_max(seg[:top]), below, out=node[:top])
+            head = seg[:top]
+            if head[0] > below and _nondecreasing(head):
+                pass  # its own prefix maxima, all above M - D
+            elif _max(head) > below:
+                head = np.maximum(_prefix_max(head), below)
             else:
-                node[:top] = below
-        f = node.repeat(b)  # cheaper than a broadcast into (nodes, b) rows of a few ranks each
+                head = None  # M - D throughout
+            if head is None:
+                np.add(const[: top * b], below, out=f[: top * b])
+            else:  # a repeat then a flat add: cheaper than a broadcast over (nodes, b) rows
+                np.add(head.repeat(b), const[: top * b], out=f[: top * b])
+        if j < W:
+            np.add(const[j * b:], M, out=f[j * b:])
         if j:  # the ranks whose suffix starts after p*, before the end of segment j
             start, end = (j - 1) * b + 1, min(j * b, n - 1)
             hi = min(end - 1, n - 3)  # ranks p* - 1 .. hi, in at most two nodes
@@ -580,13 +591,13 @@ class RingHalf(_RingClosedForm):
             lo = max(p - 1, 0)
             if lo <= hi:
                 k_lo, k_hi = lo // b, hi // b
-                pre_lo = seg[: k_lo + 1].max()
-                pre_hi = max(pre_lo, seg[k_lo + 1: k_hi + 1].max()) if k_hi > k_lo else pre_lo
+                pre_lo = _max(seg[: k_lo + 1])
+                pre_hi = max(pre_lo, _max(seg[k_lo + 1: k_hi + 1])) if k_hi > k_lo else pre_lo
                 first_hi = (k_lo + 1) * b  # ranks from here on are in node k_hi
                 D = float(c.D)
                 pre_lo, pre_hi = float(pre_lo), float(pre_hi)
-                running = float(seg[j + 1:].max()) if j < W else NEG_INF  # max(h[end+1:])
-                vals = [0.0] * (hi - lo + 1)
+                running = float(_max(seg[j + 1:])) if j < W else NEG_INF  # max(h[end+1:])
+                vals = const[lo: hi + 1].tolist()  # value + const, added as numpy adds
                 for a in range(hi, lo - 1, -1):  # running = max(h[a+2:])
                     y = a + 2
                     if y <= end:
@@ -595,17 +606,16 @@ class RingHalf(_RingClosedForm):
                             running = x
                     pre = pre_lo if a < first_hi else pre_hi
                     d = running - D
-                    vals[a - lo] = d if d > pre else pre
+                    vals[a - lo] += d if d > pre else pre
                 f[lo: hi + 1] = vals
         else:
             p = 0
         for i, lo, r in c.within:
-            f[i] = M if lo <= p <= r else h[lo: r + 1].max()
+            f[i] = (M if lo <= p <= r else _max(h[lo: r + 1])) + const[i]
         return f
 
     def _half(self, c: _HalfClass, h: np.ndarray) -> np.ndarray:
-        if c.simple:
-            return self._half_simple(c, h)
+        """The class's maxima (const not added) by prefix and suffix maxima: any class."""
         if c.cuts is not None:
             prefix = np.maximum.accumulate(np.maximum.reduceat(h, c.cuts))
         else:
