@@ -209,10 +209,14 @@ class _ClosedForm:
         slot = np.arange(len(others)) - first
         self.slots = [(parent[others[slot == j]], others[slot == j], alpha[others[slot == j]])
                       for j in range(int(slot.max()) + 1 if len(others) else 0)]
+        self._z = self._avail = self._other = None
 
     def finish_times(self, launch: np.ndarray) -> np.ndarray:
         n, r, T = self.n, self.classes, self.trees
-        z = launch[self.source_rank]
+        if self._z is None:  # work buffers, planned on the first call (a plan serves one caller at a time)
+            self._z, self._avail, self._other = np.empty(T * n), np.empty(T * n), np.empty(T * n)
+        z, avail, other = self._z, self._avail, self._other
+        np.take(launch, self.source_rank, out=z)
         z += self.w_up
         low = np.full(T * r, -np.inf)  # per (tree, class): max of L_u + W_up(u)
         low[self.groups] = np.maximum.reduceat(z, self.starts)
@@ -222,18 +226,21 @@ class _ClosedForm:
         low = np.maximum.accumulate(low.reshape(T, r), axis=1).ravel()  # classes <= c
         above = np.full((T, r), -np.inf)  # classes > c
         above[:, :-1] = np.maximum.accumulate(high.reshape(T, r)[:, :0:-1], axis=1)[:, ::-1]
-        avail = np.take(low, self.down_cls)
+        np.take(low, self.down_cls, out=avail)
         avail += self.down_term
-        other = np.take(above.ravel(), self.down_cls)
+        np.take(above.ravel(), self.down_cls, out=other)
         other += self.w_down
         np.maximum(avail, other, out=avail)
-        out = avail.copy()
+        out = np.empty(T * n)  # max(avail, avail of the chain child - its alpha), then the other children
         np.subtract(avail[1:], self.chain_alpha, out=other[:-1])
-        np.maximum(out[:-1], other[:-1], out=out[:-1])
+        np.maximum(avail[:-1], other[:-1], out=out[:-1])
+        out[-1] = avail[-1]
         for p, c, a in self.slots:
             out[p] = np.maximum(out[p], avail[c] - a)
         if T == 1:
             return out
+        if T == 2:  # the later of the two trees: one maximum of the halves, not an axis reduction
+            return np.maximum(out[:n], out[n:])
         return out.reshape(T, n).max(axis=0)
 
 
