@@ -209,14 +209,12 @@ class _ClosedForm:
         slot = np.arange(len(others)) - first
         self.slots = [(parent[others[slot == j]], others[slot == j], alpha[others[slot == j]])
                       for j in range(int(slot.max()) + 1 if len(others) else 0)]
-        self._z = self._avail = self._other = None
 
     def finish_times(self, launch: np.ndarray) -> np.ndarray:
         n, r, T = self.n, self.classes, self.trees
-        if self._z is None:  # work buffers, planned on the first call (a plan serves one caller at a time)
-            self._z, self._avail, self._other = np.empty(T * n), np.empty(T * n), np.empty(T * n)
-        z, avail, other = self._z, self._avail, self._other
-        np.take(launch, self.source_rank, out=z)
+        # ndarray.take without out=: np.take(..., out=) buffers its output in the default mode
+        # (measured 3.3 against 5.0 us for 8,192 indices)
+        z = launch.take(self.source_rank)
         z += self.w_up
         low = np.full(T * r, -np.inf)  # per (tree, class): max of L_u + W_up(u)
         low[self.groups] = np.maximum.reduceat(z, self.starts)
@@ -226,9 +224,9 @@ class _ClosedForm:
         low = np.maximum.accumulate(low.reshape(T, r), axis=1).ravel()  # classes <= c
         above = np.full((T, r), -np.inf)  # classes > c
         above[:, :-1] = np.maximum.accumulate(high.reshape(T, r)[:, :0:-1], axis=1)[:, ::-1]
-        np.take(low, self.down_cls, out=avail)
+        avail = low.take(self.down_cls)
         avail += self.down_term
-        np.take(above.ravel(), self.down_cls, out=other)
+        other = above.ravel().take(self.down_cls)
         other += self.w_down
         np.maximum(avail, other, out=avail)
         out = np.empty(T * n)  # max(avail, avail of the chain child - its alpha), then the other children
