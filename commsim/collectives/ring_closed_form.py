@@ -138,6 +138,8 @@ class _HalfClass(_Class):
     before_at: Optional[np.ndarray] = None
     last: int = 0  # last class position
     within: tuple = ()  # (i, lo, q) of the ranks whose range lies inside period 0
+    # simple classes: per rank of `within`, the segments (s0, s1) whose union is [lo, q], or None
+    within_segments: tuple = ()
     simple: int = 0  # > 0: class positions every `simple` ranks from rank 0 and D >= 0 (see _half_simple)
     regular: Optional[tuple] = None  # equal segments, as in _AllReduceClass
 
@@ -386,6 +388,21 @@ class RingAllReduce(_RingClosedForm):
         return np.maximum(out, prefix[-1] + cls.off_full, out=out)
 
 
+def _segment_spans(positions: np.ndarray, n: int, ranges) -> tuple:
+    """For each range [lo, r], the segments (s0, s1) of a simple half class whose union it is
+    (segment 0 = [0, 0], segment k = [positions[k-1] + 1, positions[k]], the last one up to n-1:
+    the segments of :meth:`RingHalf._half_simple`), or None when it cuts a segment."""
+    starts = [0] + [int(x) + 1 for x in positions if x < n - 1]
+    ends = [s - 1 for s in starts[1:]] + [n - 1]
+    out = []
+    for lo, r in ranges:
+        if lo in starts and r in ends and starts.index(lo) <= ends.index(r):
+            out.append((starts.index(lo), ends.index(r) + 1))
+        else:
+            out.append(None)
+    return tuple(out)
+
+
 def _prefix_max(x: np.ndarray) -> np.ndarray:
     """``np.maximum.accumulate(x)``, or x itself when x is already non-decreasing.
 
@@ -535,6 +552,7 @@ class RingHalf(_RingClosedForm):
             before_at=last - (before + 2),  # in the reversed accumulation of h[:last+1]
             last=last,
             within=tuple((int(i), int(lo[i]), int(q[i])) for i in within),
+            within_segments=_segment_spans(positions, n, [(int(lo[i]), int(q[i])) for i in within]) if simple else (),
         )
 
     def _evaluate(self, c: _HalfClass, h: np.ndarray, want_min: bool = False):
@@ -610,8 +628,14 @@ class RingHalf(_RingClosedForm):
                 f[lo: hi + 1] = vals
         else:
             p = 0
-        for i, lo, r in c.within:
-            f[i] = (M if lo <= p <= r else _max(h[lo: r + 1])) + const[i]
+        for (i, lo, r), span in zip(c.within, c.within_segments):
+            if lo <= p <= r:
+                top_in_range = M
+            elif span is not None:  # [lo, r] is whole segments: their maxima, not a pass over h
+                top_in_range = _max(seg[span[0]:span[1]])
+            else:
+                top_in_range = _max(h[lo: r + 1])
+            f[i] = top_in_range + const[i]
         return f
 
     def _half(self, c: _HalfClass, h: np.ndarray) -> np.ndarray:
