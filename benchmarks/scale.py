@@ -10,16 +10,18 @@ own; wall and CPU seconds are both reported, CPU being the steadier on a shared 
 - bound: :mod:`benchmarks.numpy_bound` (uniform links, per-bucket closed forms, the same
   per-rank streams) on the same scenarios, side by side;
 - algorithms: at 4,096 ranks with 1e9 bf16 parameters in 25 MiB buckets (78 buckets), every
-  all-reduce algorithm and FSDP, against the ring;
+  all-reduce algorithm and FSDP, against the ring and against the numpy bound of the same
+  algorithm (its uniform-launch time per collective; FSDP's segment loop);
 - reference: the per-chunk SimPy whole-run reference (:mod:`commsim.sim.reference`, ring and
-  sharding) on cut-down cases, and every algorithm's kernel against its per-chunk SimPy
-  reference (:mod:`commsim.collectives.reference`) per collective, with the largest
-  relative difference;
+  FSDP) on cut-down cases, and every algorithm's kernel against its per-chunk SimPy
+  reference (:mod:`commsim.collectives.reference`) per collective, each in its own process
+  (peak memory), with the largest relative difference;
 - cli: ``commsim run scenarios/32gpu_throttle.yaml -q``, whole process, median of 5.
 
 Usage:
 
     python benchmarks/scale.py [--sizes 32,1024,4096,16384,131072] [--json out/scale.json]
+                               [--reference 32:8,256:4,1024:2] [--reference-fsdp 32:4,256:2]
 
 The results go to out/scale.json (ignored by git) unless --json names another file; a file
 git tracks (docs/measurements/scale.json, the README's figures) is replaced only with
@@ -114,42 +116,51 @@ def measure_bound(sc: Scenario) -> dict:
 
     end, wall, cpu = _timed(lambda: bound_run(sc))
     return {"ranks": sc.world_size, "steps": sc.steps, "wall_s": wall, "cpu_s": cpu, "peak_rss_mb": _peak_mb(),
+            "algorithm": "fsdp" if sc.ddp.sharding == "fsdp" else sc.collective.algorithm,
             "mean_step_s": float(np.diff(end, prepend=0.0).mean())}
 
 
-def measure_reference(ranks: int, buckets: int) -> dict:
-    """Time the per-chunk reference and the engine on one step of `buckets` 25 MB buckets."""
+def measure_reference(ranks: int, buckets: int, algorithm: str = "ring") -> dict:
+    """Time the per-chunk reference and the engine on one step of `buckets` 25 MB buckets
+    (``algorithm``: ring, or fsdp on ring halves); peak memory is the reference's (run first)."""
     from commsim.sim.engine import simulate
     from commsim.sim.reference import ReferenceModel
 
-    sc = scenario(ranks, steps=1, parameters=int((1e6 + 25e6 * (buckets - 1)) / 4))
+    sc = scenario(ranks, steps=1, parameters=int((1e6 + 25e6 * (buckets - 1)) / 4), algorithm=algorithm)
     ref, ref_wall, _ = _timed(lambda: ReferenceModel(sc).run())
+    peak = _peak_mb()
     fast, fast_wall, _ = _timed(lambda: simulate(sc))
-    return {"ranks": ranks, "buckets": buckets, "reference_wall_s": ref_wall,
-            "reference_units_per_s": units(sc) / ref_wall, "engine_wall_s_same_case": fast_wall,
-            "max_rel_diff": float(np.max(np.abs(fast.rank_end - ref) / ref))}
+    return {"algorithm": algorithm, "ranks": ranks, "buckets": buckets, "reference_wall_s": ref_wall,
+            "reference_units_per_s": units(sc) / ref_wall, "reference_peak_rss_mb": peak,
+            "engine_wall_s_same_case": fast_wall, "max_rel_diff": float(np.max(np.abs(fast.rank_end - ref) / ref))}
 
 
-def measure_kernels(ranks: int, size: float = 25e6) -> list:
-    """Every algorithm's kernel against its per-chunk SimPy reference, per collective."""
-    from commsim.collectives.kernels import ALGORITHMS, make_kernel
+def kernel_names() -> list:
+    """Every user-facing algorithm with a per-chunk SimPy reference."""
+    from commsim.collectives.kernels import ALGORITHMS
+    from commsim.collectives.reference import REFERENCES
+
+    return [name for name in ALGORITHMS if name in REFERENCES]
+
+
+def measure_kernel(ranks: int, name: str, size: float = 25e6) -> dict:
+    """One algorithm's kernel against its per-chunk SimPy reference, per collective; the peak
+    memory after the kernel's plan and calls, then after the reference (run second)."""
+    from commsim.collectives.kernels import make_kernel
     from commsim.collectives.reference import REFERENCES
     from commsim.sim.links import scenario_fabric
 
     fabric = scenario_fabric(scenario(ranks))
     launch = np.random.default_rng(0).random(ranks) * 1e-3
-    out = []
-    for name in ALGORITHMS:
-        if name not in REFERENCES:
-            continue
-        kernel = make_kernel(name, fabric, size)
-        ref, ref_wall, _ = _timed(lambda: REFERENCES[name](fabric.at_size(size), launch, size))
-        reps = 200
-        _, wall, _ = _timed(lambda: [kernel.finish_times(launch) for _ in range(reps)])
-        got = kernel.finish_times(launch)
-        out.append({"algorithm": name, "ranks": ranks, "kernel_us": wall / reps * 1e6, "reference_s": ref_wall,
-                    "speedup": ref_wall / (wall / reps), "max_rel_diff": float(np.max(np.abs(got - ref) / ref))})
-    return out
+    kernel = make_kernel(name, fabric, size)
+    reps = 200
+    _, wall, _ = _timed(lambda: [kernel.finish_times(launch) for _ in range(reps)])
+    got = kernel.finish_times(launch)
+    kernel_peak = _peak_mb()
+    ref, ref_wall, _ = _timed(lambda: REFERENCES[name](fabric.at_size(size), launch, size))
+    return {"algorithm": name, "ranks": ranks, "kernel_us": wall / reps * 1e6, "kernel_peak_rss_mb": kernel_peak,
+            "reference_s": ref_wall, "reference_peak_rss_mb": _peak_mb(), "speedup": ref_wall / (wall / reps),
+            "max_rel_diff": float(np.max(np.abs(got - ref) / ref))}
 
 
 def measure_cli(repeat: int = 5) -> dict:
@@ -170,11 +181,12 @@ def child(kind: str, ranks: int, extra: str) -> None:
     if kind == "engine":
         out = measure_engine(scenario(ranks) if extra == "scale" else algorithm_scenario(extra, ranks))
     elif kind == "bound":
-        out = measure_bound(scenario(ranks))
+        out = measure_bound(scenario(ranks) if extra == "scale" else algorithm_scenario(extra, ranks))
     elif kind == "reference":
-        out = measure_reference(ranks, int(extra))
+        algorithm, buckets = extra.split(":")
+        out = measure_reference(ranks, int(buckets), algorithm)
     else:
-        out = measure_kernels(ranks)
+        out = measure_kernel(ranks, extra)
     print(json.dumps(out))
 
 
@@ -215,6 +227,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default="32,1024,4096,16384,131072", help="rank counts timed with the engine (ring)")
     ap.add_argument("--reference", default="32:8,256:4,1024:2", help="ranks:buckets pairs timed with the reference")
+    ap.add_argument("--reference-fsdp", default="32:4,256:2", help="ranks:buckets pairs of FSDP timed with the reference")
     ap.add_argument("--kernel-ranks", type=int, default=64, help="ranks of the per-algorithm kernel/reference check")
     ap.add_argument("--algorithm-ranks", type=int, default=4096, help="ranks of the algorithm comparison")
     ap.add_argument("--json", default=None, help=f"write the results here (default: {DEFAULT_JSON.relative_to(ROOT)})")
@@ -234,7 +247,7 @@ def main() -> None:
     engine, bound = [], []
     for n in sizes:
         m = run_child("engine", n, "scale")
-        b = run_child("bound", n, "-")
+        b = run_child("bound", n, "scale")
         engine.append(m)
         bound.append(b)
         print(f"{n:>7} {m['wall_s']:>8.3f} {m['cpu_s']:>7.3f} {m['peak_rss_mb']:>8.0f} | {b['wall_s']:>10.3f} "
@@ -244,33 +257,42 @@ def main() -> None:
     slope = float(np.polyfit(x, y, 1)[0]) if len(engine) > 1 else float("nan")
     print(f"log-log slope of CPU time vs ranks x buckets x steps: {slope:.2f} (1.0 = linear)")
 
-    print(f"\n{a.algorithm_ranks} ranks, 78 buckets, 100 steps, jitter + throttle: every algorithm against the ring")
+    print(f"\n{a.algorithm_ranks} ranks, 78 buckets, 100 steps, jitter + throttle: every algorithm against the ring"
+          " and against its numpy bound")
+    print(f"{'algorithm':>17} {'wall s':>7} {'cpu s':>7} {'peak MB':>7} {'vs ring':>8} | {'bound cpu':>9} "
+          f"{'peak MB':>7} | {'vs bound':>8}")
     algorithms = []
     for name in ALGORITHM_CASES:
         m = run_child("engine", a.algorithm_ranks, name)
+        m["bound"] = run_child("bound", a.algorithm_ranks, name)
         algorithms.append(m)
     ring_case = algorithms[0]
     for m in algorithms:
         m["cpu_vs_ring"] = m["cpu_s"] / ring_case["cpu_s"]
-        print(f"{m['algorithm']:>17}: {m['wall_s']:7.3f} s wall, {m['cpu_s']:7.3f} s cpu, {m['peak_rss_mb']:5.0f} MB,"
-              f" {m['cpu_vs_ring']:5.2f}x the ring")
+        m["cpu_vs_bound"] = m["cpu_s"] / m["bound"]["cpu_s"]
+        print(f"{m['algorithm']:>17} {m['wall_s']:7.3f} {m['cpu_s']:7.3f} {m['peak_rss_mb']:7.0f} {m['cpu_vs_ring']:7.2f}x"
+              f" | {m['bound']['cpu_s']:9.3f} {m['bound']['peak_rss_mb']:7.0f} | {m['cpu_vs_bound']:7.2f}x")
 
-    print(f"\nkernels against their per-chunk SimPy references ({a.kernel_ranks} ranks, 25 MB, random launches):")
-    kernels = run_child("kernels", a.kernel_ranks, "-")
+    print(f"\nkernels against their per-chunk SimPy references ({a.kernel_ranks} ranks, 25 MB, random launches;"
+          " one process each):")
+    kernels = [run_child("kernel", a.kernel_ranks, name) for name in kernel_names()]
     for k in kernels:
-        print(f"{k['algorithm']:>17}: kernel {k['kernel_us']:8.1f} us, reference {k['reference_s'] * 1e3:8.1f} ms "
-              f"({k['speedup']:,.0f}x), max rel diff {k['max_rel_diff']:.1e}")
+        print(f"{k['algorithm']:>17}: kernel {k['kernel_us']:8.1f} us ({k['kernel_peak_rss_mb']:4.0f} MB), reference "
+              f"{k['reference_s'] * 1e3:8.1f} ms ({k['reference_peak_rss_mb']:4.0f} MB), {k['speedup']:,.0f}x, "
+              f"max rel diff {k['max_rel_diff']:.1e}")
     refs = []
-    for pair in filter(None, a.reference.split(",")):
+    pairs = [("ring", p) for p in filter(None, a.reference.split(","))]
+    pairs += [("fsdp", p) for p in filter(None, a.reference_fsdp.split(","))]
+    for algorithm, pair in pairs:
         n, b = (int(v) for v in pair.split(":"))
-        r = run_child("reference", n, b)
-        match = next((m for m in engine if m["ranks"] == n), None)
+        r = run_child("reference", n, f"{algorithm}:{b}")
+        match = next((m for m in engine if m["ranks"] == n), None) if algorithm == "ring" else None
         r["speedup_vs_engine_full_run"] = (match["units_per_s"] / r["reference_units_per_s"]) if match else None
         refs.append(r)
         speed = f"{r['speedup_vs_engine_full_run']:,.0f}x" if match else "n/a"
-        print(f"whole-run reference {n} ranks x {b} buckets x 1 step: {r['reference_wall_s']:.2f} s "
-              f"({r['reference_units_per_s']:.3e} units/s); engine/reference per unit: {speed}; "
-              f"max rel diff {r['max_rel_diff']:.1e}")
+        print(f"whole-run reference, {algorithm}, {n} ranks x {b} buckets x 1 step: {r['reference_wall_s']:.2f} s, "
+              f"{r['reference_peak_rss_mb']:.0f} MB ({r['reference_units_per_s']:.3e} units/s); engine/reference per "
+              f"unit: {speed}; max rel diff {r['max_rel_diff']:.1e}")
 
     cli = measure_cli()
     print(f"\n{cli['command']}: median {cli['median_wall_s']:.3f} s wall (min {cli['min_wall_s']:.3f}), "

@@ -54,6 +54,10 @@ import numpy as np
 from commsim.collectives.distinct import distinct, distinct_inverse
 
 NEG_INF = -np.inf
+# the ufunc's own reduction: ndarray.max() adds a Python-level wrapper (about 0.5 us a call,
+# several calls per collective); same result
+_max = np.maximum.reduce
+_min = np.minimum.reduce
 REGULAR_MIN_SEGMENTS = 16
 
 
@@ -134,6 +138,8 @@ class _HalfClass(_Class):
     before_at: Optional[np.ndarray] = None
     last: int = 0  # last class position
     within: tuple = ()  # (i, lo, q) of the ranks whose range lies inside period 0
+    # simple classes: per rank of `within`, the segments (s0, s1) whose union is [lo, q], or None
+    within_segments: tuple = ()
     simple: int = 0  # > 0: class positions every `simple` ranks from rank 0 and D >= 0 (see _half_simple)
     regular: Optional[tuple] = None  # equal segments, as in _AllReduceClass
 
@@ -144,14 +150,20 @@ class _RingClosedForm:
     :class:`RingAllReduce` and :class:`RingHalf`, which prepare and evaluate one class each.
 
     Build once per hop-time vector (in the engine: once per collective kind and bucket size) and
-    call :meth:`finish_times` for every collective."""
+    call :meth:`finish_times` for every collective. The plan holds its work buffers (a call
+    returns a new array but works in them), so one plan serves one caller at a time."""
 
     def __init__(self, hop_time: np.ndarray, steps: int):
         t = _checked_hop_times(hop_time)
         self.n = n = len(t)
         self.hop_time = t
         self.steps = K = steps
+        # planned buffers: g and h; the equal-segment maxima take their passes in g (then
+        # recomputed for any later class) and in h (all-reduce: h is not read after them) or
+        # a third buffer (the halves read h again)
         self._g = np.empty(n)
+        self._h = np.empty(n)
+        self._spare = None
         self._classes: List[_Class] = []
         # one hop time t: every walk of K >= n-1 steps reaches rank i from every rank, so all
         # finish at max(L) + K t (the textbook closed form; no classes needed)
@@ -174,6 +186,11 @@ class _RingClosedForm:
     def _prepare(self, common: _Class, positions, k, q, lo) -> _Class:
         raise NotImplementedError
 
+    def _spare_buffer(self) -> np.ndarray:
+        if self._spare is None:
+            self._spare = np.empty(self.n)
+        return self._spare
+
     def _evaluate(self, cls, h: np.ndarray, want_min: bool = False):
         """(finish times of the class's windows, const added; their minimum when asked, or None)."""
         raise NotImplementedError
@@ -187,9 +204,9 @@ class _RingClosedForm:
             return L.copy()
         if self._uniform is not None:
             return np.full(self.n, L.max() + self._uniform)
-        g = self._g
+        g, h = self._g, self._h
         np.maximum(L[1:], L[:-1], out=g[1:])
-        g[0] = max(L[0], L[-1])
+        g[0] = L[0] if L[0] > L[-1] else L[-1]
         best = None
         bound = None  # min over ranks of the answer so far (for skipping classes)
         for k, cls in enumerate(self._classes):
@@ -201,7 +218,11 @@ class _RingClosedForm:
                 if g_max + self.steps * cls.v <= bound:
                     break  # no window whose max is v (or less: classes go down) reaches the answer
                 bound = None
-            f, bound0 = self._evaluate(cls, np.add(g, cls.base), want_min=k == 0 and len(self._classes) > 1)
+                # the previous class's segment maxima may have worked in g: the same g again
+                np.maximum(L[1:], L[:-1], out=g[1:])
+                g[0] = L[0] if L[0] > L[-1] else L[-1]
+            # h is a planned buffer: no class keeps it past its evaluation
+            f, bound0 = self._evaluate(cls, np.add(g, cls.base, out=h), want_min=k == 0 and len(self._classes) > 1)
             if best is None:
                 best, bound = f, bound0
             else:
@@ -251,7 +272,7 @@ class RingAllReduce(_RingClosedForm):
             # class positions evenly spaced (one network hop per node): segments of equal
             # length, whose maxima strided column maxima give faster than reduceat
             # (measured: 210 vs 260 us at 16,384 ranks; slower below a few hundred segments)
-            cls.regular = (int(inner[0]), int(inner[-1]), int(inner[1] - inner[0]))
+            cls.regular = _regular(int(inner[0]), int(inner[-1]), int(inner[1] - inner[0]), (self._g, self._h))
         # segment k covers [cuts[k], cuts[k+1]): the prefix ending at q0 is the segment ending there
         cls.pre_seg = np.searchsorted(cuts, q0, side="right") - 1
         # a suffix starting at s >= n is empty: index len(cuts) holds -inf
@@ -331,10 +352,14 @@ class RingAllReduce(_RingClosedForm):
         pre_min, suf_min = cls.simple
         W = len(pre_min)
         f = np.empty(W * b)
-        if j and seg[:j].max() > c:  # an early segment beats M - D: its prefix maxima count
-            head = np.maximum(np.maximum.accumulate(seg[:j]), c)
-            np.add(cls.const[: j * b].reshape(j, b), head[:, None], out=f[: j * b].reshape(j, b))
-            bound = float(np.min(head + cls.const_min[:j])) if want_min else None
+        if j and (seg[0] > c or _max(seg[:j]) > c):  # an early segment beats M - D: its prefix maxima count
+            head = seg[:j]
+            if not (head[0] > c and _nondecreasing(head)):  # else its own prefix maxima, all above c
+                head = np.maximum(_prefix_max(head), c)
+            # spread the per-window values over the window's ranks: a repeat then a flat add
+            # is cheaper than a broadcast add over (windows, block) rows of a few ranks each
+            np.add(head.repeat(b), cls.const[: j * b], out=f[: j * b])
+            bound = float(_min(head + cls.const_min[:j])) if want_min else None
         else:
             np.add(cls.const[: j * b], c, out=f[: j * b])
             bound = float(c + pre_min[j - 1]) if want_min and j else None
@@ -363,18 +388,69 @@ class RingAllReduce(_RingClosedForm):
         return np.maximum(out, prefix[-1] + cls.off_full, out=out)
 
 
-def _segment_max(h: np.ndarray, starts: np.ndarray, regular) -> np.ndarray:
-    """Maxima of h over the segments [starts[k], starts[k+1]) (the last one runs to the end)."""
+def _segment_spans(positions: np.ndarray, n: int, ranges) -> tuple:
+    """For each range [lo, r], the segments (s0, s1) of a simple half class whose union it is
+    (segment 0 = [0, 0], segment k = [positions[k-1] + 1, positions[k]], the last one up to n-1:
+    the segments of :meth:`RingHalf._half_simple`), or None when it cuts a segment."""
+    starts = [0] + [int(x) + 1 for x in positions if x < n - 1]
+    ends = [s - 1 for s in starts[1:]] + [n - 1]
+    out = []
+    for lo, r in ranges:
+        if lo in starts and r in ends and starts.index(lo) <= ends.index(r):
+            out.append((starts.index(lo), ends.index(r) + 1))
+        else:
+            out.append(None)
+    return tuple(out)
+
+
+def _prefix_max(x: np.ndarray) -> np.ndarray:
+    """``np.maximum.accumulate(x)``, or x itself when x is already non-decreasing.
+
+    The ring's segment maxima usually are (a bucket launched from the previous one's finish
+    times, which grow along the ring), and checking costs one comparison pass, against a serial
+    chain of about 6 ns per element for the accumulation. Exact either way."""
+    return x if _nondecreasing(x) else np.maximum.accumulate(x)
+
+
+def _nondecreasing(x: np.ndarray) -> bool:
+    return len(x) < 2 or bool(np.greater_equal(x[1:], x[:-1]).all())
+
+
+@dataclass
+class _Regular:
+    """Equal segments [first + k*spacing, first + (k+1)*spacing) between ``first`` and ``last``
+    (plus a head [0, first) and a tail [last, n)), with the buffers their maxima are taken in:
+    the plan's own vectors, reused on every call. At 16,384 ranks a vector is 128 KiB; new
+    temporaries per pass cost allocation and push the working set past a core's L2 cache
+    (measured on the 16,384-rank scale run: 1.14 s with separate work buffers, 1.07 s with the
+    passes in the plan's g and h)."""
+
+    first: int
+    last: int
+    spacing: int
+    seg: np.ndarray  # the segment maxima, rewritten by every call
+    work: tuple  # window_max's buffers
+
+
+def _regular(first: int, last: int, spacing: int, work: tuple) -> _Regular:
+    """Equal segments, their maxima taken in ``work`` (two buffers of at least last - first
+    floats, free for the segment maxima to overwrite)."""
+    return _Regular(first, last, spacing, np.empty((last - first) // spacing + 2), work)
+
+
+def _segment_max(h: np.ndarray, starts: np.ndarray, regular: Optional[_Regular]) -> np.ndarray:
+    """Maxima of h over the segments [starts[k], starts[k+1]) (the last one runs to the end).
+
+    With ``regular`` the result is its planned buffer: read it before the next call."""
     if regular is None:
         return np.maximum.reduceat(h, starts)
-    first, last, spacing = regular
-    seg = np.empty((last - first) // spacing + 2)
-    seg[0] = h[:first].max()
-    seg[-1] = h[last:].max()
+    first, last, spacing, seg = regular.first, regular.last, regular.spacing, regular.seg
+    seg[0] = h[0] if first == 1 else _max(h[:first])
+    seg[-1] = _max(h[last:])
     # equal segments: the maximum over every window of `spacing` positions (doubling windows,
     # a few contiguous passes) read at the segment starts; faster than reduceat or a
     # strided column loop (measured 8 us against 84 and 32 at 16,384 ranks, 8 per segment)
-    seg[1:-1] = window_max(h[first:last], spacing)[::spacing]
+    seg[1:-1] = window_max(h[first:last], spacing, regular.work)[::spacing]
     return seg
 
 
@@ -406,15 +482,21 @@ def running_max(x: np.ndarray) -> np.ndarray:
     return padded[:n]
 
 
-def window_max(x: np.ndarray, width: int) -> np.ndarray:
-    """y[s] = max(x[s : s + width]) for s in 0 .. len(x) - width (exact: maxima only)."""
-    y, w = x, 1
+def window_max(x: np.ndarray, width: int, work: Optional[tuple] = None) -> np.ndarray:
+    """y[s] = max(x[s : s + width]) for s in 0 .. len(x) - width (exact: maxima only).
+
+    ``work``: two buffers of at least len(x) - 1 floats that the passes alternate between
+    (then the result is a view of one of them), instead of a new array per pass."""
+    y, w, turn = x, 1, 0
     while 2 * w <= width:
-        y = np.maximum(y[:-w], y[w:])
+        out = None if work is None else work[turn][: len(y) - w]
+        y = np.maximum(y[:-w], y[w:], out=out)
         w *= 2
+        turn ^= 1
     if w < width:  # two overlapping windows of w cover one of `width`
         m = len(x) - width + 1
-        y = np.maximum(y[:m], y[width - w: width - w + m])
+        out = None if work is None else work[turn][:m]
+        y = np.maximum(y[:m], y[width - w: width - w + m], out=out)
     return y
 
 
@@ -459,7 +541,7 @@ class RingHalf(_RingClosedForm):
                        and np.array_equal(positions, np.arange(0, n, b))) else 0
         return _HalfClass(
             simple=simple,
-            regular=(1, last + 1, b) if simple else None,
+            regular=_regular(1, last + 1, b, (self._g, self._spare_buffer())) if simple else None,
             **vars(common),
             all_across=len(a) == n,
             across=a,
@@ -472,16 +554,20 @@ class RingHalf(_RingClosedForm):
             before_at=last - (before + 2),  # in the reversed accumulation of h[:last+1]
             last=last,
             within=tuple((int(i), int(lo[i]), int(q[i])) for i in within),
+            within_segments=_segment_spans(positions, n, [(int(lo[i]), int(q[i])) for i in within]) if simple else (),
         )
 
     def _evaluate(self, c: _HalfClass, h: np.ndarray, want_min: bool = False):
+        if c.simple:
+            return self._half_simple(c, h), None
         f = self._half(c, h)
         f += c.const
         return f, None
 
     def _half_simple(self, c: _HalfClass, h: np.ndarray) -> np.ndarray:
-        """:meth:`_half` when the class positions are every b ranks from rank 0 (one network
-        hop per node) and D >= 0: the same maxima, taken from the largest value M of h.
+        """The class's finish times (its maxima from :meth:`_half`, const added) when the class
+        positions are every b ranks from rank 0 (one network hop per node) and D >= 0: the same
+        maxima, taken from the largest value M of h.
 
         Rank a (node k = a // b, q(a) = k b) takes max(prefix_max(h)[q(a)], max(h[a+2:]) - D).
         With M first at p* (in segment j, which ends at node j's position): nodes k >= j have
@@ -497,42 +583,65 @@ class RingHalf(_RingClosedForm):
         j = int(seg.argmax())
         M = seg[j]
         below = M - c.D
-        node = np.empty(W)
-        if j < W:
-            node[j:] = M
+        const = c.const
+        f = np.empty(n)  # node values + const: nodes >= j take M, nodes < j max(prefix maximum, M - D)
         top = min(j, W)
         if top:
-            if seg[:top].max() > below:
-                node[:top] = np.maximum(np.maximum.accumulate(seg[:top]), below)
+            head = seg[:top]
+            if head[0] > below and _nondecreasing(head):
+                pass  # its own prefix maxima, all above M - D
+            elif _max(head) > below:
+                head = np.maximum(_prefix_max(head), below)
             else:
-                node[:top] = below
-        f = np.empty(n)
-        f.reshape(W, b)[:] = node[:, None]
+                head = None  # M - D throughout
+            if head is None:
+                np.add(const[: top * b], below, out=f[: top * b])
+            else:  # a repeat then a flat add: cheaper than a broadcast over (nodes, b) rows
+                np.add(head.repeat(b), const[: top * b], out=f[: top * b])
+        if j < W:
+            np.add(const[j * b:], M, out=f[j * b:])
         if j:  # the ranks whose suffix starts after p*, before the end of segment j
             start, end = (j - 1) * b + 1, min(j * b, n - 1)
-            p = start + int(h[start:end + 1].argmax())
-            after = seg[j + 1:].max() if j < W else NEG_INF
-            tail = np.maximum.accumulate(h[p + 1:end + 1][::-1])[::-1]  # max(h[y:end+1]), y = p+1..end
-            suffix = np.maximum(np.append(tail, NEG_INF), after)  # max(h[a+2:]) for a = p-1 .. end-1
-            lo, hi = max(p - 1, 0), min(end - 1, n - 3)  # these ranks, in at most two nodes
+            hi = min(end - 1, n - 3)  # ranks p* - 1 .. hi, in at most two nodes
+            # a few ranks (at most a node's worth plus one): Python floats over a short list
+            # cost less than a dozen numpy calls on views of a few elements; same IEEE maxima
+            # and differences, so the same bits
+            hs = h[start:end + 1].tolist()
+            p = start + hs.index(M)  # the first occurrence, as argmax
+            lo = max(p - 1, 0)
             if lo <= hi:
-                suffix = suffix[lo - (p - 1): hi - (p - 1) + 1]
                 k_lo, k_hi = lo // b, hi // b
-                pre_lo = seg[: k_lo + 1].max()
-                pre_hi = max(pre_lo, seg[k_lo + 1: k_hi + 1].max()) if k_hi > k_lo else pre_lo
-                split = min((k_lo + 1) * b, hi + 1) - lo  # ranks of node k_lo come first
-                out = f[lo: hi + 1]
-                np.maximum(pre_lo, suffix[:split] - c.D, out=out[:split])
-                np.maximum(pre_hi, suffix[split:] - c.D, out=out[split:])
+                pre_lo = _max(seg[: k_lo + 1])
+                pre_hi = max(pre_lo, _max(seg[k_lo + 1: k_hi + 1])) if k_hi > k_lo else pre_lo
+                first_hi = (k_lo + 1) * b  # ranks from here on are in node k_hi
+                D = float(c.D)
+                pre_lo, pre_hi = float(pre_lo), float(pre_hi)
+                running = float(_max(seg[j + 1:])) if j < W else NEG_INF  # max(h[end+1:])
+                vals = const[lo: hi + 1].tolist()  # value + const, added as numpy adds
+                for a in range(hi, lo - 1, -1):  # running = max(h[a+2:])
+                    y = a + 2
+                    if y <= end:
+                        x = hs[y - start]
+                        if x > running:
+                            running = x
+                    pre = pre_lo if a < first_hi else pre_hi
+                    d = running - D
+                    vals[a - lo] += d if d > pre else pre
+                f[lo: hi + 1] = vals
         else:
             p = 0
-        for i, lo, r in c.within:
-            f[i] = M if lo <= p <= r else h[lo: r + 1].max()
+        for (i, lo, r), span in zip(c.within, c.within_segments):
+            if lo <= p <= r:
+                top_in_range = M
+            elif span is not None:  # [lo, r] is whole segments: their maxima, not a pass over h
+                top_in_range = _max(seg[span[0]:span[1]])
+            else:
+                top_in_range = _max(h[lo: r + 1])
+            f[i] = top_in_range + const[i]
         return f
 
     def _half(self, c: _HalfClass, h: np.ndarray) -> np.ndarray:
-        if c.simple:
-            return self._half_simple(c, h)
+        """The class's maxima (const not added) by prefix and suffix maxima: any class."""
         if c.cuts is not None:
             prefix = np.maximum.accumulate(np.maximum.reduceat(h, c.cuts))
         else:

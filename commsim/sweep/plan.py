@@ -11,13 +11,19 @@ import os
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+import numpy as np
 import yaml
 
 from commsim.analysis.report import summarize
 from commsim.errors import ScenarioError
 from commsim.scenario.loader import load_document, load_scenario
 from commsim.scenario.spec import Scenario
+from commsim.sim.engine import simulate
 from commsim.sweep.grid import Grid, value_text
+
+# a summary reads per-step and per-collective records only (step times, launch spreads, last
+# ranks, collective durations), never the (steps x ranks) per-rank arrays: keep none of them
+NO_RANKS = np.arange(0)
 
 
 def yaml_flow(value: Any) -> str:
@@ -80,5 +86,10 @@ def plan_sweep(
 
 
 def run_point(scenario: Scenario) -> Dict[str, Any]:
-    """Simulate one point: ``commsim run``'s summary dict. Top-level so workers can pickle it."""
-    return summarize(scenario)
+    """Simulate one point: ``commsim run``'s summary dict. Top-level so workers can pickle it.
+
+    The run and its baseline keep no per-rank records (:data:`NO_RANKS`): the summary does not
+    read them, and at thousands of ranks they are most of a point's memory and copying."""
+    result = simulate(scenario, ranks=NO_RANKS)
+    baseline = simulate(scenario.without_stragglers(), ranks=NO_RANKS)
+    return summarize(scenario, result, baseline)

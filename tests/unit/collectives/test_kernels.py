@@ -150,3 +150,18 @@ def test_unknown_algorithm_and_bad_launch_shape():
             make_kernel(name, flat(4, 5e-6, 10e9), MB).finish_times(np.zeros(3))
     with pytest.raises(ValueError, match="implements all_reduce, not 'all_gather'"):
         REGISTRY["tree"].plan("all_gather", F, MB)
+
+
+@pytest.mark.parametrize("nodes", [3, 32])  # 32 nodes: the equal-segment shortcuts of the rings
+@pytest.mark.parametrize("name", ALGORITHMS)
+def test_a_plan_reused_returns_new_arrays_its_later_calls_leave_alone(name, nodes):
+    # kernels keep work buffers between calls: what a call returned must stay as it was
+    f = Fabric(nodes=nodes, gpus_per_node=4, intra_latency=1e-6, intra_bandwidth=300e9,
+               inter_latency=5e-6, inter_bandwidth=12.5e9)
+    rng = np.random.default_rng(nodes)
+    launches = [rng.uniform(0, 1e-3, f.world_size) for _ in range(4)]
+    reused = make_kernel(name, f, 4 * MB)
+    got = [reused.finish_times(launch) for launch in launches]
+    for launch, out in zip(launches, got):
+        np.testing.assert_array_equal(out, make_kernel(name, f, 4 * MB).finish_times(launch))
+    assert len({id(out) for out in got}) == len(got) and not any(np.shares_memory(got[0], o) for o in got[1:])

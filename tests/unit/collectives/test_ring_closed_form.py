@@ -219,6 +219,19 @@ def test_one_hop_time_is_max_launch_plus_k_steps(n, cls, steps):
         np.testing.assert_allclose(kernel.finish_times(launch), _recurrence(launch, t, steps(n)), rtol=1e-12)
 
 
+def chained_launches(kernel, n, rng, count=12):
+    """Launch vectors as the engine makes them: each collective launched from the previous
+    one's finish times (plus a little compute), so the segment maxima mostly grow along the
+    ring (the non-decreasing shortcut of _prefix_max), now and then with a late rank."""
+    launch, out = rng.random(n) * 1e-3, []
+    for k in range(count):
+        out.append(launch)
+        launch = kernel.finish_times(launch) + rng.random(n) * (1e-9 if k % 3 else 1e-5)
+        if k % 4 == 3:
+            launch[rng.integers(n)] += 1e-4
+    return out
+
+
 @pytest.mark.parametrize("nodes,g", [(2, 2), (5, 3), (16, 4), (64, 8)])
 def test_simple_window_path_equals_the_general_segment_path_exactly(nodes, g):
     # one network hop per node: the shortcut over the segment maxima must pick the very same
@@ -242,6 +255,8 @@ def test_simple_window_path_equals_the_general_segment_path_exactly(nodes, g):
     launch = np.zeros(n)
     launch[-1] = 1e-3  # the largest segment is the last one
     np.testing.assert_array_equal(fast.finish_times(launch), plain.finish_times(launch))
+    for launch in chained_launches(fast, n, rng):
+        np.testing.assert_array_equal(fast.finish_times(launch), plain.finish_times(launch))
     np.testing.assert_allclose(fast.finish_times(launch), _recurrence(launch, fast.hop_time, 2 * (n - 1)), rtol=1e-9)
 
 
@@ -254,6 +269,19 @@ def test_window_max_is_every_windows_maximum(xs, width):
     width = min(width, len(x))
     want = [max(x[s:s + width]) for s in range(len(x) - width + 1)]
     np.testing.assert_array_equal(window_max(x, width), want)
+    work = (np.full(len(x), np.nan), np.full(len(x), np.nan))  # planned buffers: same maxima
+    np.testing.assert_array_equal(window_max(x, width, work), want)
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.floats(-1e3, 1e3), min_size=0, max_size=300), st.booleans())
+def test_prefix_max_is_maximum_accumulate(xs, ordered):
+    from commsim.collectives.ring_closed_form import _prefix_max
+
+    x = np.sort(xs) if ordered else np.array(xs)
+    np.testing.assert_array_equal(_prefix_max(x), np.maximum.accumulate(x))
+    if ordered:  # non-decreasing: no accumulation, the input itself
+        assert _prefix_max(x) is x
 
 
 @settings(max_examples=50, deadline=None)
@@ -291,6 +319,7 @@ def test_half_simple_path_equals_the_prefix_suffix_path_exactly(nodes, g):
         launch = np.zeros(n)
         launch[hot] = 1e-3
         cases.append(launch)
+    cases += chained_launches(fast, n, rng)
     for launch in cases:
         np.testing.assert_array_equal(fast.finish_times(launch), plain.finish_times(launch))
         np.testing.assert_allclose(fast.finish_times(launch), _recurrence(launch, t, n - 1), rtol=1e-9)

@@ -39,3 +39,26 @@ def test_plan_resolves_each_point(scenario):
     # Two spellings of one rate are one point (the fingerprint is of the resolved scenario).
     same = plan_sweep(scenario, parse_grid_option("cluster.inter_node.bandwidth=100 Gbps,12.5 GB/s"))
     assert same[0].key == same[1].key
+
+
+def test_run_point_keeps_no_per_rank_records(monkeypatch):
+    """A sweep point's summary needs no (steps x ranks) arrays: its run and baseline keep none,
+    and the summary is the one `commsim run` computes from full records."""
+    from commsim.analysis.report import summarize
+    from commsim.scenario.loader import load_scenario
+    from commsim.sim import engine
+    from commsim.sweep.plan import run_point
+
+    sc = load_scenario("scenarios/32gpu_throttle.yaml", [], 20, None)
+    expected = summarize(sc)
+    kept = []
+    run = engine.Engine.run
+
+    def recording_run(self):
+        result = run(self)
+        kept.append(result.rank_end.shape[1])
+        return result
+
+    monkeypatch.setattr(engine.Engine, "run", recording_run)
+    assert run_point(sc) == expected
+    assert kept == [0, 0]  # the run and its baseline
