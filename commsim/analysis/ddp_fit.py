@@ -201,6 +201,18 @@ def _full_rank(J: np.ndarray, w: np.ndarray) -> bool:
     return bool(sv.size and sv[-1] > RANK_RCOND * sv[0] and sv[0] > 0)
 
 
+def _errors(names: str, runs, w, r, J):
+    """(standard errors, reduced chi-square or None) at a solution."""
+    dof = len(runs) - J.shape[1]
+    red = float(np.sum(w * r ** 2)) / dof if dof > 0 else None
+    try:
+        cov = np.linalg.inv(J.T @ (J * w[:, None]))
+    except np.linalg.LinAlgError:
+        raise CalibrationError(f"{names}: the runs cannot determine ddp.bucket_overhead (singular fit)") from None
+    cov *= max(1.0, red or 1.0)  # the runs scatter more than their own spread says: widen (Birge ratio)
+    return np.sqrt(np.maximum(np.diag(cov), 0.0)), red
+
+
 def fit_ddp_costs(runs: Sequence[DDPRun], fit_slowdown: Optional[bool] = None) -> DDPFit:
     """Fit ``bucket_overhead`` (and ``overlap_slowdown`` where the runs determine it; force it
     with `fit_slowdown` True/False) to the runs (see the module docstring). CalibrationError
@@ -237,15 +249,14 @@ def fit_ddp_costs(runs: Sequence[DDPRun], fit_slowdown: Optional[bool] = None) -
     if not np.any(np.abs(J[:, 0]) > 0):
         raise CalibrationError(f"{names}: the runs' predicted step times do not depend on ddp.bucket_overhead "
                                "(communication fully hidden behind compute): use a job whose communication is exposed")
-    dof = len(runs) - J.shape[1]
-    chi2 = float(np.sum(w * r ** 2))
-    red = chi2 / dof if dof > 0 else None
-    try:
-        cov = np.linalg.inv(J.T @ (J * w[:, None]))
-    except np.linalg.LinAlgError:
-        raise CalibrationError(f"{names}: the runs cannot determine ddp.bucket_overhead (singular fit)") from None
-    cov *= max(1.0, red or 1.0)
-    se = np.sqrt(np.maximum(np.diag(cov), 0.0))
+    se, red = _errors(names, runs, w, r, J)
+    if want_s and fit_slowdown is None and not se[1] < theta[1]:
+        # fitted, but not distinguishable from zero: the runs do not determine it
+        notes.append(f"ddp.overlap_slowdown kept at {s0:g}: the runs do not determine it "
+                     f"(fit gave {theta[1]:.3g} +- {se[1]:.2g})")
+        want_s = False
+        theta, r, J = _solve(runs, w, False, s0, 0.0, h_step)
+        se, red = _errors(names, runs, w, r, J)
     if theta[0] == 0.0:
         notes.append("ddp.bucket_overhead is at its bound 0: the runs are faster than the model without it")
     elif se[0] > theta[0]:
