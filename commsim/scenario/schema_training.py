@@ -9,7 +9,7 @@ takes for the loader to accept it.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Tuple, get_args
+from typing import Any, Mapping, Optional, Tuple, get_args
 
 from commsim.calibration.file import load_calibration
 from commsim.collectives import algorithms_for
@@ -26,7 +26,7 @@ from commsim.scenario.schema_fields import (
     read_time,
     read_time_or_zero,
 )
-from commsim.units import describe
+from commsim.units import describe, parse_rate, parse_time
 
 __all__ = [
     "ALGORITHMS",
@@ -36,6 +36,9 @@ __all__ = [
     "read_model",
     "read_compute",
     "read_ddp",
+    "read_ddp_costs",
+    "DDP_COST_KEYS",
+    "PRESET_MEMORY_BANDWIDTH",
     "read_collective",
     "read_calibration",
 ]
@@ -70,8 +73,54 @@ def read_compute(source: str, value: Any) -> spec.Compute:
     )
 
 
-def read_ddp(source: str, value: Any) -> spec.DDP:
-    m = Section(source, "ddp", value, SECTION_KEYS["ddp"])
+# DDP's own costs (commsim/sim/ddp_costs.py says what each charges and where its default comes from)
+DDP_COST_KEYS: Tuple[str, ...] = ("bucket_overhead", "memory_bandwidth", "gradient_as_bucket_view", "overlap_slowdown")
+
+# GPU memory bandwidth (bytes/s) of the GPUs a cluster preset (commsim/scenario/topology.py)
+# names: the default of ddp.memory_bandwidth there, instead of spec.DDPCosts' A100 figure.
+# Presets without a GPU of their own (ethernet-*) keep that figure.
+PRESET_MEMORY_BANDWIDTH = {
+    "dgx-a100": 1555e9,          # A100 SXM4 40 GB HBM2: 1,555 GB/s (NVIDIA A100 datasheet)
+    "dgx-h100": 3.35e12,         # H100 SXM5 80 GB HBM3: 3.35 TB/s (NVIDIA H100 datasheet)
+    "hgx-h100-8x400g": 3.35e12,  # H100 SXM5 (NVIDIA H100 datasheet)
+    "pcie-8gpu": 320e9,          # T4 16 GB GDDR6: 320 GB/s (NVIDIA T4 datasheet)
+}
+
+
+def read_ddp_costs(raw: Mapping[str, Any], source: str, where: str = "ddp",
+                   memory_bandwidth: Optional[float] = None) -> spec.DDPCosts:
+    """The DDP costs of a scenario's raw ``ddp:`` mapping (keys :data:`DDP_COST_KEYS`; the
+    section's other keys are :func:`read_ddp`'s). ScenarioError naming ``ddp.KEY`` for a bad
+    value. ``memory_bandwidth``: the default of that key (the cluster's GPUs), else the spec's."""
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, Mapping):
+        raise ScenarioError(source, where, f"expected a mapping, got {describe(raw)}")
+    kw = {} if memory_bandwidth is None else {"memory_bandwidth": float(memory_bandwidth)}
+    for key, parse in (("bucket_overhead", lambda v: parse_time(v, allow_zero=True)), ("memory_bandwidth", parse_rate)):
+        if key in raw:
+            try:
+                kw[key] = parse(raw[key])
+            except ValueError as exc:  # the unit parser's message says what was expected and given
+                raise ScenarioError(source, f"{where}.{key}", str(exc)) from None
+    if "gradient_as_bucket_view" in raw:
+        v = raw["gradient_as_bucket_view"]
+        if not isinstance(v, bool):
+            raise ScenarioError(source, f"{where}.gradient_as_bucket_view", f"expected true or false, got {describe(v)}")
+        kw["gradient_as_bucket_view"] = v
+    if "overlap_slowdown" in raw:
+        v = raw["overlap_slowdown"]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not (0 <= v <= 10):
+            raise ScenarioError(source, f"{where}.overlap_slowdown",
+                                f"expected a fraction in [0, 10] (0.1 = 10% slower), got {describe(v)}")
+        kw["overlap_slowdown"] = float(v)
+    return spec.DDPCosts(**kw)
+
+
+def read_ddp(source: str, value: Any, cluster: Any = None) -> spec.DDP:
+    """The ``ddp`` mapping; ``cluster`` is the document's raw ``cluster`` mapping, whose
+    ``preset`` (if any) gives the default memory bandwidth (:data:`PRESET_MEMORY_BANDWIDTH`)."""
+    m = Section(source, "ddp", value, SECTION_KEYS["ddp"] + DDP_COST_KEYS)
     accumulation = m.get("gradient_accumulation", read_count, spec.DDP.gradient_accumulation)
     sharding = m.get("sharding", choice(SHARDINGS), spec.DDP.sharding)
     if sharding != "none" and accumulation > 1:
@@ -80,12 +129,15 @@ def read_ddp(source: str, value: Any) -> spec.DDP:
         raise ScenarioError(source, "ddp.sharding",
                             f"expected gradient_accumulation 1 with sharding {sharding} (accumulation is modeled "
                             f"for sharding none only), got gradient_accumulation {accumulation}")
+    preset = cluster.get("preset") if isinstance(cluster, Mapping) else None
+    bandwidth = PRESET_MEMORY_BANDWIDTH.get(preset) if isinstance(preset, str) else None
     return spec.DDP(
         bucket_cap=m.get("bucket_cap", read_size, float(spec.DDP.bucket_cap)),
         first_bucket=m.get("first_bucket", read_size, float(spec.DDP.first_bucket)),
         overlap=m.get("overlap", read_bool, spec.DDP.overlap),
         gradient_accumulation=accumulation,
         sharding=sharding,
+        costs=read_ddp_costs(m.value, source, "ddp", bandwidth),
     )
 
 

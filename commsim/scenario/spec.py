@@ -100,14 +100,14 @@ class DDPCosts:
             raise ValueError(f"overlap_slowdown must be in [0, 10], got {self.overlap_slowdown!r}")
 
 
-
 @dataclass(frozen=True)
 class DDP:
     """PyTorch DistributedDataParallel settings (defaults as in PyTorch: 25 MiB buckets, 1 MiB first).
 
     ``sharding``: ``none`` (DDP: all-reduce per bucket), ``zero2`` (reduce-scatter per bucket,
     1/n optimizer, all-gather after it) or ``fsdp`` (the buckets are FSDP units, gathered before
-    their forward and their backward); see :mod:`commsim.sim.sharding`.
+    their forward and their backward); see :mod:`commsim.sim.sharding`. ``costs``: DDP's own
+    costs beyond the collectives (:class:`DDPCosts`; the literature's defaults, on).
     """
 
     bucket_cap: float = 25 * 1024 * 1024
@@ -115,6 +115,7 @@ class DDP:
     overlap: bool = True
     gradient_accumulation: int = 1
     sharding: Sharding = "none"
+    costs: DDPCosts = field(default_factory=DDPCosts)
 
 
 @dataclass(frozen=True)

@@ -42,6 +42,7 @@ from commsim.collectives.contract import Kernel
 from commsim.collectives.kernels import algorithm_for, make_kernel
 from commsim.network.costs import ddp_buckets
 from commsim.scenario.spec import Scenario
+from commsim.sim.ddp_costs import ChargedBackward, charges
 from commsim.sim.links import scenario_fabric
 from commsim.sim.sharding import optimizer_time, stream_order, unit_shares
 from commsim.sim.stragglers import Perturbations, ThermalClock, perturbations
@@ -196,6 +197,8 @@ class Engine:
 
     # -- the job: one SimPy process stepping all ranks as vectors ------------------------
     def _job(self):
+        if charges(self.scenario.ddp.costs, self.n):
+            return (yield from self._charged_job())
         sc = self.scenario
         c = sc.compute
         m = sc.ddp.gradient_accumulation
@@ -228,6 +231,40 @@ class Engine:
             end = self.ranks.finish(optimizer_start, f * c.optimizer)
             busy = (backward_end - t0) + (end - optimizer_start) + stall
             if (yield from self._close_step(s, end, backward_end, finish, busy, stall)):
+                return
+            start = end
+
+    def _charged_job(self):
+        """:meth:`_job` with DDP's own costs, charged as :class:`commsim.sim.ddp_costs.ChargedBackward`
+        says: each bucket's copy-in after the backward segment that completes it, its all-reduce
+        issued ``bucket_overhead`` later (launches one after another), backward slowed while the
+        rank's own all-reduces run, the copy back before the optimizer."""
+        sc = self.scenario
+        c = sc.compute
+        m = sc.ddp.gradient_accumulation
+        nb = len(self.kernels)
+        work_before = m * c.forward + (m - 1) * c.backward
+        charged = ChargedBackward(self.buckets, sc.ddp.overlap, sc.ddp.costs, self.perturb.clocks)
+        start = np.zeros(self.n)
+        for s in range(sc.steps):
+            f = self.perturb.factor_at(s)
+            stall = self.perturb.stall_at(s)
+            t0 = start + stall
+            self._begin_step(s)
+            t = self.ranks.finish(t0, f * work_before)  # no collective in flight before the last backward
+            charged.begin(f * c.backward, t)
+            stream = None
+            for j in range(nb):
+                issue = charged.bucket(j)
+                launch = issue if stream is None else np.maximum(issue, stream)
+                stream = yield from self._collective(s, issue, stream)
+                charged.ran(launch, stream)
+            t, backward_end = charged.end()
+            reduced = t if stream is None else stream
+            optimizer_start = np.maximum(reduced, t) + charged.copy_back
+            end = self.ranks.finish(optimizer_start, f * c.optimizer)
+            busy = (t - t0) + charged.copy_back + (end - optimizer_start) + stall
+            if (yield from self._close_step(s, end, backward_end, reduced, busy, stall)):
                 return
             start = end
 
