@@ -29,7 +29,7 @@ def bench():
 @pytest.fixture(scope="module")
 def check(bench, tmp_path_factory):
     reports = tmp_path_factory.mktemp("ddp_reports")
-    # 5e6 fp32 parameters (20 MB): 20 buckets of 1 MB vs 2 at 25 MB; batch 1 keeps compute
+    # about 5e6 fp32 parameters (20 MB): about 20 buckets of 1 MB vs 2 at 25 MB; batch 1 keeps compute
     # short so that communication is exposed
     out = bench.run_check(["1MB", "25MB"], rounds=3, steps=8, parameters=5e6, batch_size=1,
                           calibration_path=None, reports_dir=str(reports), warmup_steps=2, timeout_s=120)
@@ -38,7 +38,8 @@ def check(bench, tmp_path_factory):
 
 def test_sign_of_the_bucket_size_effect(check):
     out, _ = check
-    assert [r["buckets"] for r in out["runs"][:2]] == [20, 2]
+    buckets = {r["cap"]: r["buckets"] for r in out["runs"]}
+    assert buckets["1MB"] >= 10 * buckets["25MB"]  # ~20 vs 2 (the real model's parameter count)
     d, spread = out["measured_mean_diff_s"], out["measured_spread_s"]
     pred = out["predicted_diff_s"]["costs"]
     if not out["decided"]:
@@ -54,7 +55,7 @@ def test_the_runs_reports_feed_the_cost_fit(check):
 
     _, reports = check
     runs = [run_from_report(json.loads(p.read_text()), p.name) for p in sorted(reports.glob("*.json"))]
-    assert len(runs) == 6 and {r.buckets for r in runs} == {20, 2}
+    assert len(runs) == 6 and len({r.buckets for r in runs}) == 2
     fit = fit_ddp_costs(runs)
     assert fit.bucket_overhead >= 0 and fit.bucket_overhead_stderr >= 0
     assert len(fit.predicted_s) == 6
