@@ -48,6 +48,9 @@ __all__ = ["DDPRun", "DDPFit", "fit_record", "run_from_report", "predicted_step_
 
 MAX_SLOWDOWN = 10.0  # the key's range (commsim.scenario.spec.DDPCosts)
 ITERATIONS = 30
+BACKTRACKS = 30  # step halvings before a Gauss-Newton iteration gives up
+H_GRID = 12  # start grid: 0 and 12 log-spaced per-bucket costs up to the step time per bucket
+S_GRID = (0.0, 0.1, 0.3, 1.0, 3.0, 10.0)
 # Relative finite-difference steps: the per-bucket cost is stepped by this fraction of the
 # step time spread over the buckets, the slowdown by an absolute amount.
 H_STEP_FRACTION = 1e-3
@@ -178,22 +181,55 @@ def _jacobian(runs, theta, fit_s, s0, h_step) -> np.ndarray:
     return np.column_stack(cols)
 
 
-def _solve(runs, w, fit_s, s0, h0, h_step):
-    theta = np.array([h0, s0] if fit_s else [h0], dtype=float)
+def _clip(theta: np.ndarray, fit_s: bool) -> np.ndarray:
+    out = theta.copy()
+    out[0] = max(out[0], 0.0)
+    if fit_s:
+        out[1] = min(max(out[1], 0.0), MAX_SLOWDOWN)
+    return out
+
+
+def _start(runs, w, fit_s, s0, h_max) -> np.ndarray:
+    """The best point of a coarse grid: the cost is piecewise smooth with kinks where a
+    collective stops or starts overlapping compute, so Gauss-Newton from an arbitrary start can
+    stop at a kink far from the minimum."""
+    hs = np.concatenate(([0.0], np.geomspace(h_max * 1e-4, h_max, H_GRID)))
+    ss = S_GRID if fit_s else (s0,)
+    best, best_cost = None, np.inf
+    for h in hs:
+        for sv in ss:
+            theta = np.array([h, sv] if fit_s else [h])
+            r = _residuals(runs, theta, fit_s, s0)
+            c = float(np.sum(w * r ** 2))
+            if c < best_cost:
+                best, best_cost = theta, c
+    return best
+
+
+def _solve(runs, w, fit_s, s0, h_max, h_step):
+    """Projected Gauss-Newton with backtracking from the best grid point: a step is taken only
+    if it lowers the weighted sum of squares (a full step can overshoot a kink)."""
+    theta = _start(runs, w, fit_s, s0, h_max)
+    r = _residuals(runs, theta, fit_s, s0)
+    cost = float(np.sum(w * r ** 2))
+    sw = np.sqrt(w)
     for _ in range(ITERATIONS):
-        r = _residuals(runs, theta, fit_s, s0)
         J = _jacobian(runs, theta, fit_s, s0, h_step)
-        sw = np.sqrt(w)
         step, *_ = np.linalg.lstsq(J * sw[:, None], -r * sw, rcond=None)
-        new = theta + step
-        new[0] = max(new[0], 0.0)
-        if fit_s:
-            new[1] = min(max(new[1], 0.0), MAX_SLOWDOWN)
-        if np.allclose(new, theta, rtol=1e-10, atol=1e-12):
-            theta = new
+        for _ in range(BACKTRACKS):
+            new = _clip(theta + step, fit_s)
+            r_new = _residuals(runs, new, fit_s, s0)
+            c_new = float(np.sum(w * r_new ** 2))
+            if c_new < cost:
+                break
+            step = step / 2
+        else:
+            break  # no step lowers the cost: a minimum (of the piecewise-linear model)
+        converged = cost - c_new <= 1e-12 * max(cost, 1e-300)
+        theta, r, cost = new, r_new, c_new
+        if converged:
             break
-        theta = new
-    return theta, _residuals(runs, theta, fit_s, s0), _jacobian(runs, theta, fit_s, s0, h_step)
+    return theta, r, _jacobian(runs, theta, fit_s, s0, h_step)
 
 
 def _full_rank(J: np.ndarray, w: np.ndarray) -> bool:
@@ -233,19 +269,20 @@ def fit_ddp_costs(runs: Sequence[DDPRun], fit_slowdown: Optional[bool] = None) -
     rel_err = np.array([max(r.stderr_s / r.step_time_s, 1e-6) for r in runs])
     w = 1.0 / rel_err ** 2
     s0 = runs[0].scenario.ddp.costs.overlap_slowdown
-    h_step = H_STEP_FRACTION * statistics.median(r.step_time_s / r.buckets for r in runs)
+    h_max = statistics.median(r.step_time_s / r.buckets for r in runs)  # the whole step spread over the buckets
+    h_step = H_STEP_FRACTION * h_max
     notes: List[str] = []
     want_s = fit_slowdown if fit_slowdown is not None else len(runs) >= 3
     if fit_slowdown is None and not want_s:
         notes.append(f"ddp.overlap_slowdown kept at {s0:g} (the scenario's): fitting it too needs three or more runs")
-    theta, r, J = _solve(runs, w, want_s, s0, 0.0, h_step)
+    theta, r, J = _solve(runs, w, want_s, s0, h_max, h_step)
     if want_s and not _full_rank(J, w):
         if fit_slowdown:
             raise CalibrationError(f"{names}: the runs cannot determine ddp.overlap_slowdown together with "
                                    "ddp.bucket_overhead (their step times move alike); fit bucket_overhead alone")
         notes.append(f"ddp.overlap_slowdown kept at {s0:g}: the runs cannot tell it from bucket_overhead")
         want_s = False
-        theta, r, J = _solve(runs, w, False, s0, 0.0, h_step)
+        theta, r, J = _solve(runs, w, False, s0, h_max, h_step)
     if not np.any(np.abs(J[:, 0]) > 0):
         raise CalibrationError(f"{names}: the runs' predicted step times do not depend on ddp.bucket_overhead "
                                "(communication fully hidden behind compute): use a job whose communication is exposed")
@@ -255,7 +292,7 @@ def fit_ddp_costs(runs: Sequence[DDPRun], fit_slowdown: Optional[bool] = None) -
         notes.append(f"ddp.overlap_slowdown kept at {s0:g}: the runs do not determine it "
                      f"(fit gave {theta[1]:.3g} +- {se[1]:.2g})")
         want_s = False
-        theta, r, J = _solve(runs, w, False, s0, 0.0, h_step)
+        theta, r, J = _solve(runs, w, False, s0, h_max, h_step)
         se, red = _errors(names, runs, w, r, J)
     if theta[0] == 0.0:
         notes.append("ddp.bucket_overhead is at its bound 0: the runs are faster than the model without it")

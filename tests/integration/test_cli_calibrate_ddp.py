@@ -14,8 +14,8 @@ MB = 2**20
 
 
 def _report(path, cap_mb, h=400e-6, s=0.1):
-    sc = spec.Scenario(cluster=spec.Cluster(1, 2, spec.Link(1e9, 100e-6), spec.Link(1e9, 100e-6)),
-                       model=spec.Model(25_000_000), compute=spec.Compute(0.02, 0.04, 0.005, 4), steps=4,
+    sc = spec.Scenario(cluster=spec.Cluster(1, 2, spec.Link(0.25e9, 100e-6), spec.Link(0.25e9, 100e-6)),
+                       model=spec.Model(6_000_000), compute=spec.Compute(0.02, 0.04, 0.005, 4), steps=4,
                        ddp=spec.DDP(bucket_cap=cap_mb * MB))
     t = predicted_step_time(DDPRun(sc, 1.0, 0.0), h, s)
     path.write_text(json.dumps({"mode": "ddp", "ddp_fit_input": fit_record(sc, None, [t * 0.999, t, t * 1.001])}))

@@ -16,11 +16,11 @@ MB = 2**20
 
 
 def job(cap_mb: float, overlap: bool = True, **costs) -> spec.Scenario:
-    """2 ranks, 100 MB of fp32 gradients over a 1 GB/s link: communication (~0.1 s) longer
+    """2 ranks, 24 MB of fp32 gradients over a 0.25 GB/s link: communication (~0.1 s) longer
     than the 40 ms backward, so that per-bucket costs show."""
     return spec.Scenario(
-        cluster=spec.Cluster(1, 2, spec.Link(1e9, 100e-6), spec.Link(1e9, 100e-6)),
-        model=spec.Model(25_000_000, "fp32"),
+        cluster=spec.Cluster(1, 2, spec.Link(0.25e9, 100e-6), spec.Link(0.25e9, 100e-6)),
+        model=spec.Model(6_000_000, "fp32"),
         compute=spec.Compute(forward=0.02, backward=0.04, optimizer=0.005, batch_size=4),
         name=f"cap{cap_mb}", steps=4,
         ddp=spec.DDP(bucket_cap=cap_mb * MB, first_bucket=1 * MB, overlap=overlap, costs=spec.DDPCosts(**costs)),
@@ -76,7 +76,7 @@ def test_one_run_is_refused():
 
 
 def test_caps_with_the_same_bucket_count_are_refused():
-    # 100 MB in 25 MB or 30 MB buckets (after the 1 MB first): 5 buckets both ways
+    # 24 MB in 25 MB or 30 MB buckets (after the 1 MB first): 2 buckets both ways
     runs = measured([25, 30], 300e-6, 0.1)
     assert runs[0].buckets == runs[1].buckets
     with pytest.raises(CalibrationError, match="bucket counts differ"):
@@ -95,7 +95,7 @@ def test_slowdown_without_overlap_cannot_be_determined():
 
 def test_runs_of_different_jobs_are_refused():
     a, b = measured([1, 25], 300e-6, 0.1)
-    b = replace(b, scenario=replace(b.scenario, model=spec.Model(20_000_000, "fp32")))
+    b = replace(b, scenario=replace(b.scenario, model=spec.Model(5_000_000, "fp32")))
     with pytest.raises(CalibrationError, match="different jobs"):
         fit_ddp_costs([a, b])
 
@@ -126,9 +126,9 @@ def test_bad_reports_name_the_file_and_key(report, key):
 def test_fit_yaml_is_a_scenario_ddp_fragment():
     fit = fit_ddp_costs(measured([1, 4, 25], 250e-6, 0.2))
     fragment = yaml.safe_load(fit_yaml(fit, "commsim calibrate --ddp-fit ..."))
-    doc = {"cluster": {"nodes": 1, "gpus_per_node": 2, "intra_node": {"bandwidth": "1 GB/s"},
+    doc = {"cluster": {"nodes": 1, "gpus_per_node": 2, "intra_node": {"bandwidth": "0.25 GB/s"},
                        "inter_node": {"bandwidth": "1 GB/s"}},
-           "model": {"parameters": 25_000_000}, "compute": {"forward": "20 ms", "backward": "40 ms"},
+           "model": {"parameters": 6_000_000}, "compute": {"forward": "20 ms", "backward": "40 ms"},
            "ddp": {"bucket_cap": "4 MiB", **fragment["ddp"]}}
     costs = parse_scenario(doc, "s.yaml").ddp.costs
     assert costs.bucket_overhead == pytest.approx(250e-6, rel=1e-4)
