@@ -1,10 +1,11 @@
 """Small vs large DDP buckets on the gloo validator: does the model get the sign of the difference?
 
-    python benchmarks/ddp_buckets_gloo.py [--rounds 3] [--steps 10] [--caps 1MB,25MB]
-        [--parameters 25e6] [--batch-size 4] [--calibration CAL.yaml] [--reports DIR] [--json OUT.json]
+    python benchmarks/ddp_buckets_gloo.py [--rounds 5] [--steps 10] [--caps 1MB,25MB]
+        [--parameters 5e6] [--batch-size 1] [--calibration CAL.yaml] [--reports DIR] [--json OUT.json]
 
 Runs ``commsim validate --mode ddp``'s job (validate/ddp_job.py: a real torch DDP model of
-``--parameters`` fp32 parameters on 2 gloo ranks) at each bucket cap, ``--rounds`` times, the
+``--parameters`` fp32 parameters on 2 gloo ranks; 5e6 is 20 MB of gradients, about 20 buckets
+of 1 MB against 2 at 25 MB) at each bucket cap, ``--rounds`` times, the
 caps alternating in order from round to round so that a drift in the machine's load falls on
 both. A small batch keeps compute short, so that communication is exposed and the per-bucket
 cost shows. The calibration is measured first (2 gloo ranks up to 32 MiB) unless given.
@@ -109,11 +110,11 @@ def run_check(caps: Sequence[str], rounds: int, steps: int, parameters: float, b
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--caps", default="1MB,25MB", help="bucket caps, smallest first (comma-separated)")
-    ap.add_argument("--parameters", type=float, default=25e6)
-    ap.add_argument("--batch-size", type=int, default=4)
+    ap.add_argument("--parameters", type=float, default=5e6)
+    ap.add_argument("--batch-size", type=int, default=1)
     ap.add_argument("--calibration", default=None, help="a gloo calibration (else one is measured first)")
     ap.add_argument("--reports", default=None, help="folder for every run's validate report (for calibrate --ddp-fit)")
     ap.add_argument("--json", default=None)

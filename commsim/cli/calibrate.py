@@ -166,11 +166,11 @@ def _measured(output, backend, nprocs, max_size, iters, warmup, compute_params, 
               help="Parameters of the synthetic model timed for compute (0 to skip, else >= 2); K/M/G are binary.")
 @click.option("--timeout", "timeout_s", type=POSITIVE_SECONDS, default=300.0, show_default=True,
               help="Seconds before a hung or dead rank fails the run (exit 3).")
-@click.option("--ddp-fit", "ddp_reports", multiple=True, type=click.Path(dir_okay=False), metavar="REPORT.json",
-              help="Fit ddp.bucket_overhead (and overlap_slowdown) to `validate --mode ddp --json` reports "
-                   "of one job at two or more bucket caps (repeat the option); -o gets a scenario ddp: fragment.")
+@click.option("--ddp-fit", "ddp_fit", is_flag=True,
+              help="Fit ddp.bucket_overhead (and overlap_slowdown) to `validate --mode ddp --json` reports (the "
+                   "arguments) of one job at two or more bucket caps; -o gets a scenario ddp: fragment.")
 def calibrate_cmd(logs, from_nccl, output, level, ranks, in_place, same_system, physical, system_name, nodes,
-                  gpus_per_node, backend, nprocs, max_size, iters, warmup, compute_params, timeout_s, ddp_reports):
+                  gpus_per_node, backend, nprocs, max_size, iters, warmup, compute_params, timeout_s, ddp_fit):
     """Write a calibration file: fit alpha/beta per link level and keep the measured table.
 
     \b
@@ -185,9 +185,9 @@ def calibrate_cmd(logs, from_nccl, output, level, ranks, in_place, same_system, 
     """
     from commsim.calibration.file import dump_calibration
 
-    if ddp_reports:
+    if ddp_fit:
         from commsim.cli.calibrate_ddp import ddp_fit_command
-        return ddp_fit_command(ddp_reports, output, from_nccl or backend is not None or bool(logs))
+        return ddp_fit_command(logs, output, from_nccl or backend is not None)
     if from_nccl == (backend is not None):
         raise click.UsageError("give either --from-nccl-tests LOG [LOG ...] or --backend gloo|nccl")
     if not from_nccl and logs:

@@ -1,4 +1,4 @@
-"""`commsim calibrate --ddp-fit REPORT.json ...`: fit DDP's own costs to DDP validation runs.
+"""`commsim calibrate --ddp-fit REPORT.json [REPORT.json ...] -o DDP.yaml`: DDP's own costs from DDP validation runs.
 
 Reads ``commsim validate --mode ddp --json`` reports of one job at two or more bucket caps,
 fits ``ddp.bucket_overhead`` (and ``ddp.overlap_slowdown`` where the runs determine it) with
@@ -19,12 +19,14 @@ from commsim.errors import InputError
 
 
 def ddp_fit_command(reports: Sequence[str], output: str, other_source: bool) -> None:
-    """The whole `--ddp-fit` branch of `commsim calibrate` (`other_source`: LOG arguments,
-    --from-nccl-tests or --backend were given too, which a DDP fit does not read)."""
+    """The whole `--ddp-fit` branch of `commsim calibrate`: `reports` are its arguments
+    (`other_source`: --from-nccl-tests or --backend was given too, which a DDP fit does not read)."""
     from commsim.analysis.ddp_fit import fit_ddp_costs, fit_lines, fit_yaml, run_from_report
 
     if other_source:
-        fail("--ddp-fit fits DDP's costs from validate --mode ddp reports: give no LOG, --from-nccl-tests or --backend with it")
+        fail("--ddp-fit fits DDP's costs from validate --mode ddp reports: give no --from-nccl-tests or --backend with it")
+    if not reports:
+        fail("--ddp-fit: no report given (expected REPORT.json [REPORT.json ...] from validate --mode ddp --json)")
     stdout_taken = check_outputs({"-o": output})
     echo = echo_to(stdout_taken)
     runs = []

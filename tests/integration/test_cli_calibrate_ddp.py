@@ -25,7 +25,7 @@ def _report(path, cap_mb, h=400e-6, s=0.1):
 def test_ddp_fit_writes_a_ddp_fragment(tmp_path):
     reports = [_report(tmp_path / f"r{c}.json", c) for c in (1, 25)]
     out = tmp_path / "ddp.yaml"
-    res = CliRunner().invoke(main, ["calibrate", "--ddp-fit", reports[0], "--ddp-fit", reports[1], "-o", str(out)])
+    res = CliRunner().invoke(main, ["calibrate", "--ddp-fit", *reports, "-o", str(out)])
     assert res.exit_code == 0, res.output
     ddp = yaml.safe_load(out.read_text())["ddp"]
     assert ddp["bucket_overhead"].endswith(" us")
@@ -38,8 +38,9 @@ def test_ddp_fit_refusals_are_one_line_exit_2_and_write_nothing(tmp_path):
     out = tmp_path / "ddp.yaml"
     for args, text in (
         (["--ddp-fit", one], "two or more bucket caps"),
-        (["--ddp-fit", one, "--ddp-fit", str(tmp_path / "missing.json")], "missing.json: cannot read"),
-        (["--ddp-fit", one, "--backend", "gloo"], "give no LOG, --from-nccl-tests or --backend"),
+        (["--ddp-fit", one, str(tmp_path / "missing.json")], "missing.json: cannot read"),
+        (["--ddp-fit", one, "--backend", "gloo"], "give no --from-nccl-tests or --backend"),
+        (["--ddp-fit"], "no report given"),
     ):
         res = CliRunner().invoke(main, ["calibrate", *args, "-o", str(out)])
         assert res.exit_code == 2, res.output
