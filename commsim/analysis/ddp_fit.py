@@ -9,9 +9,11 @@ re-simulates every run with trial costs and solves
 
 where T_i is the simulator's steady-state step time of run i with ``bucket_overhead`` h and
 ``overlap_slowdown`` s (the scenario's other DDP costs as they are), M_i the run's measured
-median step time and w_i = 1 / (its relative standard error)^2, by Gauss-Newton with a
-finite-difference Jacobian, the constants kept in their ranges (h >= 0, 0 <= s <= 10). The
-engine's step time is piecewise linear in both, so a few iterations suffice.
+median step time and w_i = 1 / (its relative standard error)^2: from the best point of a
+coarse grid, Gauss-Newton with a finite-difference Jacobian, taking only steps that lower the
+cost, the constants kept in their ranges (h >= 0, 0 <= s <= 10). The engine's step time is
+piecewise linear in both, with kinks where a collective starts or stops overlapping compute:
+hence the grid start and the step control.
 
 Standard errors: cov = (J^T W J)^-1, scaled by the reduced chi-square when it exceeds 1 (the
 runs scatter more than their own step-to-step spread says; Birge ratio), with J the Jacobian
