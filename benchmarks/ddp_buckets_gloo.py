@@ -105,7 +105,9 @@ def run_check(caps: Sequence[str], rounds: int, steps: int, parameters: float, b
             "runs": runs, "measured_diff_s": diffs, "measured_mean_diff_s": mean_d, "measured_spread_s": spread,
             "measured_large_s": statistics.median(by[(k, large)] for k in range(rounds)),
             "decided": decided, "compute_s": compute, "predicted_s": pred, "predicted_diff_s": pred_d,
-            "sign_matches": {tag: sign(d) == sign(mean_d) for tag, d in pred_d.items()} if decided else None}
+            "sign_matches": {tag: sign(d) == sign(mean_d) for tag, d in pred_d.items()} if decided else None,
+            # how many rounds, each on its own, have the model's sign (informative, not the decision)
+            "rounds_with_model_sign": {tag: sum(sign(x) == sign(d) for x in diffs) for tag, d in pred_d.items()}}
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -137,6 +139,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print("sign " + ", ".join(f"{tag}: {'matches' if ok else 'DIFFERS'}" for tag, ok in out["sign_matches"].items()))
     else:
         print(f"sign not decided: |measured difference| is within {SIGNIFICANCE:g}x the run-to-run spread")
+    print("rounds whose own difference has the model's sign: " + ", ".join(
+        f"{tag} {k}/{out['rounds']}" for tag, k in out["rounds_with_model_sign"].items()))
     if args.json:
         from commsim.atomic import atomic_write_text
         atomic_write_text(args.json, json.dumps(out, sort_keys=True, indent=2) + "\n")

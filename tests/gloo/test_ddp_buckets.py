@@ -45,7 +45,8 @@ def test_sign_of_the_bucket_size_effect(check):
     if not out["decided"]:
         pytest.skip(f"measured T(1MB) - T(25MB) = {d * 1e3:+.2f} ms is within 2x its run-to-run spread "
                     f"({spread * 1e3:.2f} ms over {out['rounds']} rounds): too noisy to tell the sign "
-                    f"(model: {pred * 1e3:+.2f} ms)")
+                    f"(model: {pred * 1e3:+.2f} ms; {out['rounds_with_model_sign']['costs']} of {out['rounds']} rounds "
+                    f"have the model's sign)")
     assert (pred > 0) == (d > 0), (f"model says T(1MB) - T(25MB) = {pred * 1e3:+.2f} ms, measured {d * 1e3:+.2f} ms "
                                    f"(spread {spread * 1e3:.2f} ms)")
 
