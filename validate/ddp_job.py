@@ -124,11 +124,22 @@ def measure(scenario, backend: str, nprocs: int, warmup_steps: int, timeout_s: f
     return measured_summary(results[0]["start"], rank_end), results
 
 
+def step_times(results) -> list:
+    """Per-step durations (s) of a run: from the previous step's end on its last rank (the
+    common start first) to this step's, as :func:`commsim.analysis.validation.measured_summary`."""
+    import numpy as np
+
+    step_end = np.array([r["ends"] for r in results]).max(axis=0)
+    return np.diff(np.concatenate(([results[0]["start"]], step_end))).tolist()
+
+
 def validate_scenario(scenario, calibration, backend: str, nprocs: int, warmup_steps: int = 2,
                       timeout_s: float = 120.0, echo=print) -> Dict:
-    """Real DDP vs the calibrated simulation of the scenario with the measured compute."""
+    """Real DDP vs the calibrated simulation of the scenario with the measured compute. The
+    report's ``ddp_fit_input`` is what ``commsim calibrate --ddp-fit`` fits DDP's costs from."""
     from dataclasses import replace
 
+    from commsim.analysis.ddp_fit import fit_record
     from commsim.analysis.validation import compare, predicted_summary
 
     measured, results = measure(scenario, backend, nprocs, warmup_steps, timeout_s, echo)
@@ -143,4 +154,5 @@ def validate_scenario(scenario, calibration, backend: str, nprocs: int, warmup_s
         baseline, _ = measure(scenario.without_stragglers(), backend, nprocs, warmup_steps, timeout_s, echo)
     report = compare(measured, predicted_summary(fed, calibration), baseline)
     report["measured"]["compute_s"] = comp
+    report["ddp_fit_input"] = fit_record(fed, calibration, step_times(results))
     return report

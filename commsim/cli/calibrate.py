@@ -186,10 +186,13 @@ def _measured_on_hosts(output, job, tables, backend, max_size, iters, warmup, co
 @click.option("--tables", type=click.Path(file_okay=False), default=None,
               help="Across hosts: folder (on rank 0's host) for the per-level nccl-tests tables "
                    "(default: OUTPUT without .yaml, plus .tables).")
+@click.option("--ddp-fit", "ddp_fit", is_flag=True,
+              help="Fit ddp.bucket_overhead (and overlap_slowdown) to `validate --mode ddp --json` reports (the "
+                   "arguments) of one job at two or more bucket caps; -o gets a scenario ddp: fragment.")
 @click.pass_context
 def calibrate_cmd(click_ctx, logs, from_nccl, output, level, ranks, in_place, same_system, physical, system_name,
                   nodes, gpus_per_node, backend, nprocs, max_size, iters, warmup, compute_params, timeout_s,
-                  nnodes, node_rank, rdzv_endpoint, nproc_per_node, ranks_from_env, tables):
+                  nnodes, node_rank, rdzv_endpoint, nproc_per_node, ranks_from_env, tables, ddp_fit):
     """Write a calibration file: fit alpha/beta per link level and keep the measured table.
 
     \b
@@ -202,11 +205,16 @@ def calibrate_cmd(click_ctx, logs, from_nccl, output, level, ranks, in_place, sa
     Measuring across hosts (run on each; node 0's host writes CAL.yaml and the per-level tables):
       commsim calibrate --backend nccl --nnodes 2 --node-rank K --rdzv-endpoint NODE0:29500 --nproc-per-node 8 -o CAL.yaml
       srun -N2 --ntasks-per-node 8 commsim calibrate --backend nccl --ranks-from-env --rdzv-endpoint NODE0:29500 -o CAL.yaml
+    DDP's own costs, from `validate --mode ddp --json` reports at two or more bucket caps:
+      commsim calibrate --ddp-fit ddp_1MB.json ddp_25MB.json -o ddp.yaml
     A rank that dies or hangs exits 3, Ctrl-C exits 130; both keep the measurements taken
     so far in CAL.yaml.partial.json.
     """
     from commsim.calibration.file import dump_calibration
 
+    if ddp_fit:
+        from commsim.cli.calibrate_ddp import ddp_fit_command
+        return ddp_fit_command(logs, output, from_nccl or backend is not None)
     if from_nccl == (backend is not None):
         raise click.UsageError("give either --from-nccl-tests LOG [LOG ...] or --backend gloo|nccl")
     if not from_nccl and logs:

@@ -99,7 +99,7 @@ def parse_scenario(doc: Any, source: str) -> spec.Scenario:
     cluster = read_cluster(source, doc["cluster"])
     model = read_model(source, doc["model"])
     compute = read_compute(source, doc["compute"])
-    ddp = read_ddp(source, doc.get("ddp", {}), model, doc["cluster"])  # absent: every default (cluster: its preset's GPU)
+    ddp = read_ddp(source, doc.get("ddp", {}), model=model, cluster=doc["cluster"])  # absent: every default (cluster: its preset's GPU)
     collective = read_collective(source, doc.get("collective", {}))
     buckets = model.grad_bytes / ddp.bucket_cap
     if buckets > MAX_BUCKETS:

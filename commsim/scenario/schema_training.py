@@ -118,7 +118,7 @@ def read_ddp_costs(raw: Mapping[str, Any], source: str, where: str = "ddp",
     return spec.DDPCosts(**kw)
 
 
-def read_ddp(source: str, value: Any, model: Optional[spec.Model] = None, cluster: Any = None) -> spec.DDP:
+def read_ddp(source: str, value: Any, *, model: Optional[spec.Model] = None, cluster: Any = None) -> spec.DDP:
     """The ``ddp`` mapping; `model` (when given) checks an explicit bucket layout's total;
     ``cluster`` is the document's raw ``cluster`` mapping, whose ``preset`` (if any) gives the
     default memory bandwidth (:data:`PRESET_MEMORY_BANDWIDTH`)."""

@@ -61,12 +61,12 @@ def test_ddp_costs_keys_defaults_on_and_off():
 
 
 def test_ddp_costs_memory_bandwidth_from_the_cluster_preset():
-    assert read_ddp(SRC, {}, {"preset": "dgx-h100", "nodes": 2}).costs.memory_bandwidth == 3.35e12
-    assert read_ddp(SRC, {}, {"preset": "pcie-8gpu"}).costs.memory_bandwidth == PRESET_MEMORY_BANDWIDTH["pcie-8gpu"]
+    assert read_ddp(SRC, {}, cluster={"preset": "dgx-h100", "nodes": 2}).costs.memory_bandwidth == 3.35e12
+    assert read_ddp(SRC, {}, cluster={"preset": "pcie-8gpu"}).costs.memory_bandwidth == PRESET_MEMORY_BANDWIDTH["pcie-8gpu"]
     # no GPU named (or a preset without one): the spec's A100 figure; the key wins over the preset
-    assert read_ddp(SRC, {}, {"nodes": 2}).costs.memory_bandwidth == spec.DDPCosts().memory_bandwidth
-    assert read_ddp(SRC, {}, {"preset": "ethernet-25g"}).costs.memory_bandwidth == spec.DDPCosts().memory_bandwidth
-    assert read_ddp(SRC, {"memory_bandwidth": "1 TB/s"}, {"preset": "dgx-h100"}).costs.memory_bandwidth == 1e12
+    assert read_ddp(SRC, {}, cluster={"nodes": 2}).costs.memory_bandwidth == spec.DDPCosts().memory_bandwidth
+    assert read_ddp(SRC, {}, cluster={"preset": "ethernet-25g"}).costs.memory_bandwidth == spec.DDPCosts().memory_bandwidth
+    assert read_ddp(SRC, {"memory_bandwidth": "1 TB/s"}, cluster={"preset": "dgx-h100"}).costs.memory_bandwidth == 1e12
 
 
 @pytest.mark.parametrize("raw, key, expected", [

@@ -1,0 +1,339 @@
+"""Fitting DDP's own costs (``ddp.bucket_overhead``, ``ddp.overlap_slowdown``) to measured DDP runs.
+
+Input: ``commsim validate --mode ddp --json`` reports of one job at two or more bucket caps.
+Each report carries what its prediction was made from (:func:`fit_record`): the scenario with
+the compute measured in that run, its calibration, and the measured step times. The fit
+re-simulates every run with trial costs and solves
+
+    min over (h, s) of  sum_i w_i (T_i(h, s) / M_i - 1)^2
+
+where T_i is the simulator's steady-state step time of run i with ``bucket_overhead`` h and
+``overlap_slowdown`` s (the scenario's other DDP costs as they are), M_i the run's measured
+median step time and w_i = 1 / (its relative standard error)^2: from the best point of a
+coarse grid, Gauss-Newton with a finite-difference Jacobian, taking only steps that lower the
+cost, the constants kept in their ranges (h >= 0, 0 <= s <= 10). The engine's step time is
+piecewise linear in both, with kinks where a collective starts or stops overlapping compute:
+hence the grid start and the step control.
+
+Standard errors: cov = (J^T W J)^-1, scaled by the reduced chi-square when it exceeds 1 (the
+runs scatter more than their own step-to-step spread says; Birge ratio), with J the Jacobian
+of the relative residuals at the solution.
+
+What the runs can determine: h needs runs whose bucket counts differ (one run, or caps that
+give the same buckets, cannot tell a per-bucket cost from any other per-step cost the
+prediction misses) and a step time that moves with h. s is fitted too only with at least
+three runs and a Jacobian of full rank (s moves the step time only where compute overlaps a
+collective); otherwise it keeps the scenario's value and the fit says why. A constant the
+runs cannot determine is refused (:class:`commsim.calibration.CalibrationError`, one line).
+
+Output (:func:`fit_yaml`): a ``ddp:`` mapping to copy into a scenario (or pass as
+``--set ddp.bucket_overhead=...``), each constant with its standard error in a comment.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import asdict, dataclass, replace
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+import numpy as np
+
+from commsim.calibration import CalibrationError
+from commsim.calibration.file import calibration_from_dict, calibration_to_dict
+from commsim.network.costs import ddp_buckets
+from commsim.scenario import spec
+from commsim.sim.engine import simulate
+
+__all__ = ["DDPRun", "DDPFit", "fit_record", "run_from_report", "predicted_step_time", "fit_ddp_costs", "fit_yaml",
+           "fit_lines"]
+
+MAX_SLOWDOWN = 10.0  # the key's range (commsim.scenario.spec.DDPCosts)
+ITERATIONS = 30
+BACKTRACKS = 30  # step halvings before a Gauss-Newton iteration gives up
+H_GRID = 12  # start grid: 0 and 12 log-spaced per-bucket costs up to the step time per bucket
+S_GRID = (0.0, 0.1, 0.3, 1.0, 3.0, 10.0)
+# Relative finite-difference steps: the per-bucket cost is stepped by this fraction of the
+# step time spread over the buckets, the slowdown by an absolute amount.
+H_STEP_FRACTION = 1e-3
+S_STEP = 1e-3
+RANK_RCOND = 1e-6  # singular values below this fraction of the largest: not determined
+
+
+@dataclass(frozen=True)
+class DDPRun:
+    """One measured DDP run: the scenario its prediction used (measured compute, its bucket
+    cap), the measured median step time (s) and that median's standard error (s)."""
+
+    scenario: spec.Scenario
+    step_time_s: float
+    stderr_s: float
+    source: str = "run"
+
+    @property
+    def buckets(self) -> int:
+        d = self.scenario.ddp
+        return len(ddp_buckets(self.scenario.model.grad_bytes, d.first_bucket, d.bucket_cap))
+
+
+@dataclass(frozen=True)
+class DDPFit:
+    """Fitted DDP costs: values (s, fraction), standard errors, which were fitted, notes."""
+
+    bucket_overhead: float
+    bucket_overhead_stderr: float
+    overlap_slowdown: float
+    overlap_slowdown_stderr: Optional[float]  # None: not fitted (the scenario's value kept)
+    runs: Tuple[str, ...]
+    measured_s: Tuple[float, ...]
+    predicted_s: Tuple[float, ...]
+    reduced_chi2: Optional[float]
+    notes: Tuple[str, ...] = ()
+
+
+# --- the record a DDP validation writes, and reading it back ----------------------------------
+
+def _median_stderr(values: Sequence[float]) -> Tuple[float, float]:
+    """Median and its standard error (1.2533 sigma / sqrt(n) for roughly normal samples)."""
+    v = [float(x) for x in values]
+    med = statistics.median(v)
+    if len(v) < 2:
+        return med, abs(med)  # one step says nothing about its own spread
+    return med, 1.2533 * statistics.stdev(v) / math.sqrt(len(v))
+
+
+def fit_record(scenario: spec.Scenario, calibration: Any, step_times_s: Sequence[float]) -> Dict[str, Any]:
+    """What a ``validate --mode ddp`` report keeps for :func:`run_from_report`: the scenario
+    its prediction used (JSON-able, calibration included) and the measured step times."""
+    sc = asdict(replace(scenario, calibration=None, stragglers=()))
+    sc.pop("calibration")
+    return {"scenario": sc, "calibration": None if calibration is None else calibration_to_dict(calibration),
+            "step_times_s": [float(t) for t in step_times_s], "stragglers": len(scenario.stragglers)}
+
+
+def _scenario_from_dict(d: Mapping[str, Any], calibration: Any) -> spec.Scenario:
+    c = d["cluster"]
+    cluster = spec.Cluster(nodes=c["nodes"], gpus_per_node=c["gpus_per_node"],
+                           intra_node=spec.Link(**c["intra_node"]), inter_node=spec.Link(**c["inter_node"]),
+                           intra_kind=c["intra_kind"], nics_per_node=c["nics_per_node"])
+    ddp = dict(d["ddp"])
+    ddp["costs"] = spec.DDPCosts(**ddp["costs"])
+    return spec.Scenario(cluster=cluster, model=spec.Model(**d["model"]), compute=spec.Compute(**d["compute"]),
+                         name=d["name"], description=d["description"], seed=d["seed"], steps=d["steps"],
+                         ddp=spec.DDP(**ddp), collective=spec.Collective(**d["collective"]), calibration=calibration)
+
+
+def run_from_report(report: Any, source: str) -> DDPRun:
+    """The :class:`DDPRun` of one ``validate --mode ddp --json`` report (CalibrationError naming
+    `source` and the key when it is not one, or its run had stragglers)."""
+    if not isinstance(report, Mapping):
+        raise CalibrationError("expected a validate --mode ddp JSON report (a mapping)", source=source)
+    if report.get("mode") != "ddp":
+        raise CalibrationError(f"expected a report of validate --mode ddp, got mode {report.get('mode')!r}",
+                               source=source, key="mode")
+    rec = report.get("ddp_fit_input")
+    if not isinstance(rec, Mapping):
+        raise CalibrationError("missing (the report was written before validate --mode ddp recorded its inputs; "
+                               "rerun it)", source=source, key="ddp_fit_input")
+    if rec.get("stragglers"):
+        raise CalibrationError("the run had stragglers (stalls): fit DDP's costs from runs without them",
+                               source=source, key="ddp_fit_input.stragglers")
+    times = rec.get("step_times_s")
+    if not isinstance(times, list) or not times or not all(isinstance(t, (int, float)) and t > 0 for t in times):
+        raise CalibrationError(f"expected a list of positive step times, got {times!r:.60}", source=source,
+                               key="ddp_fit_input.step_times_s")
+    try:
+        cal = None if rec.get("calibration") is None else calibration_from_dict(rec["calibration"], source)
+        scenario = _scenario_from_dict(rec["scenario"], cal)
+    except CalibrationError:
+        raise
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CalibrationError(f"not a scenario record ({type(exc).__name__}: {exc})", source=source,
+                               key="ddp_fit_input.scenario") from None
+    med, err = _median_stderr(times)
+    return DDPRun(scenario, med, err, source)
+
+
+# --- the fit ----------------------------------------------------------------------------------
+
+def predicted_step_time(run: DDPRun, bucket_overhead: float, overlap_slowdown: float) -> float:
+    """The simulated steady-state step time (s) of `run` with these two DDP costs."""
+    sc = run.scenario
+    costs = replace(sc.ddp.costs, bucket_overhead=max(bucket_overhead, 0.0),
+                    overlap_slowdown=min(max(overlap_slowdown, 0.0), MAX_SLOWDOWN))
+    return float(simulate(replace(sc, ddp=replace(sc.ddp, costs=costs), steps=min(sc.steps, 4))).step_time[-1])
+
+
+def _residuals(runs: Sequence[DDPRun], theta: np.ndarray, fit_s: bool, s0: float) -> np.ndarray:
+    s = theta[1] if fit_s else s0
+    return np.array([predicted_step_time(r, theta[0], s) / r.step_time_s - 1.0 for r in runs])
+
+
+def _jacobian(runs, theta, fit_s, s0, h_step) -> np.ndarray:
+    base = _residuals(runs, theta, fit_s, s0)
+    cols = []
+    steps = [h_step] + ([S_STEP] if fit_s else [])
+    for k, d in enumerate(steps):
+        t = theta.copy()
+        # a forward step inside the range (central differences would cross h = 0)
+        if k == 1 and t[1] + d > MAX_SLOWDOWN:
+            d = -d
+        t[k] += d
+        cols.append((_residuals(runs, t, fit_s, s0) - base) / d)
+    return np.column_stack(cols)
+
+
+def _clip(theta: np.ndarray, fit_s: bool) -> np.ndarray:
+    out = theta.copy()
+    out[0] = max(out[0], 0.0)
+    if fit_s:
+        out[1] = min(max(out[1], 0.0), MAX_SLOWDOWN)
+    return out
+
+
+def _start(runs, w, fit_s, s0, h_max) -> np.ndarray:
+    """The best point of a coarse grid: the cost is piecewise smooth with kinks where a
+    collective stops or starts overlapping compute, so Gauss-Newton from an arbitrary start can
+    stop at a kink far from the minimum."""
+    hs = np.concatenate(([0.0], np.geomspace(h_max * 1e-4, h_max, H_GRID)))
+    ss = S_GRID if fit_s else (s0,)
+    best, best_cost = None, np.inf
+    for h in hs:
+        for sv in ss:
+            theta = np.array([h, sv] if fit_s else [h])
+            r = _residuals(runs, theta, fit_s, s0)
+            c = float(np.sum(w * r ** 2))
+            if c < best_cost:
+                best, best_cost = theta, c
+    return best
+
+
+def _solve(runs, w, fit_s, s0, h_max, h_step):
+    """Projected Gauss-Newton with backtracking from the best grid point: a step is taken only
+    if it lowers the weighted sum of squares (a full step can overshoot a kink)."""
+    theta = _start(runs, w, fit_s, s0, h_max)
+    r = _residuals(runs, theta, fit_s, s0)
+    cost = float(np.sum(w * r ** 2))
+    sw = np.sqrt(w)
+    for _ in range(ITERATIONS):
+        J = _jacobian(runs, theta, fit_s, s0, h_step)
+        step, *_ = np.linalg.lstsq(J * sw[:, None], -r * sw, rcond=None)
+        for _ in range(BACKTRACKS):
+            new = _clip(theta + step, fit_s)
+            r_new = _residuals(runs, new, fit_s, s0)
+            c_new = float(np.sum(w * r_new ** 2))
+            if c_new < cost:
+                break
+            step = step / 2
+        else:
+            break  # no step lowers the cost: a minimum (of the piecewise-linear model)
+        converged = cost - c_new <= 1e-12 * max(cost, 1e-300)
+        theta, r, cost = new, r_new, c_new
+        if converged:
+            break
+    return theta, r, _jacobian(runs, theta, fit_s, s0, h_step)
+
+
+def _full_rank(J: np.ndarray, w: np.ndarray) -> bool:
+    sv = np.linalg.svd(J * np.sqrt(w)[:, None], compute_uv=False)
+    return bool(sv.size and sv[-1] > RANK_RCOND * sv[0] and sv[0] > 0)
+
+
+def _errors(names: str, runs, w, r, J):
+    """(standard errors, reduced chi-square or None) at a solution."""
+    dof = len(runs) - J.shape[1]
+    red = float(np.sum(w * r ** 2)) / dof if dof > 0 else None
+    try:
+        cov = np.linalg.inv(J.T @ (J * w[:, None]))
+    except np.linalg.LinAlgError:
+        raise CalibrationError(f"{names}: the runs cannot determine ddp.bucket_overhead (singular fit)") from None
+    cov *= max(1.0, red or 1.0)  # the runs scatter more than their own spread says: widen (Birge ratio)
+    return np.sqrt(np.maximum(np.diag(cov), 0.0)), red
+
+
+def fit_ddp_costs(runs: Sequence[DDPRun], fit_slowdown: Optional[bool] = None) -> DDPFit:
+    """Fit ``bucket_overhead`` (and ``overlap_slowdown`` where the runs determine it; force it
+    with `fit_slowdown` True/False) to the runs (see the module docstring). CalibrationError
+    with the reason when the runs cannot determine ``bucket_overhead``."""
+    runs = list(runs)
+    names = ", ".join(r.source for r in runs) or "no runs"
+    if len(runs) < 2:
+        raise CalibrationError(f"{names}: ddp.bucket_overhead needs runs at two or more bucket caps, got {len(runs)} run(s)")
+    counts = sorted({r.buckets for r in runs})
+    if len(counts) < 2:
+        raise CalibrationError(f"{names}: ddp.bucket_overhead needs runs whose bucket counts differ; every run has "
+                               f"{counts[0]} bucket(s) (use caps further apart, e.g. 1 MB and 25 MB)")
+    shapes = {(r.scenario.model.parameters, r.scenario.cluster.world_size, r.scenario.ddp.gradient_accumulation)
+              for r in runs}
+    if len(shapes) > 1:
+        raise CalibrationError(f"{names}: the runs are of different jobs (parameters, world size, accumulation: "
+                               f"{sorted(shapes)}); fit one job at several bucket caps")
+    rel_err = np.array([max(r.stderr_s / r.step_time_s, 1e-6) for r in runs])
+    w = 1.0 / rel_err ** 2
+    s0 = runs[0].scenario.ddp.costs.overlap_slowdown
+    h_max = statistics.median(r.step_time_s / r.buckets for r in runs)  # the whole step spread over the buckets
+    h_step = H_STEP_FRACTION * h_max
+    notes: List[str] = []
+    want_s = fit_slowdown if fit_slowdown is not None else len(runs) >= 3
+    if fit_slowdown is None and not want_s:
+        notes.append(f"ddp.overlap_slowdown kept at {s0:g} (the scenario's): fitting it too needs three or more runs")
+    theta, r, J = _solve(runs, w, want_s, s0, h_max, h_step)
+    if want_s and not _full_rank(J, w):
+        if fit_slowdown:
+            raise CalibrationError(f"{names}: the runs cannot determine ddp.overlap_slowdown together with "
+                                   "ddp.bucket_overhead (their step times move alike); fit bucket_overhead alone")
+        notes.append(f"ddp.overlap_slowdown kept at {s0:g}: the runs cannot tell it from bucket_overhead")
+        want_s = False
+        theta, r, J = _solve(runs, w, False, s0, h_max, h_step)
+    if not np.any(np.abs(J[:, 0]) > 0):
+        raise CalibrationError(f"{names}: the runs' predicted step times do not depend on ddp.bucket_overhead "
+                               "(communication fully hidden behind compute): use a job whose communication is exposed")
+    se, red = _errors(names, runs, w, r, J)
+    if want_s and fit_slowdown is None and not se[1] < theta[1]:
+        # fitted, but not distinguishable from zero: the runs do not determine it
+        notes.append(f"ddp.overlap_slowdown kept at {s0:g}: the runs do not determine it "
+                     f"(fit gave {theta[1]:.3g} +- {se[1]:.2g})")
+        want_s = False
+        theta, r, J = _solve(runs, w, False, s0, h_max, h_step)
+        se, red = _errors(names, runs, w, r, J)
+    if theta[0] == 0.0:
+        notes.append("ddp.bucket_overhead is at its bound 0: the runs are faster than the model without it")
+    elif se[0] > theta[0]:
+        notes.append(f"ddp.bucket_overhead is poorly determined (standard error {se[0] * 1e6:.3g} us > the value)")
+    s = float(theta[1]) if want_s else s0
+    pred = tuple(predicted_step_time(x, theta[0], s) for x in runs)
+    return DDPFit(float(theta[0]), float(se[0]), s, float(se[1]) if want_s else None,
+                  tuple(x.source for x in runs), tuple(x.step_time_s for x in runs), pred, red, tuple(notes))
+
+
+# --- writing it -------------------------------------------------------------------------------
+
+def fit_yaml(fit: DDPFit, command: str = "") -> str:
+    """The fit as a scenario fragment: a ``ddp:`` mapping with the fitted keys (copy them
+    into a scenario's ``ddp`` section, or pass them with ``--set``)."""
+    lines = ["# DDP's own costs fitted to validate --mode ddp runs at several bucket caps",
+             f"# ({', '.join(fit.runs)}){'; ' + command if command else ''}",
+             "# Use: copy these keys into a scenario's ddp: section (its other DDP keys stay), or",
+             f"#   commsim run SCENARIO --set 'ddp.bucket_overhead={fit.bucket_overhead * 1e6:.6g} us'"
+             + (f" --set ddp.overlap_slowdown={fit.overlap_slowdown:.6g}" if fit.overlap_slowdown_stderr is not None else ""),
+             "ddp:",
+             f"  bucket_overhead: {fit.bucket_overhead * 1e6:.6g} us   # +- {fit.bucket_overhead_stderr * 1e6:.3g} us (1 s.e.)"]
+    if fit.overlap_slowdown_stderr is not None:
+        lines.append(f"  overlap_slowdown: {fit.overlap_slowdown:.6g}   # +- {fit.overlap_slowdown_stderr:.3g} (1 s.e.)")
+    else:
+        lines.append(f"  # overlap_slowdown: not fitted ({fit.overlap_slowdown:g} used)")
+    lines.extend(f"# note: {n}" for n in fit.notes)
+    return "\n".join(lines) + "\n"
+
+
+def fit_lines(fit: DDPFit) -> List[str]:
+    """What ``commsim calibrate`` prints about the fit."""
+    out = [f"ddp.bucket_overhead = {fit.bucket_overhead * 1e6:.4g} us +- {fit.bucket_overhead_stderr * 1e6:.2g} us"]
+    if fit.overlap_slowdown_stderr is not None:
+        out.append(f"ddp.overlap_slowdown = {fit.overlap_slowdown:.4g} +- {fit.overlap_slowdown_stderr:.2g}")
+    for src, m, p in zip(fit.runs, fit.measured_s, fit.predicted_s):
+        out.append(f"  {src}: measured {m * 1e3:.2f} ms, fitted model {p * 1e3:.2f} ms ({(p / m - 1) * 100:+.1f}%)")
+    if fit.reduced_chi2 is not None:
+        out.append(f"  reduced chi-square {fit.reduced_chi2:.3g}")
+    out.extend(f"  note: {n}" for n in fit.notes)
+    return out

@@ -1,0 +1,50 @@
+"""`commsim calibrate --ddp-fit`: DDP's costs from validate --mode ddp reports (made by the simulator here)."""
+
+import json
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from commsim.analysis.ddp_fit import DDPRun, fit_record, predicted_step_time
+from commsim.cli.main import main
+from commsim.scenario import spec
+
+MB = 2**20
+
+
+def _report(path, cap_mb, h=400e-6, s=0.1):
+    sc = spec.Scenario(cluster=spec.Cluster(1, 2, spec.Link(0.25e9, 100e-6), spec.Link(0.25e9, 100e-6)),
+                       model=spec.Model(6_000_000), compute=spec.Compute(0.02, 0.04, 0.005, 4), steps=4,
+                       ddp=spec.DDP(bucket_cap=cap_mb * MB))
+    t = predicted_step_time(DDPRun(sc, 1.0, 0.0), h, s)
+    path.write_text(json.dumps({"mode": "ddp", "ddp_fit_input": fit_record(sc, None, [t * 0.999, t, t * 1.001])}))
+    return str(path)
+
+
+def test_ddp_fit_writes_a_ddp_fragment(tmp_path):
+    reports = [_report(tmp_path / f"r{c}.json", c) for c in (1, 25)]
+    out = tmp_path / "ddp.yaml"
+    res = CliRunner().invoke(main, ["calibrate", "--ddp-fit", *reports, "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    ddp = yaml.safe_load(out.read_text())["ddp"]
+    assert ddp["bucket_overhead"].endswith(" us")
+    assert float(ddp["bucket_overhead"].split()[0]) == pytest.approx(400, rel=1e-3)
+    assert "ddp.bucket_overhead = " in res.output
+
+
+def test_ddp_fit_refusals_are_one_line_exit_2_and_write_nothing(tmp_path):
+    one = _report(tmp_path / "r1.json", 1)
+    out = tmp_path / "ddp.yaml"
+    for args, text in (
+        (["--ddp-fit", one], "two or more bucket caps"),
+        (["--ddp-fit", one, str(tmp_path / "missing.json")], "missing.json: file not found"),
+        (["--ddp-fit", one, "/dev/zero"], "/dev/zero: is a character device"),
+        (["--ddp-fit", one, "--backend", "gloo"], "give no --from-nccl-tests or --backend"),
+        (["--ddp-fit"], "no report given"),
+    ):
+        res = CliRunner().invoke(main, ["calibrate", *args, "-o", str(out)])
+        assert res.exit_code == 2, res.output
+        assert text in res.output and "Traceback" not in res.output
+        assert len(res.output.strip().splitlines()) == 1
+        assert not out.exists()
