@@ -106,25 +106,27 @@ def _median_time(fn, iters: int) -> float:
     return statistics.median(times)
 
 
-def measure_hardware(model: nn.Module, x, y, width: int, bucket_bytes: float, iters: int) -> Dict[str, float]:
+def compute_step(model: DDP, x, y, opt) -> Dict[str, float]:
+    """One forward, backward under DDP's no_sync (no all-reduce, no hook) and optimizer step: seconds."""
+    opt.zero_grad(set_to_none=True)
+    t0 = time.perf_counter()
+    with model.no_sync():
+        loss = nn.functional.mse_loss(model(x), y)
+        t1 = time.perf_counter()
+        loss.backward()
+    t2 = time.perf_counter()
+    opt.step()
+    return {"forward_s": t1 - t0, "backward_s": t2 - t1, "optimizer_s": time.perf_counter() - t2}
+
+
+def measure_hardware(model: DDP, x, y, width: int, bucket_bytes: float, iters: int) -> Dict[str, float]:
     """What commsim's compute and hook models need, measured on this rank (medians): forward,
     backward without all-reduce (DDP's no_sync) and optimizer seconds; the memory bandwidth of an
     fp32 -> fp16 cast of a bucket (bytes read + written per second); the fp32 matmul rate of a
     w x w product; the cost of one small op (PowerSGD runs many)."""
     opt = torch.optim.SGD(model.parameters(), lr=1e-6)
-    fwd, bwd, step = [], [], []
-    for _ in range(iters):
-        opt.zero_grad(set_to_none=True)
-        t0 = time.perf_counter()
-        with model.no_sync():
-            loss = nn.functional.mse_loss(model(x), y)
-            t1 = time.perf_counter()
-            loss.backward()
-        t2 = time.perf_counter()
-        opt.step()
-        fwd.append(t1 - t0)
-        bwd.append(t2 - t1)
-        step.append(time.perf_counter() - t2)
+    steps = [compute_step(model, x, y, opt) for _ in range(iters)]
+    fwd, bwd, step = ([st[k] for st in steps] for k in ("forward_s", "backward_s", "optimizer_s"))
     buf = torch.randn(max(1, int(bucket_bytes) // 4))
     half = torch.empty(buf.numel(), dtype=torch.float16)
     half.copy_(buf)  # touch the pages once: the rate of the cast itself, not of the first page faults
@@ -195,11 +197,14 @@ def _run_case(ctx, module: nn.Module, x, y, case: Case, plan: Dict, stall: Seque
         ctx.progress()
         step(0.0)
     ctx.progress()
-    start = common_start()
-    ends = []
+    starts, ends, paired = [], [], []
     del averaged[:]
     for s in range(plan["steps"]):
+        # the compute paired with this step, measured just before it (the load of a shared
+        # machine drifts within a case), then the step itself from a common instant
+        paired.append(compute_step(model, x, y, opt))
         ctx.progress()
+        starts.append(common_start())
         ends.append(step(stall[s]))
         if averager is not None:
             checksum.append(float(module[0].weight.detach().view(-1)[:64].double().sum()))
@@ -215,7 +220,8 @@ def _run_case(ctx, module: nn.Module, x, y, case: Case, plan: Dict, stall: Seque
         evidence["averaged"] = averaged
         evidence["checksum"] = checksum
     dist.barrier()
-    return {"start": start, "ends": ends, "evidence": evidence, "hardware": hardware}
+    hardware.update({k: statistics.median(p[k] for p in paired) for k in paired[0]})
+    return {"starts": starts, "ends": ends, "evidence": evidence, "hardware": hardware}
 
 
 def rank_mitigations(ctx, plan: Dict) -> Dict:
@@ -325,12 +331,10 @@ def predict(scenario, case: Case, hardware: Dict[str, float], width: int, parame
     return out
 
 
-def measured_step_time(result: Dict) -> float:
-    """Mean step time of one case over ranks' records: (last rank's end of the last step - start) / steps,
-    the definition of commsim.analysis.validation.measured_summary's mean."""
-    from commsim.analysis.validation import measured_summary
-
-    return measured_summary(result["start"], result["rank_end"])["step_time_s"]["mean"]
+def measured_step_time(starts: Sequence[float], rank_end: np.ndarray) -> float:
+    """Mean step time of one case: each timed step starts at one instant on every rank (after a
+    barrier) and lasts until its last rank's optimizer (and model averaging) is done."""
+    return float(np.mean(rank_end.max(axis=1) - np.asarray(starts)))
 
 
 def run_cases(scenario, calibration, cases: Sequence[Case], nprocs: int, slow_stall: float,
@@ -356,7 +360,7 @@ def run_cases(scenario, calibration, cases: Sequence[Case], nprocs: int, slow_st
         per_rank = [r["cases"][i] for r in results]
         hardware = {k: statistics.median(c["hardware"][k] for c in per_rank) for k in per_rank[0]["hardware"]}
         rank_end = np.array([c["ends"] for c in per_rank]).T
-        measured = measured_step_time({"start": per_rank[0]["start"], "rank_end": rank_end})
+        measured = measured_step_time(per_rank[0]["starts"], rank_end)
         pred = predict(sc, case, hardware, width, parameters, slow_stall)
         rows.append({"case": case.name, "remedy": remedy_text(case, hardware, width) or "baseline",
                      "slow_rank": case.slow, "measured_s": measured, "predicted_s": pred["step_time_s"],
