@@ -14,7 +14,9 @@ with or without an injected slow rank (a stall before the forward, the simulator
 straggler). All cases run in one launch (one process group); before each case's timed steps the
 hardware is measured (forward, backward under ``no_sync``, optimizer; the memory bandwidth of a
 cast, the matmul rate, the cost of a small op), as ``commsim validate --mode ddp`` measures its
-compute, because on a shared machine these drift between cases.
+compute, and the compute once more after them (medians over both), because on a shared machine
+these drift between cases. (Pairing each timed step with a compute measurement just before it,
+tried first, slowed the synced steps that followed by up to 2x.)
 
 The prediction of a case (:func:`predict`) is commsim's: the scenario with the measured
 compute and the gloo calibration (``commsim calibrate --backend gloo``), through the same hook
@@ -123,7 +125,8 @@ def measure_hardware(model: DDP, x, y, width: int, bucket_bytes: float, iters: i
     """What commsim's compute and hook models need, measured on this rank (medians): forward,
     backward without all-reduce (DDP's no_sync) and optimizer seconds; the memory bandwidth of an
     fp32 -> fp16 cast of a bucket (bytes read + written per second); the fp32 matmul rate of a
-    w x w product; the cost of one small op (PowerSGD runs many)."""
+    w x w product; the cost of one small op (PowerSGD runs many). The compute samples themselves
+    too (``forward_s_samples``, ...)."""
     opt = torch.optim.SGD(model.parameters(), lr=1e-6)
     steps = [compute_step(model, x, y, opt) for _ in range(iters)]
     fwd, bwd, step = ([st[k] for st in steps] for k in ("forward_s", "backward_s", "optimizer_s"))
@@ -136,7 +139,8 @@ def measure_hardware(model: DDP, x, y, width: int, bucket_bytes: float, iters: i
     tiny = torch.zeros(1)
     small = _median_time(lambda: [tiny.add_(1.0) for _ in range(100)], iters) / 100
     return {"forward_s": statistics.median(fwd), "backward_s": statistics.median(bwd),
-            "optimizer_s": statistics.median(step), "mem_bw": buf.numel() * 6 / cast,
+            "optimizer_s": statistics.median(step), "forward_s_samples": fwd, "backward_s_samples": bwd,
+            "optimizer_s_samples": step, "mem_bw": buf.numel() * 6 / cast,
             "flops": 2.0 * width**3 / matmul, "kernel_overhead": small}
 
 
@@ -197,14 +201,11 @@ def _run_case(ctx, module: nn.Module, x, y, case: Case, plan: Dict, stall: Seque
         ctx.progress()
         step(0.0)
     ctx.progress()
-    starts, ends, paired = [], [], []
+    start = common_start()
+    ends = []
     del averaged[:]
     for s in range(plan["steps"]):
-        # the compute paired with this step, measured just before it (the load of a shared
-        # machine drifts within a case), then the step itself from a common instant
-        paired.append(compute_step(model, x, y, opt))
         ctx.progress()
-        starts.append(common_start())
         ends.append(step(stall[s]))
         if averager is not None:
             checksum.append(float(module[0].weight.detach().view(-1)[:64].double().sum()))
@@ -220,8 +221,12 @@ def _run_case(ctx, module: nn.Module, x, y, case: Case, plan: Dict, stall: Seque
         evidence["averaged"] = averaged
         evidence["checksum"] = checksum
     dist.barrier()
-    hardware.update({k: statistics.median(p[k] for p in paired) for k in paired[0]})
-    return {"starts": starts, "ends": ends, "evidence": evidence, "hardware": hardware}
+    # the compute once more after the timed steps (after the evidence, which reads the gradients):
+    # the medians of both sets bracket the load the steps ran under on a shared machine
+    paired = [compute_step(model, x, y, opt) for _ in range(plan["compute_iters"])]
+    for k in paired[0]:
+        hardware[k] = statistics.median(hardware.pop(f"{k}_samples") + [p[k] for p in paired])
+    return {"start": start, "ends": ends, "evidence": evidence, "hardware": hardware}
 
 
 def rank_mitigations(ctx, plan: Dict) -> Dict:
@@ -331,10 +336,12 @@ def predict(scenario, case: Case, hardware: Dict[str, float], width: int, parame
     return out
 
 
-def measured_step_time(starts: Sequence[float], rank_end: np.ndarray) -> float:
-    """Mean step time of one case: each timed step starts at one instant on every rank (after a
-    barrier) and lasts until its last rank's optimizer (and model averaging) is done."""
-    return float(np.mean(rank_end.max(axis=1) - np.asarray(starts)))
+def measured_step_time(start: float, rank_end: np.ndarray) -> float:
+    """Mean step time of one case (steps, ranks): the definition of
+    commsim.analysis.validation.measured_summary (from the previous step's last end to this one's)."""
+    from commsim.analysis.validation import measured_summary
+
+    return measured_summary(start, rank_end)["step_time_s"]["mean"]
 
 
 def run_cases(scenario, calibration, cases: Sequence[Case], nprocs: int, slow_stall: float,
@@ -360,7 +367,7 @@ def run_cases(scenario, calibration, cases: Sequence[Case], nprocs: int, slow_st
         per_rank = [r["cases"][i] for r in results]
         hardware = {k: statistics.median(c["hardware"][k] for c in per_rank) for k in per_rank[0]["hardware"]}
         rank_end = np.array([c["ends"] for c in per_rank]).T
-        measured = measured_step_time(per_rank[0]["starts"], rank_end)
+        measured = measured_step_time(per_rank[0]["start"], rank_end)
         pred = predict(sc, case, hardware, width, parameters, slow_stall)
         rows.append({"case": case.name, "remedy": remedy_text(case, hardware, width) or "baseline",
                      "slow_rank": case.slow, "measured_s": measured, "predicted_s": pred["step_time_s"],
