@@ -24,29 +24,27 @@ MITIGATIONS_HELP = ("Comma-separated remedies, each compared on its own; paramet
 
 
 def _load(path, overrides, steps, nodes, force):
-    """The scenario (at each node count) and the `mitigation:` section of its file, if any."""
-    from commsim.scenario.loader import apply_overrides, load_document, parse_scenario
-
-    doc = load_or_fail_document(path, load_document)
-    section = doc.pop("mitigation", None) if isinstance(doc, dict) else None
-    scenarios = []
-    for count in nodes or [None]:
-        extra = list(overrides) + ([f"cluster.nodes={count}"] if count is not None else [])
-        if section is None:
-            scenarios.append(load_or_fail(path, extra, steps, None, force=force))
-            continue
-        body = apply_overrides(doc, extra)
-        if steps is not None:
-            body["steps"] = steps
-        scenarios.append(parse_scenario(body, str(path)))  # a ScenarioError: one line, exit 2
-    return scenarios, section
-
-
-def load_or_fail_document(path, load_document):
+    """The scenario (at each node count) and the parsed `mitigation:` section of its file (after
+    the same --set overrides), or None; a bad one ends the command in one line, exit 2."""
     from commsim.errors import InputError
+    from commsim.mitigations.section import mitigation_section
+
+    scenarios = [load_or_fail(path, list(overrides) + ([f"cluster.nodes={count}"] if count is not None else []),
+                              steps, None, force=force) for count in nodes or [None]]
+    try:
+        return scenarios, mitigation_section(path, overrides)
+    except InputError as exc:
+        fail(str(exc))
+
+
+def refuse_mitigation_section(path, overrides) -> None:
+    """End a command that simulates the scenario as it is (``commsim run``) in one line, exit 2,
+    when the file (after `overrides`) has a `mitigation:` section, rather than ignore it."""
+    from commsim.errors import InputError
+    from commsim.mitigations.section import refuse_section
 
     try:
-        return load_document(path)
+        refuse_section(path, overrides)
     except InputError as exc:
         fail(str(exc))
 
@@ -73,7 +71,7 @@ def compare_command(scenario, mitigations_text, nodes_text, steps, overrides, js
     definitions and the models' sources: README.md, "Mitigations".
     """
     from commsim.mitigations.compare import check_mitigations, compare
-    from commsim.mitigations.spec import DEFAULT_MITIGATIONS, parse_mitigations, parse_section
+    from commsim.mitigations.spec import DEFAULT_MITIGATIONS, parse_mitigations
 
     stdout_taken = check_outputs({"--json": json_path})
     if plot_dir:
@@ -90,7 +88,7 @@ def compare_command(scenario, mitigations_text, nodes_text, steps, overrides, js
         mitigations = parse_mitigations(mitigations_text)
         source = "--mitigations"
     elif section is not None:
-        mitigations = parse_section(section, str(scenario))
+        mitigations = section
         source = str(scenario)
     else:
         mitigations = parse_mitigations(DEFAULT_MITIGATIONS, "the default mitigations")

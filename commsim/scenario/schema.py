@@ -6,6 +6,10 @@ notation (``stragglers[1].ranks[0]``), what was expected and what was given. Eac
 its module: :mod:`.schema_fields` (the field readers and the mapping checker),
 :mod:`.schema_cluster`, :mod:`.schema_training` (model, compute, ddp, collective, calibration)
 and :mod:`.schema_stragglers`; this one reads the top level and checks what spans sections.
+The top-level ``mitigation:`` section (remedies for ``commsim compare`` and ``commsim sweep``) is
+accepted here and left out of the Scenario: its reader,
+:func:`commsim.mitigations.spec.parse_section`, sits above this layer
+(:func:`commsim.mitigations.section.mitigation_section` reads it from the same file and overrides).
 Reading files and ``--set`` overrides live in :mod:`commsim.scenario.loader`. The format is
 documented key by key in docs/scenario-format.md; keep the two in step.
 """
@@ -71,6 +75,9 @@ __all__ = [
     "MAX_CV",
 ]
 
+# A top-level section this layer accepts but does not read (module docstring).
+MITIGATION_KEY = "mitigation"
+
 # Plausibility limits across sections, whatever --force says (commsim.scenario.budget holds the
 # memory and time a run may take): beyond them the records cannot even be indexed sanely.
 MAX_RANK_STEPS = 2**30  # steps x world size: the engine keeps per-rank, per-step records
@@ -89,7 +96,7 @@ def parse_scenario(doc: Any, source: str) -> spec.Scenario:
     default ``name`` (the file's stem). Raises ScenarioError on the first problem found.
     """
     top = Section(
-        source, "", doc, SECTION_KEYS[""], required=("cluster", "model", "compute"),
+        source, "", doc, SECTION_KEYS[""] + (MITIGATION_KEY,), required=("cluster", "model", "compute"),
         hints={
             "cluster": "a mapping with nodes, gpus_per_node, intra_node, inter_node",
             "model": "a mapping with parameters (and grad_dtype)",

@@ -61,7 +61,7 @@ def progress_bar(total: int, already: int, enabled: bool):
 def iter_serial(todo: Sequence[Point]) -> Finished:
     """Run the points one after the other in this process."""
     for p in todo:
-        yield p, run_point(p.scenario)
+        yield p, run_point(p.scenario, p.mitigations)
 
 
 def _alive(pid: int) -> bool:
@@ -144,7 +144,7 @@ def iter_process_pool(todo: Sequence[Point], jobs: int) -> Finished:
                                    initargs=(os.getpid(),))
         drained = False
         try:
-            pending = {pool.submit(run_point, p.scenario): p for p in todo}
+            pending = {pool.submit(run_point, p.scenario, p.mitigations): p for p in todo}
             while pending:
                 finished, _ = wait(pending, timeout=INTERRUPT_POLL_S, return_when=FIRST_COMPLETED)
                 signals.check()
@@ -185,7 +185,7 @@ def iter_dask(todo: Sequence[Point], client=None, address: Optional[str] = None)
     try:
         for p in todo:
             # The fingerprint in the task key makes resubmitting the same point idempotent.
-            fut = client.submit(run_point, p.scenario, key=f"commsim-point-{p.key}", pure=False)
+            fut = client.submit(run_point, p.scenario, p.mitigations, key=f"commsim-point-{p.key}", pure=False)
             futures[fut] = p
         for fut in as_completed(list(futures)):
             yield futures[fut], fut.result()

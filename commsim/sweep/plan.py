@@ -1,7 +1,10 @@
 """Sweep points: each grid point resolved and validated through the loader, with its fingerprint.
 
 Every point is validated before anything runs, so a bad grid fails in a second with the
-loader's own one-line error, not after an hour.
+loader's own one-line error, not after an hour. A scenario with a ``mitigation:`` section
+(:mod:`commsim.mitigations.section`) gives each point its remedies, checked against the point's
+scenario before anything runs; the point's summary then gains each remedy's ``commsim compare``
+row under ``mitigation.<index>`` (``--grid 'mitigation[0].r=1,4'`` sweeps a remedy's parameter).
 """
 
 from __future__ import annotations
@@ -15,7 +18,10 @@ import numpy as np
 import yaml
 
 from commsim.analysis.report import summarize
-from commsim.errors import ScenarioError
+from commsim.errors import InputError
+from commsim.mitigations.compare import check_mitigations
+from commsim.mitigations.section import mitigation_section, section_rows
+from commsim.mitigations.spec import Mitigation
 from commsim.scenario.loader import load_document, load_scenario
 from commsim.scenario.spec import Scenario
 from commsim.sim.engine import simulate
@@ -43,6 +49,7 @@ class Point:
     overrides: Tuple[str, ...]
     scenario: Scenario
     key: str
+    mitigations: Tuple[Mitigation, ...] = ()
 
     @property
     def label(self) -> str:
@@ -57,6 +64,14 @@ def fingerprint(scenario: Scenario) -> str:
     return hashlib.sha256(repr(scenario).encode()).hexdigest()[:32]
 
 
+def point_key(scenario: Scenario, mitigations: Tuple[Mitigation, ...]) -> str:
+    """The journal key of a point: the scenario's fingerprint, and its remedies' records when it
+    has any (so a point without a section keeps the key it always had)."""
+    if not mitigations:
+        return fingerprint(scenario)
+    return hashlib.sha256((repr(scenario) + repr(mitigations)).encode()).hexdigest()[:32]
+
+
 def plan_sweep(
     scenario_path: os.PathLike | str,
     grid: Grid,
@@ -66,8 +81,8 @@ def plan_sweep(
 ) -> List[Point]:
     """Resolve and validate every point of the grid through the loader, before anything runs.
 
-    Raises the loader's ``ScenarioError`` (with the grid point appended) for the first point
-    that does not validate."""
+    Raises the loader's ``ScenarioError`` (or a ``MitigationError`` for the ``mitigation:``
+    section), with the grid point appended, for the first point that does not validate."""
     load_document(scenario_path)  # a missing or broken file is reported once, not per point
     points = []
     for index, params in enumerate(grid.points()):
@@ -75,21 +90,28 @@ def plan_sweep(
         try:
             # Exactly what `commsim run --set ...` does, so the errors are the same.
             scenario = load_scenario(scenario_path, [*overrides, *point_overrides], steps, seed)
-        except ScenarioError as exc:
+            mitigations = mitigation_section(scenario_path, [*overrides, *point_overrides]) or ()
+            check_mitigations(scenario, mitigations, str(scenario_path))
+        except InputError as exc:
             where = " ".join(f"{k}={value_text(v)}" for k, v in params.items())
             exc.args = (f"{exc} (grid point {index}: {where})",)
             raise
         points.append(
-            Point(index, tuple(params.items()), point_overrides, scenario, fingerprint(scenario))
+            Point(index, tuple(params.items()), point_overrides, scenario, point_key(scenario, mitigations),
+                  mitigations)
         )
     return points
 
 
-def run_point(scenario: Scenario) -> Dict[str, Any]:
-    """Simulate one point: ``commsim run``'s summary dict. Top-level so workers can pickle it.
+def run_point(scenario: Scenario, mitigations: Tuple[Mitigation, ...] = ()) -> Dict[str, Any]:
+    """Simulate one point: ``commsim run``'s summary dict, plus the remedies' rows under
+    ``mitigation`` when the point has any. Top-level so workers can pickle it.
 
     The run and its baseline keep no per-rank records (:data:`NO_RANKS`): the summary does not
     read them, and at thousands of ranks they are most of a point's memory and copying."""
     result = simulate(scenario, ranks=NO_RANKS)
     baseline = simulate(scenario.without_stragglers(), ranks=NO_RANKS)
-    return summarize(scenario, result, baseline)
+    summary = summarize(scenario, result, baseline)
+    if mitigations:
+        summary["mitigation"] = section_rows(scenario, mitigations)
+    return summary

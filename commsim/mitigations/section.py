@@ -1,0 +1,53 @@
+"""A scenario file's ``mitigation:`` section, read from the same file and overrides as the scenario.
+
+The scenario schema accepts the section and leaves it out of the
+:class:`commsim.scenario.spec.Scenario` (it sits below this package); this module reads it from
+the document after the same ``--set`` / grid overrides the loader applied, and hands it to
+:func:`commsim.mitigations.spec.parse_section`. ``commsim compare`` compares its remedies,
+``commsim sweep`` adds their rows to each point (``--grid 'mitigation[0].r=1,4'``: the section is a
+list, so a remedy's parameter is swept by its index), and ``commsim run``, which simulates the
+scenario as it is, refuses a file that has one (:func:`refuse_section`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Iterable, Optional, Tuple
+
+from commsim.mitigations.compare import compare
+from commsim.mitigations.spec import Mitigation, MitigationError, parse_section
+from commsim.scenario.loader import apply_overrides, load_document
+from commsim.scenario.schema import MITIGATION_KEY
+
+RUN_REFUSAL = ("this command simulates the scenario as it is, without remedies; compare them with "
+               "`commsim compare SCENARIO` or sweep them with `commsim sweep SCENARIO --grid "
+               "'mitigation[0].KEY=V1,V2'` (or remove the section)")
+
+
+_ABSENT = object()
+
+
+def _raw(path, overrides: Iterable[str]) -> Any:
+    """The section's value after `overrides`, or _ABSENT. Raises the loader's ScenarioError for a
+    file or an override it cannot read."""
+    doc = apply_overrides(load_document(path), list(overrides))
+    return doc.get(MITIGATION_KEY, _ABSENT) if isinstance(doc, dict) else _ABSENT
+
+
+def mitigation_section(path, overrides: Iterable[str] = ()) -> Optional[Tuple[Mitigation, ...]]:
+    """The parsed section (:func:`commsim.mitigations.spec.parse_section`), or None without one."""
+    section = _raw(path, overrides)
+    return None if section is _ABSENT else parse_section(section, str(path))
+
+
+def refuse_section(path, overrides: Iterable[str] = ()) -> None:
+    """Raise a one-line MitigationError if the scenario (after `overrides`) has a section."""
+    if _raw(path, overrides) is not _ABSENT:
+        raise MitigationError(str(path), MITIGATION_KEY, RUN_REFUSAL)
+
+
+def section_rows(scenario, mitigations: Tuple[Mitigation, ...]) -> Dict[str, Dict[str, Any]]:
+    """Each remedy's ``commsim compare`` row, keyed by its position in the section ("0", "1", ...),
+    so that a sweep's columns (``mitigation.0.step_time_s.mean``) stay the same across points
+    whose labels (``powersgd:r=1``, ``powersgd:r=4``) differ."""
+    rows = compare([scenario], mitigations)[1:]
+    return {str(i): row for i, row in enumerate(rows)}

@@ -1,0 +1,377 @@
+"""Real DDP with torch's communication hooks, against commsim's mitigation model.
+
+Each case trains the synthetic model of :mod:`validate.compute_timing` (square ``Linear(w, w)``
+layers: exactly commsim's ``shapes: square`` PowerSGD shape model at ``width: w``) under
+``DistributedDataParallel`` on gloo, with one of
+
+- no hook (the baseline), ``default_hooks.fp16_compress_hook``, ``default_hooks.bf16_compress_hook``;
+- ``powerSGD_hook.powerSGD_hook`` with ``PowerSGDState(matrix_approximation_rank=r,
+  start_powerSGD_iter=start)`` (the warm-up steps run before the timed ones);
+- post-local SGD: ``post_localSGD_hook`` with ``PostLocalSGDState(subgroup=<the rank's node>)``
+  and ``PeriodicModelAverager(period=H).average_parameters`` after every optimizer step;
+
+with or without an injected slow rank (a stall before the forward, the simulator's ``stall``
+straggler). All cases run in one launch (one process group); before each case's timed steps the
+hardware is measured (forward, backward under ``no_sync``, optimizer; the memory bandwidth of a
+cast, the matmul rate, the cost of a small op), as ``commsim validate --mode ddp`` measures its
+compute, and the compute once more after them (medians over both), because on a shared machine
+these drift between cases. (Pairing each timed step with a compute measurement just before it,
+tried first, slowed the synced steps that followed by up to 2x.)
+
+The prediction of a case (:func:`predict`) is commsim's: the scenario with the measured
+compute and the gloo calibration (``commsim calibrate --backend gloo``), through the same hook
+model as ``commsim compare`` (:func:`commsim.mitigations.hooked.run_hooked`), the remedy given
+the measured memory bandwidth, matmul rate and op cost. No number is fitted per case.
+
+Evidence that a hook really ran, per case: fp16/bf16 leave every averaged gradient exactly
+representable in the 16-bit wire dtype (a plain fp32 average almost never is); PowerSGD's P and Q
+buffers (``state.p_memory_dict``, ``q_memory_dict``) hold the elements commsim's plan sends; post-local
+SGD's parameters agree across ranks right after an averaging step and differ after a local one.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from dataclasses import dataclass, replace
+from typing import Dict, List, Optional, Sequence
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from validate.compute_timing import layer_shape, synthetic_model
+from validate.replay import common_start
+
+POWERSGD_START = 2  # torch asserts start_powerSGD_iter > 1 with error feedback / warm start
+# powerSGD_hook waits on its P and Q all-reduces inside the callbacks of the previous one; on gloo
+# those callbacks run on the process group's worker threads, and with two buckets in flight the
+# ranks enqueue their P all-reduces in different orders and hang (torch 2.13, CPU). One bucket
+# (a bucket cap of at least the gradient's bytes) has one chain of callbacks and runs.
+POWERSGD_ONE_BUCKET = True
+HOOKS = ("none", "fp16", "bf16", "powersgd", "localsgd")
+
+
+@dataclass(frozen=True)
+class Case:
+    """One validation case: a hook (with its rank r or period H) and whether rank 1 is slow."""
+
+    hook: str
+    r: int = 0
+    H: int = 0
+    slow: bool = False
+
+    @property
+    def label(self) -> str:
+        """The remedy in commsim's ``--mitigations`` syntax ('baseline' without a hook)."""
+        name = {"none": "baseline", "powersgd": f"powersgd:r={self.r}", "localsgd": f"localsgd:H={self.H}"}
+        return name.get(self.hook, self.hook)
+
+    @property
+    def name(self) -> str:
+        return self.label + (" +slow rank" if self.slow else "")
+
+
+def bf16_hook_supported() -> bool:
+    """Whether this torch build runs bf16_compress_hook: it refuses unless CUDA 11+ with NCCL
+    2.10+ (or XPU with XCCL) is available (a TypeError from inside the hook), so never on a
+    CPU-only gloo job."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    if not hasattr(default_hooks, "bf16_compress_hook"):
+        return False
+    try:
+        return bool(torch.cuda.is_available() and torch.cuda.nccl.version() >= (2, 10))
+    except (AttributeError, RuntimeError, TypeError):
+        return False
+
+
+def default_cases(bf16: bool = False) -> List[Case]:
+    """The benchmark's cases: every hook without and with a slow rank (10, or 12 with bf16)."""
+    hooks = [Case("none"), Case("fp16")] + ([Case("bf16")] if bf16 else []) + [
+        Case("powersgd", r=1), Case("powersgd", r=4), Case("localsgd", H=4)]
+    return hooks + [replace(c, slow=True) for c in hooks]
+
+
+# ---------------------------------------------------------------- the ranks (torch only)
+
+
+def _median_time(fn, iters: int) -> float:
+    times = []
+    for _ in range(iters):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def compute_step(model: DDP, x, y, opt) -> Dict[str, float]:
+    """One forward, backward under DDP's no_sync (no all-reduce, no hook) and optimizer step: seconds."""
+    opt.zero_grad(set_to_none=True)
+    t0 = time.perf_counter()
+    with model.no_sync():
+        loss = nn.functional.mse_loss(model(x), y)
+        t1 = time.perf_counter()
+        loss.backward()
+    t2 = time.perf_counter()
+    opt.step()
+    return {"forward_s": t1 - t0, "backward_s": t2 - t1, "optimizer_s": time.perf_counter() - t2}
+
+
+def measure_hardware(model: DDP, x, y, width: int, bucket_bytes: float, iters: int) -> Dict[str, float]:
+    """What commsim's compute and hook models need, measured on this rank (medians): forward,
+    backward without all-reduce (DDP's no_sync) and optimizer seconds; the memory bandwidth of an
+    fp32 -> fp16 cast of a bucket (bytes read + written per second); the fp32 matmul rate of a
+    w x w product; the cost of one small op (PowerSGD runs many). The compute samples themselves
+    too (``forward_s_samples``, ...)."""
+    opt = torch.optim.SGD(model.parameters(), lr=1e-6)
+    steps = [compute_step(model, x, y, opt) for _ in range(iters)]
+    fwd, bwd, step = ([st[k] for st in steps] for k in ("forward_s", "backward_s", "optimizer_s"))
+    buf = torch.randn(max(1, int(bucket_bytes) // 4))
+    half = torch.empty(buf.numel(), dtype=torch.float16)
+    half.copy_(buf)  # touch the pages once: the rate of the cast itself, not of the first page faults
+    cast = _median_time(lambda: half.copy_(buf), iters)
+    a, b = torch.randn(width, width), torch.randn(width, width)
+    matmul = _median_time(lambda: torch.mm(a, b), iters)
+    tiny = torch.zeros(1)
+    small = _median_time(lambda: [tiny.add_(1.0) for _ in range(100)], iters) / 100
+    return {"forward_s": statistics.median(fwd), "backward_s": statistics.median(bwd),
+            "optimizer_s": statistics.median(step), "forward_s_samples": fwd, "backward_s_samples": bwd,
+            "optimizer_s_samples": step, "mem_bw": buf.numel() * 6 / cast,
+            "flops": 2.0 * width**3 / matmul, "kernel_overhead": small}
+
+
+def _register(model: DDP, case: Case, gpus_per_node: int):
+    """Register the case's hook; returns (hook state, model averager or None)."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, post_localSGD_hook, powerSGD_hook
+
+    if case.hook == "fp16":
+        model.register_comm_hook(None, default_hooks.fp16_compress_hook)
+    elif case.hook == "bf16":
+        model.register_comm_hook(None, default_hooks.bf16_compress_hook)
+    elif case.hook == "powersgd":
+        state = powerSGD_hook.PowerSGDState(process_group=None, matrix_approximation_rank=case.r,
+                                            start_powerSGD_iter=POWERSGD_START)
+        model.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
+        return state, None
+    elif case.hook == "localsgd":
+        from torch.distributed.algorithms.model_averaging.averagers import PeriodicModelAverager
+
+        # the rank's node is its subgroup (torch's default, new_subgroups(), sizes it by CUDA devices)
+        subgroup, _ = dist.new_subgroups(group_size=gpus_per_node)
+        state = post_localSGD_hook.PostLocalSGDState(process_group=None, subgroup=subgroup, start_localSGD_iter=0)
+        model.register_comm_hook(state, post_localSGD_hook.post_localSGD_hook)
+        return state, PeriodicModelAverager(period=case.H, warmup_steps=0)
+    return None, None
+
+
+def _representable(model: nn.Module, dtype) -> bool:
+    return all(torch.equal(p.grad, p.grad.to(dtype).float()) for p in model.parameters())
+
+
+def _run_case(ctx, module: nn.Module, x, y, case: Case, plan: Dict, stall: Sequence[float]) -> Dict:
+    torch.manual_seed(0)
+    # gradients as views into the buckets: DDP then copies no gradient into or out of its bucket
+    # buffers, a cost commsim's hook model does not carry
+    model = DDP(module, bucket_cap_mb=plan["bucket_cap_bytes"] / 2**20, gradient_as_bucket_view=True)
+    # measured right before the case's steps: on a shared machine the rates drift between cases
+    hardware = measure_hardware(model, x, y, module[0].in_features, plan["bucket_cap_bytes"], plan["compute_iters"])
+    state, averager = _register(model, case, plan["gpus_per_node"])
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    evidence: Dict = {}
+
+    averaged: List[bool] = []  # per timed step: did the averager average after it
+    checksum: List[float] = []  # per timed step: a few parameters, to see the ranks (dis)agree
+
+    def step(pause: float) -> float:
+        if pause:
+            time.sleep(pause)
+        opt.zero_grad(set_to_none=True)
+        nn.functional.mse_loss(model(x), y).backward()  # returns once DDP's hook futures are done
+        opt.step()
+        if averager is not None:
+            averaged.append(averager.step % case.H == 0)  # it averages when its count is a multiple of H
+            averager.average_parameters(model.parameters())
+        return time.monotonic()
+
+    for _ in range(plan["warmup_steps"]):
+        ctx.progress()
+        step(0.0)
+    ctx.progress()
+    start = common_start()
+    ends = []
+    del averaged[:]
+    for s in range(plan["steps"]):
+        ctx.progress()
+        ends.append(step(stall[s]))
+        if averager is not None:
+            checksum.append(float(module[0].weight.detach().view(-1)[:64].double().sum()))
+    ctx.progress()
+    if case.hook in ("fp16", "bf16", "none"):
+        evidence["grads_in_fp16"] = _representable(module, torch.float16)
+        evidence["grads_in_bf16"] = _representable(module, torch.bfloat16)
+    elif case.hook == "powersgd":
+        evidence["p_elements"] = sum(t.numel() for t in state.p_memory_dict.values())
+        evidence["q_elements"] = sum(t.numel() for t in state.q_memory_dict.values())
+        evidence["iter"] = state.iter
+    elif case.hook == "localsgd":
+        evidence["averaged"] = averaged
+        evidence["checksum"] = checksum
+    dist.barrier()
+    # the compute once more after the timed steps (after the evidence, which reads the gradients):
+    # the medians of both sets bracket the load the steps ran under on a shared machine
+    paired = [compute_step(model, x, y, opt) for _ in range(plan["compute_iters"])]
+    for k in paired[0]:
+        hardware[k] = statistics.median(hardware.pop(f"{k}_samples") + [p[k] for p in paired])
+    return {"start": start, "ends": ends, "evidence": evidence, "hardware": hardware}
+
+
+def rank_mitigations(ctx, plan: Dict) -> Dict:
+    """validate.launch entry point. plan: parameters, batch_size, bucket_cap_bytes, gpus_per_node,
+    steps, warmup_steps, compute_iters, cases (Case fields as dicts), stall (cases x steps x n)."""
+    torch.manual_seed(0)
+    module = synthetic_model(plan["parameters"])
+    width = module[0].in_features
+    g = torch.Generator().manual_seed(1 + ctx.rank)
+    x = torch.randn(plan["batch_size"], width, generator=g)
+    y = torch.randn(plan["batch_size"], width, generator=g)
+    ctx.progress()
+    cases = []
+    for i, fields in enumerate(plan["cases"]):
+        case = Case(**fields)
+        stall = [row[ctx.rank] for row in plan["stall"][i]]
+        module = synthetic_model(plan["parameters"])  # a fresh model per case, the same on every rank
+        out = _run_case(ctx, module, x, y, case, plan, stall)
+        ctx.progress({"case": i, "hardware": out["hardware"]} if ctx.rank == 0 else None)
+        cases.append(out)
+    return {"rank": ctx.rank, "cases": cases, "width": width,
+            "parameters": sum(p.numel() for p in module.parameters())}
+
+
+# ---------------------------------------------------------------- the launcher and the prediction
+
+
+SCENARIO = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scenarios",
+                        "validate_gloo_2rank.yaml")
+
+
+def scenario_for(nprocs: int, parameters: float, bucket_cap: float, steps: int):
+    """The validator's gloo scenario as `nprocs` one-rank nodes (so post-local SGD's subgroup is the
+    rank itself; the links are replaced by the calibration), at `parameters` and `bucket_cap`."""
+    from commsim.scenario.loader import load_scenario
+
+    sc = load_scenario(SCENARIO, [f"cluster.nodes={nprocs}", "cluster.gpus_per_node=1",
+                                  f"model.parameters={parameters:.0f}", f"ddp.bucket_cap={bucket_cap:.0f}",
+                                  # torch DDP given bucket_cap_mb makes its first bucket that size too
+                                  f"ddp.first_bucket={bucket_cap:.0f}"], steps)
+    return replace(sc, name="mitigation_validation")
+
+
+def case_scenario(scenario, case: Case, slow_stall: float):
+    """The scenario of a case: with rank 1 stalled `slow_stall` seconds before every step's forward."""
+    from commsim.scenario.spec import Stall
+
+    stragglers = (Stall(ranks=(1,), duration=slow_stall, every=1),) if case.slow else ()
+    return replace(scenario, stragglers=stragglers)
+
+
+def plan_for(scenario, cases: Sequence[Case], slow_stall: float, warmup_steps: int, compute_iters: int) -> Dict:
+    """The ranks' plan (see :func:`rank_mitigations`); stalls from the simulator's own draws."""
+    from commsim.sim.stragglers import perturbations
+
+    if scenario.model.grad_dtype != "fp32" or scenario.ddp.gradient_accumulation != 1 or not scenario.ddp.overlap:
+        raise ValueError("the mitigation job trains fp32, one micro-batch per step, with DDP's overlap")
+    if POWERSGD_ONE_BUCKET and any(c.hook == "powersgd" for c in cases) and scenario.ddp.bucket_cap < scenario.model.grad_bytes:
+        raise ValueError(f"powerSGD_hook on gloo needs one bucket (POWERSGD_ONE_BUCKET): a bucket cap of at least "
+                         f"{scenario.model.grad_bytes:.0f} B, got {scenario.ddp.bucket_cap:.0f} B")
+    return {"parameters": int(scenario.model.parameters), "batch_size": scenario.compute.batch_size,
+            "bucket_cap_bytes": float(scenario.ddp.bucket_cap), "gpus_per_node": scenario.cluster.gpus_per_node,
+            "steps": scenario.steps, "warmup_steps": max(warmup_steps, POWERSGD_START + 1),
+            "compute_iters": compute_iters, "cases": [c.__dict__ for c in cases],
+            "stall": [perturbations(case_scenario(scenario, c, slow_stall)).stall.tolist() for c in cases]}
+
+
+def remedy_text(case: Case, hardware: Dict[str, float], width: int) -> Optional[str]:
+    """The case's remedy in commsim's syntax, with the measured hardware rates (None: the baseline)."""
+    # whole numbers and microseconds: the syntax's '+' (a combination) must not appear as in 2e+09
+    rates = f"mem_bw={hardware['mem_bw']:.0f}B/s"
+    if case.hook in ("fp16", "bf16"):
+        return f"{case.hook}:{rates}"
+    if case.hook == "powersgd":
+        return (f"powersgd:r={case.r}:start=0:shapes=square:width={width}:{rates}:flops={hardware['flops']:.0f}"
+                f":kernel_overhead={hardware['kernel_overhead'] * 1e6:.4f}us")
+    if case.hook == "localsgd":
+        return f"localsgd:H={case.H}"
+    return None
+
+
+def predict(scenario, case: Case, hardware: Dict[str, float], width: int, parameters: int,
+            slow_stall: float) -> Dict[str, float]:
+    """commsim's mean step time of the case (and the bytes it all-reduces per step), the scenario
+    fed the measured compute, the real parameter count and the case's slow rank."""
+    from commsim.mitigations.compare import hooked_row
+    from commsim.mitigations.hooked import plain_bytes
+    from commsim.mitigations.spec import parse_mitigations
+    from commsim.sim.engine import simulate
+
+    comp = scenario.compute
+    fed = replace(case_scenario(scenario, case, slow_stall),
+                  compute=replace(comp, forward=hardware["forward_s"], backward=hardware["backward_s"],
+                                  optimizer=hardware["optimizer_s"]),
+                  model=replace(scenario.model, parameters=parameters))
+    text = remedy_text(case, hardware, width)
+    if text is None:
+        return {"step_time_s": float(simulate(fed).step_time.mean()), "bytes_per_step": plain_bytes(fed)}
+    row = hooked_row(fed, parse_mitigations(text)[0])
+    out = {"step_time_s": row["step_time_s"]["mean"], "bytes_per_step": row["bytes_per_step"]}
+    if case.hook == "powersgd":
+        from commsim.mitigations.compression import powersgd_plan_for
+        from commsim.mitigations.spec import PowerSGD
+
+        plan = powersgd_plan_for(fed, parse_mitigations(text)[0].get(PowerSGD))
+        out.update({"p_elements": plan.p_elements, "q_elements": plan.q_elements})
+    return out
+
+
+def measured_step_time(start: float, rank_end: np.ndarray) -> float:
+    """Mean step time of one case (steps, ranks): the definition of
+    commsim.analysis.validation.measured_summary (from the previous step's last end to this one's)."""
+    from commsim.analysis.validation import measured_summary
+
+    return measured_summary(start, rank_end)["step_time_s"]["mean"]
+
+
+def run_cases(scenario, calibration, cases: Sequence[Case], nprocs: int, slow_stall: float,
+              warmup_steps: int = 3, compute_iters: int = 5, timeout_s: float = 300.0, echo=print) -> Dict:
+    """Run every case on `nprocs` local gloo ranks and compare with commsim's prediction.
+
+    Returns {"width", "parameters", "slow_stall_s", "cases": [{case, remedy, slow_rank, measured_s,
+    predicted_s, error, evidence (per rank), predicted, hardware}], "median_abs_error"}. Raises validate.launch.LaunchError if a rank
+    dies or hangs."""
+    from validate.launch import launch
+
+    if scenario.world_size != nprocs:
+        raise ValueError(f"the scenario has {scenario.world_size} ranks, --nprocs is {nprocs}")
+    plan = plan_for(scenario, cases, slow_stall, warmup_steps, compute_iters)
+    width, _ = layer_shape(plan["parameters"])
+    echo(f"# mitigations on {nprocs} x gloo: {plan['parameters']:.3g} parameters (width {width}), "
+         f"bucket cap {plan['bucket_cap_bytes']:.3g} B, {len(cases)} cases x {scenario.steps} steps")
+    results = launch(rank_mitigations, nprocs, "gloo", timeout_s, args=(plan,))
+    parameters = results[0]["parameters"]
+    sc = replace(scenario, calibration=calibration)
+    rows = []
+    for i, case in enumerate(cases):
+        per_rank = [r["cases"][i] for r in results]
+        hardware = {k: statistics.median(c["hardware"][k] for c in per_rank) for k in per_rank[0]["hardware"]}
+        rank_end = np.array([c["ends"] for c in per_rank]).T
+        measured = measured_step_time(per_rank[0]["start"], rank_end)
+        pred = predict(sc, case, hardware, width, parameters, slow_stall)
+        rows.append({"case": case.name, "remedy": remedy_text(case, hardware, width) or "baseline",
+                     "slow_rank": case.slow, "measured_s": measured, "predicted_s": pred["step_time_s"],
+                     "error": (pred["step_time_s"] - measured) / measured,
+                     "evidence": [c["evidence"] for c in per_rank], "predicted": pred, "hardware": hardware})
+    return {"width": width, "parameters": parameters, "slow_stall_s": slow_stall,
+            "cases": rows, "median_abs_error": float(np.median([abs(r["error"]) for r in rows]))}
