@@ -7,7 +7,8 @@ crosses nodes, intra_node hops inside a node), and the ring kernel of the collec
 with all ranks starting together: the step count times (the ring's mean hop latency + the
 slowest hop's chunk time):
 
-    all_reduce: 2(n-1) steps;  all_gather, reduce_scatter: n-1 steps (half a ring each).
+    all_reduce: 2(n-1) steps;  all_gather, reduce_scatter: n-1 steps (half a ring each);
+    over gloo a reduce_scatter is a whole all-reduce (:func:`kernel_name`).
 
 A size is *network-bound*, where the issue's 10% criterion applies, when the bandwidth part
 of the prediction (the steps times what the slowest hop spends moving its chunk) is at least
@@ -52,12 +53,21 @@ def _fabric(cal: Calibration, nodes: int, per_node: int) -> Fabric:
                   inter_latency=0.0, inter_bandwidth=1.0, pricing=partial(measured_level_constants, cal))
 
 
+def kernel_name(cal: Calibration, collective: str) -> str:
+    """The kernel the calibration's backend runs for `collective`: the halves are ring halves,
+    except that gloo has no reduce-scatter of its own — ProcessGroupGloo's
+    reduce_scatter_tensor_coalesced all-reduces the whole input and copies out this rank's
+    chunk — so over gloo a reduce-scatter of S bytes costs a ring all-reduce of S bytes."""
+    if collective == "all_reduce" or (collective == "reduce_scatter" and cal.provenance.backend == "gloo"):
+        return "ring"
+    return collective
+
+
 def predicted_time(cal: Calibration, collective: str, nodes: int, per_node: int, size: float) -> float:
     """The simulator's time for `collective` of `size` bytes on `nodes` x `per_node` ranks."""
     if nodes * per_node < 2:
         return 0.0
-    name = "ring" if collective == "all_reduce" else collective  # the halves are ring halves
-    return float(make_kernel(name, _fabric(cal, nodes, per_node), size).uniform_time())
+    return float(make_kernel(kernel_name(cal, collective), _fabric(cal, nodes, per_node), size).uniform_time())
 
 
 def transfer_share(cal: Calibration, collective: str, nodes: int, per_node: int, size: float) -> float:
@@ -70,7 +80,8 @@ def transfer_share(cal: Calibration, collective: str, nodes: int, per_node: int,
     crosses = ring_crosses(nodes, per_node)
     alpha = float(np.mean(np.where(crosses, priced.inter_latency, priced.intra_latency)))
     total = predicted_time(cal, collective, nodes, per_node, size)
-    return 1.0 - STEPS[collective](n) * alpha / total if total > 0 else 0.0
+    steps = STEPS["all_reduce" if kernel_name(cal, collective) == "ring" else collective](n)
+    return 1.0 - steps * alpha / total if total > 0 else 0.0
 
 
 def compare(cal: Calibration, rows: Iterable[dict], min_transfer_share: float = MIN_TRANSFER_SHARE) -> List[dict]:

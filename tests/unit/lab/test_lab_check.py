@@ -51,6 +51,21 @@ def test_two_levels_the_network_hop_paces_and_latencies_average():
     assert check.predicted_time(c, "all_reduce", 4, 2, s) == pytest.approx(want, rel=1e-6)
 
 
+def test_over_gloo_a_reduce_scatter_costs_a_whole_all_reduce():
+    # ProcessGroupGloo all-reduces the whole input and copies out the rank's chunk; a backend
+    # with its own reduce-scatter (nccl-tests' logs) keeps the half ring
+    levels = (level("intra_node", *INTRA), level("inter_node", *INTER))
+    gloo = calib.Calibration(levels, calib.Provenance("gloo", 2))
+    nccl = calib.Calibration(levels, calib.Provenance("nccl-tests", 2))
+    s = 4 << 20
+    assert check.kernel_name(gloo, "reduce_scatter") == "ring" and check.kernel_name(nccl, "reduce_scatter") == "reduce_scatter"
+    assert check.kernel_name(gloo, "all_gather") == "all_gather"
+    assert check.predicted_time(gloo, "reduce_scatter", 4, 2, s) == check.predicted_time(gloo, "all_reduce", 4, 2, s)
+    assert check.predicted_time(nccl, "reduce_scatter", 4, 2, s) == pytest.approx(
+        check.predicted_time(nccl, "all_reduce", 4, 2, s) / 2, rel=1e-6)
+    assert check.transfer_share(gloo, "reduce_scatter", 4, 2, s) == check.transfer_share(gloo, "all_reduce", 4, 2, s)
+
+
 @settings(max_examples=30, deadline=None)
 @given(nodes=st.integers(1, 6), per_node=st.integers(1, 3), k=st.integers(10, 24),
        collective=st.sampled_from(["all_reduce", "all_gather", "reduce_scatter"]))
