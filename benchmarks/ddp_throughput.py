@@ -21,18 +21,21 @@ Protocol, the same for every row (nothing is tuned per table or per row):
 - Gradient accumulation as the table says (micro-batches per optimizer step; a table entry
   contradicting its own accumulated batch is corrected from it and noted).
 - How gradients are reduced: Transformer-XL uses torch DDP (25 MiB buckets, 1 MiB first,
-  overlapped with backward); the BERT scripts all-reduce one flat fp16 buffer after the last
+  overlapped with backward), its buckets built from the model's layout
+  (:func:`txl_gradients`, :func:`ddp_bucket_layout`: ``ddp.bucket_sizes``/``ddp.bucket_ready``):
+  the embedding tied to the softmax (71% of the base model's gradient bytes) is ready only at
+  the end of backward. The column "1MiB step" is the predicted step time with 1 MiB buckets
+  over the 25 MiB one (the source measured 25 MiB only); the BERT scripts all-reduce one flat fp16 buffer after the last
   micro-batch (``allreduce_post_accumulation``: no overlap, one bucket).
 - Hardware: one description per system (:data:`HARDWARE`), from datasheets: the nominal
   :mod:`commsim.network.system` presets (``dgx-a100``, ``dgx1-v100``) plus the GPU memory
-  bandwidth. DGX-1's hybrid cube-mesh gives a job on GPUs 0..n-1 only the NVLinks among
-  them (:data:`DGX1_NVLINKS`); NVSwitch gives every GPU its full NVLink rate at any n. The
+  bandwidth. DGX-1's hybrid cube-mesh gives a job on GPUs 0..n-1 only the NVLinks its rings
+  can drive among them (the preset's description, ``job_intra_bw_GBps``: 1/4/6 links for
+  2/4/8 GPUs); NVSwitch gives every GPU its full NVLink rate at any n. The
   BERT tables do not state the inter-node network: the DGX A100 datasheet's 8x HDR 200 Gb/s
   per node is assumed.
 - ``--txl-overlap off`` (a diagnostic, not the protocol): Transformer-XL's all-reduces after
-  the whole backward. Its embedding is tied to the softmax (71% of the base model's
-  parameters), so that gradient is complete only at the end of backward, while the engine
-  assumes gradient bytes are produced uniformly through backward.
+  the whole backward.
 - Two model variants: with DDP's own costs (``ddp.bucket_overhead``, copies at
   ``ddp.memory_bandwidth``, ``ddp.overlap_slowdown``, their documented defaults) and
   without them (``ddp: {bucket_overhead: 0, overlap_slowdown: 0, gradient_as_bucket_view: true}``).
@@ -55,7 +58,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
-from commsim.network.system import ACHIEVABLE_FRACTION, PRESETS  # noqa: E402
+from commsim.network.system import PRESETS, job_intra_bw_GBps  # noqa: E402
 from commsim.scenario.schema import parse_scenario  # noqa: E402
 from commsim.sim.engine import simulate  # noqa: E402
 
@@ -63,36 +66,100 @@ DATA = os.path.join(os.path.dirname(HERE), "tests", "data", "training-throughput
 TXL_FILE = "DGXA100-40GB+DGX1_1x1-8_DLE-PyTorch-TransformerXL-throughput.txt"
 BERT_FILE = "DGXA100-80GB_1-32x8_DLE-PyTorch-BERT-pretrain-throughput.txt"
 
-# Parameter counts. Transformer-XL large: the paper's WikiText-103 large model (Dai et al.,
-# "Transformer-XL", ACL 2019, Table 1: 257M), which the DLE README says it uses unchanged.
-# Transformer-XL base: DLE changed the paper's base (d_model 410 -> 512, d_inner 2100 -> 2048,
-# 10x41 -> 8x64 heads), so the paper's 151M does not apply; counted from the README's
-# hyperparameters (16 layers; per layer qkv 512x1536, output 512x512, relative-position
-# 512x512, FF 512x2048x2 with biases, two LayerNorms) and WikiText-103's 267,735-word vocabulary
-# with the embedding tied to the adaptive softmax (div_val 1): 191.95M. The same count with the
-# paper's base hyperparameters gives 151.1M, the paper's 151M. BERT-large: Devlin et al.,
-# "BERT", NAACL 2019, Sec. 3: 340M.
-MODELS = {
-    "txl-base": {"parameters": 191_950_298, "tokens_per_sample": 192},   # tgt_len 192 (README)
-    "txl-large": {"parameters": 257_000_000, "tokens_per_sample": 384},  # tgt_len 384 (README)
-    "bert-large": {"parameters": 340_000_000, "tokens_per_sample": 1},   # throughput in sequences
+# Transformer-XL as DLE builds it (pytorch/mem_transformer.py, utils/proj_adaptive_softmax.py;
+# hyperparameters from the README's "Parameters" section and wt103_{base,large}.yaml): WikiText-103's
+# 267,735-word vocabulary, adaptive embedding/softmax with cutoffs 19997/39997/199997 (train.py),
+# the softmax's cluster tables tied to the embedding's (tie_weight) and, with div_val 4, its
+# projections of clusters 1-3 too (tie_projs [false, true, true, true]). Per layer
+# (RelPartialLearnableDecoderLayer): qkv (d_model x 3 n_head d_head), output and relative-position
+# projections (no biases), FF d_model x d_inner x 2 with biases, two LayerNorms; r_w_bias and
+# r_r_bias shared by all layers. Counted: base 191,950,298 (DLE's base differs from the paper's:
+# d_model 512, d_inner 2048, 8x64 heads; the paper's base hyperparameters give 151.1M, its 151M);
+# large 285,167,482 (the paper's Table 1 says 257M for the same hyperparameters; the count of
+# DLE's code, whose gradients DDP reduces, is used).
+TXL_VOCAB, TXL_CUTOFFS = 267_735, (19_997, 39_997, 199_997)
+TXL_ARCH = {
+    "txl-base": {"n_layer": 16, "d_model": 512, "n_head": 8, "d_head": 64, "d_inner": 2048, "div_val": 1,
+                 "tgt_len": 192, "mem_len": 192},
+    "txl-large": {"n_layer": 18, "d_model": 1024, "n_head": 16, "d_head": 64, "d_inner": 4096, "div_val": 4,
+                  "tgt_len": 384, "mem_len": 384},
 }
 
-# DGX-1 (V100) NVLink2 hybrid cube-mesh, links per GPU pair (NVIDIA, "NVIDIA DGX-1 With Tesla
-# V100 System Architecture" white paper, Fig. 4; `nvidia-smi topo -m` on a DGX-1V): 6 links per
-# GPU, 25 GB/s each way per link. A job on GPUs 0..n-1 builds its rings from the links among
-# them only, so its ring bandwidth per GPU is the fewest links any of its GPUs has into the set.
-DGX1_NVLINKS = (
-    (0, 1, 1, 2, 2, 0, 0, 0),
-    (1, 0, 2, 1, 0, 2, 0, 0),
-    (1, 2, 0, 2, 0, 0, 1, 0),
-    (2, 1, 2, 0, 0, 0, 0, 1),
-    (2, 0, 0, 0, 0, 1, 1, 2),
-    (0, 2, 0, 0, 1, 0, 2, 1),
-    (0, 0, 1, 0, 1, 2, 0, 2),
-    (0, 0, 0, 1, 2, 1, 2, 0),
-)
-NVLINK2_GBPS = 25.0  # per link, each way (NVLink 2.0)
+
+def txl_gradients(name: str) -> List[Tuple[str, int, float]]:
+    """(parameter, elements, ready point) of Transformer-XL `name` in the order its gradients
+    become ready in backward; the ready point is the share of the backward done by then.
+
+    The backward runs the adaptive softmax first, then the layers from the last to the first,
+    then the embedding lookup. Its time is split in proportion to each part's forward FLOPs per
+    token (backward costs about twice the forward for every matrix product, so the shares are
+    the same): head softmax 2 d_emb0 (shortlist + clusters) (+ 2 d_model d_emb0 for its
+    projection), per layer FF 4 d_model d_inner, attention 8 d_model H d_head for the
+    projections + 6 (tgt_len + mem_len) H d_head for the scores, the position term and the
+    weighted sum. The tail clusters' logits are left out (their cost scales with the share of
+    target words outside the 20K shortlist, which the sources do not give), the lookup costs
+    nothing. The tied embedding's gradient is complete only when the lookup's part is added:
+    ready at 1.0; so are r_w_bias/r_r_bias (used by every layer) after the first layer's part."""
+    a = TXL_ARCH[name]
+    d, hd, inner, layers, div = a["d_model"], a["n_head"] * a["d_head"], a["d_inner"], a["n_layer"], a["div_val"]
+    ends = list(TXL_CUTOFFS) + [TXL_VOCAB]
+    sizes = [hi - lo for lo, hi in zip([0] + ends[:-1], ends)]
+    dims = [d] * len(sizes) if div == 1 else [d // div ** i for i in range(len(sizes))]
+    clusters = len(TXL_CUTOFFS)
+    softmax = 2 * dims[0] * (TXL_CUTOFFS[0] + clusters) + (2 * d * dims[0] if div > 1 else 0)
+    ff, attn = 4 * d * inner, 8 * d * hd + 6 * (a["tgt_len"] + a["mem_len"]) * hd
+    total = softmax + layers * (ff + attn)
+    out: List[Tuple[str, int, float]] = []
+    done = softmax / total
+    biases = [TXL_VOCAB] if div == 1 else sizes
+    out += [(f"crit.out_layers_biases.{i}", n, done) for i, n in enumerate(biases)]
+    out += [("crit.cluster_weight", clusters * d, done), ("crit.cluster_bias", clusters, done)]
+    if div > 1:
+        out.append(("crit.out_projs.0", d * dims[0], done))  # tie_projs[0] is false
+    for layer in reversed(range(layers)):
+        done += ff / total
+        p = f"layers.{layer}"
+        out += [(f"{p}.pos_ff.layer_norm", 2 * d, done), (f"{p}.pos_ff.CoreNet.3", inner * d + d, done),
+                (f"{p}.pos_ff.CoreNet.0", d * inner + inner, done)]
+        done = min(done + attn / total, 1.0)  # rounding: the first layer ends the backward's FLOPs
+        out += [(f"{p}.dec_attn.o_net", hd * d, done), (f"{p}.dec_attn.layer_norm", 2 * d, done),
+                (f"{p}.dec_attn.qkv_net", d * 3 * hd, done), (f"{p}.dec_attn.r_net", d * hd, done)]
+    out += [("r_w_bias", hd, 1.0), ("r_r_bias", hd, 1.0)]
+    out += [(f"word_emb.emb_layers.{i}", n * e, 1.0) for i, (n, e) in enumerate(zip(sizes, dims))]
+    if div > 1:
+        out += [(f"word_emb.emb_projs.{i}", d * e, 1.0) for i, e in enumerate(dims)]
+    return out
+
+
+def ddp_bucket_layout(gradients: Sequence[Tuple[str, int, float]], bytes_per_element: int,
+                      first_bucket: int = 2**20, bucket_cap: int = 25 * 2**20) -> Tuple[List[int], List[float]]:
+    """(bucket sizes in bytes, ready points) of torch DDP's buckets over `gradients` (in ready
+    order, as DDP rebuilds its buckets after the first iteration): a bucket takes gradients
+    until it holds at least its limit (1 MiB for the first, then ``bucket_cap``; torch
+    reducer.cpp ``compute_bucket_assignment_by_size``), so a tensor larger than the cap closes
+    the open bucket; a bucket is ready when its last gradient is."""
+    sizes: List[int] = []
+    ready: List[float] = []
+    size, last, limit = 0, 0.0, first_bucket
+    for _, elements, point in gradients:
+        size += elements * bytes_per_element
+        last = max(last, point)
+        if size >= limit:
+            sizes.append(size)
+            ready.append(last)
+            size, limit = 0, bucket_cap
+    if size:
+        sizes.append(size)
+        ready.append(last)
+    return sizes, ready
+
+
+MODELS = {
+    "txl-base": {"parameters": sum(n for _, n, _ in txl_gradients("txl-base")), "tokens_per_sample": 192},
+    "txl-large": {"parameters": sum(n for _, n, _ in txl_gradients("txl-large")), "tokens_per_sample": 384},
+    # BERT-large: Devlin et al., "BERT", NAACL 2019, Sec. 3: 340M.
+    "bert-large": {"parameters": 340_000_000, "tokens_per_sample": 1},   # throughput in sequences
+}
 
 
 @dataclass(frozen=True)
@@ -102,16 +169,12 @@ class Hardware:
     preset: str
     memory_GBps: float
     memory_source: str
-    cube_mesh: bool = False
     network_note: str = ""
 
     def intra_bandwidth(self, gpus: int) -> float:
-        """Per-GPU ring bandwidth (bytes/s, achievable) of a job on GPUs 0..gpus-1 of one node."""
-        system = PRESETS[self.preset]
-        if not self.cube_mesh or gpus < 2:
-            return system.intra_bw_GBps * 1e9
-        links = min(sum(DGX1_NVLINKS[i][j] for j in range(gpus)) for i in range(gpus))
-        return links * NVLINK2_GBPS * ACHIEVABLE_FRACTION["nvlink"] * 1e9
+        """Per-GPU ring bandwidth (bytes/s, achievable) of a job on GPUs 0..gpus-1 of one node
+        (the preset's description: on DGX-1 only the NVLinks among those GPUs)."""
+        return job_intra_bw_GBps(PRESETS[self.preset], gpus) * 1e9
 
     def cluster(self, nodes: int, gpus: int) -> dict:
         """The scenario's ``cluster`` keys for `nodes` nodes of `gpus` GPUs each."""
@@ -130,7 +193,7 @@ HARDWARE = {
     "DGX A100 80GB": Hardware("dgx-a100", 2039.0, "A100 80GB SXM4 datasheet: 2,039 GB/s HBM2e",
                               network_note="inter-node network not stated by the source: "
                                            "8x HDR 200 Gb/s per node (DGX A100 datasheet) assumed"),
-    "DGX-1 V100": Hardware("dgx1-v100", 900.0, "V100 SXM2 datasheet: 900 GB/s HBM2", cube_mesh=True),
+    "DGX-1 V100": Hardware("dgx1-v100", 900.0, "V100 SXM2 datasheet: 900 GB/s HBM2"),
 }
 
 COSTS_OFF = {"bucket_overhead": 0, "overlap_slowdown": 0, "gradient_as_bucket_view": True}
@@ -260,15 +323,20 @@ def bert_rows(path: str) -> List[Row]:
 TXL_OVERLAP = True  # --txl-overlap
 
 
-def scenario_doc(row: Row, micro_compute: float, costs: bool) -> dict:
-    """The scenario of a row with `micro_compute` seconds of forward+backward per micro-batch."""
+def scenario_doc(row: Row, micro_compute: float, costs: bool, bucket_cap: int = 25 * 2**20) -> dict:
+    """The scenario of a row with `micro_compute` seconds of forward+backward per micro-batch
+    (`bucket_cap`: DDP's bucket_cap_mb in bytes, Transformer-XL only)."""
     model = MODELS["bert-large" if row.model.startswith("bert") else row.model]
     hw = HARDWARE[row.hardware]
-    grad_bytes = model["parameters"] * (2 if row.precision == "mixed" else 4)
+    width = 2 if row.precision == "mixed" else 4
+    grad_bytes = model["parameters"] * width
     if row.table.startswith("bert"):  # one flat all-reduce after the last micro-batch
         ddp = {"bucket_cap": grad_bytes, "first_bucket": grad_bytes, "overlap": False}
-    else:  # torch DDP defaults
-        ddp = {"bucket_cap": 25 * 2**20, "first_bucket": 2**20, "overlap": TXL_OVERLAP}
+    elif TXL_OVERLAP:  # torch DDP's buckets over the model's layout
+        sizes, ready = ddp_bucket_layout(txl_gradients(row.model), width, bucket_cap=bucket_cap)
+        ddp = {"bucket_sizes": sizes, "bucket_ready": ready, "overlap": True}
+    else:  # diagnostic: everything all-reduced after the backward
+        ddp = {"bucket_cap": bucket_cap, "first_bucket": 2**20, "overlap": False}
     ddp["gradient_accumulation"] = row.accumulation
     ddp.update(COSTS_OFF if not costs else {"memory_bandwidth": hw.memory_GBps * 1e9})
     return {
@@ -283,9 +351,9 @@ def scenario_doc(row: Row, micro_compute: float, costs: bool) -> dict:
     }
 
 
-def step_time(row: Row, micro_compute: float, costs: bool) -> float:
+def step_time(row: Row, micro_compute: float, costs: bool, bucket_cap: int = 25 * 2**20) -> float:
     """Simulated steady-state step time (s) of the row."""
-    sc = parse_scenario(scenario_doc(row, micro_compute, costs), row.label)
+    sc = parse_scenario(scenario_doc(row, micro_compute, costs, bucket_cap), row.label)
     return float(simulate(sc).step_time[-1])
 
 
@@ -330,6 +398,11 @@ def predict(rows: Sequence[Row]) -> List[dict]:
                 rec[f"step_time_s_{tag}"] = t
                 rec[f"predicted_{tag}"] = pred
                 rec[f"error_pct_{tag}"] = (pred / r.throughput - 1) * 100
+            if r.table == "txl":  # the same job with 1 MiB buckets: not measured by the source
+                t = step_time(r, compute[True], True, bucket_cap=2**20)
+                rec["step_time_s_1MiB"] = t
+                rec["predicted_1MiB"] = samples_per_step(r) / t
+                rec["slower_1MiB_pct"] = (t / rec["step_time_s_costs"] - 1) * 100
             out.append(rec)
     return out
 
@@ -359,11 +432,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     TXL_OVERLAP = args.txl_overlap == "on"
     rows = txl_rows(os.path.join(DATA, TXL_FILE)) + bert_rows(os.path.join(DATA, BERT_FILE))
     records = predict(rows)
-    print(f"{'row':52s} {'measured':>10s} {'pred(costs)':>11s} {'err':>7s} {'pred(none)':>11s} {'err':>7s}")
+    print(f"{'row':52s} {'measured':>10s} {'pred(costs)':>11s} {'err':>7s} {'pred(none)':>11s} {'err':>7s} "
+          f"{'1MiB step':>9s}")
     for r in records:
         tag = "  (base)" if r["base"] else ""
+        one = f"{r['slower_1MiB_pct']:+8.2f}%" if "slower_1MiB_pct" in r else f"{'':9s}"
         print(f"{r['row']:52s} {r['measured']:10.0f} {r['predicted_costs']:11.0f} {r['error_pct_costs']:+6.1f}% "
-              f"{r['predicted_no_costs']:11.0f} {r['error_pct_no_costs']:+6.1f}%{tag}")
+              f"{r['predicted_no_costs']:11.0f} {r['error_pct_no_costs']:+6.1f}% {one}{tag}")
     summ = summary(records)
     print()
     print(f"{'table':16s} {'rows':>4s} {'costs: median':>14s} {'max':>7s} {'signed':>7s} {'none: median':>13s} {'max':>7s} {'signed':>7s}")

@@ -353,6 +353,94 @@ def _presets() -> Dict[str, System]:
 PRESETS: Dict[str, System] = _presets()
 
 
+# --- direct NVLink meshes: what a job on part of the node gets ------------------------------
+
+# DGX-1 (V100) NVLink2 hybrid cube-mesh, NVLinks per GPU pair (NVIDIA, "NVIDIA DGX-1 With Tesla
+# V100 System Architecture" white paper, WP-08437-002, Fig. 4; the same as `nvidia-smi topo -m` on
+# a DGX-1V: NV1/NV2 entries, SYS elsewhere). Six links per GPU: two quads (GPUs 0-3, 4-7) fully
+# connected, two of each GPU's quad links doubled, and one or two links to its peer in the other
+# quad. Pairs with 0 links talk over PCIe and the CPUs' QPI; NCCL's rings avoid them.
+DGX1V_NVLINKS: Tuple[Tuple[int, ...], ...] = (
+    (0, 1, 1, 2, 2, 0, 0, 0),
+    (1, 0, 2, 1, 0, 2, 0, 0),
+    (1, 2, 0, 2, 0, 0, 1, 0),
+    (2, 1, 2, 0, 0, 0, 0, 1),
+    (2, 0, 0, 0, 0, 1, 1, 2),
+    (0, 2, 0, 0, 1, 0, 2, 1),
+    (0, 0, 1, 0, 1, 2, 0, 2),
+    (0, 0, 0, 1, 2, 1, 2, 0),
+)
+
+# Systems whose GPUs are joined by direct NVLinks that not every pair has (by preset name).
+NVLINK_MESHES: Dict[str, Tuple[Tuple[int, ...], ...]] = {"dgx1-v100": DGX1V_NVLINKS}
+
+
+def _hamiltonian_cycles(gpus: int) -> Tuple[Tuple[Tuple[int, int], ...], ...]:
+    """Every undirected Hamiltonian cycle of GPUs 0..gpus-1 (gpus >= 3), as its edge list."""
+    import itertools
+
+    out = []
+    for perm in itertools.permutations(range(1, gpus)):
+        if perm[0] > perm[-1]:
+            continue  # the same cycle walked the other way
+        order = (0,) + perm
+        out.append(tuple(tuple(sorted((order[k], order[(k + 1) % gpus]))) for k in range(gpus)))
+    return tuple(out)
+
+
+def ring_links(links: Tuple[Tuple[int, ...], ...], gpus: int) -> int:
+    """Links per GPU that NCCL-style rings can drive for a job on GPUs 0..gpus-1 of a direct
+    NVLink mesh (`links[i][j]` NVLinks between GPUs i and j).
+
+    A ring sends each GPU's data to the next GPU over one direction of one link; an undirected
+    Hamiltonian cycle of the job's GPUs carries two rings (one each way), using one link of
+    every pair it visits. The count is twice the most cycles the links can hold at once (an
+    exact search: at most 2,520 cycles for 8 GPUs), and for 2 GPUs their link count. Pairs
+    outside the job, and links to them, are unused: that is why a 2-GPU job on a DGX-1 gets 1
+    link of its GPUs' 6."""
+    if gpus < 2:
+        return 0
+    if gpus == 2:
+        return links[0][1]
+    cycles = [c for c in _hamiltonian_cycles(gpus) if all(links[a][b] > 0 for a, b in c)]
+    bound = min(sum(links[i][j] for j in range(gpus)) for i in range(gpus)) // 2
+    cap = {(a, b): links[a][b] for a in range(gpus) for b in range(a + 1, gpus)}
+
+    def most(start: int, budget: int) -> int:
+        if budget == 0:
+            return 0
+        best = 0
+        for k in range(start, len(cycles)):
+            c = cycles[k]
+            if all(cap[e] > 0 for e in c):
+                for e in c:
+                    cap[e] -= 1
+                best = max(best, 1 + most(k, budget - 1))  # k again: a cycle may be used twice
+                for e in c:
+                    cap[e] += 1
+                if best == budget:
+                    break
+        return best
+
+    return 2 * most(0, bound)
+
+
+def job_intra_bw_GBps(system: System, gpus: int) -> float:
+    """Per-GPU intra-node ring bandwidth (GB/s, achievable) of a job on GPUs 0..gpus-1 of one
+    node: the system's ``intra_bw_GBps`` where every GPU pair is connected alike (NVSwitch,
+    PCIe), else that rate scaled by the links the job's rings can drive (:func:`ring_links`)
+    over a GPU's links (the whole node's rings drive all of them)."""
+    mesh = NVLINK_MESHES.get(system.name)
+    if mesh is None or gpus >= system.gpus_per_node or gpus < 2:
+        return system.intra_bw_GBps
+    driven = ring_links(mesh, gpus)
+    if driven == 0:
+        raise InputError(system.name, "gpus_per_node",
+                         f"expected a GPU count whose GPUs 0..{gpus - 1} close an NVLink ring, got {gpus} "
+                         "(some GPU has a single NVLink into the set; rings through PCIe/QPI are not modelled)")
+    return system.intra_bw_GBps * driven / sum(mesh[0])
+
+
 def preset(name: str, source: str = "system") -> System:
     """The named nominal system (InputError naming the key for an unknown name)."""
     try:

@@ -27,6 +27,7 @@ import numpy as np
 
 from commsim.errors import ScenarioError
 from commsim.network.fabric import Fabric, LevelPricing
+from commsim.network.system import DGX1V_NVLINKS, ring_links
 from commsim.scenario.spec import Cluster
 from commsim.units import parse_count, parse_number, parse_rate
 
@@ -54,6 +55,17 @@ class Topology:
     inter_latency: float     # per network hop, seconds
     oversubscription: float = 1.0
     source: str = ""
+    # NVLinks per GPU pair where GPUs are joined directly and not every pair alike (hybrid
+    # cube-mesh); None for NVSwitch/PCIe. A job on fewer GPUs gets only the links among them.
+    nvlink_mesh: Optional[Tuple[Tuple[int, ...], ...]] = None
+
+    def job_intra_bandwidth(self, gpus: int) -> Optional[float]:
+        """Per-GPU intra-node bandwidth of a job on GPUs 0..gpus-1: ``intra_bandwidth`` scaled
+        by the links its rings can drive over a GPU's links (:func:`ring_links`); 0 where no
+        NVLink ring closes over those GPUs; None for a node without a mesh or a full node."""
+        if self.nvlink_mesh is None or not 2 <= gpus < self.gpus_per_node:
+            return None
+        return self.intra_bandwidth * ring_links(self.nvlink_mesh, gpus) / sum(self.nvlink_mesh[0])
 
     @property
     def node_bandwidth(self) -> float:
@@ -110,6 +122,20 @@ PRESETS: dict[str, Topology] = {
         inter_latency=NCCL_NET_HOP,        # NCCL tuning.cc hwLat[NET][Ring][Simple]
         oversubscription=1.0,              # assume a non-blocking fabric; set oversubscription for others
         source="NVIDIA HGX H100 datasheet; Microsoft Azure ND H100 v5 documentation",
+    ),
+    # NVIDIA DGX-1 with Tesla V100 (DGX-1 datasheet; "NVIDIA DGX-1 With Tesla V100 System
+    # Architecture" white paper, Fig. 4): NVLink2 hybrid cube-mesh, not a switch.
+    "dgx1-v100": Topology(
+        gpus_per_node=8,                   # 8x V100 SXM2
+        intra_kind="nvlink",               # direct NVLinks; GPU pairs without one go through PCIe/QPI
+        intra_bandwidth=150 * GBYTE,       # 6 NVLink2 links x 25 GB/s each way per GPU (a full node's rings drive all 6)
+        intra_latency=NCCL_NVLINK_HOP,     # NCCL tuning.cc hwLat[NVLINK][Ring][Simple]
+        nics_per_node=4,                   # 4x ConnectX-4/5 single-port for the compute fabric
+        nic_bandwidth=100 * GBIT,          # EDR InfiniBand 100 Gb/s per port
+        inter_latency=NCCL_NET_HOP,        # NCCL tuning.cc hwLat[NET][Ring][Simple]
+        oversubscription=1.0,
+        source="NVIDIA DGX-1 datasheet; NVIDIA DGX-1 With Tesla V100 System Architecture white paper",
+        nvlink_mesh=DGX1V_NVLINKS,         # links per GPU pair (white paper Fig. 4)
     ),
     # AWS EC2 g4dn.metal (instance-type documentation): 8x NVIDIA T4 on PCIe, no NVLink, 100 Gb/s
     # networking with EFA. T4 is a PCIe Gen3 x16 card (NVIDIA T4 datasheet).
@@ -181,9 +207,11 @@ def expand_cluster(cluster: dict, source: str = "scenario", path: str = "cluster
     user = copy.deepcopy(cluster)
     base = resolve_preset(user.pop("preset"), source, f"{path}.preset") if "preset" in user else {}
     merged = dict(base)
+    if "preset" in cluster and "gpus_per_node" in user:
+        _mesh_bandwidth(PRESETS[cluster["preset"]], user, merged, source, path)
     for key, value in user.items():
         if key in ("intra_node", "inter_node") and isinstance(value, dict) and key in base:
-            merged[key] = {**base[key], **value}
+            merged[key] = {**merged[key], **value}
         else:
             merged[key] = value
     user_inter = user.get("inter_node") if isinstance(user.get("inter_node"), dict) else {}
@@ -200,6 +228,24 @@ def expand_cluster(cluster: dict, source: str = "scenario", path: str = "cluster
             raise TopologyError(source, f"{path}.oversubscription", OVERSUBSCRIPTION_EXPECTED.format(over))
         merged["inter_node"] = {**inter, "bandwidth": nics * nic / over}
     return merged
+
+
+def _mesh_bandwidth(preset: Topology, user: dict, merged: dict, source: str, path: str) -> None:
+    """On a preset with an NVLink mesh, a job on fewer GPUs than the node's gets the links among
+    its GPUs only: ``intra_node.bandwidth`` from them unless the user writes one."""
+    user_intra = user.get("intra_node") if isinstance(user.get("intra_node"), dict) else {}
+    if preset.nvlink_mesh is None or "bandwidth" in user_intra:
+        return
+    gpus = _parsed(parse_count, user["gpus_per_node"], source, f"{path}.gpus_per_node")
+    bandwidth = preset.job_intra_bandwidth(gpus)
+    if bandwidth is None:
+        return
+    if bandwidth == 0:
+        raise TopologyError(source, f"{path}.gpus_per_node",
+                            f"expected a GPU count whose GPUs 0..{gpus - 1} close an NVLink ring on this preset, "
+                            f"got {gpus} (a GPU has a single NVLink into the set; rings through PCIe/QPI are not "
+                            "modelled: set intra_node.bandwidth)")
+    merged["intra_node"] = {**merged["intra_node"], "bandwidth": bandwidth}
 
 
 def _parsed(parse, value, source, path):

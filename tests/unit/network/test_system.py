@@ -107,3 +107,48 @@ def test_presets_carry_their_line_rates_and_achieve_less():
         assert s.line_rate_GBps("launch_us") is None
     assert PRESETS["hgx-h100-4gpu"].nic_line_GBps == 25.0      # 200 Gb/s NDR200
     assert PRESETS["dgx-h100"].intra_line_GBps == 450.0        # NVLink4, each way
+
+
+# --- DGX-1's hybrid cube-mesh: a job gets the NVLinks among its GPUs -------------------------
+
+def test_dgx1_mesh_is_the_white_papers_cube_mesh():
+    from commsim.network.system import DGX1V_NVLINKS
+
+    assert all(sum(row) == 6 for row in DGX1V_NVLINKS)  # six NVLink2 links per V100
+    assert all(DGX1V_NVLINKS[i][j] == DGX1V_NVLINKS[j][i] for i in range(8) for j in range(8))
+    assert all(DGX1V_NVLINKS[i][i] == 0 for i in range(8))
+    quads = [sum(1 for j in range(4) if DGX1V_NVLINKS[i][j]) for i in range(4)]
+    assert quads == [3, 3, 3, 3]  # GPUs 0-3 fully connected
+
+
+def test_dgx1_ring_links_per_gpu_count():
+    from commsim.network.system import DGX1V_NVLINKS, ring_links
+
+    # 2 GPUs share 1 link; GPUs 0-3 close two link-disjoint cycles (4 of the 5 links GPU 2 has
+    # into the set); the whole node three (all 6); GPU 4's only link into 0..4 is to GPU 0
+    assert {g: ring_links(DGX1V_NVLINKS, g) for g in range(1, 9)} == {1: 0, 2: 1, 3: 2, 4: 4, 5: 0, 6: 2, 7: 4, 8: 6}
+
+
+def test_ring_links_against_small_meshes():
+    from commsim.network.system import ring_links
+
+    full4 = tuple(tuple(0 if i == j else 1 for j in range(4)) for i in range(4))
+    assert ring_links(full4, 4) == 2          # any two of K4's 3 cycles share a pair: 2 of 3 links driven
+    double4 = tuple(tuple(0 if i == j else 2 for j in range(4)) for i in range(4))
+    assert ring_links(double4, 4) == 6        # 3 cycles x 2 links each pair: every link driven
+    line = ((0, 1, 0), (1, 0, 1), (0, 1, 0))  # a path closes no ring
+    assert ring_links(line, 3) == 0
+
+
+def test_job_intra_bandwidth_on_dgx1_and_nvswitch():
+    from commsim.network.system import job_intra_bw_GBps
+
+    dgx1 = PRESETS["dgx1-v100"]
+    per_link = dgx1.intra_bw_GBps / 6
+    assert {g: job_intra_bw_GBps(dgx1, g) for g in (2, 4, 8)} == pytest.approx(
+        {2: per_link, 4: 4 * per_link, 8: 6 * per_link})
+    assert job_intra_bw_GBps(dgx1, 8) == dgx1.intra_bw_GBps == pytest.approx(150 * ACHIEVABLE_FRACTION["nvlink"])
+    a100 = PRESETS["dgx-a100"]
+    assert job_intra_bw_GBps(a100, 2) == job_intra_bw_GBps(a100, 8) == a100.intra_bw_GBps
+    with pytest.raises(InputError, match="gpus_per_node"):
+        job_intra_bw_GBps(dgx1, 5)

@@ -131,3 +131,24 @@ def test_topology_errors_are_input_errors_built_through_their_init():
         resolve_preset("nope", "f.yaml")
     assert isinstance(err.value, InputError) and not isinstance(err.value, ValueError)
     assert (err.value.source, err.value.path) == ("f.yaml", "cluster.preset")
+
+
+def test_dgx1_preset_gives_a_job_only_the_nvlinks_among_its_gpus():
+    keys = {g: expand_cluster({"preset": "dgx1-v100", "nodes": 1, "gpus_per_node": g}) for g in (2, 4, 8)}
+    assert {g: k["intra_node"]["bandwidth"] for g, k in keys.items()} == pytest.approx(
+        {2: 25e9, 4: 100e9, 8: 150e9})  # 1, 4, 6 NVLink2 links x 25 GB/s
+    assert keys[8] == {**resolve_preset("dgx1-v100"), "nodes": 1, "gpus_per_node": 8}
+    # a written bandwidth wins; a written latency alone keeps the mesh's bandwidth
+    mine = expand_cluster({"preset": "dgx1-v100", "nodes": 1, "gpus_per_node": 2, "intra_node": {"bandwidth": "9 GB/s"}})
+    assert mine["intra_node"]["bandwidth"] == "9 GB/s"
+    lat = expand_cluster({"preset": "dgx1-v100", "nodes": 1, "gpus_per_node": 2, "intra_node": {"latency": "2 us"}})
+    assert lat["intra_node"] == {"bandwidth": pytest.approx(25e9), "latency": "2 us"}
+    # NVSwitch presets are the same at any GPU count
+    a100 = {g: expand_cluster({"preset": "dgx-a100", "nodes": 1, "gpus_per_node": g})["intra_node"]["bandwidth"]
+            for g in (2, 8)}
+    assert a100[2] == a100[8]
+
+
+def test_dgx1_preset_refuses_a_gpu_count_without_an_nvlink_ring():
+    with pytest.raises(TopologyError, match=r"f\.yaml: cluster\.gpus_per_node: .*got 5"):
+        expand_cluster({"preset": "dgx1-v100", "nodes": 1, "gpus_per_node": 5}, source="f.yaml")
