@@ -13,8 +13,8 @@ the step's duration minus its own compute and stall. Two different things add up
   whose mean is zero. On a single step it is negative for a rank that was itself late (its
   own compute ate into the time it would have waited).
 
-At 1,024 ranks (scenarios/scaling_1024.yaml) a rank waits about 651 ms per step: 634 ms of
-exposed communication and 17.6 ms of straggler waiting. Drawn as one number, the second is
+At 1,024 ranks (scenarios/scaling_1024.yaml) a rank waits about 655 ms per step: 637 ms of
+exposed communication and 17.9 ms of straggler waiting. Drawn as one number, the second is
 invisible; :mod:`commsim.output.plots` draws them apart.
 """
 
