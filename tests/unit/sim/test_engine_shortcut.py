@@ -137,3 +137,29 @@ def test_charged_backward_ahead_refuses_before_the_chain_began():
     issue = charged.bucket(0)
     charged.ran(issue, issue + 1.0)
     assert charged.ahead(1, 2) is None  # the collective launched after the compute stream's present
+
+
+def test_in_flight_scalar_clocks_equal_the_vectorized_clock():
+    """A few throttled ranks go through ThermalClock's float path: the same finish and stretch
+    as through the clock group's arrays."""
+    from commsim.sim.ddp_costs import InFlight, clock_group
+
+    rng = np.random.default_rng(11)
+    n = 8
+    clocks = {1: engine_module.ThermalClock(0.004, 0.003, 0.4, 0.001), 5: engine_module.ThermalClock(0.002, 0.005, 0.7)}
+    for trial in range(30):
+        flights = [InFlight(clock_group(clocks), 0.2), InFlight(clock_group(clocks), 0.2)]
+        flights[1].scalar_clocks = None  # the vectorized path
+        assert flights[0].scalar_clocks is not None
+        t = rng.uniform(0, 0.01, n)
+        for _ in range(4):
+            begin = t + rng.uniform(-0.002, 0.003, n)
+            end = begin + rng.uniform(0.001, 0.004, n)
+            work = rng.uniform(0.0005, 0.004, n)
+            outs = []
+            for flight in flights:
+                flight.add(begin, end, t)
+                outs.append(flight.compute(t, work))
+            np.testing.assert_allclose(outs[0], outs[1], rtol=1e-13)
+            t = outs[0]
+        np.testing.assert_allclose(flights[0].stretch, flights[1].stretch, rtol=1e-9, atol=1e-15)
