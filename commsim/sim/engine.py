@@ -464,6 +464,7 @@ class Engine:
 
     def _begin_step(self, s: int) -> None:
         self._op = 0
+        self._seen: Dict[int, Tuple[np.ndarray, np.ndarray, int]] = {}  # kernel -> (launch, finish, misses)
         self._record = self._steady_possible or s == self.scenario.steps - 1  # comm_time is reported for the last step
 
     def _collective(self, s: int, issue: np.ndarray, stream: Optional[np.ndarray]):
@@ -479,7 +480,7 @@ class Engine:
         k = self._op
         self._op += 1
         launch = issue if stream is None else np.maximum(issue, stream)
-        finish = self.kernels[k].finish_times(launch)
+        finish = self._finish_times(self.kernels[k], launch)
         if self._record:
             self._comm_time[k] = finish.max() - launch.max()
         if self.collectives:
@@ -489,6 +490,31 @@ class Engine:
         if self.log is not None:  # the clock stops at every collective only when someone watches it
             yield self.env.timeout(max(finish.max() - self.env.now, 0.0))
             self.log.append((self.env.now, s, f"{self.ops[k].kind} {k}"))
+        return finish
+
+    def _finish_times(self, kernel: Kernel, launch: np.ndarray) -> np.ndarray:
+        """``kernel.finish_times(launch)``, or, when `launch` is the kernel's previous launch
+        shifted by one constant c on every rank (to rounding), its previous finish shifted by c:
+        kernels are time-invariant (:meth:`_run_block`). The test costs three O(n) passes, a
+        fraction of a kernel call; a kernel whose launches are not such shifts twice in a step
+        is not tested again in that step."""
+        if not self._shortcut:
+            return kernel.finish_times(launch)
+        seen = self._seen.get(id(kernel))
+        if seen is not None and seen[2] < 2:
+            d = launch - seen[0]
+            lo, hi = float(d.min()), float(d.max())
+            # a few ulps of the times: the error a shift by c adds (the kernels are 1-Lipschitz
+            # in the max norm, so these errors add up, to < 1e-10 relative over a run)
+            if hi - lo <= 8 * np.finfo(float).eps * max(abs(float(launch[0])), 1.0):
+                finish = seen[1] + hi
+                self._seen[id(kernel)] = (launch, finish, 0)
+                return finish
+            misses = seen[2] + 1
+        else:
+            misses = 0 if seen is None else seen[2]
+        finish = kernel.finish_times(launch)
+        self._seen[id(kernel)] = (launch, finish, misses)
         return finish
 
     def _zero2_step(self, s, f, t0, optimizer):
