@@ -3,7 +3,7 @@
 One run measures, each case in a fresh subprocess (so that its peak memory, ru_maxrss, is its
 own; wall and CPU seconds are both reported, CPU being the steadier on a shared machine):
 
-- ring: the engine at every size of ``--sizes`` (default up to 131,072 ranks) on the scale
+- ring: the engine (DDP's own costs on, the default, and for reference off) at every size of ``--sizes`` (default up to 131,072 ranks) on the scale
   scenario (1e9 fp32 parameters in 25 MB buckets, 1 MB first: 161 buckets; 100 steps; 8 GPUs
   per node; lognormal jitter cv 5% on every rank; one thermally throttled GPU), keeping
   per-step aggregates only, as ``commsim run`` does without --trace/--plot;
@@ -177,8 +177,17 @@ def measure_cli(repeat: int = 5) -> dict:
             "min_wall_s": min(walls), "median_cpu_s": statistics.median(cpus)}
 
 
+def costs_off(sc: Scenario) -> Scenario:
+    """The scenario without DDP's own costs (the schedule before they existed), for reference."""
+    from commsim.sim.ddp_costs import NONE
+
+    return dataclasses.replace(sc, ddp=dataclasses.replace(sc.ddp, costs=NONE))
+
+
 def child(kind: str, ranks: int, extra: str) -> None:
-    if kind == "engine":
+    if kind == "engine" and extra == "scale-off":
+        out = measure_engine(costs_off(scenario(ranks)))
+    elif kind == "engine":
         out = measure_engine(scenario(ranks) if extra == "scale" else algorithm_scenario(extra, ranks))
     elif kind == "bound":
         out = measure_bound(scenario(ranks) if extra == "scale" else algorithm_scenario(extra, ranks))
@@ -243,15 +252,20 @@ def main() -> None:
     print(f"machine: {platform.machine()} {platform.processor() or ''} python {platform.python_version()} "
           f"numpy {np.__version__}, load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
     print("ring, jitter + throttle, 161 buckets x 100 steps: engine vs the tight numpy loop")
-    print(f"{'ranks':>7} {'wall s':>8} {'cpu s':>7} {'peak MB':>8} | {'bound wall':>10} {'bound cpu':>9} {'peak MB':>8} | {'cpu ratio':>9}")
-    engine, bound = [], []
+    print("(DDP's own costs on, the default; for reference, the engine with them off)")
+    print(f"{'ranks':>7} {'wall s':>8} {'cpu s':>7} {'peak MB':>8} | {'bound wall':>10} {'bound cpu':>9} {'peak MB':>8} | "
+          f"{'cpu ratio':>9} | {'off cpu s':>9} {'off ratio':>9}")
+    engine, bound, engine_off = [], [], []
     for n in sizes:
         m = run_child("engine", n, "scale")
         b = run_child("bound", n, "scale")
+        o = run_child("engine", n, "scale-off")
         engine.append(m)
         bound.append(b)
+        engine_off.append(o)
         print(f"{n:>7} {m['wall_s']:>8.3f} {m['cpu_s']:>7.3f} {m['peak_rss_mb']:>8.0f} | {b['wall_s']:>10.3f} "
-              f"{b['cpu_s']:>9.3f} {b['peak_rss_mb']:>8.0f} | {m['cpu_s'] / b['cpu_s']:>8.2f}x")
+              f"{b['cpu_s']:>9.3f} {b['peak_rss_mb']:>8.0f} | {m['cpu_s'] / b['cpu_s']:>8.2f}x | "
+              f"{o['cpu_s']:>9.3f} {o['cpu_s'] / b['cpu_s']:>8.2f}x")
     x = np.log([m["ranks"] * m["buckets"] * m["steps"] for m in engine])
     y = np.log([m["cpu_s"] for m in engine])
     slope = float(np.polyfit(x, y, 1)[0]) if len(engine) > 1 else float("nan")
@@ -320,7 +334,7 @@ def main() -> None:
 
     from commsim.atomic import atomic_write_text
 
-    atomic_write_text(json_path, json.dumps({"engine": engine, "bound": bound, "slope": slope, "algorithms": algorithms,
+    atomic_write_text(json_path, json.dumps({"engine": engine, "bound": bound, "engine_costs_off": engine_off, "slope": slope, "algorithms": algorithms,
                                              "kernels": kernels, "reference": refs, "cli": cli, "targets": targets},
                                             indent=2) + "\n")
     print(f"wrote {os.path.relpath(json_path)}")

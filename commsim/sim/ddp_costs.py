@@ -173,6 +173,25 @@ def _through_chains(start: np.ndarray, work: np.ndarray, begin: np.ndarray, end:
     return finish, slow + late
 
 
+def _through_chains_float(start: float, work: float, begin, end, slowdown: float) -> Tuple[float, float]:
+    """:func:`_through_chains` of one column, on plain floats (a rank past a finished chain
+    gains nothing from it there, so the vector form's skip is per column here)."""
+    t, left, rate, late = start, work, 1.0 / (1.0 + slowdown), 0.0
+    for k in range(len(begin) - 1):
+        if end[k] <= t:
+            continue
+        free = min(max(begin[k] - t, 0.0), left)
+        t += free
+        left -= free
+        slow = min(max(end[k] - t, 0.0) * rate, left)
+        t += slow / rate
+        left -= slow
+        late += slowdown * slow
+    free = max(begin[-1] - t, 0.0)
+    slow = max(min((end[-1] - t - free) * rate, left - free), 0.0) * slowdown
+    return t + left + slow, slow + late
+
+
 class InFlight:
     """One step's collectives in flight on each rank's communication stream, and compute slowed
     by them: :func:`stretched_finish` over rank vectors.
@@ -196,6 +215,14 @@ class InFlight:
         self.last: Optional[np.ndarray] = None  # (n,) the last collective's finish
         self.zero = np.zeros(0)
         self.stretch = 0.0  # (n,) seconds the slowdown added to the compute so far (0 until any)
+        # a few throttled ranks: one scalar clock each (ThermalClock's float path is ~30x
+        # cheaper than a vectorized call on a handful of elements)
+        self.scalar_clocks = None
+        if throttled is not None and len(throttled[0]) <= 16:
+            ranks, clock = throttled
+            fields = ("heat_up", "throttled_time", "clock_fraction", "phase")
+            self.scalar_clocks = [(int(r), ThermalClock(*(float(getattr(clock, f)[i]) for f in fields)))
+                                  for i, r in enumerate(ranks)]
 
     def add(self, begin: np.ndarray, end: np.ndarray, floor: np.ndarray) -> None:
         """The next collective on the stream: running from `begin` to `end` on each rank; no later
@@ -232,7 +259,17 @@ class InFlight:
             # np.maximum against a zero vector: against the scalar 0.0 it is several times slower
             self.zero = np.zeros(len(start))
         t, extra = _through_chains(start, work, self.begin, self.end, self.slowdown, self.zero)
-        if self.throttled is not None:
+        if self.scalar_clocks is not None:
+            for r, clock in self.scalar_clocks:
+                units = clock.work_done_float(float(start[r]))
+                begin = [clock.work_done_float(x) for x in self.begin[:, r].tolist()]
+                end = [clock.work_done_float(x) for x in self.end[:, r].tolist()]
+                w = float(work[r])
+                done, _ = _through_chains_float(units, w, begin, end, self.slowdown)
+                finish = clock.time_for_work_float(done)
+                t[r] = finish
+                extra[r] = finish - clock.time_for_work_float(units + w)
+        elif self.throttled is not None:
             ranks, clock = self.throttled
             rows = len(self.begin)  # one clock call for the start and every chain end, one back
             units = clock.work_done(np.vstack([start[ranks], self.begin[:, ranks], self.end[:, ranks]]))
@@ -268,6 +305,9 @@ class ChargedBackward:
         self.copy_back = copy_back_time(float(buckets.sum()), costs)
         self.costs = costs
         self.throttled = clock_group(clocks)
+        self._clocks = [(int(r), clocks[int(r)]) for r in sorted(clocks)]
+        self._copy_in = np.array(self.copy_in, dtype=np.float64)
+        self._ahead: Optional[tuple] = None
 
     def begin(self, backward: np.ndarray, start: np.ndarray) -> None:
         """A new step: the last backward (`backward` full-clock seconds per rank) starts at `start`."""
@@ -293,6 +333,86 @@ class ChargedBackward:
     def ran(self, begin: np.ndarray, finish: np.ndarray) -> None:
         """The bucket's all-reduce ran from `begin` to `finish` on each rank's stream."""
         self.in_flight.add(begin, finish, self.t)
+
+    def ahead(self, j: int, rows: int) -> Optional[Tuple[np.ndarray, bool]]:
+        """Buckets j..j+rows-1 at once, ahead of their collectives: ``(issue, binding)``, the
+        (rows, n) issue times, or None where this shortcut does not apply.
+
+        Exact when no compute is slowed (``overlap_slowdown`` 0: ``binding`` False). Otherwise
+        (``binding`` True) it assumes that every rank's stream stays busy throughout: each row is
+        exact if its bucket and every earlier one of the block was issued, on every rank, no later
+        than the previous collective's finish there (then each collective launches at that finish,
+        the stream's chain never breaks, and every backward segment from now on runs inside it at
+        the slowed rate: ``(1 + overlap_slowdown)`` times its work, the copies at their own
+        time between). That needs the chain to have begun by now on every rank (checked here);
+        the caller checks the rest row by row and keeps the rows that passed (:meth:`keep`).
+        Thermally throttled ranks are stepped in their work units with the clock's float path,
+        so it applies with at most 16 of them."""
+        slowdown = self.costs.overlap_slowdown
+        flight = self.in_flight
+        if len(self._clocks) > 16:
+            return None
+        if slowdown > 0 and (flight.last is None or not (flight.begin[-1] <= self.t).all()):
+            return None
+        share, copy = self.share[j:j + rows], self._copy_in[j:j + rows]
+        rate = 1.0 + slowdown if slowdown > 0 else 1.0
+        before = np.concatenate(([0.0], np.cumsum(copy[:-1])))  # copies done before each segment starts
+        done = np.multiply.outer(np.cumsum(share) * rate, self.backward)  # (rows, n) compute ends
+        done += self.t
+        done += before[:, None]
+        extra = []  # per throttled rank: the slowdown's seconds after each row
+        for r, clock in self._clocks:
+            t, work, late, lates = float(self.t[r]), float(self.backward[r]), 0.0, []
+            for i in range(len(share)):
+                if share[i] > 0:  # InFlight.compute's closed form inside the last chain, in work units
+                    w = work * float(share[i])
+                    units = clock.work_done_float(t)
+                    if slowdown > 0:
+                        t_end = clock.time_for_work_float(units + w + slowdown * w)
+                        late += t_end - clock.time_for_work_float(units + w)
+                    else:
+                        t_end = clock.time_for_work_float(units + w)
+                    t = t_end
+                done[i, r] = t
+                lates.append(late)
+                t = t + float(copy[i])
+            extra.append(lates)
+        # bucket_launch_time row after row: issue_i = max(issue_{i-1}, done_i + copy_i) + overhead,
+        # i.e. (i + 1) overhead + max(issued before, max over l <= i of done_l + copy_l - l overhead)
+        overhead = self.costs.bucket_overhead
+        steps = np.arange(len(share)) * overhead
+        issue = done + copy[:, None]
+        issue -= steps[:, None]
+        if self.issued is not None:
+            np.maximum(issue[0], self.issued, out=issue[0])
+        for i in range(1, len(issue)):  # row by row: np.maximum.accumulate in place is 50x slower
+            np.maximum(issue[i], issue[i - 1], out=issue[i])
+        issue += (steps + overhead)[:, None]
+        self._ahead = (j, done, issue, extra)
+        return issue, slowdown > 0
+
+    def keep(self, rows: int, finish: Optional[np.ndarray]) -> None:
+        """Take the first `rows` (>= 1) buckets of the last :meth:`ahead` as run; `finish`: the
+        last of their collectives' finish on every rank (the stream's chain now ends there; only
+        needed when that call was binding)."""
+        j, done, issue, extra = self._ahead
+        self._ahead = None
+        last = rows - 1
+        share, copy = self.share[j:j + rows], self._copy_in[j:j + rows]
+        computed = np.flatnonzero(share > 0)
+        if len(computed):  # the last segment's compute end (copies after it are not backward)
+            self.backward_end = done[computed[-1]].copy()
+        self.t = done[last] + copy[last]
+        self.issued = issue[last].copy()
+        self.copied += float(copy.sum())
+        flight = self.in_flight
+        if self.costs.overlap_slowdown > 0:
+            stretch = (self.costs.overlap_slowdown * float(share.sum())) * self.backward
+            for (r, _), lates in zip(self._clocks, extra):
+                stretch[r] = lates[last]
+            flight.stretch = flight.stretch + stretch
+            flight.end[-1] = finish
+            flight.last = finish
 
     def overhead(self) -> np.ndarray:
         """(n,) or scalar: the seconds of this step's backward that were DDP's own costs (copies

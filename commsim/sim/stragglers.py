@@ -283,4 +283,22 @@ class ThermalClock:
 
     def finish(self, start, work):
         """Time at which `work` full-clock seconds started at `start` are done."""
+        if type(start) is float and type(work) is float and not isinstance(self.phase, np.ndarray):
+            return self.time_for_work_float(self.work_done_float(start) + work)
         return self.time_for_work(self.work_done(start) + work)
+
+    # Plain-float forms of work_done / time_for_work: the same operations in the same order
+    # (Python's float divmod is numpy's: floor quotient, remainder with the divisor's sign), so
+    # bit-identical results ~25x faster than through 0-d arrays; the engine calls them per
+    # throttled rank and compute segment.
+    def work_done_float(self, t: float) -> float:
+        """:meth:`work_done` of one plain float (a clock with scalar parameters)."""
+        cycles, into = divmod(t + self.phase, self.heat_up + self.throttled_time)
+        partial = into if into <= self.heat_up else self.heat_up + self.clock_fraction * (into - self.heat_up)
+        return cycles * (self.heat_up + self.clock_fraction * self.throttled_time) + partial
+
+    def time_for_work_float(self, w: float) -> float:
+        """:meth:`time_for_work` of one plain float (a clock with scalar parameters)."""
+        cycles, rem = divmod(w, self.heat_up + self.clock_fraction * self.throttled_time)
+        into = rem if rem <= self.heat_up else self.heat_up + (rem - self.heat_up) / self.clock_fraction
+        return cycles * (self.heat_up + self.throttled_time) + into - self.phase

@@ -119,3 +119,18 @@ def test_draws_do_not_depend_on_steps_or_entries_around_them():
     second = perturbations(make_scenario(nodes=1, gpus_per_node=4, stragglers=[SlowRank((0,), 1.0), Jitter(0.2)],
                                          steps=3, seed=5))
     np.testing.assert_allclose(both.factor / short.factor, second.factor, rtol=1e-15)
+
+
+def test_thermal_clock_float_path_is_bit_identical_to_the_array_path():
+    rng = np.random.default_rng(7)
+    for i in range(3000):
+        params = rng.uniform([0.1, 0.1, 0.05, 0.0], [30.0, 30.0, 1.0, 40.0])
+        if i % 2:  # integer parameters, as a YAML file may give them
+            params = [int(1 + rng.integers(30)), int(1 + rng.integers(30)), float(params[2]), int(rng.integers(40))]
+        clock = ThermalClock(*(p if isinstance(p, int) else float(p) for p in params))
+        start, work = float(rng.uniform(0, 1e4 if i % 3 else 50)), float(rng.uniform(0, 20))
+        got = clock.finish(start, work)
+        assert type(got) is float  # the scalar path, not a 0-d array
+        assert got == float(clock.time_for_work(clock.work_done(np.float64(start)) + work))
+        assert clock.work_done_float(start) == float(clock.work_done(start))
+        assert clock.time_for_work_float(start) == float(clock.time_for_work(start))

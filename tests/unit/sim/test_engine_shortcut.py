@@ -1,0 +1,165 @@
+"""The engine's shortcuts (periodic stretches of collectives, charged backward blocks computed
+ahead) against the same engine bucket by bucket, kernel call by kernel call."""
+
+import numpy as np
+import pytest
+
+import commsim.sim.engine as engine_module
+from commsim.scenario.spec import DDPCosts, Jitter, Stall, Throttle
+from commsim.sim.ddp_costs import ChargedBackward
+from commsim.sim.engine import Engine
+from tests.conftest import NO_DDP_COSTS, make_scenario
+
+FIELDS = ("step_end", "rank_end", "rank_backward_end", "rank_comm_end", "rank_busy", "comm_time")
+
+COSTS = {
+    "default": DDPCosts(),
+    "no-slowdown": DDPCosts(overlap_slowdown=0.0),
+    "view+slowdown": DDPCosts(gradient_as_bucket_view=True, overlap_slowdown=0.3, bucket_overhead=1e-4),
+    "off": NO_DDP_COSTS,
+}
+
+
+class _Counted:
+    """A kernel that counts its calls."""
+
+    def __init__(self, kernel):
+        self.kernel, self.calls = kernel, 0
+
+    def finish_times(self, launch):
+        self.calls += 1
+        return self.kernel.finish_times(launch)
+
+
+def _run(sc, shortcut: bool, block: int, monkeypatch):
+    monkeypatch.setattr(engine_module, "READY_BLOCK_ELEMENTS", block)
+    engine = Engine(sc)
+    wrapped = {}
+    engine.kernels = [wrapped.setdefault(id(k), _Counted(k)) for k in engine.kernels]
+    engine._shortcut = shortcut
+    result = engine.run()
+    return result, sum(k.calls for k in wrapped.values())
+
+
+def _case(regime: str, costs: str, seed: int, **kw):
+    # inter-node links: slow (communication-bound), balanced, fast (compute-bound)
+    inter = {"comm": (2e9, 2e-4), "balanced": (2e10, 2e-5), "compute": (4e11, 1e-6)}[regime]
+    stragglers = [Jitter(0.05), Throttle((3,), 0.03, 0.02, 0.5, 0.01)] if seed % 2 else [Jitter(0.02)]
+    if seed % 3 == 2:
+        stragglers.append(Stall((1,), 0.005, every=2))
+    return make_scenario(nodes=3, gpus_per_node=4, parameters=6_000_000, bucket_cap=1.5e6, first_bucket=3e5,
+                         backward=0.02, forward=0.01, inter=inter, steps=4, seed=seed, stragglers=stragglers,
+                         costs=COSTS[costs], **kw)
+
+
+@pytest.mark.parametrize("regime", ["comm", "balanced", "compute"])
+@pytest.mark.parametrize("costs", sorted(COSTS))
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("block", [1, 12 * 5, 1 << 16])  # one bucket, five, the whole step per block
+def test_shortcuts_equal_the_engine_bucket_by_bucket(regime, costs, seed, block, monkeypatch):
+    sc = _case(regime, costs, seed)
+    fast, fast_calls = _run(sc, True, block, monkeypatch)
+    slow, slow_calls = _run(sc, False, block, monkeypatch)
+    for field in FIELDS:
+        np.testing.assert_allclose(getattr(fast, field), getattr(slow, field), rtol=1e-12, atol=1e-15, err_msg=field)
+    np.testing.assert_array_equal(fast.last_rank, slow.last_rank)
+    np.testing.assert_allclose(fast.launch_spread, slow.launch_spread, rtol=1e-9, atol=1e-13)
+    assert fast_calls <= slow_calls
+    if regime == "comm":  # collectives back to back: most of them cost no kernel call
+        assert fast_calls < slow_calls / 2
+
+
+@pytest.mark.parametrize("sharding", ["zero2"])
+@pytest.mark.parametrize("costs", ["default", "no-slowdown"])
+def test_shortcuts_equal_the_engine_bucket_by_bucket_under_zero2(sharding, costs, monkeypatch):
+    sc = _case("comm", costs, 1, sharding=sharding)
+    fast, fast_calls = _run(sc, True, 1 << 16, monkeypatch)
+    slow, slow_calls = _run(sc, False, 1 << 16, monkeypatch)
+    for field in FIELDS:
+        np.testing.assert_allclose(getattr(fast, field), getattr(slow, field), rtol=1e-12, atol=1e-15, err_msg=field)
+    assert fast_calls <= slow_calls
+
+
+def test_gradient_accumulation_and_no_overlap_take_the_shortcut_exactly(monkeypatch):
+    for kw in ({"accumulation": 3}, {"overlap": False}):
+        sc = _case("comm", "default", 1, **kw)
+        fast, fast_calls = _run(sc, True, 1 << 16, monkeypatch)
+        slow, slow_calls = _run(sc, False, 1 << 16, monkeypatch)
+        for field in FIELDS:
+            np.testing.assert_allclose(getattr(fast, field), getattr(slow, field), rtol=1e-12, atol=1e-15)
+        assert fast_calls < slow_calls
+
+
+def test_charged_backward_ahead_equals_bucket_by_bucket_while_the_stream_is_busy():
+    """ahead/keep against bucket/ran on a stream whose collectives run back to back from the
+    first one on (each launched at the previous finish), a throttled rank among the others."""
+    rng = np.random.default_rng(3)
+    n, nb = 6, 9
+    buckets = rng.uniform(1e5, 2e6, nb)
+    clocks = {2: engine_module.ThermalClock(0.004, 0.003, 0.4, 0.001)}
+    costs = DDPCosts(overlap_slowdown=0.25)
+    backward, start = rng.uniform(0.01, 0.02, n), rng.uniform(0.0, 1e-3, n)
+    durations = rng.uniform(0.5, 1.0, nb)  # each collective: much longer than a backward segment
+
+    def collective(j, launch):
+        return launch + durations[j] + 1e-4 * np.arange(n)
+
+    slow = ChargedBackward(buckets, True, costs, clocks)
+    slow.begin(backward, start)
+    fast = ChargedBackward(buckets, True, costs, clocks)
+    fast.begin(backward, start)
+    stream = None
+    issues = []
+    for j in range(nb):
+        issue = slow.bucket(j)
+        launch = issue if stream is None else np.maximum(issue, stream)
+        stream = collective(j, launch)
+        slow.ran(launch, stream)
+        issues.append(issue)
+        if j < 2:  # the first collective starts the chain; from the third bucket on it began before t
+            assert (fast.bucket(j) == issue).all()
+            fast.ran(launch, stream)
+    got, binding = fast.ahead(2, nb - 2)
+    assert binding
+    for i, issue in enumerate(issues[2:]):
+        np.testing.assert_allclose(got[i], issue, rtol=1e-13)
+    fast.keep(nb - 2, stream)
+    for a, b in zip(fast.end(), slow.end()):
+        np.testing.assert_allclose(a, b, rtol=1e-13)
+    np.testing.assert_allclose(fast.overhead(), slow.overhead(), rtol=1e-12)
+
+
+def test_charged_backward_ahead_refuses_before_the_chain_began():
+    costs = DDPCosts()
+    charged = ChargedBackward([1e6, 1e6, 1e6], True, costs, {})
+    charged.begin(np.full(4, 0.01), np.zeros(4))
+    assert charged.ahead(0, 3) is None  # nothing in flight yet: compute would run at full rate
+    issue = charged.bucket(0)
+    charged.ran(issue, issue + 1.0)
+    assert charged.ahead(1, 2) is None  # the collective launched after the compute stream's present
+
+
+def test_in_flight_scalar_clocks_equal_the_vectorized_clock():
+    """A few throttled ranks go through ThermalClock's float path: the same finish and stretch
+    as through the clock group's arrays."""
+    from commsim.sim.ddp_costs import InFlight, clock_group
+
+    rng = np.random.default_rng(11)
+    n = 8
+    clocks = {1: engine_module.ThermalClock(0.004, 0.003, 0.4, 0.001), 5: engine_module.ThermalClock(0.002, 0.005, 0.7)}
+    for trial in range(30):
+        flights = [InFlight(clock_group(clocks), 0.2), InFlight(clock_group(clocks), 0.2)]
+        flights[1].scalar_clocks = None  # the vectorized path
+        assert flights[0].scalar_clocks is not None
+        t = rng.uniform(0, 0.01, n)
+        for _ in range(4):
+            begin = t + rng.uniform(-0.002, 0.003, n)
+            end = begin + rng.uniform(0.001, 0.004, n)
+            work = rng.uniform(0.0005, 0.004, n)
+            outs = []
+            for flight in flights:
+                flight.add(begin, end, t)
+                outs.append(flight.compute(t, work))
+            np.testing.assert_allclose(outs[0], outs[1], rtol=1e-13)
+            t = outs[0]
+        np.testing.assert_allclose(flights[0].stretch, flights[1].stretch, rtol=1e-9, atol=1e-15)
