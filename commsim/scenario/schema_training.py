@@ -85,6 +85,7 @@ PRESET_MEMORY_BANDWIDTH = {
     "dgx-h100": 3.35e12,         # H100 SXM5 80 GB HBM3: 3.35 TB/s (NVIDIA H100 datasheet)
     "hgx-h100-8x400g": 3.35e12,  # H100 SXM5 (NVIDIA H100 datasheet)
     "pcie-8gpu": 320e9,          # T4 16 GB GDDR6: 320 GB/s (NVIDIA T4 datasheet)
+    "dgx1-v100": 900e9,          # V100 SXM2 HBM2: 900 GB/s (NVIDIA V100 datasheet)
 }
 
 

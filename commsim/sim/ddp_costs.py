@@ -13,7 +13,7 @@ Sec. 3-4), each a scenario key under ``ddp:`` (:func:`parse_ddp_costs`):
   an estimate to be fitted (``commsim calibrate`` from a ``validate --mode ddp`` run), not a
   measured constant.
 - ``memory_bandwidth`` (bytes/s, default 1.5 TB/s, the A100 40 GB HBM2 datasheet rate; a cluster
-  ``preset`` naming its GPUs gives theirs: H100 SXM5 3.35 TB/s, A100 SXM4 1,555 GB/s, T4 320 GB/s,
+  ``preset`` naming its GPUs gives theirs: H100 SXM5 3.35 TB/s, A100 SXM4 1,555 GB/s, V100 900 GB/s, T4 320 GB/s,
   :data:`commsim.scenario.schema_training.PRESET_MEMORY_BANDWIDTH`) with
   ``gradient_as_bucket_view`` (default false, as PyTorch): each gradient is copied into its
   bucket's flat buffer on the compute stream (read + write: 2 bytes moved per byte, so

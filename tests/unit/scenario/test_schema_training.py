@@ -63,6 +63,10 @@ def test_ddp_costs_keys_defaults_on_and_off():
 def test_ddp_costs_memory_bandwidth_from_the_cluster_preset():
     assert read_ddp(SRC, {}, cluster={"preset": "dgx-h100", "nodes": 2}).costs.memory_bandwidth == 3.35e12
     assert read_ddp(SRC, {}, cluster={"preset": "pcie-8gpu"}).costs.memory_bandwidth == PRESET_MEMORY_BANDWIDTH["pcie-8gpu"]
+    assert read_ddp(SRC, {}, cluster={"preset": "dgx1-v100"}).costs.memory_bandwidth == 900e9
+    # every preset that names its GPUs has their memory bandwidth
+    from commsim.scenario.topology import PRESETS
+    assert set(PRESET_MEMORY_BANDWIDTH) == {name for name in PRESETS if not name.startswith("ethernet-")}
     # no GPU named (or a preset without one): the spec's A100 figure; the key wins over the preset
     assert read_ddp(SRC, {}, cluster={"nodes": 2}).costs.memory_bandwidth == spec.DDPCosts().memory_bandwidth
     assert read_ddp(SRC, {}, cluster={"preset": "ethernet-25g"}).costs.memory_bandwidth == spec.DDPCosts().memory_bandwidth
