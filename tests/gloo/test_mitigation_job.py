@@ -33,7 +33,9 @@ def report(calibration):
     sc = scenario_for(2, PARAMETERS, 8e6, 4)
     cases = [Case("none"), Case("fp16"), Case("powersgd", r=1), Case("powersgd", r=4), Case("localsgd", H=2),
              Case("powersgd", r=1, slow=True)]
-    return run_cases(sc, calibration, cases, 2, slow_stall=0.02, warmup_steps=3, compute_iters=3, timeout_s=120)
+    out = run_cases(sc, calibration, cases, 2, slow_stall=0.02, warmup_steps=3, compute_iters=3, timeout_s=120,
+                    machine_rounds=3)
+    return dict(out, calibration_used=calibration)
 
 
 def by_name(report):
@@ -86,6 +88,38 @@ def test_slow_rank_costs_time_and_the_prediction_is_in_range(report):
         assert 1 / 3 < rows[name]["predicted_s"] / rows[name]["measured_s"] < 3, name
 
 
+def test_ddp_costs_measured_once_and_in_every_prediction(report):
+    from dataclasses import replace
+
+    from commsim.sim.ddp_costs import NONE
+    from validate.mitigation_job import ddp_costs_from_ranks, predict
+
+    costs = report["ddp_costs"]
+    measured = costs["measured"]
+    assert len(measured) == 2 and all(m["memory_bandwidth"] > 1e8 for m in measured)
+    used = ddp_costs_from_ranks(measured)
+    assert costs["used"] == used.__dict__ and used.gradient_as_bucket_view
+    assert used.bucket_overhead == np.median([m["bucket_overhead"] for m in measured])
+    # the baseline's prediction carries them: with one bucket, exposed after backward, the step
+    # is longer than without DDP's costs by the per-bucket cost exactly
+    row = by_name(report)["baseline"]
+    sc = replace(scenario_for(2, PARAMETERS, 8e6, 4), calibration=report["calibration_used"], ddp=replace(
+        scenario_for(2, PARAMETERS, 8e6, 4).ddp, costs=used))
+    with_costs = predict(sc, Case("none"), row["hardware"], WIDTH, PARAMETERS, 0.02)["step_time_s"]
+    without = predict(replace(sc, ddp=replace(sc.ddp, costs=NONE)), Case("none"), row["hardware"], WIDTH,
+                      PARAMETERS, 0.02)["step_time_s"]
+    assert with_costs == pytest.approx(row["predicted_s"], rel=1e-12)
+    assert with_costs - without == pytest.approx(used.bucket_overhead, rel=1e-6, abs=1e-12)
+
+
+def test_powersgd_rate_is_measured_at_its_rank(report):
+    rows = by_name(report)
+    for r in (1, 4):
+        hw = rows[f"powersgd:r={r}"]["hardware"]
+        assert hw["powersgd_flops"] > 0 and f"flops={hw['powersgd_flops']:.0f}" in rows[f"powersgd:r={r}"]["remedy"]
+    assert "powersgd_flops" not in rows["baseline"]["hardware"]
+
+
 def test_plan_and_remedy_text():
     sc = scenario_for(2, PARAMETERS, 8e6, 4)
     plan = plan_for(sc, default_cases(), slow_stall=0.02, warmup_steps=1, compute_iters=1)
@@ -94,9 +128,10 @@ def test_plan_and_remedy_text():
     slow = [c.slow for c in default_cases()]
     assert stalls[slow][:, :, 1].min() == 0.02 and stalls[slow][:, :, 0].max() == 0.0
     assert stalls[[not s for s in slow]].max() == 0.0
-    hw = {"mem_bw": 3.2e9, "flops": 2.5e10, "kernel_overhead": 2.5e-6}
+    # PowerSGD's flops: the rate of its own skinny products, not the square matmul's
+    hw = {"mem_bw": 3.2e9, "flops": 2.5e10, "powersgd_flops": 4e9, "kernel_overhead": 2.5e-6}
     assert remedy_text(Case("powersgd", r=4), hw, 256) == (
-        "powersgd:r=4:start=0:shapes=square:width=256:mem_bw=3200000000B/s:flops=25000000000"
+        "powersgd:r=4:start=0:shapes=square:width=256:mem_bw=3200000000B/s:flops=4000000000"
         ":kernel_overhead=2.5000us")
     assert remedy_text(Case("none"), hw, 256) is None
     if not torch.cuda.is_available():
