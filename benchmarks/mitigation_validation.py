@@ -90,7 +90,7 @@ def table(report: dict) -> str:
     u = c["used"]
     lines.append(f"DDP's own costs (measured once, every case): bucket_overhead {u['bucket_overhead'] * 1e3:.2f} ms, "
                  f"memory_bandwidth {u['memory_bandwidth'] / 1e9:.1f} GB/s, overlap_slowdown "
-                 f"{u['overlap_slowdown']:.2f}; the bucket's all-reduce measured {c['allreduce_measured_s'] * 1e3:.1f} "
+                 f"{u['overlap_slowdown']:.2f}, compute jitter cv {c['jitter_cv']:.3f}; the bucket's all-reduce measured {c['allreduce_measured_s'] * 1e3:.1f} "
                  f"ms, calibrated {c['allreduce_calibrated_s'] * 1e3:.1f} ms")
     lines.append(f"median |error| {report['median_abs_error'] * 100:.1f}% over {len(report['cases'])} cases")
     return "\n".join(lines)

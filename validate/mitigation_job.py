@@ -175,10 +175,11 @@ def measure_ddp_costs(ctx, module: nn.Module, x, y, plan: Dict) -> Dict[str, flo
 
     - ``bucket_overhead``: a synced step minus the same step under ``no_sync`` (forward, backward,
       optimizer) minus an in-place ``dist.all_reduce`` of the bucket's bytes, the three taken in
-      turn ``rounds`` times after a barrier each (medians: on a shared machine the load drifts, and
-      the same rounds see the same drift). With one bucket its all-reduce starts after the whole
-      backward, so nothing overlaps and the difference is what DDP adds per step: the autograd
-      hooks, the bucket's division by the world size, its future, the reducer's finalize;
+      turn ``machine_rounds`` times after a barrier each (medians: on a shared machine the load
+      drifts, and the same rounds see the same drift). With one bucket its all-reduce starts after
+      the whole backward, so nothing overlaps and the difference is what DDP adds per step: the
+      autograd hooks, the bucket's division by the world size, its future, the reducer's finalize.
+      This rank's figure; the job's is :func:`bucket_overhead_from_ranks`, over every rank's samples;
     - ``memory_bandwidth``: bytes moved per second (read + write) by a copy of the bucket;
     - ``overlap_slowdown``: how much slower the no-sync step runs while an all-reduce of four
       buckets is in flight on gloo's threads (samples where it was still running at the step's
@@ -369,11 +370,14 @@ def scenario_for(nprocs: int, parameters: float, bucket_cap: float, steps: int):
     return replace(sc, name="mitigation_validation")
 
 
-def case_scenario(scenario, case: Case, slow_stall: float):
-    """The scenario of a case: with rank 1 stalled `slow_stall` seconds before every step's forward."""
-    from commsim.scenario.spec import Stall
+def case_scenario(scenario, case: Case, slow_stall: float, jitter_cv: float = 0.0):
+    """The scenario of a case: with rank 1 stalled `slow_stall` seconds before every step's forward,
+    and every rank's compute jittered by `jitter_cv` (the machine's, :func:`compute_jitter_cv`)."""
+    from commsim.scenario.spec import Jitter, Stall
 
     stragglers = (Stall(ranks=(1,), duration=slow_stall, every=1),) if case.slow else ()
+    if jitter_cv > 0:
+        stragglers += (Jitter(cv=jitter_cv, distribution="gamma"),)
     return replace(scenario, stragglers=stragglers)
 
 
@@ -413,17 +417,21 @@ def remedy_text(case: Case, hardware: Dict[str, float], width: int) -> Optional[
     return None
 
 
+PREDICTED_STEPS = 10  # the prediction runs this many times the case's steps: a jittered mean that settles
+
+
 def predict(scenario, case: Case, hardware: Dict[str, float], width: int, parameters: int,
-            slow_stall: float) -> Dict[str, float]:
+            slow_stall: float, jitter_cv: float = 0.0) -> Dict[str, float]:
     """commsim's mean step time of the case (and the bytes it all-reduces per step), the scenario
-    fed the measured compute, the real parameter count and the case's slow rank."""
+    fed the measured compute (jittered by `jitter_cv`), the real parameter count and the case's
+    slow rank."""
     from commsim.mitigations.compare import hooked_row
     from commsim.mitigations.hooked import plain_bytes
     from commsim.mitigations.spec import parse_mitigations
     from commsim.sim.engine import simulate
 
     comp = scenario.compute
-    fed = replace(case_scenario(scenario, case, slow_stall),
+    fed = replace(case_scenario(scenario, case, slow_stall, jitter_cv), steps=PREDICTED_STEPS * scenario.steps,
                   compute=replace(comp, forward=hardware["forward_s"], backward=hardware["backward_s"],
                                   optimizer=hardware["optimizer_s"]),
                   model=replace(scenario.model, parameters=parameters))
@@ -449,14 +457,44 @@ def measured_step_time(start: float, rank_end: np.ndarray) -> float:
     return measured_summary(start, rank_end)["step_time_s"]["mean"]
 
 
+def bucket_overhead_from_ranks(per_rank: Sequence[Dict]) -> float:
+    """DDP's own per-step cost from every rank's :func:`measure_ddp_costs` samples: per round, a
+    rank's synced step minus the *slowest* rank's no-sync compute of that round minus the rank's
+    all-reduce (a synced step starts after a barrier and waits for the slowest rank's gradients:
+    that wait is the ranks' compute jitter, modeled as such by :func:`compute_jitter_cv`, not
+    DDP's cost), the median over ranks, then over rounds; never below 0."""
+    rounds = len(per_rank[0]["samples"]["synced"])
+    own = []
+    for i in range(rounds):
+        slowest = max(r["samples"]["nosync"][i] for r in per_rank)
+        own.append(statistics.median(r["samples"]["synced"][i] - slowest - r["samples"]["allreduce"][i]
+                                     for r in per_rank))
+    return max(0.0, statistics.median(own))
+
+
+def compute_jitter_cv(per_rank: Sequence[Dict]) -> float:
+    """The coefficient of variation of one rank's step compute from one step to the next (the
+    no-sync steps of :func:`measure_ddp_costs`; median over ranks): from successive differences,
+    sigma = median |x[i+1] - x[i]| / (sqrt(2) x 0.6745) (a normal's MAD of a difference of two
+    draws), so that the machine's slow drift between rounds is not counted as jitter."""
+    cvs = []
+    for r in per_rank:
+        x = r["samples"]["nosync"]
+        if len(x) < 3:
+            return 0.0
+        diffs = [abs(b - a) for a, b in zip(x, x[1:])]
+        cvs.append(statistics.median(diffs) / (2 ** 0.5 * 0.6745) / statistics.median(x))
+    return float(statistics.median(cvs))
+
+
 def ddp_costs_from_ranks(per_rank: Sequence[Dict]) -> "DDPCosts":
-    """The scenario's ``ddp.costs`` from every rank's :func:`measure_ddp_costs` (medians over the
-    ranks; gradients as bucket views, as the job's DDP runs)."""
+    """The scenario's ``ddp.costs`` from every rank's :func:`measure_ddp_costs`: the per-bucket
+    cost of :func:`bucket_overhead_from_ranks` (the job runs one bucket), the memory bandwidth and
+    overlap slowdown as medians over the ranks; gradients as bucket views, as the job's DDP runs."""
     from commsim.scenario.spec import DDPCosts
 
-    med = {k: statistics.median(r[k] for r in per_rank) for k in ("bucket_overhead", "memory_bandwidth",
-                                                                   "overlap_slowdown")}
-    return DDPCosts(bucket_overhead=med["bucket_overhead"], memory_bandwidth=med["memory_bandwidth"],
+    med = {k: statistics.median(r[k] for r in per_rank) for k in ("memory_bandwidth", "overlap_slowdown")}
+    return DDPCosts(bucket_overhead=bucket_overhead_from_ranks(per_rank), memory_bandwidth=med["memory_bandwidth"],
                     gradient_as_bucket_view=True, overlap_slowdown=med["overlap_slowdown"])
 
 
@@ -493,7 +531,8 @@ def run_cases(scenario, calibration, cases: Sequence[Case], nprocs: int, slow_st
     grad_bytes = float(sc.model.grad_bytes)
     calibrated = make_kernel(algorithm_for("all_reduce", sc.collective.algorithm), scenario_fabric(sc), grad_bytes,
                              sc.collective.model).uniform_time()
-    costs_report = {"used": costs.__dict__.copy(), "measured": measured_costs,
+    jitter = compute_jitter_cv(measured_costs)
+    costs_report = {"used": costs.__dict__.copy(), "measured": measured_costs, "jitter_cv": jitter,
                     "allreduce_measured_s": statistics.median(r["allreduce_s"] for r in measured_costs),
                     "allreduce_calibrated_s": float(calibrated)}
     rows = []
@@ -502,7 +541,7 @@ def run_cases(scenario, calibration, cases: Sequence[Case], nprocs: int, slow_st
         hardware = {k: statistics.median(c["hardware"][k] for c in per_rank) for k in per_rank[0]["hardware"]}
         rank_end = np.array([c["ends"] for c in per_rank]).T
         measured = measured_step_time(per_rank[0]["start"], rank_end)
-        pred = predict(sc, case, hardware, width, parameters, slow_stall)
+        pred = predict(sc, case, hardware, width, parameters, slow_stall, jitter)
         rows.append({"case": case.name, "remedy": remedy_text(case, hardware, width) or "baseline",
                      "slow_rank": case.slow, "measured_s": measured, "predicted_s": pred["step_time_s"],
                      "error": (pred["step_time_s"] - measured) / measured,
