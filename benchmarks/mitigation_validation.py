@@ -1,16 +1,20 @@
 """commsim's mitigation model against real DDP communication hooks on gloo.
 
     python benchmarks/mitigation_validation.py [--nprocs 2] [--calibration CAL.yaml] [--steps 12]
-        [--parameters 4.2e6] [--bucket-cap 4MB] [--slow-stall 30ms] [--no-bf16] [--json OUT.json]
+        [--parameters 4.2e6] [--bucket-cap 32MB] [--slow-stall 30ms] [--no-bf16]
+        [--cal-repeats 3] [--cal-iters 20] [--machine-rounds 9] [--json OUT.json]
 
 Runs validate.mitigation_job's cases (no hook, fp16_compress_hook, bf16_compress_hook,
 powerSGD_hook at rank 1 and 4, post-local SGD with H=4; each without and with a slow rank, rank 1
 stalled before every forward) on `--nprocs` local gloo ranks, one rank per node (so post-local
 SGD's subgroup is the rank itself), and prints measured vs predicted mean step time per case and
 the median |error|. The prediction is commsim's hook model with the hardware measured by the job
-(compute, cast bandwidth, matmul rate, small-op cost) and a gloo calibration: `--calibration`
-(from ``commsim calibrate --backend gloo --level inter_node``), else one measured first, the same
-way. Nothing is fitted per case.
+(compute, cast bandwidth, the rate of PowerSGD's products at their shape, small-op cost), DDP's
+own costs measured once by the job before the cases (validate.mitigation_job.measure_ddp_costs)
+and a gloo calibration: `--calibration` (from ``commsim calibrate --backend gloo --level
+inter_node``), else one measured first (:func:`robust_calibration`: `--cal-repeats` sweeps of
+`--cal-iters` iterations, each size's time the median of its in-place and out-of-place times
+over every sweep). Nothing is fitted per case.
 """
 
 from __future__ import annotations
@@ -23,10 +27,55 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
+import statistics  # noqa: E402
+
+from commsim import calibration as calib  # noqa: E402
 from commsim.calibration.file import load_calibration  # noqa: E402
 from commsim.units import parse_size, parse_time  # noqa: E402
-from validate.calibrate import measure_calibration  # noqa: E402
+from validate import collective_bench  # noqa: E402
+from validate.calibrate import rank_calibrate  # noqa: E402
+from validate.collectives_multi import versions  # noqa: E402
+from validate.launch import launch  # noqa: E402
 from validate.mitigation_job import bf16_hook_supported, default_cases, run_cases, scenario_for  # noqa: E402
+
+DISAGREE = 0.25  # in-place vs out-of-place: a size whose two medians differ by more is reported
+
+
+def robust_calibration(nprocs: int, max_size: int, repeats: int, iters: int, warmup: int = 3,
+                       timeout_s: float = 300.0, echo=print):
+    """A gloo calibration robust to a shared machine's noise: `repeats` all-reduce sweeps (each a
+    launch of ``commsim calibrate``'s ranks, `iters` timed iterations per size), each size's time
+    the median of its in-place and out-of-place times over all sweeps (torch's all-reduce is in
+    place; on an idle machine the two agree, and their median discards one sweep's hiccup). Sizes
+    whose in-place and out-of-place medians still differ by more than :data:`DISAGREE` are
+    printed. Returns (calibration, per-size figures)."""
+    sizes = collective_bench.sweep_sizes(8, max_size)
+    echo(f"# gloo calibration: {repeats} sweeps of all_reduce {sizes[0]}..{sizes[-1]} B on {nprocs} ranks, "
+         f"warmup {warmup}, iters {iters}")
+    sweeps = []
+    for _ in range(repeats):
+        results = launch(rank_calibrate, nprocs, "gloo", timeout_s, args=(sizes, warmup, iters, 0, 1))
+        rows = results[0]["rows"]
+        wrong = [r["size_bytes"] for r in rows for g in ("out_of_place", "in_place") if r[g]["wrong"]]
+        if wrong:
+            raise calib.CalibrationError(f"all-reduce gave wrong sums at sizes {wrong}: not calibrating on a broken run")
+        sweeps.append(rows)
+    figures = []
+    for i, size in enumerate(sizes):
+        inp = [sw[i]["in_place"]["time_s"] for sw in sweeps]
+        out = [sw[i]["out_of_place"]["time_s"] for sw in sweeps]
+        both = statistics.median(inp + out)
+        figures.append({"size_bytes": size, "time_s": both, "in_place_s": statistics.median(inp),
+                        "out_of_place_s": statistics.median(out)})
+        ratio = statistics.median(out) / statistics.median(inp)
+        if size >= 1 << 20 and abs(ratio - 1) > DISAGREE:
+            echo(f"#   {size} B: in-place {statistics.median(inp) * 1e3:.2f} ms, out-of-place "
+                 f"{statistics.median(out) * 1e3:.2f} ms disagree (x{ratio:.2f}); their median {both * 1e3:.2f} ms")
+    link = calib.fit_link("inter_node", [calib.Measurement(f["size_bytes"], f["time_s"], nprocs) for f in figures])
+    prov = calib.Provenance(backend="gloo", world_size=nprocs, date=calib.utc_now_iso(),
+                            command="benchmarks/mitigation_validation.py", **versions("gloo"))
+    echo(f"# fitted: alpha {link.alpha_s * 1e6:.1f} us, beta {link.beta_Bps / 1e9:.3f} GB/s")
+    return calib.Calibration((link,), prov, None), figures
 
 def table(report: dict) -> str:
     lines = [f"{'case':26s} {'measured':>10s} {'predicted':>10s} {'error':>8s}   measured hardware (fwd/bwd/opt, "
@@ -37,6 +86,12 @@ def table(report: dict) -> str:
                      f"{r['error'] * 100:+7.1f}%   {hw['forward_s'] * 1e3:.1f}/{hw['backward_s'] * 1e3:.1f}/"
                      f"{hw['optimizer_s'] * 1e3:.1f} ms, {hw['mem_bw'] / 1e9:.2f} GB/s, {hw['flops'] / 1e9:.1f} "
                      f"GFLOP/s, {hw['kernel_overhead'] * 1e6:.1f} us")
+    c = report["ddp_costs"]
+    u = c["used"]
+    lines.append(f"DDP's own costs (measured once, every case): bucket_overhead {u['bucket_overhead'] * 1e3:.2f} ms, "
+                 f"memory_bandwidth {u['memory_bandwidth'] / 1e9:.1f} GB/s, overlap_slowdown "
+                 f"{u['overlap_slowdown']:.2f}, compute jitter cv {c['jitter_cv']:.3f}; the bucket's all-reduce measured {c['allreduce_measured_s'] * 1e3:.1f} "
+                 f"ms, calibrated {c['allreduce_calibrated_s'] * 1e3:.1f} ms")
     lines.append(f"median |error| {report['median_abs_error'] * 100:.1f}% over {len(report['cases'])} cases")
     return "\n".join(lines)
 
@@ -52,17 +107,22 @@ def main(argv=None) -> int:
     ap.add_argument("--slow-stall", default="30ms", help="rank 1's stall before every forward in the slow cases")
     ap.add_argument("--no-bf16", action="store_true", help="skip bf16_compress_hook (skipped anyway where "
                     "this torch build cannot run it: it needs CUDA and NCCL 2.10+)")
+    ap.add_argument("--cal-repeats", type=int, default=3, help="calibration sweeps (median over them)")
+    ap.add_argument("--cal-iters", type=int, default=20, help="timed iterations per size in each sweep")
+    ap.add_argument("--machine-rounds", type=int, default=9, help="rounds of the job's DDP cost measurement")
     ap.add_argument("--timeout", type=float, default=600.0)
     ap.add_argument("--json", dest="json_path")
     args = ap.parse_args(argv)
     sc = scenario_for(args.nprocs, args.parameters, parse_size(args.bucket_cap), args.steps)
+    figures = None
     if args.calibration:
         cal = load_calibration(args.calibration)
     else:
-        cal = measure_calibration("gloo", args.nprocs, max_size=int(2 * parse_size(args.bucket_cap) + 4 * args.parameters),
-                                  iters=10, level="inter_node", command="benchmarks/mitigation_validation.py")
-    report = run_cases(sc, cal, default_cases(bf16=bf16_hook_supported() and not args.no_bf16), args.nprocs, parse_time(args.slow_stall),
-                       timeout_s=args.timeout)
+        # up to twice the gradient's bytes: the bucket (all of it) within the sweep
+        cal, figures = robust_calibration(args.nprocs, int(8 * args.parameters), args.cal_repeats, args.cal_iters)
+    report = run_cases(sc, cal, default_cases(bf16=bf16_hook_supported() and not args.no_bf16), args.nprocs,
+                       parse_time(args.slow_stall), timeout_s=args.timeout, machine_rounds=args.machine_rounds)
+    report["calibration"] = figures
     if not bf16_hook_supported():
         print("# bf16_compress_hook: not run (this torch build runs it only with CUDA and NCCL 2.10+)")
     print(table(report))

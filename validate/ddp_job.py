@@ -7,6 +7,10 @@ backward under ``no_sync`` so that no all-reduce runs, optimizer step; medians),
 timed DDP steps. The prediction is the scenario with those measured durations, so what is
 compared is how DDP's communication and its overlap with backward behave.
 
+The buckets are the scenario's: its ``ddp.first_bucket`` and ``ddp.bucket_cap``
+(:func:`bucket_kwargs`; torch given ``bucket_cap_mb`` alone would make its first bucket the
+full cap).
+
 Only stalls are injected here (a sleep before the forward, exactly the simulator's stall);
 slowing a real rank's kernels by a factor is the replay mode's job.
 """
@@ -24,6 +28,25 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from validate.compute_timing import synthetic_model
 from validate.replay import common_start
+
+
+MIB = 2**20
+
+
+def bucket_kwargs(first_bucket: float, bucket_cap: float) -> Dict:
+    """DistributedDataParallel's bucket arguments for a scenario's ``ddp.first_bucket`` and
+    ``ddp.bucket_cap`` (bytes). torch given ``bucket_cap_mb`` makes its first bucket that size
+    too (its 1 MiB first bucket is kept only when no cap is given), so a first bucket other than
+    the cap goes in as ``bucket_cap_mb_list=[first, cap]`` (the last limit repeats for the
+    remaining buckets), which torch >= 2.10 accepts."""
+    if first_bucket == bucket_cap:
+        return {"bucket_cap_mb": bucket_cap / MIB}
+    import inspect
+
+    if "bucket_cap_mb_list" not in inspect.signature(DDP.__init__).parameters:
+        raise RuntimeError(f"this torch ({torch.__version__}) has no bucket_cap_mb_list: its DDP cannot make a "
+                           f"first bucket of {first_bucket:.0f} B with a cap of {bucket_cap:.0f} B")
+    return {"bucket_cap_mb_list": [first_bucket / MIB, bucket_cap / MIB]}
 
 
 def _measure_compute(model: nn.Module, x, y, opt, iters: int) -> Dict[str, float]:
@@ -46,12 +69,12 @@ def _measure_compute(model: nn.Module, x, y, opt, iters: int) -> Dict[str, float
 
 
 def rank_ddp(ctx, plan: Dict) -> Dict:
-    """validate.launch entry point. plan: parameters, batch_size, bucket_cap_bytes, steps,
+    """validate.launch entry point. plan: parameters, batch_size, first_bucket_bytes, bucket_cap_bytes, steps,
     warmup_steps, compute_iters, stall (steps x n)."""
     torch.manual_seed(0)
     module = synthetic_model(plan["parameters"])
     width = module[0].in_features
-    model = DDP(module, bucket_cap_mb=plan["bucket_cap_bytes"] / 2**20)
+    model = DDP(module, **bucket_kwargs(plan["first_bucket_bytes"], plan["bucket_cap_bytes"]))
     opt = torch.optim.SGD(model.parameters(), lr=1e-6)
     g = torch.Generator().manual_seed(1 + ctx.rank)
     x = torch.randn(plan["batch_size"], width, generator=g)
@@ -104,6 +127,7 @@ def _plan(scenario, warmup_steps: int, compute_iters: int = 5) -> Dict:
     if scenario.ddp.gradient_accumulation != 1:
         raise CalibrationError(f"scenario {scenario.name!r}: --mode ddp runs one micro-batch per step")
     return {"parameters": int(scenario.model.parameters), "batch_size": scenario.compute.batch_size,
+            "first_bucket_bytes": float(scenario.ddp.first_bucket),
             "bucket_cap_bytes": float(scenario.ddp.bucket_cap), "steps": scenario.steps,
             "warmup_steps": warmup_steps, "compute_iters": compute_iters,
             "stall": perturbations(scenario).stall.tolist()}

@@ -18,10 +18,16 @@ compute, and the compute once more after them (medians over both), because on a 
 these drift between cases. (Pairing each timed step with a compute measurement just before it,
 tried first, slowed the synced steps that followed by up to 2x.)
 
+Before the cases, once, the job measures DDP's own costs on this machine
+(:func:`measure_ddp_costs`: the per-step cost of a synced step beyond its compute and its
+all-reduce, the memory bandwidth of a copy, compute slowed by an all-reduce in flight); every
+case's scenario carries them as ``ddp.costs``.
+
 The prediction of a case (:func:`predict`) is commsim's: the scenario with the measured
-compute and the gloo calibration (``commsim calibrate --backend gloo``), through the same hook
-model as ``commsim compare`` (:func:`commsim.mitigations.hooked.run_hooked`), the remedy given
-the measured memory bandwidth, matmul rate and op cost. No number is fitted per case.
+compute, those DDP costs and the gloo calibration (``commsim calibrate --backend gloo``), through
+the same hook model as ``commsim compare`` (:func:`commsim.mitigations.hooked.run_hooked`), the
+remedy given the measured memory bandwidth, the rate of PowerSGD's own products at its rank and
+shape, and the op cost. No number is fitted per case.
 
 Evidence that a hook really ran, per case: fp16/bf16 leave every averaged gradient exactly
 representable in the 16-bit wire dtype (a plain fp32 average almost never is); PowerSGD's P and Q
@@ -44,6 +50,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from validate.compute_timing import layer_shape, synthetic_model
+from validate.ddp_job import bucket_kwargs
 from validate.replay import common_start
 
 POWERSGD_START = 2  # torch asserts start_powerSGD_iter > 1 with error feedback / warm start
@@ -121,12 +128,27 @@ def compute_step(model: DDP, x, y, opt) -> Dict[str, float]:
     return {"forward_s": t1 - t0, "backward_s": t2 - t1, "optimizer_s": time.perf_counter() - t2}
 
 
-def measure_hardware(model: DDP, x, y, width: int, bucket_bytes: float, iters: int) -> Dict[str, float]:
+def powersgd_products_rate(width: int, r: int, iters: int) -> float:
+    """FLOP/s of powerSGD_hook's three products for one w x w gradient at rank r, as the hook calls
+    them (``bmm(M, Q, out=P)``, ``bmm(M^T, P, out=Q)``, ``bmm(P, Q^T, out=M)`` on views of flat
+    buffers): 3 x 2 w^2 r FLOP over the sum of their median times. On a CPU these skinny products
+    run far below a square matmul's rate (the transposed one most: it reads M across its rows)."""
+    m = torch.randn(width * width).view(1, width, width)
+    p = torch.empty(width * r).view(1, width, r)
+    q = torch.randn(width * r).view(1, width, r)
+    t = (_median_time(lambda: torch.bmm(m, q, out=p), iters)
+         + _median_time(lambda: torch.bmm(m.transpose(1, 2), p, out=q), iters)
+         + _median_time(lambda: torch.bmm(p, q.transpose(1, 2), out=m), iters))
+    return 3 * 2.0 * width * width * r / t
+
+
+def measure_hardware(model: DDP, x, y, width: int, bucket_bytes: float, iters: int, r: int = 0) -> Dict[str, float]:
     """What commsim's compute and hook models need, measured on this rank (medians): forward,
     backward without all-reduce (DDP's no_sync) and optimizer seconds; the memory bandwidth of an
     fp32 -> fp16 cast of a bucket (bytes read + written per second); the fp32 matmul rate of a
-    w x w product; the cost of one small op (PowerSGD runs many). The compute samples themselves
-    too (``forward_s_samples``, ...)."""
+    w x w product; the cost of one small op (PowerSGD runs many); with `r`, the rate of
+    PowerSGD's products at rank r (:func:`powersgd_products_rate`, ``powersgd_flops``). The
+    compute samples themselves too (``forward_s_samples``, ...)."""
     opt = torch.optim.SGD(model.parameters(), lr=1e-6)
     steps = [compute_step(model, x, y, opt) for _ in range(iters)]
     fwd, bwd, step = ([st[k] for st in steps] for k in ("forward_s", "backward_s", "optimizer_s"))
@@ -138,10 +160,81 @@ def measure_hardware(model: DDP, x, y, width: int, bucket_bytes: float, iters: i
     matmul = _median_time(lambda: torch.mm(a, b), iters)
     tiny = torch.zeros(1)
     small = _median_time(lambda: [tiny.add_(1.0) for _ in range(100)], iters) / 100
-    return {"forward_s": statistics.median(fwd), "backward_s": statistics.median(bwd),
-            "optimizer_s": statistics.median(step), "forward_s_samples": fwd, "backward_s_samples": bwd,
-            "optimizer_s_samples": step, "mem_bw": buf.numel() * 6 / cast,
-            "flops": 2.0 * width**3 / matmul, "kernel_overhead": small}
+    out = {"forward_s": statistics.median(fwd), "backward_s": statistics.median(bwd),
+           "optimizer_s": statistics.median(step), "forward_s_samples": fwd, "backward_s_samples": bwd,
+           "optimizer_s_samples": step, "mem_bw": buf.numel() * 6 / cast,
+           "flops": 2.0 * width**3 / matmul, "kernel_overhead": small}
+    if r:
+        out["powersgd_flops"] = powersgd_products_rate(width, r, iters)
+    return out
+
+
+def measure_ddp_costs(ctx, module: nn.Module, x, y, plan: Dict) -> Dict[str, float]:
+    """DDP's own costs on this machine (what ``scenario.ddp.costs`` needs), measured once before
+    the cases, on plain DDP with the cases' one bucket (gradients as bucket views):
+
+    - ``bucket_overhead``: a synced step minus the same step under ``no_sync`` (forward, backward,
+      optimizer) minus an in-place ``dist.all_reduce`` of the bucket's bytes, the three taken in
+      turn ``machine_rounds`` times after a barrier each (medians: on a shared machine the load
+      drifts, and the same rounds see the same drift). With one bucket its all-reduce starts after
+      the whole backward, so nothing overlaps and the difference is what DDP adds per step: the
+      autograd hooks, the bucket's division by the world size, its future, the reducer's finalize.
+      This rank's figure; the job's is :func:`bucket_overhead_from_ranks`, over every rank's samples;
+    - ``memory_bandwidth``: bytes moved per second (read + write) by a copy of the bucket;
+    - ``overlap_slowdown``: how much slower the no-sync step runs while an all-reduce of four
+      buckets is in flight on gloo's threads (samples where it was still running at the step's
+      end; 0 if none was), over the step alone, minus one.
+
+    The samples (seconds) come back too."""
+    from commsim.network.costs import ddp_buckets
+
+    model = DDP(module, gradient_as_bucket_view=True,
+                **bucket_kwargs(plan["bucket_cap_bytes"], plan["bucket_cap_bytes"]))
+    opt = torch.optim.SGD(model.parameters(), lr=1e-6)
+    numel = sum(p.numel() for p in module.parameters())
+    if len(ddp_buckets(4.0 * numel, plan["bucket_cap_bytes"], plan["bucket_cap_bytes"])) != 1:
+        raise ValueError("the DDP cost measurement needs one bucket (a bucket cap of at least the gradient's bytes)")
+    flat, other = torch.zeros(numel), torch.empty(numel)
+    big = torch.zeros(4 * numel)
+
+    def synced() -> float:
+        opt.zero_grad(set_to_none=True)
+        t0 = time.perf_counter()
+        nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+        return time.perf_counter() - t0
+
+    def nosync() -> float:
+        return sum(compute_step(model, x, y, opt).values())
+
+    def reduce() -> float:
+        t0 = time.perf_counter()
+        dist.all_reduce(flat)
+        return time.perf_counter() - t0
+
+    for _ in range(plan["warmup_steps"]):
+        synced()
+    samples: Dict[str, List[float]] = {"synced": [], "nosync": [], "allreduce": [], "during": []}
+    for _ in range(plan["machine_rounds"]):
+        ctx.progress()
+        samples["nosync"].append(nosync())
+        dist.barrier()
+        samples["synced"].append(synced())
+        dist.barrier()
+        samples["allreduce"].append(reduce())
+        dist.barrier()
+        work = dist.all_reduce(big, async_op=True)
+        t = nosync()
+        if not work.is_completed():
+            samples["during"].append(t)
+        work.wait()
+    med = {k: statistics.median(v) if v else float("nan") for k, v in samples.items()}
+    copy = _median_time(lambda: other.copy_(flat), plan["machine_rounds"])
+    slowdown = med["during"] / med["nosync"] - 1.0 if samples["during"] else 0.0
+    return {"bucket_overhead": max(0.0, med["synced"] - med["nosync"] - med["allreduce"]),
+            "memory_bandwidth": 8.0 * numel / copy, "overlap_slowdown": min(10.0, max(0.0, slowdown)),
+            "synced_s": med["synced"], "compute_s": med["nosync"], "allreduce_s": med["allreduce"],
+            "samples": samples}
 
 
 def _register(model: DDP, case: Case, gpus_per_node: int):
@@ -176,9 +269,11 @@ def _run_case(ctx, module: nn.Module, x, y, case: Case, plan: Dict, stall: Seque
     torch.manual_seed(0)
     # gradients as views into the buckets: DDP then copies no gradient into or out of its bucket
     # buffers, a cost commsim's hook model does not carry
-    model = DDP(module, bucket_cap_mb=plan["bucket_cap_bytes"] / 2**20, gradient_as_bucket_view=True)
+    model = DDP(module, gradient_as_bucket_view=True,
+                **bucket_kwargs(plan["first_bucket_bytes"], plan["bucket_cap_bytes"]))
     # measured right before the case's steps: on a shared machine the rates drift between cases
-    hardware = measure_hardware(model, x, y, module[0].in_features, plan["bucket_cap_bytes"], plan["compute_iters"])
+    hardware = measure_hardware(model, x, y, module[0].in_features, plan["bucket_cap_bytes"], plan["compute_iters"],
+                                r=case.r if case.hook == "powersgd" else 0)
     state, averager = _register(model, case, plan["gpus_per_node"])
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     evidence: Dict = {}
@@ -230,14 +325,18 @@ def _run_case(ctx, module: nn.Module, x, y, case: Case, plan: Dict, stall: Seque
 
 
 def rank_mitigations(ctx, plan: Dict) -> Dict:
-    """validate.launch entry point. plan: parameters, batch_size, bucket_cap_bytes, gpus_per_node,
-    steps, warmup_steps, compute_iters, cases (Case fields as dicts), stall (cases x steps x n)."""
+    """validate.launch entry point. plan: parameters, batch_size, first_bucket_bytes, bucket_cap_bytes,
+    gpus_per_node, steps, warmup_steps, compute_iters, machine_rounds (:func:`measure_ddp_costs`),
+    cases (Case fields as dicts), stall (cases x steps x n)."""
     torch.manual_seed(0)
     module = synthetic_model(plan["parameters"])
     width = module[0].in_features
     g = torch.Generator().manual_seed(1 + ctx.rank)
     x = torch.randn(plan["batch_size"], width, generator=g)
     y = torch.randn(plan["batch_size"], width, generator=g)
+    ctx.progress()
+    # DDP's own costs: once, before every case, on a model of its own
+    ddp_costs = measure_ddp_costs(ctx, synthetic_model(plan["parameters"]), x, y, plan)
     ctx.progress()
     cases = []
     for i, fields in enumerate(plan["cases"]):
@@ -247,7 +346,7 @@ def rank_mitigations(ctx, plan: Dict) -> Dict:
         out = _run_case(ctx, module, x, y, case, plan, stall)
         ctx.progress({"case": i, "hardware": out["hardware"]} if ctx.rank == 0 else None)
         cases.append(out)
-    return {"rank": ctx.rank, "cases": cases, "width": width,
+    return {"rank": ctx.rank, "cases": cases, "width": width, "ddp_costs": ddp_costs,
             "parameters": sum(p.numel() for p in module.parameters())}
 
 
@@ -265,20 +364,25 @@ def scenario_for(nprocs: int, parameters: float, bucket_cap: float, steps: int):
 
     sc = load_scenario(SCENARIO, [f"cluster.nodes={nprocs}", "cluster.gpus_per_node=1",
                                   f"model.parameters={parameters:.0f}", f"ddp.bucket_cap={bucket_cap:.0f}",
-                                  # torch DDP given bucket_cap_mb makes its first bucket that size too
+                                  # one bucket (POWERSGD_ONE_BUCKET, measure_ddp_costs): the first
+                                  # is the cap too, and the job builds torch's buckets from both
                                   f"ddp.first_bucket={bucket_cap:.0f}"], steps)
     return replace(sc, name="mitigation_validation")
 
 
-def case_scenario(scenario, case: Case, slow_stall: float):
-    """The scenario of a case: with rank 1 stalled `slow_stall` seconds before every step's forward."""
-    from commsim.scenario.spec import Stall
+def case_scenario(scenario, case: Case, slow_stall: float, jitter_cv: float = 0.0):
+    """The scenario of a case: with rank 1 stalled `slow_stall` seconds before every step's forward,
+    and every rank's compute jittered by `jitter_cv` (the machine's, :func:`compute_jitter_cv`)."""
+    from commsim.scenario.spec import Jitter, Stall
 
     stragglers = (Stall(ranks=(1,), duration=slow_stall, every=1),) if case.slow else ()
+    if jitter_cv > 0:
+        stragglers += (Jitter(cv=jitter_cv, distribution="gamma"),)
     return replace(scenario, stragglers=stragglers)
 
 
-def plan_for(scenario, cases: Sequence[Case], slow_stall: float, warmup_steps: int, compute_iters: int) -> Dict:
+def plan_for(scenario, cases: Sequence[Case], slow_stall: float, warmup_steps: int, compute_iters: int,
+             machine_rounds: int = 9) -> Dict:
     """The ranks' plan (see :func:`rank_mitigations`); stalls from the simulator's own draws."""
     from commsim.sim.stragglers import perturbations
 
@@ -287,8 +391,13 @@ def plan_for(scenario, cases: Sequence[Case], slow_stall: float, warmup_steps: i
     if POWERSGD_ONE_BUCKET and any(c.hook == "powersgd" for c in cases) and scenario.ddp.bucket_cap < scenario.model.grad_bytes:
         raise ValueError(f"powerSGD_hook on gloo needs one bucket (POWERSGD_ONE_BUCKET): a bucket cap of at least "
                          f"{scenario.model.grad_bytes:.0f} B, got {scenario.ddp.bucket_cap:.0f} B")
+    if scenario.ddp.bucket_cap < scenario.model.grad_bytes:
+        raise ValueError(f"the DDP cost measurement (measure_ddp_costs) needs one bucket: a bucket cap of at least "
+                         f"{scenario.model.grad_bytes:.0f} B, got {scenario.ddp.bucket_cap:.0f} B")
     return {"parameters": int(scenario.model.parameters), "batch_size": scenario.compute.batch_size,
+            "first_bucket_bytes": float(scenario.ddp.first_bucket),
             "bucket_cap_bytes": float(scenario.ddp.bucket_cap), "gpus_per_node": scenario.cluster.gpus_per_node,
+            "machine_rounds": machine_rounds,
             "steps": scenario.steps, "warmup_steps": max(warmup_steps, POWERSGD_START + 1),
             "compute_iters": compute_iters, "cases": [c.__dict__ for c in cases],
             "stall": [perturbations(case_scenario(scenario, c, slow_stall)).stall.tolist() for c in cases]}
@@ -301,24 +410,28 @@ def remedy_text(case: Case, hardware: Dict[str, float], width: int) -> Optional[
     if case.hook in ("fp16", "bf16"):
         return f"{case.hook}:{rates}"
     if case.hook == "powersgd":
-        return (f"powersgd:r={case.r}:start=0:shapes=square:width={width}:{rates}:flops={hardware['flops']:.0f}"
+        return (f"powersgd:r={case.r}:start=0:shapes=square:width={width}:{rates}:flops={hardware['powersgd_flops']:.0f}"
                 f":kernel_overhead={hardware['kernel_overhead'] * 1e6:.4f}us")
     if case.hook == "localsgd":
         return f"localsgd:H={case.H}"
     return None
 
 
+PREDICTED_STEPS = 10  # the prediction runs this many times the case's steps: a jittered mean that settles
+
+
 def predict(scenario, case: Case, hardware: Dict[str, float], width: int, parameters: int,
-            slow_stall: float) -> Dict[str, float]:
+            slow_stall: float, jitter_cv: float = 0.0) -> Dict[str, float]:
     """commsim's mean step time of the case (and the bytes it all-reduces per step), the scenario
-    fed the measured compute, the real parameter count and the case's slow rank."""
+    fed the measured compute (jittered by `jitter_cv`), the real parameter count and the case's
+    slow rank."""
     from commsim.mitigations.compare import hooked_row
     from commsim.mitigations.hooked import plain_bytes
     from commsim.mitigations.spec import parse_mitigations
     from commsim.sim.engine import simulate
 
     comp = scenario.compute
-    fed = replace(case_scenario(scenario, case, slow_stall),
+    fed = replace(case_scenario(scenario, case, slow_stall, jitter_cv), steps=PREDICTED_STEPS * scenario.steps,
                   compute=replace(comp, forward=hardware["forward_s"], backward=hardware["backward_s"],
                                   optimizer=hardware["optimizer_s"]),
                   model=replace(scenario.model, parameters=parameters))
@@ -344,34 +457,94 @@ def measured_step_time(start: float, rank_end: np.ndarray) -> float:
     return measured_summary(start, rank_end)["step_time_s"]["mean"]
 
 
+def bucket_overhead_from_ranks(per_rank: Sequence[Dict]) -> float:
+    """DDP's own per-step cost from every rank's :func:`measure_ddp_costs` samples: per round, a
+    rank's synced step minus the *slowest* rank's no-sync compute of that round minus the rank's
+    all-reduce (a synced step starts after a barrier and waits for the slowest rank's gradients:
+    that wait is the ranks' compute jitter, modeled as such by :func:`compute_jitter_cv`, not
+    DDP's cost), the median over ranks, then over rounds; never below 0."""
+    rounds = len(per_rank[0]["samples"]["synced"])
+    own = []
+    for i in range(rounds):
+        slowest = max(r["samples"]["nosync"][i] for r in per_rank)
+        own.append(statistics.median(r["samples"]["synced"][i] - slowest - r["samples"]["allreduce"][i]
+                                     for r in per_rank))
+    return max(0.0, statistics.median(own))
+
+
+def compute_jitter_cv(per_rank: Sequence[Dict]) -> float:
+    """The coefficient of variation of one rank's step compute from one step to the next (the
+    no-sync steps of :func:`measure_ddp_costs`; median over ranks): from successive differences,
+    sigma = median |x[i+1] - x[i]| / (sqrt(2) x 0.6745) (a normal's MAD of a difference of two
+    draws), so that the machine's slow drift between rounds is not counted as jitter."""
+    cvs = []
+    for r in per_rank:
+        x = r["samples"]["nosync"]
+        if len(x) < 3:
+            return 0.0
+        diffs = [abs(b - a) for a, b in zip(x, x[1:])]
+        cvs.append(statistics.median(diffs) / (2 ** 0.5 * 0.6745) / statistics.median(x))
+    return float(statistics.median(cvs))
+
+
+def ddp_costs_from_ranks(per_rank: Sequence[Dict]) -> "DDPCosts":
+    """The scenario's ``ddp.costs`` from every rank's :func:`measure_ddp_costs`: the per-bucket
+    cost of :func:`bucket_overhead_from_ranks` (the job runs one bucket), the memory bandwidth and
+    overlap slowdown as medians over the ranks; gradients as bucket views, as the job's DDP runs."""
+    from commsim.scenario.spec import DDPCosts
+
+    med = {k: statistics.median(r[k] for r in per_rank) for k in ("memory_bandwidth", "overlap_slowdown")}
+    return DDPCosts(bucket_overhead=bucket_overhead_from_ranks(per_rank), memory_bandwidth=med["memory_bandwidth"],
+                    gradient_as_bucket_view=True, overlap_slowdown=med["overlap_slowdown"])
+
+
 def run_cases(scenario, calibration, cases: Sequence[Case], nprocs: int, slow_stall: float,
-              warmup_steps: int = 3, compute_iters: int = 5, timeout_s: float = 300.0, echo=print) -> Dict:
+              warmup_steps: int = 3, compute_iters: int = 5, timeout_s: float = 300.0, echo=print,
+              machine_rounds: int = 9, ddp_costs=None) -> Dict:
     """Run every case on `nprocs` local gloo ranks and compare with commsim's prediction.
 
-    Returns {"width", "parameters", "slow_stall_s", "cases": [{case, remedy, slow_rank, measured_s,
-    predicted_s, error, evidence (per rank), predicted, hardware}], "median_abs_error"}. Raises validate.launch.LaunchError if a rank
-    dies or hangs."""
+    DDP's own costs are those the job measures once before the cases (:func:`measure_ddp_costs`),
+    unless `ddp_costs` (a :class:`commsim.scenario.spec.DDPCosts`, say from ``commsim calibrate
+    --ddp-fit``) is given; either way the same for every case.
+
+    Returns {"width", "parameters", "slow_stall_s", "ddp_costs" (the costs every prediction used,
+    and what the job measured: per rank, with the all-reduce it timed and the calibration's time for
+    it), "cases": [{case, remedy, slow_rank, measured_s, predicted_s, error, evidence (per rank),
+    predicted, hardware}], "median_abs_error"}. Raises validate.launch.LaunchError if a rank dies
+    or hangs."""
+    from commsim.collectives.kernels import algorithm_for, make_kernel
+    from commsim.sim.links import scenario_fabric
     from validate.launch import launch
 
     if scenario.world_size != nprocs:
         raise ValueError(f"the scenario has {scenario.world_size} ranks, --nprocs is {nprocs}")
-    plan = plan_for(scenario, cases, slow_stall, warmup_steps, compute_iters)
+    plan = plan_for(scenario, cases, slow_stall, warmup_steps, compute_iters, machine_rounds)
     width, _ = layer_shape(plan["parameters"])
     echo(f"# mitigations on {nprocs} x gloo: {plan['parameters']:.3g} parameters (width {width}), "
          f"bucket cap {plan['bucket_cap_bytes']:.3g} B, {len(cases)} cases x {scenario.steps} steps")
     results = launch(rank_mitigations, nprocs, "gloo", timeout_s, args=(plan,))
     parameters = results[0]["parameters"]
-    sc = replace(scenario, calibration=calibration)
+    measured_costs = [r["ddp_costs"] for r in results]
+    costs = ddp_costs if ddp_costs is not None else ddp_costs_from_ranks(measured_costs)
+    sc = replace(scenario, calibration=calibration, ddp=replace(scenario.ddp, costs=costs),
+                 model=replace(scenario.model, parameters=parameters))
+    grad_bytes = float(sc.model.grad_bytes)
+    calibrated = make_kernel(algorithm_for("all_reduce", sc.collective.algorithm), scenario_fabric(sc), grad_bytes,
+                             sc.collective.model).uniform_time()
+    jitter = compute_jitter_cv(measured_costs)
+    costs_report = {"used": costs.__dict__.copy(), "measured": measured_costs, "jitter_cv": jitter,
+                    "allreduce_measured_s": statistics.median(r["allreduce_s"] for r in measured_costs),
+                    "allreduce_calibrated_s": float(calibrated)}
     rows = []
     for i, case in enumerate(cases):
         per_rank = [r["cases"][i] for r in results]
         hardware = {k: statistics.median(c["hardware"][k] for c in per_rank) for k in per_rank[0]["hardware"]}
         rank_end = np.array([c["ends"] for c in per_rank]).T
         measured = measured_step_time(per_rank[0]["start"], rank_end)
-        pred = predict(sc, case, hardware, width, parameters, slow_stall)
+        pred = predict(sc, case, hardware, width, parameters, slow_stall, jitter)
         rows.append({"case": case.name, "remedy": remedy_text(case, hardware, width) or "baseline",
                      "slow_rank": case.slow, "measured_s": measured, "predicted_s": pred["step_time_s"],
                      "error": (pred["step_time_s"] - measured) / measured,
                      "evidence": [c["evidence"] for c in per_rank], "predicted": pred, "hardware": hardware})
-    return {"width": width, "parameters": parameters, "slow_stall_s": slow_stall,
+    return {"width": width, "parameters": parameters, "slow_stall_s": slow_stall, "ddp_costs": costs_report,
             "cases": rows, "median_abs_error": float(np.median([abs(r["error"]) for r in rows]))}

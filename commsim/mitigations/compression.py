@@ -14,13 +14,18 @@ compression saves less than ``min_compression_rate`` (``(m + n) r * 2 >= m n``),
 each other m x n gradient M (convolutions reshaped to (out, in k k)) with rank r' = min(m, n, r)
 is sent as P = M Q (m r') and Q = M^T P (n r'). The hook's order per bucket, as in torch:
 
-    work: M += error; P = M Q  ->  all-reduce(uncompressed)  ->  all-reduce(P)
-    ->  work: orthogonalize P; Q = M^T P  ->  all-reduce(Q)  ->  work: M = P Q^T; error = M_in - M
+    work: M += error; M_in = M.clone(); orthogonalize Q; P = M Q  ->  all-reduce(uncompressed)
+    ->  all-reduce(P)  ->  work: orthogonalize P; Q = M^T P  ->  all-reduce(Q)
+    ->  work: M = P Q^T; error = M_in - M
 
-Work time: each matmul max(2 m n r' / flops, 4 m n / mem_bw) (a skinny product is memory-bound),
-the error feedback two passes of 12 bytes per element at ``mem_bw``, orthogonalization
-2 m r'^2 / flops, and ``kernel_overhead`` per kernel (8 per matrix: 3 products, 2 error passes,
-about 3 for the QR). Approximations: each bucket holds its byte share of every kind of tensor
+Work time: each matmul max(2 m n r' / flops, 4 m n / mem_bw) (a skinny product is memory-bound;
+``flops`` is the rate of these products, which on a CPU is far below a square matmul's: the
+validator measures it at the products' own shapes), the error feedback's add and new error
+(12 bytes moved per element each) and its copy of the input (``input_tensor.detach().clone()``, 8
+bytes) at ``mem_bw``, each orthogonalization (of Q before its product, with warm start, and of P
+after its all-reduce) 2 m r'^2 / flops, and ``kernel_overhead`` per kernel
+(:data:`KERNELS_PER_MATRIX` per matrix: the add, the clone, 3 products, the new error, 2 for each
+orthogonalization). Approximations: each bucket holds its byte share of every kind of tensor
 (the uncompressed and compressed elements are spread over the buckets in proportion to their
 bytes; real buckets hold whole tensors), and the figures are those after
 ``start_powerSGD_iter`` (the warm-up steps run plain all-reduces, at the baseline's step time).
@@ -38,7 +43,7 @@ from commsim.mitigations.spec import Compression, PowerSGD
 from commsim.scenario.spec import BYTES_PER_ELEMENT, Scenario
 
 WIRE_BYTES_16 = 2
-KERNELS_PER_MATRIX = 8
+KERNELS_PER_MATRIX = 10  # add, clone, 3 products, new error, 2 x 2 orthogonalization
 
 
 class CompressionHook(PlainHook):
@@ -63,8 +68,8 @@ class PowerSGDPlan:
     p_elements: float
     q_elements: float
     compressed_elements: float
-    work_p: float  # error add + P = M Q
-    work_q: float  # orthogonalize + Q = M^T P
+    work_p: float  # error add, clone, orthogonalize Q, P = M Q
+    work_q: float  # orthogonalize P, Q = M^T P
     work_out: float  # P Q^T + error update
     min_dimension: Optional[int]  # smallest dimension of the compressible matrices
     matrices: int
@@ -92,10 +97,11 @@ def plan_powersgd(shapes: GradientShapes, remedy: PowerSGD) -> PowerSGDPlan:
         p += m * r
         q += n * r
         comp += m * n
-        error_pass = 12.0 * m * n / remedy.mem_bw
-        wp += error_pass + _matmul(m, n, r, remedy) + 2 * ovh
-        wq += 2.0 * m * r * r / remedy.flops + _matmul(m, n, r, remedy) + 4 * ovh
-        wo += _matmul(m, n, r, remedy) + error_pass + (KERNELS_PER_MATRIX - 6) * ovh
+        error_pass = 12.0 * m * n / remedy.mem_bw  # read two, write one: M += error, error = M_in - M
+        clone = 8.0 * m * n / remedy.mem_bw  # M_in = M.clone(): read one, write one
+        wp += error_pass + clone + 2.0 * n * r * r / remedy.flops + _matmul(m, n, r, remedy) + 5 * ovh
+        wq += 2.0 * m * r * r / remedy.flops + _matmul(m, n, r, remedy) + 3 * ovh
+        wo += _matmul(m, n, r, remedy) + error_pass + (KERNELS_PER_MATRIX - 8) * ovh
     return PowerSGDPlan(unc, p, q, comp, wp, wq, wo, min(dims) if dims else None, count)
 
 

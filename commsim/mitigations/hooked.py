@@ -12,7 +12,8 @@ list of stages, run in order on the rank's one communication stream:
   the scenario's collective kernel: :func:`commsim.collectives.kernels.make_kernel` on
   :func:`commsim.sim.links.scenario_fabric`) or within each node (``scope="node"``, the intra-node
   ring of one node: every rank of a node finishes at the node's last launch plus that ring's
-  time; the scenario's calibration and slow links are not applied to it).
+  time, on the same fabric cut to the node: priced by the scenario's calibration when it has one,
+  the node's ``slow_link`` ranks slowing their intra-node hops).
 
 Everything else is the engine's schedule (:mod:`commsim.sim.engine`, the same compute
 perturbations from :func:`commsim.sim.stragglers.perturbations`, so the same seed gives the same
@@ -32,10 +33,9 @@ import numpy as np
 
 from commsim.collectives.kernels import algorithm_for, make_kernel
 from commsim.network.costs import ddp_buckets
-from commsim.scenario.spec import Scenario
-from commsim.scenario.topology import cluster_fabric
+from commsim.scenario.spec import Scenario, SlowLink
 from commsim.sim.ddp_costs import ChargedBackward, charges
-from commsim.sim.links import scenario_fabric
+from commsim.sim.links import scenario_fabric, with_slow_links
 from commsim.sim.stragglers import Perturbations, perturbations
 
 
@@ -106,9 +106,29 @@ class _Reducer:
         self.algorithm = algorithm_for("all_reduce", scenario.collective.algorithm)
         g = scenario.cluster.gpus_per_node
         self.g = g
-        self.node_fabric = cluster_fabric(replace(scenario.cluster, nodes=1)) if g > 1 else None
         self.kernels: Dict[Tuple[str, float], object] = {}
-        self.node_times: Dict[float, float] = {}
+        self.node_times: Dict[float, np.ndarray] = {}
+        # one node's fabric, priced as the job's (the calibration when there is one: measured on
+        # the same machine as the world scope), with each node's slow ranks on its own copy
+        one = replace(scenario, cluster=replace(scenario.cluster, nodes=1), stragglers=())
+        self.node_fabric = scenario_fabric(one) if g > 1 else None
+        slow = [s for s in scenario.stragglers if isinstance(s, SlowLink) and s.rank is not None]
+        self.node_slow: Dict[int, list] = {}
+        for s in slow:
+            self.node_slow.setdefault(s.rank // g, []).append(replace(s, rank=s.rank % g))
+
+    def _node_times(self, size: float) -> np.ndarray:
+        """(nodes,) seconds of a node ring of `size` bytes on each node."""
+        times = self.node_times.get(size)
+        if times is None:
+            ring = make_kernel("ring", self.node_fabric, size, "alpha-beta").uniform_time()
+            times = np.full(self.sc.cluster.nodes, ring)
+            for k, slow in self.node_slow.items():
+                if slow:
+                    times[k] = make_kernel("ring", with_slow_links(self.node_fabric, slow), size,
+                                           "alpha-beta").uniform_time()
+            self.node_times[size] = times
+        return times
 
     def finish(self, stage: Reduce, launch: np.ndarray) -> np.ndarray:
         if stage.size <= 0:
@@ -116,11 +136,7 @@ class _Reducer:
         if stage.scope == "node":
             if self.g == 1:
                 return launch
-            t = self.node_times.get(stage.size)
-            if t is None:
-                t = make_kernel("ring", self.node_fabric, stage.size, "alpha-beta").uniform_time()
-                self.node_times[stage.size] = t
-            per_node = launch.reshape(-1, self.g).max(axis=1) + t
+            per_node = launch.reshape(-1, self.g).max(axis=1) + self._node_times(stage.size)
             return np.repeat(per_node, self.g)
         kernel = self.kernels.get(("world", stage.size))
         if kernel is None:

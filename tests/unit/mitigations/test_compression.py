@@ -5,7 +5,7 @@ import pytest
 
 from commsim.mitigations.compression import PowerSGDHook, plan_powersgd
 from commsim.mitigations.hooked import run_hooked
-from commsim.mitigations.shapes import resnet50, square
+from commsim.mitigations.shapes import GradientShapes, resnet50, square
 from commsim.mitigations.spec import PowerSGD
 
 from tests.unit.mitigations.helpers import tiny
@@ -38,3 +38,18 @@ def test_powersgd_bytes_per_step_are_the_three_all_reduces():
     expect = (10 + 4 * 2 * 1024 * 2) * 4  # uncompressed + P + Q, fp32
     np.testing.assert_allclose(run.reduced_bytes, expect, rtol=1e-12)
     assert hook.compression_ratio() == pytest.approx(sc.model.grad_bytes / expect)
+
+
+def test_powersgd_work_of_one_matrix_is_every_pass_of_the_hook():
+    # one 200 x 300 matrix at r = 4, compute-bound products (a low flops, a high memory bandwidth)
+    m, n, r = 200, 300, 4
+    remedy = PowerSGD(r=r, flops=1e9, mem_bw=1e10, kernel_overhead=1e-6)
+    plan = plan_powersgd(GradientShapes(((m, n),), 0), remedy)
+    product = 2.0 * m * n * r / 1e9
+    assert product > 4.0 * m * n / 1e10  # each product compute-bound here
+    # M += error (12 B), M_in = M.clone() (8 B), orthogonalize Q (n x r), P = M Q, 5 kernels
+    assert plan.work_p == pytest.approx(20.0 * m * n / 1e10 + 2.0 * n * r * r / 1e9 + product + 5e-6, rel=1e-12)
+    # orthogonalize P (m x r), Q = M^T P, 3 kernels
+    assert plan.work_q == pytest.approx(2.0 * m * r * r / 1e9 + product + 3e-6, rel=1e-12)
+    # M = P Q^T, error = M_in - M (12 B), 2 kernels
+    assert plan.work_out == pytest.approx(product + 12.0 * m * n / 1e10 + 2e-6, rel=1e-12)

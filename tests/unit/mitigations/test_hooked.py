@@ -59,3 +59,40 @@ def test_localsgd_intra_node_reduce_is_the_node_ring():
     run = run_hooked(sc, LocalSGDHook(sc, LocalSGD(H=100)))
     node = make_kernel("ring", scenario_fabric(sc), 4e6).uniform_time()  # one node: the job's ring
     np.testing.assert_allclose(run.step_time, 0.031 + node, rtol=1e-9)
+
+
+def _intra_calibration(alpha, beta):
+    from commsim.calibration import Calibration, Measurement, Provenance, fit_link
+
+    rows = [Measurement(float(s), 2 * alpha + s / beta, 2) for s in 2.0 ** np.arange(10, 26)]
+    return Calibration((fit_link("intra_node", rows),), Provenance(backend="gloo", world_size=2))
+
+
+def test_node_scope_reduce_is_priced_by_the_calibration():
+    from dataclasses import replace
+
+    # nominal intra-node links 10 GB/s; the calibration says 0.5 GB/s: the node ring must use it
+    sc = replace(tiny(nodes=2, gpus=2, params=1_000_000, bucket_cap=1e9, first_bucket=1e9, steps=2),
+                 calibration=_intra_calibration(50e-6, 0.5e9))
+    run = run_hooked(sc, LocalSGDHook(sc, LocalSGD(H=100)))
+    one_node = replace(sc, cluster=replace(sc.cluster, nodes=1))
+    node = make_kernel("ring", scenario_fabric(one_node), 4e6).uniform_time()
+    nominal = make_kernel("ring", scenario_fabric(replace(one_node, calibration=None)), 4e6).uniform_time()
+    assert node > 5 * nominal
+    np.testing.assert_allclose(run.step_time, 0.031 + node, rtol=1e-9)
+
+
+def test_node_scope_reduce_slow_link_slows_only_its_node():
+    from dataclasses import replace
+
+    from commsim.scenario.spec import SlowLink
+
+    sc = tiny(nodes=2, gpus=2, params=1_000_000, bucket_cap=1e9, first_bucket=1e9, steps=1,
+              stragglers=[SlowLink(0.25, rank=3)])
+    run = run_hooked(sc, LocalSGDHook(sc, LocalSGD(H=100)))
+    one_node = replace(sc, cluster=replace(sc.cluster, nodes=1), stragglers=())
+    fast = make_kernel("ring", scenario_fabric(one_node), 4e6).uniform_time()
+    slow = make_kernel("ring", scenario_fabric(replace(one_node, stragglers=(SlowLink(0.25, rank=1),))),
+                       4e6).uniform_time()
+    assert slow > fast
+    np.testing.assert_allclose(run.rank_end[0], 0.031 + np.array([fast, fast, slow, slow]), rtol=1e-9)
