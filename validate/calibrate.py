@@ -123,7 +123,8 @@ def calibration_from_hosts(entries: List[dict], backend: str, tables_dir: str, w
                                            note=f"{backend}, {len(counts)} hosts, ranks per node {counts}")
     cal = collectives_multi.calibrate_levels(paths, command=command, backend=backend)
     hosts = list(dict.fromkeys(first["hosts"]))  # node order: the ranks are numbered node-major
-    prov = replace(cal.provenance, world_size=len(entries), hostnames=tuple(hosts), date=calib.utc_now_iso())
+    prov = replace(cal.provenance, world_size=len(entries), hostnames=tuple(hosts), date=calib.utc_now_iso(),
+                   ranks_per_node=tuple(int(c) for c in counts))
     compute = compute_from_ranks([e["result"]["compute"] for e in sorted(entries, key=lambda e: e["rank"])])
     return replace(cal, provenance=prov, compute=compute), paths
 

@@ -62,6 +62,19 @@ def _finite(x: float) -> Optional[float]:
     return float(x) if math.isfinite(x) else None
 
 
+def _ranks_per_node(r: "_Reader", pv: Dict[str, Any]) -> Tuple[int, ...]:
+    """``provenance.ranks_per_node``: one count >= 1 per node of the job, in node order, summing to
+    the world size (absent: unknown). Not checked against ``hostnames``, which lists distinct
+    hosts: two nodes of a test job may share one."""
+    if pv.get("ranks_per_node") is None:
+        return ()
+    counts = tuple(r.integer(v, f"provenance.ranks_per_node[{i}]", 1)
+                   for i, v in enumerate(r.items(pv["ranks_per_node"], "provenance.ranks_per_node")))
+    if sum(counts) != pv["world_size"]:
+        raise r.fail("provenance.ranks_per_node", f"counts summing to world_size {pv['world_size']}", list(counts))
+    return counts
+
+
 def calibration_to_dict(cal: Calibration) -> Dict[str, Any]:
     """The YAML mapping of a calibration (see docs/calibration.md for every key)."""
     p = cal.provenance
@@ -82,6 +95,8 @@ def calibration_to_dict(cal: Calibration) -> Dict[str, Any]:
         },
         "levels": {},
     }
+    if p.ranks_per_node:  # only jobs measured across hosts know their layout
+        doc["provenance"]["ranks_per_node"] = list(p.ranks_per_node)
     for lv in cal.levels:
         doc["levels"][lv.level] = {
             "alpha_s": lv.alpha_s,
@@ -265,7 +280,7 @@ def calibration_from_dict(doc: Any, source: str = "<calibration>") -> Calibratio
 
     pv = r.mapping(
         top["provenance"], "provenance", ["backend", "world_size"],
-        ["hostnames", "torch_version", "nccl_version", "gloo_version", "date", "command", "sources"],
+        ["hostnames", "torch_version", "nccl_version", "gloo_version", "date", "command", "sources", "ranks_per_node"],
     )
     sources = []
     for i, s in enumerate(r.items(pv.get("sources"), "provenance.sources")):
@@ -289,6 +304,7 @@ def calibration_from_dict(doc: Any, source: str = "<calibration>") -> Calibratio
         date=r.opt_str(pv.get("date"), "provenance.date"),
         command=r.opt_str(pv.get("command"), "provenance.command"),
         sources=tuple(sources),
+        ranks_per_node=_ranks_per_node(r, pv),
     )
 
     physical = physical_from_dict(top["physical"], source) if top.get("physical") is not None else None

@@ -191,6 +191,8 @@ class Provenance:
     date: Optional[str] = None
     command: Optional[str] = None
     sources: Tuple[SourceFile, ...] = ()
+    # ranks on each node, node 0 first (a job measured across hosts; () unknown)
+    ranks_per_node: Tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -111,6 +111,7 @@ def test_two_processes_calibrate_as_two_nodes_and_only_node_0_writes(tmp_path):
 
     cal = load_calibration(str(tmp_path / "cal.yaml"))
     assert cal.provenance.world_size == 2 and cal.provenance.hostnames == (socket.gethostname(),)
+    assert cal.provenance.ranks_per_node == (2,)  # the layout by host: both processes on this one
     assert cal.level_names == ("intra_node",)
     assert [c.rank for c in cal.compute.per_rank] == [0, 1]  # every host's compute timing, gathered on rank 0
 

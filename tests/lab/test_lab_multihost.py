@@ -76,6 +76,7 @@ def test_calibrate_across_two_hosts_writes_one_file_naming_both(lab_name, tmp_pa
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cal.tables", "cal.yaml", "out0.txt", "out1.txt"]
     cal = load_calibration(str(tmp_path / "cal.yaml"))
     assert cal.provenance.hostnames == (f"cslab-{lab_name}-n0", f"cslab-{lab_name}-n1")
+    assert cal.provenance.ranks_per_node == (1, 1)
     assert cal.provenance.world_size == 2 and cal.provenance.backend == "gloo"
     assert "--nnodes 2" in cal.provenance.command
     assert cal.level_names == ("inter_node",)

@@ -55,6 +55,34 @@ def test_save_load_round_trip(tmp_path):
     assert path.stat().st_mode & 0o777 == 0o666 & ~umask
 
 
+def test_a_job_across_hosts_keeps_its_layout(tmp_path):
+    from dataclasses import replace
+
+    cal = full_cal()
+    across = replace(cal, provenance=replace(cal.provenance, hostnames=("h1", "h2"), ranks_per_node=(1, 1)))
+    path = tmp_path / "cal.yaml"
+    save_calibration(across, path)
+    assert load_calibration(path).provenance.ranks_per_node == (1, 1)
+    assert yaml.safe_load(path.read_text())["provenance"]["ranks_per_node"] == [1, 1]
+    # unknown layout: no key written, () read back
+    save_calibration(cal, path)
+    assert "ranks_per_node" not in yaml.safe_load(path.read_text())["provenance"]
+    assert load_calibration(path).provenance.ranks_per_node == ()
+
+
+@pytest.mark.parametrize("counts, msg", [
+    ([1, 2], r"provenance.ranks_per_node: expected counts summing to world_size 2"),
+    ([2, 0], r"provenance.ranks_per_node\[1\]"),
+    ("two", r"provenance.ranks_per_node"),
+])
+def test_bad_ranks_per_node(tmp_path, counts, msg):
+    doc = calibration_to_dict(full_cal())
+    doc["provenance"]["ranks_per_node"] = counts
+    with pytest.raises(CalibrationError, match=msg) as err:
+        load_calibration(_write(tmp_path, doc))
+    assert "\n" not in str(err.value)
+
+
 def _write(tmp_path, doc):
     p = tmp_path / "bad.yaml"
     p.write_text(yaml.safe_dump(json.loads(json.dumps(doc))) if not isinstance(doc, str) else doc)
