@@ -58,7 +58,7 @@ from commsim.collectives.contract import Kernel
 from commsim.collectives.kernels import algorithm_for, make_kernel
 from commsim.network.costs import ddp_buckets
 from commsim.scenario.spec import Scenario
-from commsim.sim.ddp_costs import ChargedBackward, InFlight, charges
+from commsim.sim.ddp_costs import PARTIAL_RANKS, ChargedBackward, InFlight, PartialRanks, charges
 from commsim.sim.links import scenario_fabric
 from commsim.sim.sharding import optimizer_time, stream_order, unit_shares
 from commsim.sim.stragglers import Perturbations, ThermalClock, perturbations
@@ -421,10 +421,19 @@ class Engine:
         j, retry, misses = 0, 0, 0
         while j < nb:
             if self._shortcut and j >= retry:
-                ahead = charged.ahead(j, min(block, nb - j))
+                ahead = charged.ahead(j, min(block, nb - j), partial=True)
                 if ahead is not None:
                     issue, binding = ahead
-                    done = yield from self._run_block(s, issue, self._issue_stats(s, issue), stream, stop=binding)
+                    late = charged.late_ranks
+                    done = 0
+                    if late is None:
+                        done = yield from self._run_block(s, issue, self._issue_stats(s, issue), stream, stop=binding)
+                    if not done and binding:
+                        # a few ranks behind: they go bucket by bucket, the rest as a block
+                        behind = np.flatnonzero(issue[0] > stream.value())
+                        late = behind if late is None else np.union1d(late, behind)
+                        if len(late) <= PARTIAL_RANKS:
+                            done = yield from self._run_partial(s, issue, charged.partial(late), stream)
                     if done:
                         charged.keep(done, stream.value())
                         j, misses = j + done, 0
@@ -440,6 +449,26 @@ class Engine:
             charged.ran(launch, finish)
             j += 1
         return stream.value()
+
+    def _run_partial(self, s: int, issues: np.ndarray, partial: PartialRanks, stream: _Stream):
+        """Run the step's next collectives at the rows of `issues` except on `partial`'s ranks,
+        stepped bucket by bucket (:meth:`ChargedBackward.partial`), while every other rank is
+        issued no later than its previous finish (the block's condition, rank by rank: its
+        rows are exact then); returns how many ran (a generator: ``yield from`` it)."""
+        ranks = partial.ranks
+        others = np.ones(self.n, dtype=bool)
+        others[ranks] = False
+        for i in range(len(issues)):
+            previous = stream.value()
+            row = issues[i]
+            if i and (row[others] > previous[others]).any():
+                return i
+            row[ranks] = partial.bucket(self.ops[self._op].bucket)
+            finish = yield from self._collective(s, row, previous)
+            launch = np.maximum(row, previous)
+            partial.ran(launch, finish)
+            stream.set(finish, self.kernels[self._op - 1], None)
+        return len(issues)
 
     # -- sharded data parallelism: ZeRO-2 and FSDP (commsim/sim/sharding.py) ----------------
     def _sharded_job(self):
