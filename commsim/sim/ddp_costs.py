@@ -513,10 +513,12 @@ class PartialRanks:
             out.append(st[2])
         return out
 
-    def ran(self, begin: np.ndarray, finish: np.ndarray) -> None:
-        """:meth:`ChargedBackward.ran` on these ranks (`begin`, `finish`: every rank's)."""
+    def ran(self, issue: np.ndarray, previous: np.ndarray, finish: np.ndarray) -> None:
+        """:meth:`ChargedBackward.ran` on these ranks: the collective issued at `issue` after the
+        previous one's finish `previous` finished at `finish` (every rank's)."""
         for r, st in zip(self.ranks, self.state):
-            b, e = float(begin[r]), float(finish[r])
+            b, p, e = float(issue[r]), float(previous[r]), float(finish[r])
+            b = b if b > p else p  # its launch
             if b > st[4]:  # a new chain: the stream was idle before this launch
                 floor = st[0]
                 st[3] = [c for c in st[3] if c[1] > floor] + [[b, e]]

@@ -456,17 +456,15 @@ class Engine:
         issued no later than its previous finish (the block's condition, rank by rank: its
         rows are exact then); returns how many ran (a generator: ``yield from`` it)."""
         ranks = partial.ranks
-        others = np.ones(self.n, dtype=bool)
-        others[ranks] = False
+        issues[:, ranks] = -np.inf  # their rows are partial's: the check below is the others'
         for i in range(len(issues)):
             previous = stream.value()
             row = issues[i]
-            if i and (row[others] > previous[others]).any():
+            if i and (row > previous).any():
                 return i
             row[ranks] = partial.bucket(self.ops[self._op].bucket)
             finish = yield from self._collective(s, row, previous)
-            launch = np.maximum(row, previous)
-            partial.ran(launch, finish)
+            partial.ran(row, previous, finish)
             stream.set(finish, self.kernels[self._op - 1], None)
         return len(issues)
 
