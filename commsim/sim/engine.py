@@ -431,7 +431,7 @@ class Engine:
                     if not done and binding:
                         # a few ranks behind: they go bucket by bucket, the rest as a block
                         behind = np.flatnonzero(issue[0] > stream.value())
-                        late = behind if late is None else np.union1d(late, behind)
+                        late = behind if late is None else np.array(sorted({*late.tolist(), *behind.tolist()}), dtype=np.int64)
                         if len(late) <= PARTIAL_RANKS:
                             done = yield from self._run_partial(s, issue, charged.partial(late), stream)
                     if done:
