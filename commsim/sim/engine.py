@@ -135,6 +135,16 @@ class RunResult:
 # (buckets x ranks): few numpy calls per step, bounded memory at any world size; 2^16 float64
 # (512 KiB) stay in a core's L2 cache, which 2^20 did not (10% faster at 16,384 ranks)
 READY_BLOCK_ELEMENTS = 1 << 16
+# and at least this many buckets: a block's fixed O(n) passes (ChargedBackward.ahead/keep's
+# copies, the stream's minimum) are paid once per block, so a block of one bucket pays them per
+# bucket; at 131,072 ranks 4 rows (4 MiB per array) took 5.6 s against 12.9 s with 1 and 6.2 s
+# with 8, at 32,768 ranks 1.3 s against 1.8 s with 2 (CPU s, the scale benchmark's ring)
+READY_BLOCK_MIN_ROWS = 4
+
+
+def _block_rows(n: int) -> int:
+    """Buckets per block of a step's ready times at `n` ranks."""
+    return max(READY_BLOCK_MIN_ROWS, READY_BLOCK_ELEMENTS // max(n, 1), 1)
 
 
 class _Stream:
@@ -298,7 +308,7 @@ class Engine:
         work_before = m * c.forward + (m - 1) * c.backward
         # share of the last backward done when each bucket is ready (all of it without overlap)
         fractions = self.ready_fraction if sc.ddp.overlap else np.ones(nb)
-        block = max(1, READY_BLOCK_ELEMENTS // max(self.n, 1))
+        block = _block_rows(self.n)
         for s in range(steps):
             f = self.perturb.factor_at(s)
             stall = self.perturb.stall_at(s)
@@ -416,7 +426,7 @@ class Engine:
         at once where :meth:`ChargedBackward.ahead` applies and the collectives confirm it (each
         issued before the previous finish everywhere); the rest bucket by bucket."""
         nb = len(self.buckets)
-        block = max(1, READY_BLOCK_ELEMENTS // max(self.n, 1))
+        block = _block_rows(self.n)
         stream = _Stream()
         j, retry, misses = 0, 0, 0
         while j < nb:

@@ -33,6 +33,7 @@ class _Counted:
 
 def _run(sc, shortcut: bool, block: int, monkeypatch):
     monkeypatch.setattr(engine_module, "READY_BLOCK_ELEMENTS", block)
+    monkeypatch.setattr(engine_module, "READY_BLOCK_MIN_ROWS", 1)  # `block` elements, even one bucket
     engine = Engine(sc)
     wrapped = {}
     engine.kernels = [wrapped.setdefault(id(k), _Counted(k)) for k in engine.kernels]
@@ -192,3 +193,22 @@ def test_a_few_ranks_behind_go_bucket_by_bucket_beside_the_block(regime, costs, 
     np.testing.assert_array_equal(fast.last_rank, slow.last_rank)
     np.testing.assert_allclose(fast.launch_spread, slow.launch_spread, rtol=1e-9, atol=1e-13)
     assert fast_buckets < buckets["n"] / 4  # the vector path bucket by bucket only where no block applies
+
+
+def test_a_block_has_at_least_the_minimum_of_buckets_at_any_world_size():
+    assert engine_module._block_rows(1 << 20) == engine_module.READY_BLOCK_MIN_ROWS == 4
+    assert engine_module._block_rows(1024) == engine_module.READY_BLOCK_ELEMENTS // 1024
+
+
+@pytest.mark.parametrize("costs", ["default", "off"])
+def test_blocks_of_the_minimum_rows_equal_the_engine_bucket_by_bucket(costs, monkeypatch):
+    """Few elements per block (a large world in miniature): blocks of READY_BLOCK_MIN_ROWS."""
+    sc = _case("comm", costs, 1)
+    monkeypatch.setattr(engine_module, "READY_BLOCK_ELEMENTS", 1)
+    fast = Engine(sc).run()
+    slow = Engine(sc)
+    slow._shortcut = False
+    slow = slow.run()
+    for field in FIELDS:
+        np.testing.assert_allclose(getattr(fast, field), getattr(slow, field), rtol=1e-12, atol=1e-15, err_msg=field)
+    np.testing.assert_array_equal(fast.last_rank, slow.last_rank)
