@@ -142,6 +142,10 @@ READY_BLOCK_ELEMENTS = 1 << 16
 READY_BLOCK_MIN_ROWS = 4
 
 
+# the tolerance of Engine._finish_times's shift test: 8 ulps (np.finfo per call costs ~1 us)
+_SHIFT_ULPS = 8 * float(np.finfo(float).eps)
+
+
 def _block_rows(n: int) -> int:
     """Buckets per block of a step's ready times at `n` ranks."""
     return max(READY_BLOCK_MIN_ROWS, READY_BLOCK_ELEMENTS // max(n, 1), 1)
@@ -504,19 +508,22 @@ class Engine:
         self._seen: Dict[int, Tuple[np.ndarray, np.ndarray, int]] = {}  # kernel -> (launch, finish, misses)
         self._record = self._steady_possible or s == self.scenario.steps - 1  # comm_time is reported for the last step
 
-    def _collective(self, s: int, issue: np.ndarray, stream: Optional[np.ndarray]):
+    def _collective(self, s: int, issue: np.ndarray, stream: Optional[np.ndarray],
+                    launch: Optional[np.ndarray] = None):
         """Run the step's next collective (stream order): issued on each rank at `issue`, it
-        starts there once the rank's previous collective (`stream`) is done. Yields to the clock."""
+        starts there once the rank's previous collective (`stream`) is done (`launch`: that
+        start, when the caller has it). Yields to the clock."""
         last = int(issue.argmax())
         self._last_rank[s, self._op] = last
         self._launch_spread[s, self._op] = issue[last] - issue.min()
-        return (yield from self._launch(s, issue, stream))
+        return (yield from self._launch(s, issue, stream, launch))
 
-    def _launch(self, s: int, issue: np.ndarray, stream: Optional[np.ndarray]):
+    def _launch(self, s: int, issue: np.ndarray, stream: Optional[np.ndarray], launch: Optional[np.ndarray] = None):
         """:meth:`_collective` once its issue statistics are recorded."""
         k = self._op
         self._op += 1
-        launch = issue if stream is None else np.maximum(issue, stream)
+        if launch is None:
+            launch = issue if stream is None else np.maximum(issue, stream)
         finish = self._finish_times(self.kernels[k], launch)
         if self._record:
             self._comm_time[k] = finish.max() - launch.max()
@@ -543,7 +550,7 @@ class Engine:
             lo, hi = float(d.min()), float(d.max())
             # a few ulps of the times: the error a shift by c adds (the kernels are 1-Lipschitz
             # in the max norm, so these errors add up, to < 1e-10 relative over a run)
-            if hi - lo <= 8 * np.finfo(float).eps * max(abs(float(launch[0])), 1.0):
+            if hi - lo <= _SHIFT_ULPS * max(abs(float(launch[0])), 1.0):
                 finish = seen[1] + hi
                 self._seen[id(kernel)] = (launch, finish, 0)
                 return finish
@@ -651,7 +658,7 @@ class Engine:
             nonlocal issued
             issued = (at if issued is None else np.maximum(at, issued)) + costs.bucket_overhead
             launch = issued if stream is None else np.maximum(issued, stream)
-            finish = yield from self._collective(s, issued, stream)
+            finish = yield from self._collective(s, issued, stream, launch)
             in_flight.add(launch, finish, at)
             return finish
 
