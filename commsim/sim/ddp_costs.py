@@ -282,6 +282,11 @@ class InFlight:
         return t
 
 
+# at most this many ranks go bucket by bucket beside a block (ChargedBackward.partial): a few
+# stragglers; beyond that the per-rank Python costs more than the vector path
+PARTIAL_RANKS = 8
+
+
 class ChargedBackward:
     """One step's last backward on every rank (vectors) with DDP's own costs, bucket by bucket.
 
@@ -308,6 +313,8 @@ class ChargedBackward:
         self._clocks = [(int(r), clocks[int(r)]) for r in sorted(clocks)]
         self._copy_in = np.array(self.copy_in, dtype=np.float64)
         self._ahead: Optional[tuple] = None
+        self._late: Optional[np.ndarray] = None
+        self._partial: Optional[PartialRanks] = None
 
     def begin(self, backward: np.ndarray, start: np.ndarray) -> None:
         """A new step: the last backward (`backward` full-clock seconds per rank) starts at `start`."""
@@ -334,7 +341,7 @@ class ChargedBackward:
         """The bucket's all-reduce ran from `begin` to `finish` on each rank's stream."""
         self.in_flight.add(begin, finish, self.t)
 
-    def ahead(self, j: int, rows: int) -> Optional[Tuple[np.ndarray, bool]]:
+    def ahead(self, j: int, rows: int, partial: bool = False) -> Optional[Tuple[np.ndarray, bool]]:
         """Buckets j..j+rows-1 at once, ahead of their collectives: ``(issue, binding)``, the
         (rows, n) issue times, or None where this shortcut does not apply.
 
@@ -347,13 +354,23 @@ class ChargedBackward:
         time between). That needs the chain to have begun by now on every rank (checked here);
         the caller checks the rest row by row and keeps the rows that passed (:meth:`keep`).
         Thermally throttled ranks are stepped in their work units with the clock's float path,
-        so it applies with at most 16 of them."""
+        so it applies with at most 16 of them. With `partial`, up to :data:`PARTIAL_RANKS` ranks
+        whose chain has not begun are allowed (:attr:`late_ranks`): their rows are to be
+        replaced by :meth:`partial`'s."""
         slowdown = self.costs.overlap_slowdown
         flight = self.in_flight
         if len(self._clocks) > 16:
             return None
-        if slowdown > 0 and (flight.last is None or not (flight.begin[-1] <= self.t).all()):
-            return None
+        self._late = None
+        if slowdown > 0:
+            if flight.last is None:
+                return None
+            begun = flight.begin[-1] <= self.t
+            if not begun.all():
+                late = np.flatnonzero(~begun)
+                if not partial or len(late) > PARTIAL_RANKS:
+                    return None
+                self._late = late  # their rows are not valid: the caller steps them (:meth:`partial`)
         share, copy = self.share[j:j + rows], self._copy_in[j:j + rows]
         rate = 1.0 + slowdown if slowdown > 0 else 1.0
         before = np.concatenate(([0.0], np.cumsum(copy[:-1])))  # copies done before each segment starts
@@ -389,7 +406,20 @@ class ChargedBackward:
             np.maximum(issue[i], issue[i - 1], out=issue[i])
         issue += (steps + overhead)[:, None]
         self._ahead = (j, done, issue, extra)
+        self._partial = None
         return issue, slowdown > 0
+
+    @property
+    def late_ranks(self) -> Optional[np.ndarray]:
+        """The ranks the last :meth:`ahead` left to :meth:`partial` (None: none)."""
+        return self._late
+
+    def partial(self, ranks: np.ndarray) -> "PartialRanks":
+        """Step `ranks` (a few) bucket by bucket on plain floats while the last :meth:`ahead`'s
+        block runs on the others: exactly :meth:`bucket` and :meth:`ran` restricted to them (a
+        rank's compute depends only on its own collectives); :meth:`keep` writes them back."""
+        self._partial = PartialRanks(self, ranks)
+        return self._partial
 
     def keep(self, rows: int, finish: Optional[np.ndarray]) -> None:
         """Take the first `rows` (>= 1) buckets of the last :meth:`ahead` as run; `finish`: the
@@ -413,6 +443,9 @@ class ChargedBackward:
             flight.stretch = flight.stretch + stretch
             flight.end[-1] = finish
             flight.last = finish
+        if self._partial is not None:
+            self._partial.write_back()
+            self._partial = None
 
     def overhead(self) -> np.ndarray:
         """(n,) or scalar: the seconds of this step's backward that were DDP's own costs (copies
@@ -425,3 +458,96 @@ class ChargedBackward:
         if self.remainder > 0:
             self.t = self.backward_end = self.in_flight.compute(self.t, self.backward * self.remainder)
         return self.t, self.backward_end
+
+
+class PartialRanks:
+    """A few ranks of a :class:`ChargedBackward` stepped bucket by bucket on plain floats while
+    the block of :meth:`ChargedBackward.ahead` runs on the rest (:meth:`ChargedBackward.partial`).
+
+    Each rank keeps its own state (compute time, backward end, last issue, its chains of
+    collectives, the slowdown's seconds); the arithmetic is :class:`InFlight`'s column by column
+    (:func:`_through_chains_float`, the thermal clock's float path), so the results are the
+    bucket-by-bucket path's. A chain that ended before the floor of every later compute is
+    dropped: it slows nothing (the vector form adds exact zeros for it)."""
+
+    def __init__(self, charged: ChargedBackward, ranks: np.ndarray):
+        self.charged = charged
+        self.ranks = [int(r) for r in ranks]
+        flight = charged.in_flight
+        clocks = dict(flight.scalar_clocks or ())
+        stretch = flight.stretch
+        self.state = []
+        for r in self.ranks:
+            chains = [[b, e] for b, e in zip(flight.begin[:, r].tolist(), flight.end[:, r].tolist())]
+            self.state.append([float(charged.t[r]), float(charged.backward_end[r]), float(charged.issued[r]),
+                               chains, float(flight.last[r]),
+                               float(stretch[r]) if isinstance(stretch, np.ndarray) else float(stretch),
+                               clocks.get(r), float(charged.backward[r])])
+        self.rows = 0
+
+    def bucket(self, j: int) -> list:
+        """:meth:`ChargedBackward.bucket` j on these ranks: their issue times."""
+        ch = self.charged
+        share, copy = float(ch.share[j]), ch.copy_in[j]
+        overhead, slowdown = ch.costs.bucket_overhead, ch.costs.overlap_slowdown
+        out = []
+        for st in self.state:
+            t = st[0]
+            if share > 0:
+                w = st[7] * share
+                chains, clock = st[3], st[6]
+                if clock is None:
+                    t, extra = _through_chains_float(t, w, [c[0] for c in chains], [c[1] for c in chains], slowdown)
+                else:
+                    units = clock.work_done_float(t)
+                    done, _ = _through_chains_float(units, w, [clock.work_done_float(c[0]) for c in chains],
+                                                    [clock.work_done_float(c[1]) for c in chains], slowdown)
+                    t = clock.time_for_work_float(done)
+                    extra = t - clock.time_for_work_float(units + w)
+                st[5] += extra
+                st[1] = t
+            if copy > 0:
+                t = t + copy
+            st[0] = t
+            st[2] = (t if t > st[2] else st[2]) + overhead
+            out.append(st[2])
+        return out
+
+    def ran(self, issue: np.ndarray, previous: np.ndarray, finish: np.ndarray) -> None:
+        """:meth:`ChargedBackward.ran` on these ranks: the collective issued at `issue` after the
+        previous one's finish `previous` finished at `finish` (every rank's)."""
+        for r, st in zip(self.ranks, self.state):
+            b, p, e = float(issue[r]), float(previous[r]), float(finish[r])
+            b = b if b > p else p  # its launch
+            if b > st[4]:  # a new chain: the stream was idle before this launch
+                floor = st[0]
+                st[3] = [c for c in st[3] if c[1] > floor] + [[b, e]]
+            else:
+                st[3][-1][1] = e
+            st[4] = e
+        self.rows += 1
+
+    def write_back(self) -> None:
+        """Put these ranks' state into the :class:`ChargedBackward` and its :class:`InFlight`."""
+        ch, flight = self.charged, self.charged.in_flight
+        ch.t = ch.t.copy()
+        ch.backward_end = ch.backward_end.copy()
+        ch.issued = ch.issued.copy()
+        if not isinstance(flight.stretch, np.ndarray):
+            flight.stretch = np.full(len(ch.t), float(flight.stretch))
+        flight.last = flight.last.copy()
+        rows = max(len(st[3]) for st in self.state)
+        if rows > len(flight.begin):
+            pad = np.full((rows - len(flight.begin), len(ch.t)), -1.0)
+            flight.begin, flight.end = np.vstack([pad, flight.begin]), np.vstack([pad, flight.end])
+        rows = len(flight.begin)
+        for r, st in zip(self.ranks, self.state):
+            ch.t[r], ch.backward_end[r], ch.issued[r] = st[0], st[1], st[2]
+            chains = st[3]
+            m = len(chains)
+            flight.begin[:rows - m, r] = -1.0
+            flight.end[:rows - m, r] = -1.0
+            flight.begin[rows - m:, r] = [c[0] for c in chains]
+            flight.end[rows - m:, r] = [c[1] for c in chains]
+            flight.last[r] = st[4]
+            flight.stretch[r] = st[5]

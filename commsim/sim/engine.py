@@ -58,7 +58,7 @@ from commsim.collectives.contract import Kernel
 from commsim.collectives.kernels import algorithm_for, make_kernel
 from commsim.network.costs import ddp_buckets
 from commsim.scenario.spec import Scenario
-from commsim.sim.ddp_costs import ChargedBackward, InFlight, charges
+from commsim.sim.ddp_costs import PARTIAL_RANKS, ChargedBackward, InFlight, PartialRanks, charges
 from commsim.sim.links import scenario_fabric
 from commsim.sim.sharding import optimizer_time, stream_order, unit_shares
 from commsim.sim.stragglers import Perturbations, ThermalClock, perturbations
@@ -135,6 +135,20 @@ class RunResult:
 # (buckets x ranks): few numpy calls per step, bounded memory at any world size; 2^16 float64
 # (512 KiB) stay in a core's L2 cache, which 2^20 did not (10% faster at 16,384 ranks)
 READY_BLOCK_ELEMENTS = 1 << 16
+# and at least this many buckets: a block's fixed O(n) passes (ChargedBackward.ahead/keep's
+# copies, the stream's minimum) are paid once per block, so a block of one bucket pays them per
+# bucket; at 131,072 ranks 4 rows (4 MiB per array) took 5.6 s against 12.9 s with 1 and 6.2 s
+# with 8, at 32,768 ranks 1.3 s against 1.8 s with 2 (CPU s, the scale benchmark's ring)
+READY_BLOCK_MIN_ROWS = 4
+
+
+# the tolerance of Engine._finish_times's shift test: 8 ulps (np.finfo per call costs ~1 us)
+_SHIFT_ULPS = 8 * float(np.finfo(float).eps)
+
+
+def _block_rows(n: int) -> int:
+    """Buckets per block of a step's ready times at `n` ranks."""
+    return max(READY_BLOCK_MIN_ROWS, READY_BLOCK_ELEMENTS // max(n, 1), 1)
 
 
 class _Stream:
@@ -298,7 +312,7 @@ class Engine:
         work_before = m * c.forward + (m - 1) * c.backward
         # share of the last backward done when each bucket is ready (all of it without overlap)
         fractions = self.ready_fraction if sc.ddp.overlap else np.ones(nb)
-        block = max(1, READY_BLOCK_ELEMENTS // max(self.n, 1))
+        block = _block_rows(self.n)
         for s in range(steps):
             f = self.perturb.factor_at(s)
             stall = self.perturb.stall_at(s)
@@ -416,15 +430,24 @@ class Engine:
         at once where :meth:`ChargedBackward.ahead` applies and the collectives confirm it (each
         issued before the previous finish everywhere); the rest bucket by bucket."""
         nb = len(self.buckets)
-        block = max(1, READY_BLOCK_ELEMENTS // max(self.n, 1))
+        block = _block_rows(self.n)
         stream = _Stream()
         j, retry, misses = 0, 0, 0
         while j < nb:
             if self._shortcut and j >= retry:
-                ahead = charged.ahead(j, min(block, nb - j))
+                ahead = charged.ahead(j, min(block, nb - j), partial=True)
                 if ahead is not None:
                     issue, binding = ahead
-                    done = yield from self._run_block(s, issue, self._issue_stats(s, issue), stream, stop=binding)
+                    late = charged.late_ranks
+                    done = 0
+                    if late is None:
+                        done = yield from self._run_block(s, issue, self._issue_stats(s, issue), stream, stop=binding)
+                    if not done and binding:
+                        # a few ranks behind: they go bucket by bucket, the rest as a block
+                        behind = np.flatnonzero(issue[0] > stream.value())
+                        late = behind if late is None else np.array(sorted({*late.tolist(), *behind.tolist()}), dtype=np.int64)
+                        if len(late) <= PARTIAL_RANKS:
+                            done = yield from self._run_partial(s, issue, charged.partial(late), stream)
                     if done:
                         charged.keep(done, stream.value())
                         j, misses = j + done, 0
@@ -440,6 +463,24 @@ class Engine:
             charged.ran(launch, finish)
             j += 1
         return stream.value()
+
+    def _run_partial(self, s: int, issues: np.ndarray, partial: PartialRanks, stream: _Stream):
+        """Run the step's next collectives at the rows of `issues` except on `partial`'s ranks,
+        stepped bucket by bucket (:meth:`ChargedBackward.partial`), while every other rank is
+        issued no later than its previous finish (the block's condition, rank by rank: its
+        rows are exact then); returns how many ran (a generator: ``yield from`` it)."""
+        ranks = partial.ranks
+        issues[:, ranks] = -np.inf  # their rows are partial's: the check below is the others'
+        for i in range(len(issues)):
+            previous = stream.value()
+            row = issues[i]
+            if i and (row > previous).any():
+                return i
+            row[ranks] = partial.bucket(self.ops[self._op].bucket)
+            finish = yield from self._collective(s, row, previous)
+            partial.ran(row, previous, finish)
+            stream.set(finish, self.kernels[self._op - 1], None)
+        return len(issues)
 
     # -- sharded data parallelism: ZeRO-2 and FSDP (commsim/sim/sharding.py) ----------------
     def _sharded_job(self):
@@ -467,19 +508,22 @@ class Engine:
         self._seen: Dict[int, Tuple[np.ndarray, np.ndarray, int]] = {}  # kernel -> (launch, finish, misses)
         self._record = self._steady_possible or s == self.scenario.steps - 1  # comm_time is reported for the last step
 
-    def _collective(self, s: int, issue: np.ndarray, stream: Optional[np.ndarray]):
+    def _collective(self, s: int, issue: np.ndarray, stream: Optional[np.ndarray],
+                    launch: Optional[np.ndarray] = None):
         """Run the step's next collective (stream order): issued on each rank at `issue`, it
-        starts there once the rank's previous collective (`stream`) is done. Yields to the clock."""
+        starts there once the rank's previous collective (`stream`) is done (`launch`: that
+        start, when the caller has it). Yields to the clock."""
         last = int(issue.argmax())
         self._last_rank[s, self._op] = last
         self._launch_spread[s, self._op] = issue[last] - issue.min()
-        return (yield from self._launch(s, issue, stream))
+        return (yield from self._launch(s, issue, stream, launch))
 
-    def _launch(self, s: int, issue: np.ndarray, stream: Optional[np.ndarray]):
+    def _launch(self, s: int, issue: np.ndarray, stream: Optional[np.ndarray], launch: Optional[np.ndarray] = None):
         """:meth:`_collective` once its issue statistics are recorded."""
         k = self._op
         self._op += 1
-        launch = issue if stream is None else np.maximum(issue, stream)
+        if launch is None:
+            launch = issue if stream is None else np.maximum(issue, stream)
         finish = self._finish_times(self.kernels[k], launch)
         if self._record:
             self._comm_time[k] = finish.max() - launch.max()
@@ -506,7 +550,7 @@ class Engine:
             lo, hi = float(d.min()), float(d.max())
             # a few ulps of the times: the error a shift by c adds (the kernels are 1-Lipschitz
             # in the max norm, so these errors add up, to < 1e-10 relative over a run)
-            if hi - lo <= 8 * np.finfo(float).eps * max(abs(float(launch[0])), 1.0):
+            if hi - lo <= _SHIFT_ULPS * max(abs(float(launch[0])), 1.0):
                 finish = seen[1] + hi
                 self._seen[id(kernel)] = (launch, finish, 0)
                 return finish
@@ -614,7 +658,7 @@ class Engine:
             nonlocal issued
             issued = (at if issued is None else np.maximum(at, issued)) + costs.bucket_overhead
             launch = issued if stream is None else np.maximum(issued, stream)
-            finish = yield from self._collective(s, issued, stream)
+            finish = yield from self._collective(s, issued, stream, launch)
             in_flight.add(launch, finish, at)
             return finish
 

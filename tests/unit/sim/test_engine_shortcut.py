@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import commsim.sim.engine as engine_module
-from commsim.scenario.spec import DDPCosts, Jitter, Stall, Throttle
+from commsim.scenario.spec import DDPCosts, Jitter, SlowRank, Stall, Throttle
 from commsim.sim.ddp_costs import ChargedBackward
 from commsim.sim.engine import Engine
 from tests.conftest import NO_DDP_COSTS, make_scenario
@@ -33,6 +33,7 @@ class _Counted:
 
 def _run(sc, shortcut: bool, block: int, monkeypatch):
     monkeypatch.setattr(engine_module, "READY_BLOCK_ELEMENTS", block)
+    monkeypatch.setattr(engine_module, "READY_BLOCK_MIN_ROWS", 1)  # `block` elements, even one bucket
     engine = Engine(sc)
     wrapped = {}
     engine.kernels = [wrapped.setdefault(id(k), _Counted(k)) for k in engine.kernels]
@@ -163,3 +164,51 @@ def test_in_flight_scalar_clocks_equal_the_vectorized_clock():
             np.testing.assert_allclose(outs[0], outs[1], rtol=1e-13)
             t = outs[0]
         np.testing.assert_allclose(flights[0].stretch, flights[1].stretch, rtol=1e-9, atol=1e-15)
+
+
+@pytest.mark.parametrize("regime", ["comm", "balanced"])
+@pytest.mark.parametrize("costs", ["default", "view+slowdown"])
+@pytest.mark.parametrize("throttle", [True, False])
+def test_a_few_ranks_behind_go_bucket_by_bucket_beside_the_block(regime, costs, throttle, monkeypatch):
+    """One rank slower than the rest (a throttled clock, or a slow factor): the block condition
+    fails there only; that rank is stepped bucket by bucket, the others as a block, and the
+    results are the engine's bucket by bucket."""
+    slow_rank = [Throttle((5,), 0.0, 1e9, 0.5, 0.0)] if throttle else [SlowRank((5,), 1.6)]
+    sc = make_scenario(nodes=3, gpus_per_node=4, parameters=6_000_000, bucket_cap=1.5e6, first_bucket=3e5,
+                       backward=0.02, forward=0.01, inter={"comm": (2e9, 2e-4), "balanced": (2e10, 2e-5)}[regime],
+                       steps=4, seed=1, stragglers=[Jitter(0.02)] + slow_rank, costs=COSTS[costs])
+    buckets = {"n": 0}
+    original = ChargedBackward.bucket
+
+    def counted(self, j):
+        buckets["n"] += 1
+        return original(self, j)
+
+    monkeypatch.setattr(ChargedBackward, "bucket", counted)
+    fast, _ = _run(sc, True, 1 << 16, monkeypatch)
+    fast_buckets, buckets["n"] = buckets["n"], 0
+    slow, _ = _run(sc, False, 1 << 16, monkeypatch)
+    for field in FIELDS:
+        np.testing.assert_allclose(getattr(fast, field), getattr(slow, field), rtol=1e-12, atol=1e-15, err_msg=field)
+    np.testing.assert_array_equal(fast.last_rank, slow.last_rank)
+    np.testing.assert_allclose(fast.launch_spread, slow.launch_spread, rtol=1e-9, atol=1e-13)
+    assert fast_buckets < buckets["n"] / 4  # the vector path bucket by bucket only where no block applies
+
+
+def test_a_block_has_at_least_the_minimum_of_buckets_at_any_world_size():
+    assert engine_module._block_rows(1 << 20) == engine_module.READY_BLOCK_MIN_ROWS == 4
+    assert engine_module._block_rows(1024) == engine_module.READY_BLOCK_ELEMENTS // 1024
+
+
+@pytest.mark.parametrize("costs", ["default", "off"])
+def test_blocks_of_the_minimum_rows_equal_the_engine_bucket_by_bucket(costs, monkeypatch):
+    """Few elements per block (a large world in miniature): blocks of READY_BLOCK_MIN_ROWS."""
+    sc = _case("comm", costs, 1)
+    monkeypatch.setattr(engine_module, "READY_BLOCK_ELEMENTS", 1)
+    fast = Engine(sc).run()
+    slow = Engine(sc)
+    slow._shortcut = False
+    slow = slow.run()
+    for field in FIELDS:
+        np.testing.assert_allclose(getattr(fast, field), getattr(slow, field), rtol=1e-12, atol=1e-15, err_msg=field)
+    np.testing.assert_array_equal(fast.last_rank, slow.last_rank)
