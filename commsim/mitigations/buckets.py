@@ -33,7 +33,9 @@ class BucketTuning:
 
 
 def with_bucket_cap(scenario: Scenario, cap: float) -> Scenario:
-    return replace(scenario, ddp=replace(scenario.ddp, bucket_cap=float(cap)))
+    """The scenario with DDP's layout at this cap. An explicit layout (``ddp.bucket_sizes``, e.g.
+    from ``commsim import``) is replaced: tuning the cap means letting DDP build the buckets."""
+    return replace(scenario, ddp=replace(scenario.ddp, bucket_cap=float(cap), bucket_sizes=None, bucket_ready=None))
 
 
 def tune_buckets(scenario: Scenario, search_steps: int = SEARCH_STEPS, refine: int = REFINE) -> BucketTuning:

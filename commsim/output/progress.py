@@ -14,9 +14,7 @@ PROGRESS_THRESHOLD = 20_000_000
 @contextmanager
 def step_progress(scenario: Scenario, enabled: bool = True):
     """Yields a factory: ``on_step(label)`` returns an ``(done, total)`` callback for one run."""
-    from commsim.network.costs import ddp_buckets
-
-    buckets = len(ddp_buckets(scenario.model.grad_bytes, scenario.ddp.first_bucket, scenario.ddp.bucket_cap))
+    buckets = len(scenario.gradient_buckets())
     work = scenario.world_size * max(buckets, 1) * scenario.steps
     if not (enabled and sys.stderr.isatty() and work >= PROGRESS_THRESHOLD):
         yield lambda label: None

@@ -60,7 +60,6 @@ from typing import Callable, Dict, Optional, Tuple
 
 from commsim.collectives.kernels import resolve
 from commsim.errors import ScenarioError
-from commsim.network.costs import ddp_buckets
 from commsim.scenario.topology import cluster_fabric
 from commsim.scenario import spec
 
@@ -191,7 +190,7 @@ def estimate(scenario: spec.Scenario) -> Estimate:
     """The estimated peak memory and run time of simulating ``scenario`` and its baseline."""
     n, steps = scenario.world_size, scenario.steps
     ddp = scenario.ddp
-    sizes = ddp_buckets(scenario.model.grad_bytes, ddp.first_bucket, ddp.bucket_cap)
+    sizes = scenario.gradient_buckets()
     kinds = _collective_kinds(scenario, sizes)
     c = len(kinds)
     memory = M0 + steps * n * B_RANK_STEP + steps * c * B_OP_STEP + n * B_RANK

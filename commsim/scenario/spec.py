@@ -11,6 +11,8 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal, Optional, Tuple, Union
 
+from commsim.network.costs import ddp_buckets
+
 if TYPE_CHECKING:  # the record lives with its fitting code; the spec only carries it
     from commsim.calibration import Calibration
 
@@ -222,3 +224,11 @@ class Scenario:
     def without_stragglers(self) -> "Scenario":
         """The same scenario with every straggler removed (the baseline)."""
         return replace(self, stragglers=())
+
+    def gradient_buckets(self) -> Tuple[float, ...]:
+        """A step's gradient buckets in bytes, in all-reduce order: ``ddp.bucket_sizes`` when the
+        scenario gives them (a real job's layout), else DDP's (a first bucket, then ``bucket_cap``s:
+        :func:`commsim.network.costs.ddp_buckets`). The one place every stage reads them from."""
+        if self.ddp.bucket_sizes is not None:
+            return tuple(float(b) for b in self.ddp.bucket_sizes)
+        return tuple(float(b) for b in ddp_buckets(self.model.grad_bytes, self.ddp.first_bucket, self.ddp.bucket_cap))

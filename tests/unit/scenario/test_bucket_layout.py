@@ -65,3 +65,24 @@ def test_sizes_may_miss_the_gradient_bytes_by_rounding_only():
 def test_bad_layouts_are_one_line_errors_at_the_key(ddp, where, says):
     msg = error(doc(**ddp))
     assert msg.startswith(f"s.yaml: {where}: ") and says in msg
+
+
+def test_every_stage_reads_the_buckets_of_the_explicit_layout():
+    from commsim.output.progress import step_progress  # noqa: F401 - reads gradient_buckets too
+    from commsim.scenario.budget import estimate
+
+    explicit = parse_scenario(doc(bucket_sizes=[1000, 1000, 1000, 1000]), "s.yaml")
+    plain = parse_scenario(doc(), "s.yaml")
+    assert explicit.gradient_buckets() == (1000.0,) * 4
+    assert plain.gradient_buckets() == (4000.0,)  # 4000 B fit in DDP's first 1 MiB bucket
+    # the budget counts the explicit layout's four collectives per step, not DDP's one
+    assert estimate(explicit).collectives == 4 * estimate(plain).collectives
+
+
+def test_tuning_the_bucket_cap_replaces_an_explicit_layout():
+    from commsim.mitigations.buckets import with_bucket_cap
+
+    explicit = parse_scenario(doc(bucket_sizes=[1000, 3000], bucket_ready=[0.5, 1]), "s.yaml")
+    tuned = with_bucket_cap(explicit, 2000)
+    assert tuned.ddp.bucket_sizes is None and tuned.ddp.bucket_ready is None
+    assert tuned.gradient_buckets() == parse_scenario(doc(bucket_cap=2000), "s.yaml").gradient_buckets() != (1000.0, 3000.0)
