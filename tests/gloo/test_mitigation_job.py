@@ -85,13 +85,16 @@ def test_fp16_all_reduce_rate_measured_once_and_in_the_fp16_prediction(report):
         row["predicted"]["bytes_model_step_time_s"], rel=1e-12)
 
 
-def test_reduce_bytes_is_four_times_the_ratio_at_the_buckets_elements():
+def test_reduce_bytes_is_four_times_the_median_ratio_over_ranks_and_sizes():
     from validate.mitigation_job import reduce_bytes_from_ranks
 
-    a = {"elements": [1, 2, 4], "fp32_s": [1.0, 1.0, 0.010], "fp16_s": [9.0, 9.0, 0.0095]}
-    b = {"elements": [1, 2, 4], "fp32_s": [1.0, 1.0, 0.020], "fp16_s": [9.0, 9.0, 0.0200]}
-    c = {"elements": [1, 2, 4], "fp32_s": [1.0, 1.0, 0.010], "fp16_s": [9.0, 9.0, 0.0050]}
-    assert reduce_bytes_from_ranks([a, b, c], "fp16") == pytest.approx(4 * 0.95, rel=1e-12)  # the median rank
+    # ratios fp16 / fp32: rank a 0.5, 0.9, 2.0; rank b 0.95, 1.0, 3.0: median of the six 0.975
+    a = {"elements": [1, 2, 4], "fp32_s": [0.002, 0.010, 0.010], "fp16_s": [0.001, 0.009, 0.020]}
+    b = {"elements": [1, 2, 4], "fp32_s": [0.004, 0.020, 0.010], "fp16_s": [0.0038, 0.020, 0.030]}
+    assert reduce_bytes_from_ranks([a, b], "fp16") == pytest.approx(4 * 0.975, rel=1e-12)
+    # one rank, fp16 as fast per element as its bytes say: 2 bytes
+    half = {"elements": [1, 2, 4], "fp32_s": [0.002, 0.004, 0.008], "fp16_s": [0.001, 0.002, 0.004]}
+    assert reduce_bytes_from_ranks([half], "fp16") == pytest.approx(2.0, rel=1e-12)
 
 
 @pytest.mark.parametrize("r", [1, 4])
