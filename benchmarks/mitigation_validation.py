@@ -10,7 +10,10 @@ stalled before every forward) on `--nprocs` local gloo ranks, one rank per node 
 SGD's subgroup is the rank itself), and prints measured vs predicted mean step time per case and
 the median |error|. The prediction is commsim's hook model with the hardware measured by the job
 (compute, cast bandwidth, the rate of PowerSGD's products at their shape, small-op cost), DDP's
-own costs measured once by the job before the cases (validate.mitigation_job.measure_ddp_costs)
+own costs measured once by the job before the cases (validate.mitigation_job.measure_ddp_costs),
+the backend's 16-bit all-reduce against fp32's measured once too (the fp16 remedy's
+``reduce_bytes``: validate.mitigation_job.measure_reduce_dtypes; the fp16 rows also print the
+prediction without it)
 and a gloo calibration: `--calibration` (from ``commsim calibrate --backend gloo --level
 inter_node``), else one measured first (:func:`robust_calibration`: `--cal-repeats` sweeps of
 `--cal-iters` iterations, each size's time the median of its in-place and out-of-place times
@@ -86,6 +89,17 @@ def table(report: dict) -> str:
                      f"{r['error'] * 100:+7.1f}%   {hw['forward_s'] * 1e3:.1f}/{hw['backward_s'] * 1e3:.1f}/"
                      f"{hw['optimizer_s'] * 1e3:.1f} ms, {hw['mem_bw'] / 1e9:.2f} GB/s, {hw['flops'] / 1e9:.1f} "
                      f"GFLOP/s, {hw['kernel_overhead'] * 1e6:.1f} us")
+    rd = report.get("reduce_dtypes") or {}
+    for dtype, rb in sorted((rd.get("reduce_bytes") or {}).items()):
+        per_rank = rd["measured"][0]
+        sizes = ", ".join(f"{n / 1e6:.2g} M: {t16 * 1e3:.2f} vs {t32 * 1e3:.2f} ms" for n, t16, t32 in
+                          zip(per_rank["elements"], per_rank[f"{dtype}_s"], per_rank["fp32_s"]))
+        lines.append(f"{dtype} all-reduce vs fp32 (measured once, rank 0): {sizes}; reduce_bytes {rb:.2f}")
+    for r in report["cases"]:
+        if "bytes_model_step_time_s" in r["predicted"]:
+            b = r["predicted"]["bytes_model_step_time_s"]
+            lines.append(f"  {r['case']}: with the bytes model (no measured rate) {b * 1e3:.1f} ms, "
+                         f"{(b - r['measured_s']) / r['measured_s'] * 100:+.1f}%")
     c = report["ddp_costs"]
     u = c["used"]
     lines.append(f"DDP's own costs (measured once, every case): bucket_overhead {u['bucket_overhead'] * 1e3:.2f} ms, "

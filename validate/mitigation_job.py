@@ -23,6 +23,13 @@ Before the cases, once, the job measures DDP's own costs on this machine
 all-reduce, the memory bandwidth of a copy, compute slowed by an all-reduce in flight); every
 case's scenario carries them as ``ddp.costs``.
 
+Once too, the backend's all-reduce per dtype (:func:`measure_reduce_dtypes`: fp32 and fp16, bf16
+where a case runs it, at the bucket's elements and two smaller counts, side by side): gloo on a
+CPU sums 16-bit elements in software, and its fp16 all-reduce takes about fp32's time, not half.
+The fp16/bf16 cases' remedy carries the measured ratio as ``reduce_bytes``
+(:func:`reduce_bytes_from_ranks`); each such row also reports ``bytes_model_step_time_s``, the
+prediction without it (commsim's default: half the bytes, half the time).
+
 The prediction of a case (:func:`predict`) is commsim's: the scenario with the measured
 compute, those DDP costs and the gloo calibration (``commsim calibrate --backend gloo``), through
 the same hook model as ``commsim compare`` (:func:`commsim.mitigations.hooked.run_hooked`), the
@@ -237,6 +244,50 @@ def measure_ddp_costs(ctx, module: nn.Module, x, y, plan: Dict) -> Dict[str, flo
             "samples": samples}
 
 
+REDUCE_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
+REDUCE_FRACTIONS = (0.25, 0.5, 1.0)  # of the bucket's elements: the bucket's size and two others
+
+
+def measure_reduce_dtypes(ctx, numel: int, dtypes: Sequence[str], rounds: int) -> Dict:
+    """The backend's all-reduce per dtype on this machine, measured once before the cases: at
+    :data:`REDUCE_FRACTIONS` of the bucket's `numel` elements, an in-place ``dist.all_reduce`` in
+    fp32 and in each of `dtypes` (fp16, bf16), taken in turn after a barrier each, `rounds` times
+    (medians: the same rounds see the same drift of a shared machine's load). gloo on a CPU sums
+    16-bit elements in software, so its 16-bit all-reduce is not the half of fp32's that its bytes
+    say. Returns {"elements": [...], "fp32_s": [...], "<dtype>_s": [...]} (seconds, per size)."""
+    sizes = [max(1, int(numel * f)) for f in REDUCE_FRACTIONS]
+    out: Dict = {"elements": sizes}
+    kinds = {"fp32": torch.float32, **{d: REDUCE_DTYPES[d] for d in dtypes}}
+    for name, dtype in kinds.items():
+        out[f"{name}_s"] = []
+    for n in sizes:
+        bufs = {name: torch.ones(n, dtype=dtype) for name, dtype in kinds.items()}
+        samples: Dict[str, List[float]] = {name: [] for name in kinds}
+        for name in kinds:  # a first all-reduce of each: gloo's buffers and the pages touched
+            dist.all_reduce(bufs[name])
+        for _ in range(rounds):
+            ctx.progress()
+            for name in kinds:
+                bufs[name].fill_(1.0)  # sums of ones stay finite in fp16
+                dist.barrier()
+                t0 = time.perf_counter()
+                dist.all_reduce(bufs[name])
+                samples[name].append(time.perf_counter() - t0)
+        for name in kinds:
+            out[f"{name}_s"].append(statistics.median(samples[name]))
+    return out
+
+
+def reduce_bytes_from_ranks(per_rank: Sequence[Dict], dtype: str) -> float:
+    """The remedy's ``reduce_bytes`` for `dtype` (commsim.mitigations.spec): the bytes per element
+    of an fp32 all-reduce taking the 16-bit one's time, 4 x t(dtype) / t(fp32), the median over
+    the ranks and the sizes of :func:`measure_reduce_dtypes` (the bucket's elements and two smaller
+    counts: one size's ratio swings by 20% on a shared machine; the ratio itself hardly moves with
+    the size where both all-reduces are bound by their elements). A ratio of two all-reduces
+    measured side by side, so that the machine's load drift cancels."""
+    return 4.0 * statistics.median(t16 / t32 for r in per_rank for t16, t32 in zip(r[f"{dtype}_s"], r["fp32_s"]))
+
+
 def _register(model: DDP, case: Case, gpus_per_node: int):
     """Register the case's hook; returns (hook state, model averager or None)."""
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, post_localSGD_hook, powerSGD_hook
@@ -338,6 +389,11 @@ def rank_mitigations(ctx, plan: Dict) -> Dict:
     # DDP's own costs: once, before every case, on a model of its own
     ddp_costs = measure_ddp_costs(ctx, synthetic_model(plan["parameters"]), x, y, plan)
     ctx.progress()
+    # the backend's 16-bit all-reduce against fp32's: once, for every fp16/bf16 case
+    dtypes = sorted({c["hook"] for c in plan["cases"] if c["hook"] in REDUCE_DTYPES})
+    numel = sum(p.numel() for p in module.parameters())
+    reduce_dtypes = measure_reduce_dtypes(ctx, numel, dtypes, plan["machine_rounds"]) if dtypes else None
+    ctx.progress()
     cases = []
     for i, fields in enumerate(plan["cases"]):
         case = Case(**fields)
@@ -346,7 +402,7 @@ def rank_mitigations(ctx, plan: Dict) -> Dict:
         out = _run_case(ctx, module, x, y, case, plan, stall)
         ctx.progress({"case": i, "hardware": out["hardware"]} if ctx.rank == 0 else None)
         cases.append(out)
-    return {"rank": ctx.rank, "cases": cases, "width": width, "ddp_costs": ddp_costs,
+    return {"rank": ctx.rank, "cases": cases, "width": width, "ddp_costs": ddp_costs, "reduce_dtypes": reduce_dtypes,
             "parameters": sum(p.numel() for p in module.parameters())}
 
 
@@ -408,7 +464,9 @@ def remedy_text(case: Case, hardware: Dict[str, float], width: int) -> Optional[
     # whole numbers and microseconds: the syntax's '+' (a combination) must not appear as in 2e+09
     rates = f"mem_bw={hardware['mem_bw']:.0f}B/s"
     if case.hook in ("fp16", "bf16"):
-        return f"{case.hook}:{rates}"
+        # the backend's measured 16-bit all-reduce rate, when given (else commsim's bytes model)
+        reduce = f":reduce_bytes={hardware['reduce_bytes']:.4f}" if "reduce_bytes" in hardware else ""
+        return f"{case.hook}:{rates}{reduce}"
     if case.hook == "powersgd":
         return (f"powersgd:r={case.r}:start=0:shapes=square:width={width}:{rates}:flops={hardware['powersgd_flops']:.0f}"
                 f":kernel_overhead={hardware['kernel_overhead'] * 1e6:.4f}us")
@@ -509,8 +567,9 @@ def run_cases(scenario, calibration, cases: Sequence[Case], nprocs: int, slow_st
 
     Returns {"width", "parameters", "slow_stall_s", "ddp_costs" (the costs every prediction used,
     and what the job measured: per rank, with the all-reduce it timed and the calibration's time for
-    it), "cases": [{case, remedy, slow_rank, measured_s, predicted_s, error, evidence (per rank),
-    predicted, hardware}], "median_abs_error"}. Raises validate.launch.LaunchError if a rank dies
+    it), "reduce_dtypes" ({"measured": per rank, :func:`measure_reduce_dtypes`; "reduce_bytes":
+    {dtype: the remedy's reduce_bytes}}), "cases": [{case, remedy, slow_rank, measured_s,
+    predicted_s, error, evidence (per rank), predicted, hardware}], "median_abs_error"}. Raises validate.launch.LaunchError if a rank dies
     or hangs."""
     from commsim.collectives.kernels import algorithm_for, make_kernel
     from commsim.sim.links import scenario_fabric
@@ -535,16 +594,27 @@ def run_cases(scenario, calibration, cases: Sequence[Case], nprocs: int, slow_st
     costs_report = {"used": costs.__dict__.copy(), "measured": measured_costs, "jitter_cv": jitter,
                     "allreduce_measured_s": statistics.median(r["allreduce_s"] for r in measured_costs),
                     "allreduce_calibrated_s": float(calibrated)}
+    reduce_dtypes = [r["reduce_dtypes"] for r in results]
+    reduce_bytes = ({d: reduce_bytes_from_ranks(reduce_dtypes, d) for d in REDUCE_DTYPES if f"{d}_s" in reduce_dtypes[0]}
+                    if reduce_dtypes[0] else {})
+    reduce_report = {"measured": reduce_dtypes, "reduce_bytes": reduce_bytes}
     rows = []
     for i, case in enumerate(cases):
         per_rank = [r["cases"][i] for r in results]
         hardware = {k: statistics.median(c["hardware"][k] for c in per_rank) for k in per_rank[0]["hardware"]}
         rank_end = np.array([c["ends"] for c in per_rank]).T
         measured = measured_step_time(per_rank[0]["start"], rank_end)
-        pred = predict(sc, case, hardware, width, parameters, slow_stall, jitter)
+        if case.hook in reduce_bytes:  # measured once for the machine, the same in every case
+            bytes_model = predict(sc, case, hardware, width, parameters, slow_stall, jitter)  # without the rate
+            hardware = dict(hardware, reduce_bytes=reduce_bytes[case.hook])
+            pred = dict(predict(sc, case, hardware, width, parameters, slow_stall, jitter),
+                        bytes_model_step_time_s=bytes_model["step_time_s"])
+        else:
+            pred = predict(sc, case, hardware, width, parameters, slow_stall, jitter)
         rows.append({"case": case.name, "remedy": remedy_text(case, hardware, width) or "baseline",
                      "slow_rank": case.slow, "measured_s": measured, "predicted_s": pred["step_time_s"],
                      "error": (pred["step_time_s"] - measured) / measured,
                      "evidence": [c["evidence"] for c in per_rank], "predicted": pred, "hardware": hardware})
     return {"width": width, "parameters": parameters, "slow_stall_s": slow_stall, "ddp_costs": costs_report,
+            "reduce_dtypes": reduce_report,
             "cases": rows, "median_abs_error": float(np.median([abs(r["error"]) for r in rows]))}

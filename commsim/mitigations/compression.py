@@ -7,6 +7,10 @@ Both are hooks for :func:`commsim.mitigations.hooked.run_hooked` (stages per buc
 per element, then read and write 2 more), an all-reduce of 2 bytes per element, and the copy back
 into the e-byte bucket (read 2, write e). The casts run at the remedy's memory bandwidth
 (``mem_bw``). A scenario whose gradients are already 16-bit gains no bytes and pays the casts.
+The all-reduce sends 2 bytes per element and takes the time of the scenario's all-reduce of
+``reduce_bytes`` bytes per element (default 2: a byte-bound all-reduce, as NCCL's on GPUs; gloo on
+a CPU sums fp16 in software, its fp16 all-reduce about as slow as fp32's: ``reduce_bytes`` ~4,
+measured by the validator as 4 x the ratio of the two all-reduces' times at the bucket's elements).
 
 **PowerSGD** (Vogels et al. 2019, "PowerSGD: Practical Low-Rank Gradient Compression for
 Distributed Optimization"; ``powerSGD_hook.powerSGD_hook``): 1-D gradients, and matrices where
@@ -29,7 +33,8 @@ orthogonalization). Approximations: each bucket holds its byte share of every ki
 (the uncompressed and compressed elements are spread over the buckets in proportion to their
 bytes; real buckets hold whole tensors), and the figures are those after
 ``start_powerSGD_iter`` (the warm-up steps run plain all-reduces, at the baseline's step time).
-Wrapped in fp16/bf16 (``fp16_compress_wrapper(powerSGD_hook)``) everything is sent in 2 bytes.
+Wrapped in fp16/bf16 (``fp16_compress_wrapper(powerSGD_hook)``) everything is sent in 2 bytes
+(each all-reduce priced at the wrapper's ``reduce_bytes``, as fp16's).
 """
 
 from __future__ import annotations
@@ -52,12 +57,20 @@ class CompressionHook(PlainHook):
     def __init__(self, scenario: Scenario, remedy: Compression):
         self.e = BYTES_PER_ELEMENT[scenario.model.grad_dtype]
         self.bw = remedy.mem_bw
+        self.reduce_bytes = remedy.reduce_bytes
 
     def stages(self, step: int, bucket: int, size: float) -> Sequence[Stage]:
         elements = size / self.e
         cast = elements * (self.e + WIRE_BYTES_16 + 2 * WIRE_BYTES_16) / self.bw
         back = elements * (WIRE_BYTES_16 + self.e) / self.bw
-        return (Work(cast), Reduce(elements * WIRE_BYTES_16), Work(back))
+        return (Work(cast), reduce_16(elements, self.reduce_bytes), Work(back))
+
+
+def reduce_16(elements: float, reduce_bytes: Optional[float]) -> Reduce:
+    """The all-reduce of `elements` 16-bit elements: 2 bytes each on the wire, priced as the
+    scenario's all-reduce of `reduce_bytes` bytes each (None: of the 2 it sends)."""
+    priced = None if reduce_bytes is None else elements * reduce_bytes
+    return Reduce(elements * WIRE_BYTES_16, priced_bytes=priced)
 
 
 @dataclass(frozen=True)
@@ -122,13 +135,19 @@ class PowerSGDHook(PlainHook):
         self.plan = powersgd_plan_for(scenario, remedy)
         self.e = BYTES_PER_ELEMENT[scenario.model.grad_dtype]
         self.wire = WIRE_BYTES_16 if wrapper is not None else self.e
+        self.wrapper = wrapper
         self.total = float(scenario.model.grad_bytes)
+
+    def _reduce(self, elements: float) -> Reduce:
+        if self.wrapper is not None:
+            return reduce_16(elements, self.wrapper.reduce_bytes)
+        return Reduce(elements * self.wire)
 
     def stages(self, step: int, bucket: int, size: float) -> Sequence[Stage]:
         share = size / self.total
-        pl, w = self.plan, self.wire
-        return (Work(share * pl.work_p), Reduce(share * pl.uncompressed * w), Reduce(share * pl.p_elements * w),
-                Work(share * pl.work_q), Reduce(share * pl.q_elements * w), Work(share * pl.work_out))
+        pl = self.plan
+        return (Work(share * pl.work_p), self._reduce(share * pl.uncompressed), self._reduce(share * pl.p_elements),
+                Work(share * pl.work_q), self._reduce(share * pl.q_elements), Work(share * pl.work_out))
 
     def compression_ratio(self) -> float:
         pl = self.plan

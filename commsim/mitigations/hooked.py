@@ -27,7 +27,7 @@ Plain DDP only (``ddp.sharding: none``).
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Dict, List, Sequence, Tuple, Union
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -48,10 +48,15 @@ class Work:
 
 @dataclass(frozen=True)
 class Reduce:
-    """An all-reduce of `size` bytes over the job (``world``) or within each node (``node``)."""
+    """An all-reduce of `size` bytes over the job (``world``) or within each node (``node``).
+
+    `priced_bytes`: the bytes of the scenario's all-reduce whose time a world-scope one takes
+    (None: `size`, a byte-bound all-reduce). A 16-bit all-reduce whose summation, not its wire,
+    bounds it (gloo on a CPU) sends `size` bytes in the time of more."""
 
     size: float
     scope: str = "world"
+    priced_bytes: Optional[float] = None
 
 
 Stage = Union[Work, Reduce]
@@ -138,10 +143,11 @@ class _Reducer:
                 return launch
             per_node = launch.reshape(-1, self.g).max(axis=1) + self._node_times(stage.size)
             return np.repeat(per_node, self.g)
-        kernel = self.kernels.get(("world", stage.size))
+        priced = stage.size if stage.priced_bytes is None else stage.priced_bytes
+        kernel = self.kernels.get(("world", priced))
         if kernel is None:
-            kernel = make_kernel(self.algorithm, self.fabric, stage.size, self.sc.collective.model)
-            self.kernels[("world", stage.size)] = kernel
+            kernel = make_kernel(self.algorithm, self.fabric, priced, self.sc.collective.model)
+            self.kernels[("world", priced)] = kernel
         return kernel.finish_times(launch)
 
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, Mapping, Optional, Tuple
 
 from commsim.errors import InputError
-from commsim.units import describe, parse_count, parse_rate, parse_time
+from commsim.units import describe, parse_count, parse_number, parse_rate, parse_time
 
 # Defaults, each with its source:
 # - DEFAULT_MEMORY_BANDWIDTH: the rate casts and PowerSGD's memory passes run at when the remedy
@@ -36,6 +36,12 @@ DEFAULT_MEMORY_BANDWIDTH = 1.555e12
 DEFAULT_FLOPS = 19.5e12
 POWERSGD_START = 1000
 DEFAULT_WIDTH = 1024
+# - reduce_bytes (fp16/bf16): NCCL on GPUs sums 16-bit elements at wire speed, so the all-reduce
+#   costs its 2 bytes per element (the default). gloo on a CPU sums fp16 in software, element by
+#   element: its fp16 all-reduce of 4.2 M elements took 11.7 ms against fp32's 11.9 ms (2 ranks),
+#   i.e. about 4 bytes per element. Measured as 4 x t(16-bit all-reduce) / t(fp32 all-reduce) at
+#   the same element count (validate.mitigation_job.measure_reduce_dtypes).
+REDUCE_BYTES_DOC = "the bytes per element the 16-bit all-reduce costs, in fp32 all-reduce bytes, like 3.9"
 SHAPE_MODELS = ("square", "resnet50")
 
 
@@ -49,6 +55,9 @@ class Compression:
 
     dtype: str  # "fp16" | "bf16"
     mem_bw: float = DEFAULT_MEMORY_BANDWIDTH
+    # bytes per element at which the backend's 16-bit all-reduce runs, in the scenario's all-reduce
+    # pricing (REDUCE_BYTES_DOC); None: 2, the bytes it sends
+    reduce_bytes: Optional[float] = None
     name: str = "fp16"
 
 
@@ -117,13 +126,20 @@ class Mitigation:
 
 
 # remedy name -> (record factory, {parameter: (parser, what is expected)})
+def _positive(value) -> float:
+    number = parse_number(value)
+    if number <= 0:
+        raise ValueError("not above 0")
+    return number
+
+
 def _dtype(name):
     return lambda **kw: Compression(dtype=name, name=name, **kw)
 
 
 PARAMETERS: Dict[str, Dict[str, Tuple[Any, str]]] = {
-    "fp16": {"mem_bw": (parse_rate, "a memory bandwidth like 900GB/s")},
-    "bf16": {"mem_bw": (parse_rate, "a memory bandwidth like 900GB/s")},
+    "fp16": {"mem_bw": (parse_rate, "a memory bandwidth like 900GB/s"), "reduce_bytes": (_positive, REDUCE_BYTES_DOC)},
+    "bf16": {"mem_bw": (parse_rate, "a memory bandwidth like 900GB/s"), "reduce_bytes": (_positive, REDUCE_BYTES_DOC)},
     "powersgd": {
         "r": (parse_count, "a whole number >= 1"),
         "start": (lambda v: parse_count(v, allow_zero=True), "a whole number >= 0"),

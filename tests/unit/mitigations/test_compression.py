@@ -53,3 +53,44 @@ def test_powersgd_work_of_one_matrix_is_every_pass_of_the_hook():
     assert plan.work_q == pytest.approx(2.0 * m * r * r / 1e9 + product + 3e-6, rel=1e-12)
     # M = P Q^T, error = M_in - M (12 B), 2 kernels
     assert plan.work_out == pytest.approx(product + 12.0 * m * n / 1e10 + 2e-6, rel=1e-12)
+
+
+# ---------------------------------------------------------------- fp16's all-reduce rate
+
+FAST_CASTS = 1e30  # memory bandwidth at which the casts take no time worth a comparison
+
+
+def one_bucket(params, **kw):
+    # one bucket (the cap above the gradient), ready at the end of backward: the step's all-reduce
+    # is the bucket's whatever its bytes, so runs of different byte counts compare exactly
+    return tiny(nodes=2, gpus=1, params=params, steps=3, bucket_cap=1e9, first_bucket=1e9, **kw)
+
+
+@pytest.mark.parametrize("reduce_bytes, fp32_params", [(None, 500_000), (4.0, 1_000_000), (3.0, 750_000)])
+def test_fp16_all_reduce_takes_the_time_of_its_reduce_bytes(reduce_bytes, fp32_params):
+    from commsim.mitigations.compression import CompressionHook
+    from commsim.mitigations.hooked import PlainHook
+    from commsim.mitigations.spec import Compression
+
+    sc = one_bucket(1_000_000)
+    hook = CompressionHook(sc, Compression("fp16", mem_bw=FAST_CASTS, reduce_bytes=reduce_bytes))
+    run = run_hooked(sc, hook)
+    # the time: a plain fp32 all-reduce of reduce_bytes (default 2) bytes per element
+    plain = run_hooked(one_bucket(fp32_params), PlainHook())
+    np.testing.assert_allclose(run.rank_end, plain.rank_end, rtol=1e-12)
+    # the bytes: 2 per element on the wire, whatever the time
+    np.testing.assert_allclose(run.reduced_bytes, 2 * 1_000_000, rtol=1e-12)
+
+
+def test_fp16_wrapper_of_powersgd_prices_its_all_reduces_at_reduce_bytes():
+    from commsim.mitigations.hooked import Reduce
+    from commsim.mitigations.spec import Compression
+
+    sc = tiny(nodes=2, gpus=1, params=4 * 1024 * 1024 + 10, steps=3)
+    remedy = PowerSGD(r=2, width=1024)
+    default = PowerSGDHook(sc, remedy, Compression("fp16")).stages(0, 0, float(sc.model.grad_bytes))
+    slow = PowerSGDHook(sc, remedy, Compression("fp16", reduce_bytes=4.0)).stages(0, 0, float(sc.model.grad_bytes))
+    sent = [(st.size, st.priced_bytes) for st in default if isinstance(st, Reduce)]
+    assert sent == [(10 * 2, None), (4 * 1024 * 2 * 2, None), (4 * 1024 * 2 * 2, None)]  # 4 matrices, r = 2
+    assert [(st.size, st.priced_bytes) for st in slow if isinstance(st, Reduce)] == [
+        (s, s * 2) for s, _ in sent]  # 4 bytes per 2-byte element

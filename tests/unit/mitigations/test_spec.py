@@ -21,6 +21,13 @@ def test_parameters_and_combination():
     assert (p.r, p.start, p.shapes, p.mem_bw) == (2, 0, "resnet50", 900e9)
 
 
+def test_reduce_bytes_of_a_16_bit_all_reduce():
+    (m,) = parse_mitigations("fp16:reduce_bytes=3.9:mem_bw=10GB/s")
+    assert m.get(Compression).reduce_bytes == 3.9 and m.get(Compression).mem_bw == 10e9
+    (m,) = parse_mitigations("fp16")
+    assert m.get(Compression).reduce_bytes is None  # the bytes it sends (2)
+
+
 @pytest.mark.parametrize("text, key, words", [
     ("gzip", "gzip", "unknown remedy"),
     ("powersgd:rank=4", "powersgd.rank", "unknown parameter"),
@@ -33,6 +40,9 @@ def test_parameters_and_combination():
     ("backup:b=1+fp16", "backup:b=1+fp16", "backup cannot be combined with fp16"),
     ("localsgd+powersgd", "localsgd+powersgd", "localsgd cannot be combined with powersgd"),
     ("buckets:x=1", "buckets.x", "takes no parameters"),
+    ("fp16:reduce_bytes=0", "fp16.reduce_bytes", "bytes per element the 16-bit all-reduce costs"),
+    ("bf16:reduce_bytes=-2", "bf16.reduce_bytes", "not above 0"),
+    ("fp16:reduce_bytes=4B", "fp16.reduce_bytes", "expected the bytes per element"),
     ("fp16,,bf16", None, "empty item"),
     ("fp16,fp16", "fp16", "listed twice"),
 ])
