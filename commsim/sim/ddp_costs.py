@@ -170,7 +170,10 @@ def _through_chains(start: np.ndarray, work: np.ndarray, begin: np.ndarray, end:
     slow *= slowdown
     finish = np.add(t, left)
     finish += slow
-    return finish, slow + late
+    if isinstance(late, float):  # no older chain ran: `slow` is a fresh array, the lateness itself
+        return finish, slow
+    slow += late
+    return finish, slow
 
 
 def _through_chains_float(start: float, work: float, begin, end, slowdown: float) -> Tuple[float, float]:
@@ -224,26 +227,39 @@ class InFlight:
             self.scalar_clocks = [(int(r), ThermalClock(*(float(getattr(clock, f)[i]) for f in fields)))
                                   for i, r in enumerate(ranks)]
 
-    def add(self, begin: np.ndarray, end: np.ndarray, floor: np.ndarray) -> None:
+    # hints to :meth:`add`: the caller knows (from scalar bounds) that the collective begins at
+    # the previous one's end on every rank (QUEUED), or after it on every rank (NEW)
+    QUEUED, NEW = "queued", "new"
+
+    def add(self, begin: np.ndarray, end: np.ndarray, floor: np.ndarray, hint: Optional[str] = None) -> None:
         """The next collective on the stream: running from `begin` to `end` on each rank; no later
-        compute starts before `floor` there."""
+        compute starts before `floor` there. `hint`: :attr:`QUEUED` or :attr:`NEW` where the
+        caller knows ``begin == last`` or ``begin > last`` on every rank (the same result, without
+        the O(n) comparisons)."""
         if self.slowdown <= 0:
             return
         if self.last is None:
             self.begin, self.end = begin[None].copy(), end[None].copy()
-        else:
-            new = begin > self.last  # else begin == last: queued behind the previous one, same chain
-            if new.any():
-                if (new & (self.end[0] > floor)).any():  # the oldest chain can still slow compute: keep it
+        elif hint != InFlight.QUEUED:
+            if hint == InFlight.NEW:
+                new, every = None, True
+            else:
+                new = begin > self.last  # else begin == last: queued behind the previous one, same chain
+                count = int(np.count_nonzero(new))
+                every = count == len(new)
+            if every or count:
+                later = self.end[0] > floor
+                if (later if every else new & later).any():  # the oldest chain can still slow compute: keep it
                     empty = np.full((1, len(begin)), -1.0)
                     self.begin, self.end = np.vstack([empty, self.begin]), np.vstack([empty, self.end])
-                if new.all():
+                if every:
                     self.begin[:-1], self.end[:-1] = self.begin[1:], self.end[1:]
                     self.begin[-1] = begin
                 else:
                     r = np.flatnonzero(new)
                     self.begin[:-1, r], self.end[:-1, r] = self.begin[1:, r], self.end[1:, r]
                     self.begin[-1, r] = begin[r]
+        if self.last is not None:
             self.end[-1] = end
         self.last = end
 

@@ -542,6 +542,7 @@ class Engine:
         kernels are time-invariant (:meth:`_run_block`). The test costs three O(n) passes, a
         fraction of a kernel call; a kernel whose launches are not such shifts twice in a step
         is not tested again in that step."""
+        self._last_shift = None  # (base, c) when the result is base + c (the previous finish shifted)
         if not self._shortcut:
             return kernel.finish_times(launch)
         seen = self._seen.get(id(kernel))
@@ -553,10 +554,12 @@ class Engine:
             if hi - lo <= _SHIFT_ULPS * max(abs(float(launch[0])), 1.0):
                 finish = seen[1] + hi
                 self._seen[id(kernel)] = (launch, finish, 0)
+                self._last_shift = (seen[1], hi)
                 return finish
             misses = seen[2] + 1
         else:
             misses = 0 if seen is None else seen[2]
+        self._last_shift = None
         finish = kernel.finish_times(launch)
         self._seen[id(kernel)] = (launch, finish, misses)
         return finish
@@ -653,13 +656,40 @@ class Engine:
         work = [c.forward * share[nb - 1 - x] for x in range(nb)] + [c.backward * share[j] for j in range(nb)]
         in_flight = InFlight(self._charged.throttled, costs.overlap_slowdown)
         issued = None
+        bounds = {}  # kernel -> (its last finish, that finish's min and max)
+        low = high = 0.0  # the stream's (the last finish's) min and max
 
         def run(at, stream):  # issue the next collective at `at` (plus the host cost), after the previous issue
-            nonlocal issued
+            nonlocal issued, low, high
             issued = (at if issued is None else np.maximum(at, issued)) + costs.bucket_overhead
-            launch = issued if stream is None else np.maximum(issued, stream)
-            finish = yield from self._collective(s, issued, stream, launch)
-            in_flight.add(launch, finish, at)
+            k = self._op
+            last = int(issued.argmax())
+            first, latest = float(issued.min()), float(issued[last])
+            self._last_rank[s, k] = last
+            self._launch_spread[s, k] = latest - first
+            # the launch max(issued, stream) from scalars where one side bounds the other on
+            # every rank (the stream's bounds are kept, not recomputed: see below); it tells
+            # InFlight too whether the stream was idle before it everywhere, or nowhere
+            hint = None
+            if stream is None:
+                launch = issued
+            elif latest <= low:
+                launch, hint = stream, InFlight.QUEUED
+            elif first > high:
+                launch, hint = issued, InFlight.NEW
+            else:
+                launch = np.maximum(issued, stream)
+            kernel = self.kernels[k]
+            finish = yield from self._launch(s, issued, stream, launch)
+            # rounding is monotone, so a finish that is a previous one shifted by c has that
+            # one's bounds shifted by c: one scalar addition each, not two O(n) passes
+            shifted, known = self._last_shift, bounds.get(id(kernel))
+            if shifted is not None and known is not None and known[0] is shifted[0]:
+                low, high = known[1] + shifted[1], known[2] + shifted[1]
+            else:
+                low, high = float(finish.min()), float(finish.max())
+            bounds[id(kernel)] = (finish, low, high)
+            in_flight.add(launch, finish, at, hint)
             return finish
 
         busy = np.zeros(self.n)
