@@ -218,6 +218,10 @@ class InFlight:
         self.last: Optional[np.ndarray] = None  # (n,) the last collective's finish
         self.zero = np.zeros(0)
         self.stretch = 0.0  # (n,) seconds the slowdown added to the compute so far (0 until any)
+        # the last chain's latest begin and earliest end over the ranks, where the caller gave
+        # them (add's `bounds`; None: unknown): compute's scalar test for the common case
+        self.begin_high: Optional[float] = None
+        self.end_low: Optional[float] = None
         # a few throttled ranks: one scalar clock each (ThermalClock's float path is ~30x
         # cheaper than a vectorized call on a handful of elements)
         self.scalar_clocks = None
@@ -231,16 +235,21 @@ class InFlight:
     # the previous one's end on every rank (QUEUED), or after it on every rank (NEW)
     QUEUED, NEW = "queued", "new"
 
-    def add(self, begin: np.ndarray, end: np.ndarray, floor: np.ndarray, hint: Optional[str] = None) -> None:
+    def add(self, begin: np.ndarray, end: np.ndarray, floor: np.ndarray, hint: Optional[str] = None,
+            bounds: Optional[Tuple[float, float]] = None) -> None:
         """The next collective on the stream: running from `begin` to `end` on each rank; no later
         compute starts before `floor` there. `hint`: :attr:`QUEUED` or :attr:`NEW` where the
         caller knows ``begin == last`` or ``begin > last`` on every rank (the same result, without
-        the O(n) comparisons)."""
+        the O(n) comparisons); `bounds`: ``(begin.max(), end.min())`` where the caller has them."""
         if self.slowdown <= 0:
             return
+        high = None if bounds is None else bounds[0]
+        self.end_low = None if bounds is None else bounds[1]
         if self.last is None:
             self.begin, self.end = begin[None].copy(), end[None].copy()
-        elif hint != InFlight.QUEUED:
+            self.begin_high = high
+        elif hint != InFlight.QUEUED:  # (queued: the last chain, and its begin, go on)
+            self.begin_high = high if hint == InFlight.NEW else None
             if hint == InFlight.NEW:
                 new, every = None, True
             else:
@@ -263,18 +272,30 @@ class InFlight:
             self.end[-1] = end
         self.last = end
 
-    def compute(self, start: np.ndarray, work: np.ndarray) -> np.ndarray:
-        """When `work` ((n,) full-clock seconds per rank) started at `start` is done on each rank."""
+    def compute(self, start: np.ndarray, work: np.ndarray,
+                bounds: Optional[Tuple[float, float, float]] = None) -> np.ndarray:
+        """When `work` ((n,) full-clock seconds per rank) started at `start` is done on each rank.
+        `bounds`: ``(start.min(), start.max(), work.max())`` where the caller has them."""
         if self.slowdown <= 0 or self.last is None:
             t = start + work
             if self.throttled is not None:
                 ranks, clock = self.throttled
                 t[ranks] = clock.finish(start[ranks], work[ranks])
             return t
-        if len(self.zero) != len(start):
-            # np.maximum against a zero vector: against the scalar 0.0 it is several times slower
-            self.zero = np.zeros(len(start))
-        t, extra = _through_chains(start, work, self.begin, self.end, self.slowdown, self.zero)
+        if (bounds is not None and len(self.begin) == 1 and self.begin_high is not None
+                and self.end_low is not None and self.begin_high <= bounds[0]
+                and (self.end_low - bounds[1]) * (1.0 / (1.0 + self.slowdown)) >= bounds[2]):
+            # every rank's compute starts inside its one chain and ends before the chain does
+            # (rounding is monotone, so the scalar bounds bound every rank's terms): all of it
+            # runs slowed, t + work + slowdown x work, _through_chains' arithmetic bit for bit
+            extra = work * self.slowdown
+            t = start + work
+            t += extra
+        else:
+            if len(self.zero) != len(start):
+                # np.maximum against a zero vector: against the scalar 0.0 it is several times slower
+                self.zero = np.zeros(len(start))
+            t, extra = _through_chains(start, work, self.begin, self.end, self.slowdown, self.zero)
         if self.scalar_clocks is not None:
             for r, clock in self.scalar_clocks:
                 units = clock.work_done_float(float(start[r]))

@@ -680,6 +680,7 @@ class Engine:
             else:
                 launch = np.maximum(issued, stream)
             kernel = self.kernels[k]
+            high_before = high
             finish = yield from self._launch(s, issued, stream, launch)
             # rounding is monotone, so a finish that is a previous one shifted by c has that
             # one's bounds shifted by c: one scalar addition each, not two O(n) passes
@@ -689,7 +690,9 @@ class Engine:
             else:
                 low, high = float(finish.min()), float(finish.max())
             bounds[id(kernel)] = (finish, low, high)
-            in_flight.add(launch, finish, at, hint)
+            # the launch's latest rank: the stream's (queued) or the (after an idle stream)
+            begin_high = high_before if hint == InFlight.QUEUED else latest if launch is issued else None
+            in_flight.add(launch, finish, at, hint, None if begin_high is None else (begin_high, low))
             return finish
 
         busy = np.zeros(self.n)
@@ -697,11 +700,20 @@ class Engine:
         stream = gathered = None
         if nb:
             stream = gathered = yield from run(t0, None)
+            gather_low, gather_high = low, high
+        factor_high = float(np.max(f))
         for x in range(2 * nb):
-            begin = np.maximum(prev_end, gathered)
+            # a segment starts once its unit is gathered; where every rank's previous segment
+            # ended by the gather's earliest finish, the start is that finish, and its bounds
+            # are the gather's (kept by run): InFlight.compute's scalar test needs them
+            if float(prev_end.max()) <= gather_low:
+                begin, start_bounds = gathered, (gather_low, gather_high, factor_high * work[x])
+            else:
+                begin, start_bounds = np.maximum(prev_end, gathered), None
             if x + 1 < 2 * nb:  # prefetch: the next unit's gather, one unit ahead
                 stream = gathered = yield from run(begin, stream)
-            prev_end = in_flight.compute(begin, f * work[x])
+                gather_low, gather_high = low, high
+            prev_end = in_flight.compute(begin, f * work[x], start_bounds)
             busy += prev_end - begin
             if x >= nb and sc.ddp.overlap:
                 stream = yield from run(prev_end, stream)

@@ -214,25 +214,41 @@ def test_blocks_of_the_minimum_rows_equal_the_engine_bucket_by_bucket(costs, mon
     np.testing.assert_array_equal(fast.last_rank, slow.last_rank)
 
 
-@pytest.mark.parametrize("regime", ["comm", "balanced", "compute"])
+@pytest.mark.parametrize("regime", ["comm", "balanced", "compute", "latency"])
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_fsdp_launch_hints_equal_the_full_comparisons(regime, seed, monkeypatch):
-    # FSDP's charged step takes each launch from the stream's kept bounds where one side bounds
-    # the other, and tells InFlight so: the same results, bit for bit, as comparing the vectors
+    # FSDP's charged step takes each launch, and each segment's start, from kept scalar bounds
+    # where one side bounds the other, and tells InFlight so (its add skips the comparisons, its
+    # compute the chain arithmetic): the same results, bit for bit, as the full vector work
     from commsim.sim.ddp_costs import InFlight
 
-    sc = _case(regime, "default", seed, sharding="fsdp")
-    hints = []
-    add = InFlight.add
+    if regime == "latency":  # latency-bound collectives longer than the compute segments: queued back to back
+        sc = make_scenario(nodes=3, gpus_per_node=4, parameters=6_000_000, bucket_cap=1.5e6, first_bucket=3e5,
+                           backward=0.002, forward=0.001, inter=(2e10, 1e-2), steps=4, seed=seed,
+                           stragglers=[Jitter(0.05), Throttle((3,), 0.03, 0.02, 0.5, 0.01)], costs=DDPCosts(),
+                           sharding="fsdp")
+    else:
+        sc = _case(regime, "default", seed, sharding="fsdp")
+    add, compute = InFlight.add, InFlight.compute
+    hints, fast = [], []
 
-    def counted(self, begin, end, floor, hint=None):
+    def counted_add(self, begin, end, floor, hint=None, bounds=None):
         hints.append(hint)
-        return add(self, begin, end, floor, hint)
+        return add(self, begin, end, floor, hint, bounds)
 
-    monkeypatch.setattr(InFlight, "add", counted)
+    def counted_compute(self, start, work, bounds=None):
+        rows = None if self.begin is None else len(self.begin)
+        fast.append(bounds is not None and rows == 1 and self.begin_high is not None
+                    and self.end_low is not None and self.begin_high <= bounds[0]
+                    and (self.end_low - bounds[1]) * (1.0 / (1.0 + self.slowdown)) >= bounds[2])
+        return compute(self, start, work, bounds)
+
+    monkeypatch.setattr(InFlight, "add", counted_add)
+    monkeypatch.setattr(InFlight, "compute", counted_compute)
     hinted, _ = _run(sc, True, 1 << 16, monkeypatch)
-    given = sum(h is not None for h in hints)
-    monkeypatch.setattr(InFlight, "add", lambda self, begin, end, floor, hint=None: add(self, begin, end, floor))
+    monkeypatch.setattr(InFlight, "add", lambda self, begin, end, floor, hint=None, bounds=None:
+                        add(self, begin, end, floor))
+    monkeypatch.setattr(InFlight, "compute", lambda self, start, work, bounds=None: compute(self, start, work))
     plain, _ = _run(sc, True, 1 << 16, monkeypatch)
     slow, _ = _run(sc, False, 1 << 16, monkeypatch)
     for field in FIELDS:
@@ -242,5 +258,8 @@ def test_fsdp_launch_hints_equal_the_full_comparisons(regime, seed, monkeypatch)
     # by ulps, which can break an issue tie either way, with or without the hints)
     np.testing.assert_array_equal(hinted.last_rank, plain.last_rank)
     np.testing.assert_array_equal(hinted.launch_spread, plain.launch_spread)
-    if regime == "comm":  # collectives back to back: most launches are the stream's, known from two scalars
-        assert given > len(hints) / 4
+    if regime == "comm":  # collectives back to back: many launches are the stream's, known from two scalars
+        assert sum(h is not None for h in hints) > len(hints) / 4
+    if regime == "latency":  # ... and many segments run inside one chain throughout
+        assert sum(h is not None for h in hints) > len(hints) / 4
+        assert sum(fast) > len(fast) / 4
