@@ -518,13 +518,14 @@ class Engine:
         self._launch_spread[s, self._op] = issue[last] - issue.min()
         return (yield from self._launch(s, issue, stream, launch))
 
-    def _launch(self, s: int, issue: np.ndarray, stream: Optional[np.ndarray], launch: Optional[np.ndarray] = None):
-        """:meth:`_collective` once its issue statistics are recorded."""
+    def _launch(self, s: int, issue: np.ndarray, stream: Optional[np.ndarray], launch: Optional[np.ndarray] = None,
+                shift: Optional[float] = None):
+        """:meth:`_collective` once its issue statistics are recorded (`shift`: :meth:`_finish_times`'s)."""
         k = self._op
         self._op += 1
         if launch is None:
             launch = issue if stream is None else np.maximum(issue, stream)
-        finish = self._finish_times(self.kernels[k], launch)
+        finish = self._finish_times(self.kernels[k], launch, shift)
         if self._record:
             self._comm_time[k] = finish.max() - launch.max()
         if self.collectives:
@@ -536,16 +537,22 @@ class Engine:
             self.log.append((self.env.now, s, f"{self.ops[k].kind} {k}"))
         return finish
 
-    def _finish_times(self, kernel: Kernel, launch: np.ndarray) -> np.ndarray:
+    def _finish_times(self, kernel: Kernel, launch: np.ndarray, shift: Optional[float] = None) -> np.ndarray:
         """``kernel.finish_times(launch)``, or, when `launch` is the kernel's previous launch
         shifted by one constant c on every rank (to rounding), its previous finish shifted by c:
         kernels are time-invariant (:meth:`_run_block`). The test costs three O(n) passes, a
         fraction of a kernel call; a kernel whose launches are not such shifts twice in a step
-        is not tested again in that step."""
+        is not tested again in that step. `shift`: c, where the caller knows it (both launches
+        the same vector shifted: no test)."""
         self._last_shift = None  # (base, c) when the result is base + c (the previous finish shifted)
         if not self._shortcut:
             return kernel.finish_times(launch)
         seen = self._seen.get(id(kernel))
+        if shift is not None and seen is not None:
+            finish = seen[1] + shift
+            self._seen[id(kernel)] = (launch, finish, 0)
+            self._last_shift = (seen[1], shift)
+            return finish
         if seen is not None and seen[2] < 2:
             d = launch - seen[0]
             lo, hi = float(d.min()), float(d.max())
@@ -658,9 +665,14 @@ class Engine:
         issued = None
         bounds = {}  # kernel -> (its last finish, that finish's min and max)
         low = high = 0.0  # the stream's (the last finish's) min and max
+        # where each vector comes from: (root, c) for root + c (to rounding), root a kernel's
+        # output; two launches of one kernel from the same root differ by the difference of
+        # their c's: the shift _finish_times needs, known without its O(n) test
+        origins = {}  # kernel -> (its last launch's origin or None, its last finish's origin)
+        stream_origin = None
 
         def run(at, stream):  # issue the next collective at `at` (plus the host cost), after the previous issue
-            nonlocal issued, low, high
+            nonlocal issued, low, high, stream_origin
             issued = (at if issued is None else np.maximum(at, issued)) + costs.bucket_overhead
             k = self._op
             last = int(issued.argmax())
@@ -681,7 +693,18 @@ class Engine:
                 launch = np.maximum(issued, stream)
             kernel = self.kernels[k]
             high_before = high
-            finish = yield from self._launch(s, issued, stream, launch)
+            origin = stream_origin if hint == InFlight.QUEUED else None
+            known_origin = origins.get(id(kernel))
+            shift = None
+            if origin is not None and known_origin is not None and known_origin[0] is not None \
+                    and known_origin[0][0] is origin[0]:
+                shift = origin[1] - known_origin[0][1]
+            finish = yield from self._launch(s, issued, stream, launch, shift)
+            if self._last_shift is not None and known_origin is not None:  # finish = the kernel's previous finish + c
+                stream_origin = (known_origin[1][0], known_origin[1][1] + self._last_shift[1])
+            else:
+                stream_origin = (finish, 0.0)
+            origins[id(kernel)] = (origin, stream_origin)
             # rounding is monotone, so a finish that is a previous one shifted by c has that
             # one's bounds shifted by c: one scalar addition each, not two O(n) passes
             shifted, known = self._last_shift, bounds.get(id(kernel))

@@ -219,7 +219,8 @@ def test_blocks_of_the_minimum_rows_equal_the_engine_bucket_by_bucket(costs, mon
 def test_fsdp_launch_hints_equal_the_full_comparisons(regime, seed, monkeypatch):
     # FSDP's charged step takes each launch, and each segment's start, from kept scalar bounds
     # where one side bounds the other, and tells InFlight so (its add skips the comparisons, its
-    # compute the chain arithmetic): the same results, bit for bit, as the full vector work
+    # compute the chain arithmetic): the same results, bit for bit, as the full vector work; and
+    # the shift of a launch queued behind a shifted finish from the vectors' origins (to rounding)
     from commsim.sim.ddp_costs import InFlight
 
     if regime == "latency":  # latency-bound collectives longer than the compute segments: queued back to back
@@ -243,9 +244,17 @@ def test_fsdp_launch_hints_equal_the_full_comparisons(regime, seed, monkeypatch)
                     and (self.end_low - bounds[1]) * (1.0 / (1.0 + self.slowdown)) >= bounds[2])
         return compute(self, start, work, bounds)
 
+    finish_times, known = Engine._finish_times, []
+
+    def counted_finish_times(self, kernel, launch, shift=None):
+        known.append(shift is not None)
+        return finish_times(self, kernel, launch, shift)
+
     monkeypatch.setattr(InFlight, "add", counted_add)
     monkeypatch.setattr(InFlight, "compute", counted_compute)
+    monkeypatch.setattr(Engine, "_finish_times", counted_finish_times)
     hinted, _ = _run(sc, True, 1 << 16, monkeypatch)
+    monkeypatch.setattr(Engine, "_finish_times", finish_times)
     monkeypatch.setattr(InFlight, "add", lambda self, begin, end, floor, hint=None, bounds=None:
                         add(self, begin, end, floor))
     monkeypatch.setattr(InFlight, "compute", lambda self, start, work, bounds=None: compute(self, start, work))
@@ -263,3 +272,4 @@ def test_fsdp_launch_hints_equal_the_full_comparisons(regime, seed, monkeypatch)
     if regime == "latency":  # ... and many segments run inside one chain throughout
         assert sum(h is not None for h in hints) > len(hints) / 4
         assert sum(fast) > len(fast) / 4
+        assert sum(known) > len(known) / 4  # launches whose shift the vectors' origins give
