@@ -671,12 +671,25 @@ class Engine:
         origins = {}  # kernel -> (its last launch's origin or None, its last finish's origin)
         stream_origin = None
 
-        def run(at, stream):  # issue the next collective at `at` (plus the host cost), after the previous issue
-            nonlocal issued, low, high, stream_origin
-            issued = (at if issued is None else np.maximum(at, issued)) + costs.bucket_overhead
+        issued_high = 0.0  # the last issue's max
+        shortcut = self._shortcut
+
+        def run(at, stream, at_low=None):  # issue the next collective at `at` (plus the host cost), after the previous issue
+            nonlocal issued, issued_high, low, high, stream_origin
+            if shortcut and issued is not None and at_low is not None and issued_high <= at_low:
+                # `at` (its min known) no earlier than the previous issue anywhere: no maximum, and
+                # the min shifted is the shifted min (rounding is monotone)
+                issued = at + costs.bucket_overhead
+                first = at_low + costs.bucket_overhead
+            else:
+                issued = (at if issued is None else np.maximum(at, issued)) + costs.bucket_overhead
+                first = None
             k = self._op
             last = int(issued.argmax())
-            first, latest = float(issued.min()), float(issued[last])
+            latest = float(issued[last])
+            if first is None:
+                first = float(issued.min())
+            issued_high = latest
             self._last_rank[s, k] = last
             self._launch_spread[s, k] = latest - first
             # the launch max(issued, stream) from scalars where one side bounds the other on
@@ -685,6 +698,8 @@ class Engine:
             hint = None
             if stream is None:
                 launch = issued
+            elif not shortcut:  # (the bucket-by-bucket reference: every vector operation)
+                launch = np.maximum(issued, stream)
             elif latest <= low:
                 launch, hint = stream, InFlight.QUEUED
             elif first > high:
@@ -729,12 +744,12 @@ class Engine:
             # a segment starts once its unit is gathered; where every rank's previous segment
             # ended by the gather's earliest finish, the start is that finish, and its bounds
             # are the gather's (kept by run): InFlight.compute's scalar test needs them
-            if float(prev_end.max()) <= gather_low:
+            if shortcut and float(prev_end.max()) <= gather_low:
                 begin, start_bounds = gathered, (gather_low, gather_high, factor_high * work[x])
             else:
                 begin, start_bounds = np.maximum(prev_end, gathered), None
             if x + 1 < 2 * nb:  # prefetch: the next unit's gather, one unit ahead
-                stream = gathered = yield from run(begin, stream)
+                stream = gathered = yield from run(begin, stream, None if start_bounds is None else gather_low)
                 gather_low, gather_high = low, high
             prev_end = in_flight.compute(begin, f * work[x], start_bounds)
             busy += prev_end - begin
