@@ -225,6 +225,7 @@ class InFlight:
         # a few throttled ranks: one scalar clock each (ThermalClock's float path is ~30x
         # cheaper than a vectorized call on a handful of elements)
         self.scalar_clocks = None
+        self._units: dict = {}  # rank -> {time: the clock's work_done there} (compute's memo)
         if throttled is not None and len(throttled[0]) <= 16:
             ranks, clock = throttled
             fields = ("heat_up", "throttled_time", "clock_fraction", "phase")
@@ -298,9 +299,16 @@ class InFlight:
             t, extra = _through_chains(start, work, self.begin, self.end, self.slowdown, self.zero)
         if self.scalar_clocks is not None:
             for r, clock in self.scalar_clocks:
-                units = clock.work_done_float(float(start[r]))
-                begin = [clock.work_done_float(x) for x in self.begin[:, r].tolist()]
-                end = [clock.work_done_float(x) for x in self.end[:, r].tolist()]
+                # a chain's begin (and the end a segment then starts at) recur from call to call:
+                # the clock's work_done of a time is memoized (a few entries per rank)
+                memo = self._units.setdefault(r, {})
+                if len(memo) > 8:
+                    memo.clear()
+                wd = clock.work_done_float
+                x = float(start[r])
+                units = memo[x] if x in memo else memo.setdefault(x, wd(x))
+                begin = [memo[x] if x in memo else memo.setdefault(x, wd(x)) for x in self.begin[:, r].tolist()]
+                end = [memo[x] if x in memo else memo.setdefault(x, wd(x)) for x in self.end[:, r].tolist()]
                 w = float(work[r])
                 done, _ = _through_chains_float(units, w, begin, end, self.slowdown)
                 finish = clock.time_for_work_float(done)

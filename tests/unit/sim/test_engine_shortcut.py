@@ -274,3 +274,31 @@ def test_fsdp_launch_hints_equal_the_full_comparisons(regime, seed, monkeypatch)
         assert sum(h is not None for h in hints) > len(hints) / 4
         assert sum(fast) > len(fast) / 4
         assert sum(known) > len(known) / 4  # launches whose shift the vectors' origins give
+
+
+def test_in_flight_scalar_clocks_memoize_work_done(monkeypatch):
+    """A chain's begin, and the end the next segment starts at, recur from one compute to the
+    next: each time goes through a throttled rank's clock once, with the same results."""
+    from commsim.sim.ddp_costs import InFlight, clock_group
+
+    clocks = {1: engine_module.ThermalClock(0.004, 0.003, 0.4, 0.001)}
+    calls = []
+    work_done = engine_module.ThermalClock.work_done_float
+    monkeypatch.setattr(engine_module.ThermalClock, "work_done_float",
+                        lambda self, t: calls.append(t) or work_done(self, t))
+    flight, plain = InFlight(clock_group(clocks), 0.2), InFlight(clock_group(clocks), 0.2)
+    plain.scalar_clocks = None  # the vectorized clock: the exact reference
+    begin = np.array([0.001, 0.002, 0.0015])
+    end, t = begin + 0.003, np.array([0.0012, 0.0021, 0.0016])
+    for f in (flight, plain):
+        f.add(begin, end, t)
+    for k in range(3):  # queued collectives: the chain goes on, each segment starts at the last end
+        work = np.full(3, 0.0004)
+        outs = [f.compute(t, work) for f in (flight, plain)]
+        np.testing.assert_allclose(outs[0], outs[1], rtol=1e-13)
+        t = end
+        end = end + 0.002
+        for f in (flight, plain):
+            f.add(f.last, end, t)
+    assert len(calls) == len(set(calls))  # no time through the clock twice
+    assert len(calls) < 3 * 3
