@@ -170,7 +170,10 @@ def _through_chains(start: np.ndarray, work: np.ndarray, begin: np.ndarray, end:
     slow *= slowdown
     finish = np.add(t, left)
     finish += slow
-    return finish, slow + late
+    if isinstance(late, float):  # no older chain ran: `slow` is a fresh array, the lateness itself
+        return finish, slow
+    slow += late
+    return finish, slow
 
 
 def _through_chains_float(start: float, work: float, begin, end, slowdown: float) -> Tuple[float, float]:
@@ -215,55 +218,97 @@ class InFlight:
         self.last: Optional[np.ndarray] = None  # (n,) the last collective's finish
         self.zero = np.zeros(0)
         self.stretch = 0.0  # (n,) seconds the slowdown added to the compute so far (0 until any)
+        # the last chain's latest begin and earliest end over the ranks, where the caller gave
+        # them (add's `bounds`; None: unknown): compute's scalar test for the common case
+        self.begin_high: Optional[float] = None
+        self.end_low: Optional[float] = None
         # a few throttled ranks: one scalar clock each (ThermalClock's float path is ~30x
         # cheaper than a vectorized call on a handful of elements)
         self.scalar_clocks = None
+        self._units: dict = {}  # rank -> {time: the clock's work_done there} (compute's memo)
         if throttled is not None and len(throttled[0]) <= 16:
             ranks, clock = throttled
             fields = ("heat_up", "throttled_time", "clock_fraction", "phase")
             self.scalar_clocks = [(int(r), ThermalClock(*(float(getattr(clock, f)[i]) for f in fields)))
                                   for i, r in enumerate(ranks)]
 
-    def add(self, begin: np.ndarray, end: np.ndarray, floor: np.ndarray) -> None:
+    # hints to :meth:`add`: the caller knows (from scalar bounds) that the collective begins at
+    # the previous one's end on every rank (QUEUED), or after it on every rank (NEW)
+    QUEUED, NEW = "queued", "new"
+
+    def add(self, begin: np.ndarray, end: np.ndarray, floor: np.ndarray, hint: Optional[str] = None,
+            bounds: Optional[Tuple[float, float]] = None) -> None:
         """The next collective on the stream: running from `begin` to `end` on each rank; no later
-        compute starts before `floor` there."""
+        compute starts before `floor` there. `hint`: :attr:`QUEUED` or :attr:`NEW` where the
+        caller knows ``begin == last`` or ``begin > last`` on every rank (the same result, without
+        the O(n) comparisons); `bounds`: ``(begin.max(), end.min())`` where the caller has them."""
         if self.slowdown <= 0:
             return
+        high = None if bounds is None else bounds[0]
+        self.end_low = None if bounds is None else bounds[1]
         if self.last is None:
             self.begin, self.end = begin[None].copy(), end[None].copy()
-        else:
-            new = begin > self.last  # else begin == last: queued behind the previous one, same chain
-            if new.any():
-                if (new & (self.end[0] > floor)).any():  # the oldest chain can still slow compute: keep it
+            self.begin_high = high
+        elif hint != InFlight.QUEUED:  # (queued: the last chain, and its begin, go on)
+            self.begin_high = high if hint == InFlight.NEW else None
+            if hint == InFlight.NEW:
+                new, every = None, True
+            else:
+                new = begin > self.last  # else begin == last: queued behind the previous one, same chain
+                count = int(np.count_nonzero(new))
+                every = count == len(new)
+            if every or count:
+                later = self.end[0] > floor
+                if (later if every else new & later).any():  # the oldest chain can still slow compute: keep it
                     empty = np.full((1, len(begin)), -1.0)
                     self.begin, self.end = np.vstack([empty, self.begin]), np.vstack([empty, self.end])
-                if new.all():
+                if every:
                     self.begin[:-1], self.end[:-1] = self.begin[1:], self.end[1:]
                     self.begin[-1] = begin
                 else:
                     r = np.flatnonzero(new)
                     self.begin[:-1, r], self.end[:-1, r] = self.begin[1:, r], self.end[1:, r]
                     self.begin[-1, r] = begin[r]
+        if self.last is not None:
             self.end[-1] = end
         self.last = end
 
-    def compute(self, start: np.ndarray, work: np.ndarray) -> np.ndarray:
-        """When `work` ((n,) full-clock seconds per rank) started at `start` is done on each rank."""
+    def compute(self, start: np.ndarray, work: np.ndarray,
+                bounds: Optional[Tuple[float, float, float]] = None) -> np.ndarray:
+        """When `work` ((n,) full-clock seconds per rank) started at `start` is done on each rank.
+        `bounds`: ``(start.min(), start.max(), work.max())`` where the caller has them."""
         if self.slowdown <= 0 or self.last is None:
             t = start + work
             if self.throttled is not None:
                 ranks, clock = self.throttled
                 t[ranks] = clock.finish(start[ranks], work[ranks])
             return t
-        if len(self.zero) != len(start):
-            # np.maximum against a zero vector: against the scalar 0.0 it is several times slower
-            self.zero = np.zeros(len(start))
-        t, extra = _through_chains(start, work, self.begin, self.end, self.slowdown, self.zero)
+        if (bounds is not None and len(self.begin) == 1 and self.begin_high is not None
+                and self.end_low is not None and self.begin_high <= bounds[0]
+                and (self.end_low - bounds[1]) * (1.0 / (1.0 + self.slowdown)) >= bounds[2]):
+            # every rank's compute starts inside its one chain and ends before the chain does
+            # (rounding is monotone, so the scalar bounds bound every rank's terms): all of it
+            # runs slowed, t + work + slowdown x work, _through_chains' arithmetic bit for bit
+            extra = work * self.slowdown
+            t = start + work
+            t += extra
+        else:
+            if len(self.zero) != len(start):
+                # np.maximum against a zero vector: against the scalar 0.0 it is several times slower
+                self.zero = np.zeros(len(start))
+            t, extra = _through_chains(start, work, self.begin, self.end, self.slowdown, self.zero)
         if self.scalar_clocks is not None:
             for r, clock in self.scalar_clocks:
-                units = clock.work_done_float(float(start[r]))
-                begin = [clock.work_done_float(x) for x in self.begin[:, r].tolist()]
-                end = [clock.work_done_float(x) for x in self.end[:, r].tolist()]
+                # a chain's begin (and the end a segment then starts at) recur from call to call:
+                # the clock's work_done of a time is memoized (a few entries per rank)
+                memo = self._units.setdefault(r, {})
+                if len(memo) > 8:
+                    memo.clear()
+                wd = clock.work_done_float
+                x = float(start[r])
+                units = memo[x] if x in memo else memo.setdefault(x, wd(x))
+                begin = [memo[x] if x in memo else memo.setdefault(x, wd(x)) for x in self.begin[:, r].tolist()]
+                end = [memo[x] if x in memo else memo.setdefault(x, wd(x)) for x in self.end[:, r].tolist()]
                 w = float(work[r])
                 done, _ = _through_chains_float(units, w, begin, end, self.slowdown)
                 finish = clock.time_for_work_float(done)

@@ -518,13 +518,14 @@ class Engine:
         self._launch_spread[s, self._op] = issue[last] - issue.min()
         return (yield from self._launch(s, issue, stream, launch))
 
-    def _launch(self, s: int, issue: np.ndarray, stream: Optional[np.ndarray], launch: Optional[np.ndarray] = None):
-        """:meth:`_collective` once its issue statistics are recorded."""
+    def _launch(self, s: int, issue: np.ndarray, stream: Optional[np.ndarray], launch: Optional[np.ndarray] = None,
+                shift: Optional[float] = None):
+        """:meth:`_collective` once its issue statistics are recorded (`shift`: :meth:`_finish_times`'s)."""
         k = self._op
         self._op += 1
         if launch is None:
             launch = issue if stream is None else np.maximum(issue, stream)
-        finish = self._finish_times(self.kernels[k], launch)
+        finish = self._finish_times(self.kernels[k], launch, shift)
         if self._record:
             self._comm_time[k] = finish.max() - launch.max()
         if self.collectives:
@@ -536,15 +537,22 @@ class Engine:
             self.log.append((self.env.now, s, f"{self.ops[k].kind} {k}"))
         return finish
 
-    def _finish_times(self, kernel: Kernel, launch: np.ndarray) -> np.ndarray:
+    def _finish_times(self, kernel: Kernel, launch: np.ndarray, shift: Optional[float] = None) -> np.ndarray:
         """``kernel.finish_times(launch)``, or, when `launch` is the kernel's previous launch
         shifted by one constant c on every rank (to rounding), its previous finish shifted by c:
         kernels are time-invariant (:meth:`_run_block`). The test costs three O(n) passes, a
         fraction of a kernel call; a kernel whose launches are not such shifts twice in a step
-        is not tested again in that step."""
+        is not tested again in that step. `shift`: c, where the caller knows it (both launches
+        the same vector shifted: no test)."""
+        self._last_shift = None  # (base, c) when the result is base + c (the previous finish shifted)
         if not self._shortcut:
             return kernel.finish_times(launch)
         seen = self._seen.get(id(kernel))
+        if shift is not None and seen is not None:
+            finish = seen[1] + shift
+            self._seen[id(kernel)] = (launch, finish, 0)
+            self._last_shift = (seen[1], shift)
+            return finish
         if seen is not None and seen[2] < 2:
             d = launch - seen[0]
             lo, hi = float(d.min()), float(d.max())
@@ -553,10 +561,12 @@ class Engine:
             if hi - lo <= _SHIFT_ULPS * max(abs(float(launch[0])), 1.0):
                 finish = seen[1] + hi
                 self._seen[id(kernel)] = (launch, finish, 0)
+                self._last_shift = (seen[1], hi)
                 return finish
             misses = seen[2] + 1
         else:
             misses = 0 if seen is None else seen[2]
+        self._last_shift = None
         finish = kernel.finish_times(launch)
         self._seen[id(kernel)] = (launch, finish, misses)
         return finish
@@ -653,13 +663,74 @@ class Engine:
         work = [c.forward * share[nb - 1 - x] for x in range(nb)] + [c.backward * share[j] for j in range(nb)]
         in_flight = InFlight(self._charged.throttled, costs.overlap_slowdown)
         issued = None
+        bounds = {}  # kernel -> (its last finish, that finish's min and max)
+        low = high = 0.0  # the stream's (the last finish's) min and max
+        # where each vector comes from: (root, c) for root + c (to rounding), root a kernel's
+        # output; two launches of one kernel from the same root differ by the difference of
+        # their c's: the shift _finish_times needs, known without its O(n) test
+        origins = {}  # kernel -> (its last launch's origin or None, its last finish's origin)
+        stream_origin = None
 
-        def run(at, stream):  # issue the next collective at `at` (plus the host cost), after the previous issue
-            nonlocal issued
-            issued = (at if issued is None else np.maximum(at, issued)) + costs.bucket_overhead
-            launch = issued if stream is None else np.maximum(issued, stream)
-            finish = yield from self._collective(s, issued, stream, launch)
-            in_flight.add(launch, finish, at)
+        issued_high = 0.0  # the last issue's max
+        shortcut = self._shortcut
+
+        def run(at, stream, at_low=None):  # issue the next collective at `at` (plus the host cost), after the previous issue
+            nonlocal issued, issued_high, low, high, stream_origin
+            if shortcut and issued is not None and at_low is not None and issued_high <= at_low:
+                # `at` (its min known) no earlier than the previous issue anywhere: no maximum, and
+                # the min shifted is the shifted min (rounding is monotone)
+                issued = at + costs.bucket_overhead
+                first = at_low + costs.bucket_overhead
+            else:
+                issued = (at if issued is None else np.maximum(at, issued)) + costs.bucket_overhead
+                first = None
+            k = self._op
+            last = int(issued.argmax())
+            latest = float(issued[last])
+            if first is None:
+                first = float(issued.min())
+            issued_high = latest
+            self._last_rank[s, k] = last
+            self._launch_spread[s, k] = latest - first
+            # the launch max(issued, stream) from scalars where one side bounds the other on
+            # every rank (the stream's bounds are kept, not recomputed: see below); it tells
+            # InFlight too whether the stream was idle before it everywhere, or nowhere
+            hint = None
+            if stream is None:
+                launch = issued
+            elif not shortcut:  # (the bucket-by-bucket reference: every vector operation)
+                launch = np.maximum(issued, stream)
+            elif latest <= low:
+                launch, hint = stream, InFlight.QUEUED
+            elif first > high:
+                launch, hint = issued, InFlight.NEW
+            else:
+                launch = np.maximum(issued, stream)
+            kernel = self.kernels[k]
+            high_before = high
+            origin = stream_origin if hint == InFlight.QUEUED else None
+            known_origin = origins.get(id(kernel))
+            shift = None
+            if origin is not None and known_origin is not None and known_origin[0] is not None \
+                    and known_origin[0][0] is origin[0]:
+                shift = origin[1] - known_origin[0][1]
+            finish = yield from self._launch(s, issued, stream, launch, shift)
+            if self._last_shift is not None and known_origin is not None:  # finish = the kernel's previous finish + c
+                stream_origin = (known_origin[1][0], known_origin[1][1] + self._last_shift[1])
+            else:
+                stream_origin = (finish, 0.0)
+            origins[id(kernel)] = (origin, stream_origin)
+            # rounding is monotone, so a finish that is a previous one shifted by c has that
+            # one's bounds shifted by c: one scalar addition each, not two O(n) passes
+            shifted, known = self._last_shift, bounds.get(id(kernel))
+            if shifted is not None and known is not None and known[0] is shifted[0]:
+                low, high = known[1] + shifted[1], known[2] + shifted[1]
+            else:
+                low, high = float(finish.min()), float(finish.max())
+            bounds[id(kernel)] = (finish, low, high)
+            # the launch's latest rank: the stream's (queued) or the issue's (after an idle stream)
+            begin_high = high_before if hint == InFlight.QUEUED else latest if launch is issued else None
+            in_flight.add(launch, finish, at, hint, None if begin_high is None else (begin_high, low))
             return finish
 
         busy = np.zeros(self.n)
@@ -667,11 +738,20 @@ class Engine:
         stream = gathered = None
         if nb:
             stream = gathered = yield from run(t0, None)
+            gather_low, gather_high = low, high
+        factor_high = float(np.max(f))
         for x in range(2 * nb):
-            begin = np.maximum(prev_end, gathered)
+            # a segment starts once its unit is gathered; where every rank's previous segment
+            # ended by the gather's earliest finish, the start is that finish, and its bounds
+            # are the gather's (kept by run): InFlight.compute's scalar test needs them
+            if shortcut and float(prev_end.max()) <= gather_low:
+                begin, start_bounds = gathered, (gather_low, gather_high, factor_high * work[x])
+            else:
+                begin, start_bounds = np.maximum(prev_end, gathered), None
             if x + 1 < 2 * nb:  # prefetch: the next unit's gather, one unit ahead
-                stream = gathered = yield from run(begin, stream)
-            prev_end = in_flight.compute(begin, f * work[x])
+                stream = gathered = yield from run(begin, stream, None if start_bounds is None else gather_low)
+                gather_low, gather_high = low, high
+            prev_end = in_flight.compute(begin, f * work[x], start_bounds)
             busy += prev_end - begin
             if x >= nb and sc.ddp.overlap:
                 stream = yield from run(prev_end, stream)
