@@ -95,10 +95,12 @@ def _free_port():
 
 def test_two_processes_calibrate_as_two_nodes_and_only_node_0_writes(tmp_path):
     # both "hosts" are this machine (one host name): the job's one level is intra_node, and
-    # the point is the path: two launchers, one rendezvous, one file
+    # the point is the path: two launchers, one rendezvous, one file. Loopback's per-step latency
+    # dominates up to several MiB on a loaded machine: the sweep goes to 32 MiB so that the fit
+    # determines a bandwidth (at 1 MiB the calibration refused one CI run in two)
     port = _free_port()
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    args = ["--backend", "gloo", "--nnodes", "2", "--rdzv-endpoint", f"127.0.0.1:{port}", "--max-size", "1M",
+    args = ["--backend", "gloo", "--nnodes", "2", "--rdzv-endpoint", f"127.0.0.1:{port}", "--max-size", "32M",
             "--iters", "2", "--warmup", "1", "--compute-params", "64K", "--timeout", "120", "-o", "cal.yaml"]
     procs = [subprocess.Popen([sys.executable, "-m", "commsim.cli", "calibrate", *args, "--node-rank", str(k)],
                               cwd=str(tmp_path), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
