@@ -49,23 +49,22 @@ def bucket_kwargs(first_bucket: float, bucket_cap: float) -> Dict:
     return {"bucket_cap_mb_list": [first_bucket / MIB, bucket_cap / MIB]}
 
 
+def compute_step(model: nn.Module, x, y, opt) -> Dict[str, float]:
+    """One forward, backward under DDP's no_sync (no all-reduce, no hook) and optimizer step: seconds."""
+    opt.zero_grad(set_to_none=True)
+    t0 = time.monotonic()
+    with model.no_sync():
+        loss = nn.functional.mse_loss(model(x), y)
+        t1 = time.monotonic()
+        loss.backward()
+    t2 = time.monotonic()
+    opt.step()
+    return {"forward_s": t1 - t0, "backward_s": t2 - t1, "optimizer_s": time.monotonic() - t2}
+
+
 def _measure_compute(model: nn.Module, x, y, opt, iters: int) -> Dict[str, float]:
-    fwd, bwd, step = [], [], []
-    for _ in range(iters):
-        opt.zero_grad(set_to_none=True)
-        t0 = time.monotonic()
-        with model.no_sync():
-            loss = nn.functional.mse_loss(model(x), y)
-            t1 = time.monotonic()
-            loss.backward()
-        t2 = time.monotonic()
-        opt.step()
-        t3 = time.monotonic()
-        fwd.append(t1 - t0)
-        bwd.append(t2 - t1)
-        step.append(t3 - t2)
-    return {"forward_s": statistics.median(fwd), "backward_s": statistics.median(bwd),
-            "optimizer_s": statistics.median(step)}
+    steps = [compute_step(model, x, y, opt) for _ in range(iters)]
+    return {key: statistics.median(s[key] for s in steps) for key in ("forward_s", "backward_s", "optimizer_s")}
 
 
 def rank_ddp(ctx, plan: Dict) -> Dict:

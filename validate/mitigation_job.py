@@ -57,7 +57,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from validate.compute_timing import layer_shape, synthetic_model
-from validate.ddp_job import bucket_kwargs
+from validate.ddp_job import bucket_kwargs, compute_step
 from validate.replay import common_start
 
 POWERSGD_START = 2  # torch asserts start_powerSGD_iter > 1 with error feedback / warm start
@@ -120,19 +120,6 @@ def _median_time(fn, iters: int) -> float:
         fn()
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
-
-
-def compute_step(model: DDP, x, y, opt) -> Dict[str, float]:
-    """One forward, backward under DDP's no_sync (no all-reduce, no hook) and optimizer step: seconds."""
-    opt.zero_grad(set_to_none=True)
-    t0 = time.perf_counter()
-    with model.no_sync():
-        loss = nn.functional.mse_loss(model(x), y)
-        t1 = time.perf_counter()
-        loss.backward()
-    t2 = time.perf_counter()
-    opt.step()
-    return {"forward_s": t1 - t0, "backward_s": t2 - t1, "optimizer_s": time.perf_counter() - t2}
 
 
 def powersgd_products_rate(width: int, r: int, iters: int) -> float:
