@@ -41,7 +41,6 @@ import numpy as np
 
 from commsim.calibration import CalibrationError
 from commsim.calibration.file import calibration_from_dict, calibration_to_dict
-from commsim.network.costs import ddp_buckets
 from commsim.scenario import spec
 from commsim.sim.engine import simulate
 
@@ -72,8 +71,7 @@ class DDPRun:
 
     @property
     def buckets(self) -> int:
-        d = self.scenario.ddp
-        return len(ddp_buckets(self.scenario.model.grad_bytes, d.first_bucket, d.bucket_cap))
+        return len(self.scenario.gradient_buckets())
 
 
 @dataclass(frozen=True)

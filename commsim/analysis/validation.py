@@ -19,7 +19,6 @@ import numpy as np
 from dataclasses import replace
 
 from commsim.calibration import Calibration, CalibrationError
-from commsim.network.costs import ddp_buckets
 from commsim.sim.engine import RunResult, simulate
 from commsim.analysis.report import percentiles, summarize
 from commsim.scenario.spec import Jitter, Scenario, SlowRank, Stall
@@ -88,7 +87,7 @@ def replay_plan(scenario: Scenario, warmup_steps: int, timeout_s: float) -> Dict
             f"scenario {scenario.name!r}: {scenario.model.grad_bytes:.3g} bytes of gradients per rank is more than "
             f"a replay holds ({MAX_REPLAY_GRAD_BYTES:.3g}); use a smaller model.parameters"
         )
-    buckets = ddp_buckets(scenario.model.grad_bytes, scenario.ddp.first_bucket, scenario.ddp.bucket_cap)
+    buckets = np.asarray(scenario.gradient_buckets(), dtype=float)
     pert = perturbations(scenario)
     c = scenario.compute
     return {
@@ -100,7 +99,7 @@ def replay_plan(scenario: Scenario, warmup_steps: int, timeout_s: float) -> Dict
         "gradient_accumulation": scenario.ddp.gradient_accumulation,
         "overlap": scenario.ddp.overlap,
         "bucket_bytes": [float(b) for b in buckets],
-        "ready_fraction": (np.cumsum(buckets) / max(buckets.sum(), 1.0)).tolist(),
+        "ready_fraction": list(scenario.bucket_ready_points()),
         "factor": pert.factor.tolist(),
         "stall": pert.stall.tolist(),
         "timeout_s": timeout_s,

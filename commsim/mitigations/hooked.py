@@ -32,9 +32,9 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from commsim.collectives.kernels import algorithm_for, make_kernel
-from commsim.network.costs import ddp_buckets
 from commsim.scenario.spec import Scenario, SlowLink
 from commsim.sim.ddp_costs import ChargedBackward, charges
+from commsim.sim.engine import bucket_layout
 from commsim.sim.links import scenario_fabric, with_slow_links
 from commsim.sim.stragglers import Perturbations, perturbations
 
@@ -161,8 +161,8 @@ def run_hooked(scenario: Scenario, hook=None, perturb: Perturbations = None) -> 
     perturb = perturb if perturb is not None else perturbations(sc)
     clock = _Clock(perturb)
     reducer = _Reducer(sc)
-    buckets = ddp_buckets(sc.model.grad_bytes, sc.ddp.first_bucket, sc.ddp.bucket_cap)
-    fractions = np.cumsum(buckets) / max(buckets.sum(), 1.0) if sc.ddp.overlap else np.ones(len(buckets))
+    buckets, ready = bucket_layout(sc)
+    fractions = ready if sc.ddp.overlap else np.ones(len(buckets))
     rank_end = np.zeros((steps, n))
     reduced = np.zeros(steps)
     world = np.zeros(steps)
@@ -227,4 +227,4 @@ def plain_bytes(scenario: Scenario) -> float:
 
 def bucket_sizes(scenario: Scenario) -> List[float]:
     """The scenario's DDP buckets (bytes, backward order)."""
-    return [float(b) for b in ddp_buckets(scenario.model.grad_bytes, scenario.ddp.first_bucket, scenario.ddp.bucket_cap)]
+    return list(scenario.gradient_buckets())

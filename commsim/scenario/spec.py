@@ -11,6 +11,8 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal, Optional, Tuple, Union
 
+import numpy as np
+
 from commsim.network.costs import ddp_buckets
 
 if TYPE_CHECKING:  # the record lives with its fitting code; the spec only carries it
@@ -232,3 +234,12 @@ class Scenario:
         if self.ddp.bucket_sizes is not None:
             return tuple(float(b) for b in self.ddp.bucket_sizes)
         return tuple(float(b) for b in ddp_buckets(self.model.grad_bytes, self.ddp.first_bucket, self.ddp.bucket_cap))
+
+    def bucket_ready_points(self) -> Tuple[float, ...]:
+        """For each of :meth:`gradient_buckets`, the share of the last backward done when all its
+        gradients are: ``ddp.bucket_ready`` when given, else its share of the cumulative bytes
+        (gradients produced at a uniform rate through the backward)."""
+        if self.ddp.bucket_ready is not None:
+            return tuple(float(f) for f in self.ddp.bucket_ready)
+        sizes = np.asarray(self.gradient_buckets(), dtype=float)
+        return tuple((np.cumsum(sizes) / max(sizes.sum(), 1.0)).tolist())

@@ -56,7 +56,6 @@ import simpy
 
 from commsim.collectives.contract import Kernel
 from commsim.collectives.kernels import algorithm_for, make_kernel
-from commsim.network.costs import ddp_buckets
 from commsim.scenario.spec import Scenario
 from commsim.sim.ddp_costs import PARTIAL_RANKS, ChargedBackward, InFlight, PartialRanks, charges
 from commsim.sim.links import scenario_fabric
@@ -69,20 +68,10 @@ EventLog = List[Tuple[float, int, str]]
 def bucket_layout(scenario: Scenario) -> Tuple[np.ndarray, np.ndarray]:
     """(sizes in bytes, ready points) of a step's gradient buckets, in all-reduce order.
 
-    A bucket's ready point is the share of the backward done when all its gradients are: the
-    scenario's ``ddp.bucket_ready`` when given, else its share of the cumulative bytes
-    (gradients produced at a uniform rate through the backward). Sizes are
-    ``ddp.bucket_sizes`` when given, else :func:`commsim.network.costs.ddp_buckets`."""
-    ddp = scenario.ddp
-    if ddp.bucket_sizes is not None:
-        sizes = np.asarray(ddp.bucket_sizes, dtype=float)
-    else:
-        sizes = ddp_buckets(scenario.model.grad_bytes, ddp.first_bucket, ddp.bucket_cap)
-    if ddp.bucket_ready is not None:
-        ready = np.asarray(ddp.bucket_ready, dtype=float)
-    else:
-        ready = np.cumsum(sizes) / max(sizes.sum(), 1.0)
-    return sizes, ready
+    :meth:`commsim.scenario.spec.Scenario.gradient_buckets` and
+    :meth:`~commsim.scenario.spec.Scenario.bucket_ready_points` as arrays."""
+    return (np.asarray(scenario.gradient_buckets(), dtype=float),
+            np.asarray(scenario.bucket_ready_points(), dtype=float))
 
 
 @dataclass(frozen=True)
@@ -345,7 +334,6 @@ class Engine:
         sc = self.scenario
         c = sc.compute
         m = sc.ddp.gradient_accumulation
-        nb = len(self.kernels)
         work_before = m * c.forward + (m - 1) * c.backward
         charged = ChargedBackward(self.buckets, sc.ddp.overlap, sc.ddp.costs, self.perturb.clocks)
         start = np.zeros(self.n)

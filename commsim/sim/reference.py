@@ -33,7 +33,6 @@ import numpy as np
 import simpy
 
 from commsim.collectives import ring
-from commsim.network.costs import ddp_buckets
 from commsim.scenario.spec import Scenario
 from commsim.sim.ddp_costs import bucket_copy_in_time, charges, copy_back_time
 from commsim.sim.links import scenario_fabric
@@ -48,7 +47,9 @@ class ReferenceModel:
         self.sc = scenario
         self.n = scenario.world_size
         self.perturb = perturb if perturb is not None else perturbations(scenario)
-        self.buckets = ddp_buckets(scenario.model.grad_bytes, scenario.ddp.first_bucket, scenario.ddp.bucket_cap)
+        self.buckets = np.asarray(scenario.gradient_buckets(), dtype=float)
+        # an explicit layout's ready points; else each bucket's share of the bytes, summed here
+        self.ready_points = scenario.ddp.bucket_ready
         fabric = scenario_fabric(scenario)  # the engine's fabric: its ring hops, slow links included
         self.hop = [ring.hop_times(fabric.at_size(size), size) for size in self.buckets]
         self.sharding = scenario.ddp.sharding
@@ -61,6 +62,12 @@ class ReferenceModel:
         self.busy = [False] * self.n  # rank's communication process is inside a collective
         self.changed = [self.env.event() for _ in range(self.n)]  # succeeds when busy[r] flips
 
+
+    def _ready(self, j: int) -> float:
+        """Share of the last backward done when bucket j's gradients all are."""
+        if self.ready_points is not None:
+            return float(self.ready_points[j])
+        return float(self.buckets[: j + 1].sum() / self.buckets.sum())
     def _set_busy(self, r: int, busy: bool) -> None:
         self.busy[r] = busy
         event, self.changed[r] = self.changed[r], self.env.event()
@@ -136,7 +143,7 @@ class ReferenceModel:
             # the last backward, cut at each bucket's ready point
             done_frac = 0.0
             for j, size in enumerate(self.buckets):
-                frac = (self.buckets[: j + 1].sum() / self.buckets.sum()) if sc.ddp.overlap else 1.0
+                frac = self._ready(j) if sc.ddp.overlap else 1.0
                 if frac > done_frac:
                     yield env.timeout(self._work(r, f * c.backward * (frac - done_frac)))
                     done_frac = frac
@@ -162,7 +169,7 @@ class ReferenceModel:
             yield from self._slowed(r, f * c.forward)
             done_frac, last_issue = 0.0, -np.inf
             for j, size in enumerate(self.buckets):
-                frac = (self.buckets[: j + 1].sum() / self.buckets.sum()) if sc.ddp.overlap else 1.0
+                frac = self._ready(j) if sc.ddp.overlap else 1.0
                 if frac > done_frac:
                     yield from self._slowed(r, f * c.backward * (frac - done_frac))
                     done_frac = frac
@@ -189,7 +196,7 @@ class ReferenceModel:
             yield from self._run(r, f * c.forward)
             done_frac = 0.0
             for j in range(nb):
-                frac = (self.buckets[: j + 1].sum() / self.buckets.sum()) if sc.ddp.overlap else 1.0
+                frac = self._ready(j) if sc.ddp.overlap else 1.0
                 if frac > done_frac:
                     yield from self._run(r, f * c.backward * (frac - done_frac))
                     done_frac = frac
