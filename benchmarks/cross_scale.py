@@ -180,13 +180,15 @@ def run_series(series: Series, pick: str) -> dict:
             p = fit.predict(m.kind, m.nodes, m.gpus_per_node, m.sizes, use_measured=False, pick=pick)
             err = busbw_error(p.time_us, m.time_us)
             inside = (m.time_us >= p.low_us) & (m.time_us <= p.high_us)
+            # what NCCL's own estimate runs at each size: the first thing to check on a bad row
+            chosen = ["/".join(c) for c in fit.plan(m.kind, m.nodes, m.gpus_per_node, pick=pick).choose(m.sizes)]
             out["predicted"].append({
                 "log": m.source, "kind": m.kind, "scale": f"{m.nodes}x{m.gpus_per_node}",
                 "node_ratio": m.nodes / cal_nodes, "bands": band_errors(m.sizes, err),
                 "interval_coverage": float(inside.mean()), "note": p.note,
                 "rows": [{"size_bytes": int(s), "measured_busbw_GBps": float(s / (t * 1e3) * bus_factor(m.kind, m.nodes * m.gpus_per_node)),
-                          "predicted_busbw_GBps": float(b), "error_pct": float(e)}
-                         for s, t, b, e in zip(m.sizes, m.time_us, p.busbw_GBps, err)],
+                          "predicted_busbw_GBps": float(b), "error_pct": float(e), "chosen": c}
+                         for s, t, b, e, c in zip(m.sizes, m.time_us, p.busbw_GBps, err, chosen)],
             })
     return out
 
