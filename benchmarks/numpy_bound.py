@@ -28,11 +28,15 @@ sys.path.insert(0, str(ROOT))  # this checkout's commsim
 import numpy as np  # noqa: E402
 
 from commsim.collectives.kernels import algorithm_for, make_kernel  # noqa: E402
-from commsim.network.costs import ddp_buckets  # noqa: E402
 from commsim.scenario.spec import Scenario  # noqa: E402
+from commsim.sim.ddp_costs import bucket_copy_in_time, charges, copy_back_time  # noqa: E402
 from commsim.sim.links import scenario_fabric  # noqa: E402
 from commsim.sim.sharding import optimizer_time, stream_order, unit_shares  # noqa: E402
 from commsim.sim.stragglers import perturbations  # noqa: E402
+
+# the algorithms whose kernel finishes, on a uniform fabric, at max(launch) + uniform_time on
+# every rank for any launch vector (module docstring): where the bound computes the engine's model
+EXACT_ALGORITHMS = ("ring", "halving_doubling (power-of-two ranks)", "auto (power-of-two ranks)", "hierarchical")
 
 
 def collective_times(sc: Scenario, buckets) -> list:
@@ -48,33 +52,126 @@ def collective_times(sc: Scenario, buckets) -> list:
     return [times[(op.kind, float(buckets[op.bucket]))] for op in ops]
 
 
+def all_reduce_times(sc: Scenario, buckets: np.ndarray) -> list:
+    """Each bucket's all-reduce seconds: the ring's closed form K (mean alpha + (S/n) / B) at
+    the slowest link (exact on uniform links), else the kernel's uniform time."""
+    if sc.collective.algorithm == "ring" and sc.collective.model == "alpha-beta":
+        n = sc.world_size
+        alpha, bandwidth = scenario_fabric(sc).ring_links()
+        k = 2 * (n - 1)
+        return [k * (float(np.mean(alpha)) + (size / n) / float(bandwidth.min())) for size in buckets]
+    return collective_times(sc, buckets)
+
+
+class Busy:
+    """One step's collectives on the communication stream, each running on rank r from its
+    launch ``L[k, r]`` to one finish ``F[k]`` common to every rank (uniform links), and compute
+    run at ``1 / (1 + slowdown)`` of its rate inside them (:func:`commsim.sim.ddp_costs.stretched_finish`
+    over rank vectors). A rank launches a collective no earlier than the previous one's finish,
+    so its busy intervals are disjoint and in order, and ``F`` increases: the first interval a
+    compute started at t can meet is ``searchsorted(F, t, 'right')``, per rank, with no state.
+    Thermally throttled ranks are stretched in their clock's work units (ddp_costs' docstring)."""
+
+    def __init__(self, n: int, count: int, slowdown: float, clocks: dict):
+        self.L = np.empty((count, n))
+        self.F = np.empty(count)
+        self.k = 0  # collectives so far
+        self.slowdown = slowdown
+        self.rate = 1.0 / (1.0 + slowdown)
+        self.clocks = [(r, clocks[r]) for r in sorted(clocks)]
+
+    def add(self, launch: np.ndarray, finish: float) -> None:
+        self.L[self.k] = launch
+        self.F[self.k] = finish
+        self.k += 1
+
+    def compute(self, t: np.ndarray, work: np.ndarray) -> np.ndarray:
+        """When `work` (full-clock seconds per rank) started at `t` is done on each rank."""
+        k = self.k
+        if self.slowdown <= 0 or k == 0:
+            end = t + work
+        else:
+            end = self._walk(t, work)
+        for r, clock in self.clocks:
+            end[r] = self._throttled(clock, float(t[r]), float(work[r]), r) if self.slowdown > 0 and k \
+                else clock.finish(float(t[r]), float(work[r]))
+        return end
+
+    def _walk(self, t: np.ndarray, work: np.ndarray) -> np.ndarray:
+        F, rate, k = self.F[:self.k], self.rate, self.k
+        first = np.searchsorted(F, t, side="right")  # per rank: the first interval not over at t
+        lo, hi = int(first.min()), int(first.max())
+        if lo == hi:
+            if lo == k:  # every interval over before t everywhere: full rate
+                return t + work
+            b, e = self.L[lo], F[lo]
+            if float(b.max()) <= float(t.min()) and (e - float(t.max())) * rate >= float(work.max()):
+                # the communication-bound case in closed form: every rank starts inside interval
+                # lo and ends inside it, all of its work slowed
+                return t + work * (1.0 + self.slowdown)
+        # the general case: interval by interval, the ranks still computing as one vector
+        end = t.copy()
+        left = work.copy()
+        pos = first.copy()
+        idx = np.flatnonzero(pos < k)
+        while idx.size:
+            p = pos[idx]
+            tt, ll = end[idx], left[idx]
+            free = np.minimum(np.maximum(self.L[p, idx] - tt, 0.0), ll)  # full rate before the interval
+            tt += free
+            ll -= free
+            slow = np.minimum(np.maximum(F[p] - tt, 0.0) * rate, ll)  # work done while it runs
+            tt += slow / rate
+            ll -= slow
+            end[idx], left[idx] = tt, ll
+            pos[idx] = p + 1
+            idx = idx[(ll > 0) & (p + 1 < k)]
+        end += left  # past the last interval: full rate
+        return end
+
+    def _throttled(self, clock, t: float, w: float, r: int) -> float:
+        """:meth:`_walk` of one thermally throttled rank, in its clock's work units."""
+        F, L, k, rate = self.F, self.L, self.k, self.rate
+        u, left = clock.work_done_float(t), w
+        p = int(np.searchsorted(F[:k], t, side="right"))
+        while p < k and left > 0:
+            b = max(clock.work_done_float(float(L[p, r])), u)
+            free = min(b - u, left)
+            u += free
+            left -= free
+            slow = min(max(clock.work_done_float(float(F[p])) - u, 0.0) * rate, left)
+            u += slow / rate
+            left -= slow
+            p += 1
+        return clock.time_for_work_float(u + left)
+
+
 def bound_run(sc: Scenario) -> np.ndarray:
     """Step end times of `sc` with uniform links; see the module docstring."""
     if sc.ddp.sharding == "fsdp":
         return bound_run_fsdp(sc)
     if sc.ddp.sharding != "none":
         raise ValueError(f"no bound loop for ddp.sharding {sc.ddp.sharding!r}")
+    if charges(sc.ddp.costs, sc.world_size):
+        return bound_run_charged(sc)
     n, steps = sc.world_size, sc.steps
     c = sc.compute
-    buckets = ddp_buckets(sc.model.grad_bytes, sc.ddp.first_bucket, sc.ddp.bucket_cap)
-    fractions = np.cumsum(buckets) / max(buckets.sum(), 1.0) if sc.ddp.overlap else np.ones(len(buckets))
-    if sc.collective.algorithm == "ring" and sc.collective.model == "alpha-beta":
-        fabric = scenario_fabric(sc)
-        alpha, bandwidth = fabric.ring_links()
-        k = 2 * (n - 1)
-        T = [k * (float(np.mean(alpha)) + (size / n) / float(bandwidth.min())) for size in buckets]
-    else:
-        T = collective_times(sc, buckets)
+    m = sc.ddp.gradient_accumulation
+    work_before = m * c.forward + (m - 1) * c.backward  # before the last backward (no_sync micro-batches)
+    buckets = np.asarray(sc.gradient_buckets(), dtype=float)
+    fractions = np.asarray(sc.bucket_ready_points(), dtype=float) if sc.ddp.overlap else np.ones(len(buckets))
+    T = all_reduce_times(sc, buckets)
     p = perturbations(sc)
     throttled = sorted(p.clocks)
     start = np.zeros(n)
     step_end = np.empty(steps)
     for s in range(steps):
         f = p.factor_at(s)
-        backward_start = start + f * c.forward
+        t0 = start + p.stall_at(s)
+        backward_start = t0 + f * work_before
         backward = f * c.backward
         for r in throttled:
-            backward_start[r] = p.clocks[r].finish(start[r], f[r] * c.forward)
+            backward_start[r] = p.clocks[r].finish(t0[r], f[r] * work_before)
         thr_ready = [p.clocks[r].finish(backward_start[r], backward[r] * fractions) for r in throttled]
         done = -np.inf
         for j in range(len(buckets)):
@@ -94,12 +191,68 @@ def bound_run(sc: Scenario) -> np.ndarray:
     return step_end
 
 
+def bound_run_charged(sc: Scenario) -> np.ndarray:
+    """:func:`bound_run` with DDP's own costs, charged as the engine charges them
+    (:class:`commsim.sim.ddp_costs.ChargedBackward`): per bucket, its backward segment (slowed
+    inside the rank's own collectives: :class:`Busy`), its copy-in, its issue
+    ``max(copy done, previous issue) + bucket_overhead``, its launch ``max(issue, previous
+    finish)`` and its one finish ``max(launch) + T``; the copy back before the optimizer."""
+    n, steps = sc.world_size, sc.steps
+    c, costs = sc.compute, sc.ddp.costs
+    m = sc.ddp.gradient_accumulation
+    work_before = m * c.forward + (m - 1) * c.backward
+    buckets = np.asarray(sc.gradient_buckets(), dtype=float)
+    nb = len(buckets)
+    # the engine's ChargedBackward: ready points from the bucket sizes (a uniform gradient rate)
+    fractions = np.cumsum(buckets) / max(buckets.sum(), 1.0) if sc.ddp.overlap else np.ones(nb)
+    share = np.diff(fractions, prepend=0.0)
+    remainder = 1.0 - (fractions[-1] if nb else 0.0)
+    copy_in = [bucket_copy_in_time(float(b), costs) for b in buckets]
+    copy_back = copy_back_time(float(buckets.sum()), costs)
+    overhead = costs.bucket_overhead
+    T = all_reduce_times(sc, buckets)
+    p = perturbations(sc)
+    throttled = sorted(p.clocks)
+    start = np.zeros(n)
+    step_end = np.empty(steps)
+    for s in range(steps):
+        f = p.factor_at(s)
+        t0 = start + p.stall_at(s)
+        t = t0 + f * work_before  # no collective in flight before the last backward
+        for r in throttled:
+            t[r] = p.clocks[r].finish(t0[r], f[r] * work_before)
+        backward = f * c.backward
+        busy = Busy(n, nb, costs.overlap_slowdown, p.clocks)
+        issued = None
+        done = -np.inf
+        for j in range(nb):
+            if share[j] > 0:
+                t = busy.compute(t, backward * share[j])
+            if copy_in[j] > 0:
+                t = t + copy_in[j]
+            issued = (t if issued is None else np.maximum(t, issued)) + overhead
+            launch = np.maximum(issued, done)
+            done = float(launch.max()) + T[j]
+            busy.add(launch, done)
+        if remainder > 0:
+            t = busy.compute(t, backward * remainder)
+        optimizer_start = (t if nb == 0 else np.maximum(t, done)) + copy_back
+        end = optimizer_start + f * c.optimizer
+        for r in throttled:
+            end[r] = p.clocks[r].finish(optimizer_start[r], f[r] * c.optimizer)
+        step_end[s] = end.max()
+        start = end
+    return step_end
+
+
 def bound_run_fsdp(sc: Scenario) -> np.ndarray:
     """FSDP's step end times with uniform links: the engine's segment loop, each collective one
     scalar (every rank finishes at the last launch plus its uniform time)."""
+    if charges(sc.ddp.costs, sc.world_size):
+        return bound_run_fsdp_charged(sc)
     n, steps = sc.world_size, sc.steps
     c = sc.compute
-    buckets = ddp_buckets(sc.model.grad_bytes, sc.ddp.first_bucket, sc.ddp.bucket_cap)
+    buckets = np.asarray(sc.gradient_buckets(), dtype=float)
     nb = len(buckets)
     T = collective_times(sc, buckets)
     share = unit_shares(buckets)
@@ -118,7 +271,7 @@ def bound_run_fsdp(sc: Scenario) -> np.ndarray:
     step_end = np.empty(steps)
     for s in range(steps):
         f = p.factor_at(s)
-        t0 = start
+        t0 = start + p.stall_at(s)
         stream = gathered = float(t0.max()) + T[0]  # the first gather, issued at the step's start
         op = 1
         prev_end = t0
@@ -136,6 +289,59 @@ def bound_run_fsdp(sc: Scenario) -> np.ndarray:
                 stream = max(float(prev_end.max()), stream) + T[op]
                 op += 1
         end = finish(np.maximum(prev_end, stream), optimizer, f)
+        step_end[s] = end.max()
+        start = end
+    return step_end
+
+
+def bound_run_fsdp_charged(sc: Scenario) -> np.ndarray:
+    """:func:`bound_run_fsdp` with DDP's own costs as the engine charges FSDP's: every collective
+    issued ``max(its point of issue, the previous issue) + bucket_overhead``, launched after the
+    previous finish, every compute segment (forward and backward) slowed inside the rank's own
+    collectives (:class:`Busy`); no gradient copies."""
+    n, steps = sc.world_size, sc.steps
+    c, costs = sc.compute, sc.ddp.costs
+    overhead = costs.bucket_overhead
+    buckets = np.asarray(sc.gradient_buckets(), dtype=float)
+    nb = len(buckets)
+    T = collective_times(sc, buckets)
+    share = unit_shares(buckets)
+    work = [c.forward * share[nb - 1 - x] for x in range(nb)] + [c.backward * share[j] for j in range(nb)]
+    optimizer = optimizer_time(c.optimizer, "fsdp", n)
+    p = perturbations(sc)
+    throttled = sorted(p.clocks)
+    start = np.zeros(n)
+    step_end = np.empty(steps)
+    for s in range(steps):
+        f = p.factor_at(s)
+        t0 = start + p.stall_at(s)
+        busy = Busy(n, len(T), costs.overlap_slowdown, p.clocks)
+        issued, stream = None, -np.inf
+
+        def run(at):
+            nonlocal issued, stream
+            issued = (at if issued is None else np.maximum(at, issued)) + overhead
+            launch = np.maximum(issued, stream)
+            stream = float(launch.max()) + T[busy.k]
+            busy.add(launch, stream)
+            return stream
+
+        prev_end = t0
+        gathered = run(t0) if nb else None
+        for x in range(2 * nb):
+            begin = np.maximum(prev_end, gathered)
+            if x + 1 < 2 * nb:  # the next unit's gather, issued as this segment starts
+                gathered = run(begin)
+            prev_end = busy.compute(begin, f * work[x])
+            if x >= nb and sc.ddp.overlap:
+                run(prev_end)
+        if not sc.ddp.overlap:
+            for _ in range(nb):
+                run(prev_end)
+        optimizer_start = np.maximum(prev_end, stream)
+        end = optimizer_start + f * optimizer
+        for r in throttled:
+            end[r] = p.clocks[r].finish(optimizer_start[r], f[r] * optimizer)
         step_end[s] = end.max()
         start = end
     return step_end
