@@ -76,11 +76,17 @@ class Busy:
         self.L = np.empty((count, n))
         self.F = np.empty(count)
         self.k = 0  # collectives so far
+        # collectives chain_from..k-1 ran back to back on every rank (each launched at the
+        # previous finish everywhere): one busy stretch from L[chain_from] to F[k-1]
+        self.chain_from = 0
         self.slowdown = slowdown
         self.rate = 1.0 / (1.0 + slowdown)
         self.clocks = [(r, clocks[r]) for r in sorted(clocks)]
 
     def add(self, launch: np.ndarray, finish: float) -> None:
+        """The next collective: launched at `launch` (no earlier than the previous finish), done at `finish`."""
+        if self.k == 0 or float(launch.max()) > self.F[self.k - 1]:
+            self.chain_from = self.k  # a gap before it on some rank: the unbroken chain starts here
         self.L[self.k] = launch
         self.F[self.k] = finish
         self.k += 1
@@ -100,15 +106,15 @@ class Busy:
     def _walk(self, t: np.ndarray, work: np.ndarray) -> np.ndarray:
         F, rate, k = self.F[:self.k], self.rate, self.k
         first = np.searchsorted(F, t, side="right")  # per rank: the first interval not over at t
-        lo, hi = int(first.min()), int(first.max())
-        if lo == hi:
-            if lo == k:  # every interval over before t everywhere: full rate
-                return t + work
-            b, e = self.L[lo], F[lo]
-            if float(b.max()) <= float(t.min()) and (e - float(t.max())) * rate >= float(work.max()):
-                # the communication-bound case in closed form: every rank starts inside interval
-                # lo and ends inside it, all of its work slowed
-                return t + work * (1.0 + self.slowdown)
+        lo = int(first.min())
+        if lo == k:  # every interval over before t everywhere: full rate
+            return t + work
+        if lo >= self.chain_from and (lo > self.chain_from or float(self.L[lo].max()) <= float(t.min())) \
+                and (F[k - 1] - float(t.max())) * rate >= float(work.max()):
+            # the communication-bound case in closed form: every rank starts inside the unbroken
+            # chain of back-to-back collectives (past the start of its first interval there) and
+            # ends before the chain does, so all of its work runs slowed
+            return t + work * (1.0 + self.slowdown)
         # the general case: interval by interval, the ranks still computing as one vector
         end = t.copy()
         left = work.copy()
