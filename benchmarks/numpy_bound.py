@@ -69,7 +69,7 @@ class Busy:
     run at ``1 / (1 + slowdown)`` of its rate inside them (:func:`commsim.sim.ddp_costs.stretched_finish`
     over rank vectors). A rank launches a collective no earlier than the previous one's finish,
     so its busy intervals are disjoint and in order, and ``F`` increases: the first interval a
-    compute started at t can meet is ``searchsorted(F, t, 'right')``, per rank, with no state.
+    compute started at t can meet is ``searchsorted(F, t, 'right')``, with no state.
     Thermally throttled ranks are stretched in their clock's work units (ddp_costs' docstring)."""
 
     def __init__(self, n: int, count: int, slowdown: float, clocks: dict):
@@ -105,33 +105,31 @@ class Busy:
 
     def _walk(self, t: np.ndarray, work: np.ndarray) -> np.ndarray:
         F, rate, k = self.F[:self.k], self.rate, self.k
-        first = np.searchsorted(F, t, side="right")  # per rank: the first interval not over at t
-        lo = int(first.min())
+        t_low = float(t.min())
+        lo = int(np.searchsorted(F, t_low, side="right"))  # the first interval not over at t anywhere
         if lo == k:  # every interval over before t everywhere: full rate
             return t + work
-        if lo >= self.chain_from and (lo > self.chain_from or float(self.L[lo].max()) <= float(t.min())) \
-                and (F[k - 1] - float(t.max())) * rate >= float(work.max()):
+        start = self.chain_from
+        if lo >= start and (F[k - 1] - float(t.max())) * rate >= float(work.max()) \
+                and (lo > start or bool(np.all(self.L[start] <= t))):
             # the communication-bound case in closed form: every rank starts inside the unbroken
-            # chain of back-to-back collectives (past the start of its first interval there) and
-            # ends before the chain does, so all of its work runs slowed
+            # chain of back-to-back collectives (past its begin on that rank) and ends before the
+            # chain does, so all of its work runs slowed
             return t + work * (1.0 + self.slowdown)
-        # the general case: interval by interval, the ranks still computing as one vector
+        # the general case: interval by interval from lo, every rank at once (an interval over
+        # on a rank, or one its work ends before, adds exact zeros there)
         end = t.copy()
         left = work.copy()
-        pos = first.copy()
-        idx = np.flatnonzero(pos < k)
-        while idx.size:
-            p = pos[idx]
-            tt, ll = end[idx], left[idx]
-            free = np.minimum(np.maximum(self.L[p, idx] - tt, 0.0), ll)  # full rate before the interval
-            tt += free
-            ll -= free
-            slow = np.minimum(np.maximum(F[p] - tt, 0.0) * rate, ll)  # work done while it runs
-            tt += slow / rate
-            ll -= slow
-            end[idx], left[idx] = tt, ll
-            pos[idx] = p + 1
-            idx = idx[(ll > 0) & (p + 1 < k)]
+        zero = np.zeros(len(t))
+        for p in range(lo, k):
+            free = np.minimum(np.maximum(self.L[p] - end, zero), left)  # full rate before the interval
+            end += free
+            left -= free
+            slow = np.minimum(np.maximum(F[p] - end, zero) * rate, left)  # work done while it runs
+            end += slow / rate
+            left -= slow
+            if float(left.max()) <= 0.0:
+                break
         end += left  # past the last interval: full rate
         return end
 
