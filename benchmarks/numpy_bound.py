@@ -1,18 +1,48 @@
-"""The tight numpy loop: a lower bound for what the engine does per step, kept as the yardstick.
+"""The tight numpy loop: the engine's model computed as plainly as numpy allows, kept as the yardstick.
 
 The same job as :mod:`commsim.sim.engine` on the simplest fabric it can take: uniform links (every
 collective takes its algorithm's simultaneous-launch time after the last launch, on every rank:
 :meth:`commsim.collectives.contract.Kernel.uniform_time`; for the ring K * (mean alpha + (S/n) / B)
 at the slowest link), per-bucket closed forms, the same per-rank random streams
-(:class:`commsim.sim.stragglers.RankStreams`) and thermal clocks. DDP, per step: the jitter
+(:class:`commsim.sim.stragglers.RankStreams`), stalls and thermal clocks, the engine's bucket
+layout (:meth:`commsim.scenario.spec.Scenario.gradient_buckets`). DDP, per step: the jitter
 draws, the ranks' backward start, then per bucket one vector of ready times and its maximum.
 FSDP (``ddp.sharding: fsdp``), per step: per unit segment one vector of compute ends, with the
 collectives (two all-gathers and a reduce-scatter per unit, in the engine's stream order) one
-scalar each. Nothing else (no per-rank launch, no dependency structure, no records beyond each
-step's end). It answers "how fast can numpy do this model's arithmetic at all", so the engine is
-measured against it side by side (benchmarks/scale.py). Usage:
+scalar each.
 
-    python benchmarks/numpy_bound.py RANKS [--steps 100] [--algorithm ring|tree|...|fsdp]
+DDP's own costs (:mod:`commsim.sim.ddp_costs`; on by default) are charged as the engine charges
+them: per bucket its backward segment, its copy-in, its issue ``max(copy done, previous issue) +
+bucket_overhead``, its launch ``max(issue, previous finish)``, one finish ``max(launch) + T``, the
+copy back before the optimizer (:func:`bound_run_charged`); FSDP's collectives issued
+``bucket_overhead`` apart, forward and backward slowed (:func:`bound_run_fsdp_charged`). Compute
+runs at ``1 / (1 + overlap_slowdown)`` inside the rank's own collectives (:class:`Busy`): since
+every collective ends at one time on all ranks, the first one a compute can meet is a scalar
+``searchsorted``, and where the stream is one unbroken chain past the compute's end on every rank
+(the communication-bound case) the compute is ``work * (1 + slowdown)`` in closed form.
+
+What it leaves out, so where it is the engine's model (tests/unit/benchmarks: equal to
+:func:`commsim.sim.engine.simulate`'s step ends at 1e-9, costs off and on) and where not:
+
+- a collective's per-rank finish times: the bound gives every rank ``max(launch) + T``. That is
+  the kernel's exact result, for any launch vector, for the ring (alpha-beta, one link class:
+  its 2(n-1) or n-1 pipelined steps reach every rank, so each finishes at the latest launch plus
+  K hops), the ring halves of FSDP, hierarchical on uniform links, halving-doubling (and auto
+  where it picks one of these) at a power-of-two world. Not for the tree (its ranks finish at
+  different depths; T is the latest's, so the bound lies above the engine) nor halving-doubling
+  at other world sizes (the extra ranks' fold and unfold): there the bound prices the same work
+  but is not the engine's schedule.
+- links of more than one class (the scale benchmark's scenario: NVLink in a node, a slower
+  network between): the ring is priced at the slowest link and the mean latency throughout.
+- ZeRO-2 (no loop here), per-rank records, slow links, calibrations beyond what ``uniform_time``
+  prices, the event log.
+- the engine's charged backward takes ready points from the bucket sizes, not an explicit
+  ``ddp.bucket_ready``; the bound does the same there.
+
+It answers "how fast can numpy do this model's arithmetic at all", so the engine is measured
+against it side by side, costs on in both and off in both (benchmarks/scale.py). Usage:
+
+    python benchmarks/numpy_bound.py RANKS [--steps 100] [--algorithm ring|tree|...|fsdp] [--costs-off]
 """
 
 from __future__ import annotations
@@ -36,7 +66,7 @@ from commsim.sim.stragglers import perturbations  # noqa: E402
 
 # the algorithms whose kernel finishes, on a uniform fabric, at max(launch) + uniform_time on
 # every rank for any launch vector (module docstring): where the bound computes the engine's model
-EXACT_ALGORITHMS = ("ring", "halving_doubling (power-of-two ranks)", "auto (power-of-two ranks)", "hierarchical")
+EXACT_ALGORITHMS = ("ring", "fsdp", "hierarchical", "halving_doubling (power-of-two ranks)", "auto (power-of-two ranks)")
 
 
 def collective_times(sc: Scenario, buckets) -> list:
@@ -356,11 +386,14 @@ def main() -> None:
     ap.add_argument("ranks", type=int)
     ap.add_argument("--steps", type=int, default=100)
     ap.add_argument("--algorithm", default="ring", help="an all-reduce algorithm, or fsdp (ring halves)")
+    ap.add_argument("--costs-off", action="store_true", help="without DDP's own costs (the engine's ddp costs all off)")
     a = ap.parse_args()
     sys.path.insert(0, str(ROOT / "benchmarks"))
-    from scale import scenario
+    from scale import costs_off, scenario
 
     sc = scenario(a.ranks, steps=a.steps, algorithm=a.algorithm)
+    if a.costs_off:
+        sc = costs_off(sc)
     t = time.perf_counter()
     end = bound_run(sc)
     print(f"{a.ranks} ranks x {a.steps} steps: {time.perf_counter() - t:.3f} s, mean step {np.diff(end, prepend=0).mean():.4f} s")
