@@ -106,18 +106,27 @@ class Busy:
         self.L = np.empty((count, n))
         self.F = np.empty(count)
         self.k = 0  # collectives so far
-        # collectives chain_from..k-1 ran back to back on every rank (each launched at the
-        # previous finish everywhere): one busy stretch from L[chain_from] to F[k-1]
+        self.clocks = [(r, clocks[r]) for r in sorted(clocks)]
+        self.throttled = np.array(sorted(clocks), dtype=np.int64)
+        # collectives chain_from..k-1 ran back to back on every rank but the throttled ones (each
+        # launched at the previous finish everywhere): one busy stretch from L[chain_from] to F[k-1]
         self.chain_from = 0
         self.slowdown = slowdown
         self.rate = 1.0 / (1.0 + slowdown)
-        self.clocks = [(r, clocks[r]) for r in sorted(clocks)]
 
     def add(self, launch: np.ndarray, finish: float) -> None:
         """The next collective: launched at `launch` (no earlier than the previous finish), done at `finish`."""
-        if self.k == 0 or float(launch.max()) > self.F[self.k - 1]:
+        row = self.L[self.k]
+        row[:] = launch
+        if len(self.throttled):  # the throttled ranks' compute is not the vector path's (compute)
+            saved = row[self.throttled]
+            row[self.throttled] = -np.inf
+            latest = float(row.max())
+            row[self.throttled] = saved
+        else:
+            latest = float(row.max())
+        if self.k == 0 or latest > self.F[self.k - 1]:
             self.chain_from = self.k  # a gap before it on some rank: the unbroken chain starts here
-        self.L[self.k] = launch
         self.F[self.k] = finish
         self.k += 1
 
@@ -126,6 +135,13 @@ class Busy:
         k = self.k
         if self.slowdown <= 0 or k == 0:
             end = t + work
+        elif self.clocks:
+            # the throttled ranks go their own way (below): out of the vector path's scalar tests,
+            # where a rank far behind would hold every other one in the walk
+            tv, wv = t.copy(), work.copy()
+            tv[self.throttled] = float(t.max())
+            wv[self.throttled] = 0.0
+            end = self._walk(tv, wv)
         else:
             end = self._walk(t, work)
         for r, clock in self.clocks:
