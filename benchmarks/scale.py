@@ -3,15 +3,19 @@
 One run measures, each case in a fresh subprocess (so that its peak memory, ru_maxrss, is its
 own; wall and CPU seconds are both reported, CPU being the steadier on a shared machine):
 
-- ring: the engine (DDP's own costs on, the default, and for reference off) at every size of ``--sizes`` (default up to 131,072 ranks) on the scale
+- ring: the engine at every size of ``--sizes`` (default up to 131,072 ranks) on the scale
   scenario (1e9 fp32 parameters in 25 MB buckets, 1 MB first: 161 buckets; 100 steps; 8 GPUs
   per node; lognormal jitter cv 5% on every rank; one thermally throttled GPU), keeping
-  per-step aggregates only, as ``commsim run`` does without --trace/--plot;
+  per-step aggregates only, as ``commsim run`` does without --trace/--plot, twice: with DDP's
+  own costs on (the default) and with them off;
 - bound: :mod:`benchmarks.numpy_bound` (uniform links, per-bucket closed forms, the same
-  per-rank streams) on the same scenarios, side by side;
+  per-rank streams; DDP's own costs charged as the engine charges them) on the same scenarios,
+  costs on and off, side by side: each ratio compares the engine with the bound computing the
+  same model (on uniform links the two agree to 1e-9, tests/unit/benchmarks; the scale
+  scenario's two link classes the bound prices at the slowest link);
 - algorithms: at 4,096 ranks with 1e9 bf16 parameters in 25 MiB buckets (78 buckets), every
-  all-reduce algorithm and FSDP, against the ring and against the numpy bound of the same
-  algorithm (its uniform-launch time per collective; FSDP's segment loop);
+  all-reduce algorithm and FSDP, costs on, against the ring and against the numpy bound of the
+  same algorithm (its uniform-launch time per collective; FSDP's segment loop);
 - reference: the per-chunk SimPy whole-run reference (:mod:`commsim.sim.reference`, ring and
   FSDP) on cut-down cases, and every algorithm's kernel against its per-chunk SimPy
   reference (:mod:`commsim.collectives.reference`) per collective, each in its own process
@@ -189,6 +193,8 @@ def child(kind: str, ranks: int, extra: str) -> None:
         out = measure_engine(costs_off(scenario(ranks)))
     elif kind == "engine":
         out = measure_engine(scenario(ranks) if extra == "scale" else algorithm_scenario(extra, ranks))
+    elif kind == "bound" and extra == "scale-off":
+        out = measure_bound(costs_off(scenario(ranks)))
     elif kind == "bound":
         out = measure_bound(scenario(ranks) if extra == "scale" else algorithm_scenario(extra, ranks))
     elif kind == "reference":
@@ -252,20 +258,23 @@ def main() -> None:
     print(f"machine: {platform.machine()} {platform.processor() or ''} python {platform.python_version()} "
           f"numpy {np.__version__}, load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
     print("ring, jitter + throttle, 161 buckets x 100 steps: engine vs the tight numpy loop")
-    print("(DDP's own costs on, the default; for reference, the engine with them off)")
-    print(f"{'ranks':>7} {'wall s':>8} {'cpu s':>7} {'peak MB':>8} | {'bound wall':>10} {'bound cpu':>9} {'peak MB':>8} | "
-          f"{'cpu ratio':>9} | {'off cpu s':>9} {'off ratio':>9}")
-    engine, bound, engine_off = [], [], []
+    print("(DDP's own costs on in both, the default; then off in both: each ratio is engine / bound of one model)")
+    print(f"{'':>7} {'costs on':^64} | {'costs off':^46}")
+    print(f"{'ranks':>7} {'wall s':>7} {'cpu s':>7} {'peak MB':>7} | {'bound wall':>10} {'bound cpu':>9} {'peak MB':>7} | "
+          f"{'cpu ratio':>9} | {'cpu s':>7} {'peak MB':>7} | {'bound cpu':>9} | {'cpu ratio':>9}")
+    engine, bound, engine_off, bound_off = [], [], [], []
     for n in sizes:
         m = run_child("engine", n, "scale")
         b = run_child("bound", n, "scale")
         o = run_child("engine", n, "scale-off")
+        bo = run_child("bound", n, "scale-off")
         engine.append(m)
         bound.append(b)
         engine_off.append(o)
-        print(f"{n:>7} {m['wall_s']:>8.3f} {m['cpu_s']:>7.3f} {m['peak_rss_mb']:>8.0f} | {b['wall_s']:>10.3f} "
-              f"{b['cpu_s']:>9.3f} {b['peak_rss_mb']:>8.0f} | {m['cpu_s'] / b['cpu_s']:>8.2f}x | "
-              f"{o['cpu_s']:>9.3f} {o['cpu_s'] / b['cpu_s']:>8.2f}x")
+        bound_off.append(bo)
+        print(f"{n:>7} {m['wall_s']:>7.3f} {m['cpu_s']:>7.3f} {m['peak_rss_mb']:>7.0f} | {b['wall_s']:>10.3f} "
+              f"{b['cpu_s']:>9.3f} {b['peak_rss_mb']:>7.0f} | {m['cpu_s'] / b['cpu_s']:>8.2f}x | "
+              f"{o['cpu_s']:>7.3f} {o['peak_rss_mb']:>7.0f} | {bo['cpu_s']:>9.3f} | {o['cpu_s'] / bo['cpu_s']:>8.2f}x")
     x = np.log([m["ranks"] * m["buckets"] * m["steps"] for m in engine])
     y = np.log([m["cpu_s"] for m in engine])
     slope = float(np.polyfit(x, y, 1)[0]) if len(engine) > 1 else float("nan")
@@ -323,7 +332,9 @@ def main() -> None:
     if 16384 in by_size:
         m, b = by_size[16384]
         target("16,384 ranks ring", m["cpu_s"], TARGET_RING_16K_S, " s")
-        target("16,384 ranks: engine / numpy bound", m["cpu_s"] / b["cpu_s"], TARGET_BOUND_RATIO, "x")
+        target("16,384 ranks: engine / numpy bound, costs on in both", m["cpu_s"] / b["cpu_s"], TARGET_BOUND_RATIO, "x")
+        o, bo = next((o, bo) for o, bo in zip(engine_off, bound_off) if o["ranks"] == 16384)
+        target("16,384 ranks: engine / numpy bound, costs off in both", o["cpu_s"] / bo["cpu_s"], TARGET_BOUND_RATIO, "x")
     for m in algorithms[1:]:
         target(f"{m['algorithm']} / ring at {a.algorithm_ranks} ranks", m["cpu_vs_ring"], TARGET_ALGORITHM_RATIO, "x")
     if 131072 in by_size:
@@ -334,7 +345,8 @@ def main() -> None:
 
     from commsim.atomic import atomic_write_text
 
-    atomic_write_text(json_path, json.dumps({"engine": engine, "bound": bound, "engine_costs_off": engine_off, "slope": slope, "algorithms": algorithms,
+    atomic_write_text(json_path, json.dumps({"engine": engine, "bound": bound, "engine_costs_off": engine_off,
+                                             "bound_costs_off": bound_off, "slope": slope, "algorithms": algorithms,
                                              "kernels": kernels, "reference": refs, "cli": cli, "targets": targets},
                                             indent=2) + "\n")
     print(f"wrote {os.path.relpath(json_path)}")
