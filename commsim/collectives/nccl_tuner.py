@@ -95,6 +95,15 @@ def _version_tuple(version: str) -> Tuple[int, int]:
     return major, minor
 
 
+def ring_ll_factor(version: str, kind: str, network_nodes: int) -> float:
+    """NCCL's Ring/LL bus-bandwidth factor, which changed in 2.21 (not at the 2.20 table split):
+    v2.18.5-1..v2.20.5-1 tuning.cc ``busBw * ((nNodes > 1 || coll == ncclFuncAllReduce ||
+    coll == ncclFuncReduce) ? 1.0/4.0 : 1.0/3.0)``; v2.21.5-1 on ``busBw * .5``."""
+    if _version_tuple(version) >= (2, 21):
+        return 0.5
+    return 0.25 if (network_nodes > 1 or kind == "all_reduce") else 1.0 / 3.0
+
+
 # --- the scale ---------------------------------------------------------------------------------
 
 
@@ -182,7 +191,28 @@ def runnable(kind: str, algorithm: str, protocol: str, system: System, scale: Sc
             return "LL128 is enabled only over NVLink"
         if system.intra_kind not in ("nvswitch", "nvlink") and scale.local == 1 and system.compcap_index < 2:
             return "LL128 is enabled only over NVLink"
+        why = _ll128_net_path(system, scale)
+        if why:
+            return why
     return None
+
+
+# NCCL's PATH_* order (src/graph/topo.h, unchanged 2.18-2.30) for the GPU-NIC path.
+_PATH_RANK = {"pix": 3, "pxb": 4, "pxn": 5, "phb": 6, "sys": 7}
+
+
+def _ll128_net_path(system: System, scale: Scale) -> Optional[str]:
+    """Why LL128 is off across nodes for this GPU-NIC path, or None. tuning.cc (v2.18.5-1 line
+    285, v2.21.5-1 line 308, same through 2.30): ``pEnable &= (graphs[a]->typeInter <= PATH_PXB
+    || (minCompCap >= 90 && graphs[a]->typeInter <= PATH_PXN))``; an inter-node graph's
+    typeInter is the GPU-NIC path it had to relax to (search.cc ncclTopoCompute), a 1-node
+    graph keeps PATH_PIX."""
+    if scale.domains < 2:
+        return None
+    rank = _PATH_RANK[system.nic_path]
+    if rank <= _PATH_RANK["pxb"] or (system.compcap_index >= 2 and rank <= _PATH_RANK["pxn"]):
+        return None
+    return f"LL128 across nodes needs a GPU-NIC path up to PXB (PXN on Hopper+); {system.name} has {system.nic_path.upper()}"
 
 
 def parse_selection(text: Optional[str], names: Sequence[str], key: str, source: str) -> Tuple[str, ...]:
@@ -256,7 +286,7 @@ def nccl_estimate_us(kind: str, algorithm: str, protocol: str, sizes, system: Sy
         bw = min(intra, inter if D > 1 else math.inf, t["nvls_tree"][ci][idx2] if a == "nvls_tree" else math.inf)
     bus = C * bw
     if a == "ring" and protocol == LL:
-        bus = min(ll_max, bus * t["ring_ll_factor"])
+        bus = min(ll_max, bus * ring_ll_factor(system.nccl_version, kind, D))
     if a == "ring" and protocol == LL128:
         bus = min(bus * 0.92, C * t["ring_ll128"][ci][idx2])
     if a == "tree" and kind == "all_reduce":

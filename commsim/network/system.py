@@ -39,6 +39,11 @@ ARCHS = ("volta", "ampere", "hopper", "blackwell")  # NCCL's compute-capability 
 INTRA_KINDS = ("nvswitch", "nvlink", "pcie_p2p", "pcie_host")
 TRANSPORTS = ("rdma", "socket")  # NCCL's IB/RoCE/EFA/libfabric plugins vs its internal TCP sockets
 CPU_VENDORS = ("intel", "amd", "arm")
+# PCIe path from a GPU to its nearest NIC, in NCCL's order (src/graph/topo.h PATH_PIX 3 <
+# PATH_PXB 4 < PATH_PXN 5 < PATH_PHB 6 < PATH_SYS 7): "pix" one PCIe switch, "pxb" several
+# switches, "pxn" through a peer GPU over NVLink, "phb" through the CPU's host bridge, "sys"
+# across CPU sockets. What nvidia-smi topo -m prints between a GPU and its NIC.
+NIC_PATHS = ("pix", "pxb", "pxn", "phb", "sys")
 
 # Achievable fraction of line rate per link kind, for nominal (uncalibrated) descriptions.
 # Measured large-message bus bandwidth over line rate on well-configured systems:
@@ -105,6 +110,10 @@ class System:
     cpu_vendor: str = "intel"
     nccl_version: str = "2.30"
     intra_channels: int = 16
+    # The best GPU-NIC PCIe path (NIC_PATHS): NCCL's inter-node graphs take it as typeInter,
+    # which gates LL128 across nodes (tuning.cc); "pxb" (GPU and NIC under PCIe switches) is
+    # what DGX/HGX boards have.
+    nic_path: str = "pxb"
     # Protocol/algorithm efficiencies of the collective library on this hardware (priors from
     # NCCL's tuning.cc where it has one; fitted by a calibration):
     nvls_efficiency: float = 0.85      # nvlsEfficiency[arch] (Hopper .85, Blackwell .74)
@@ -134,6 +143,8 @@ class System:
             raise InputError(src, "intra_kind", f"expected one of {', '.join(INTRA_KINDS)}, got {self.intra_kind!r}")
         if self.transport not in TRANSPORTS:
             raise InputError(src, "transport", f"expected one of {', '.join(TRANSPORTS)}, got {self.transport!r}")
+        if self.nic_path not in NIC_PATHS:
+            raise InputError(src, "nic_path", f"expected one of {', '.join(NIC_PATHS)}, got {self.nic_path!r}")
         if self.cpu_vendor not in CPU_VENDORS:
             raise InputError(src, "cpu_vendor", f"expected one of {', '.join(CPU_VENDORS)}, got {self.cpu_vendor!r}")
         for name in ("gpus_per_node", "nics_per_node", "nvlink_domain_nodes", "intra_channels"):
@@ -321,11 +332,16 @@ def _presets() -> Dict[str, System]:
                                         cpu_vendor="amd", source="NVIDIA HGX H100 4-GPU; 4x NDR200 per node")
     # HPE Apollo 6500 Gen10+ (ALCF Polaris): 4x A100 SXM4 with NVLink3 between every pair (12
     # links per GPU, 300 GB/s each way), 2x HPE Slingshot-11 200 Gb/s NICs, AMD EPYC Milan.
+    # ALCF's device affinity table (docs.alcf.anl.gov/polaris/hardware-overview/machine-overview):
+    # GPU1-NIC1 and GPU3-NIC0 are PHB, every other GPU-NIC pair SYS: the NICs hang off the
+    # CPU's root ports, not a PCIe switch shared with a GPU.
     p["polaris"] = nominal_system("polaris", "ampere", 4, "nvlink", 300.0, 2, 200.0, cpu_vendor="amd",
+                                  nic_path="phb",
                                   source="ALCF Polaris system overview (2x Slingshot-11 per node)")
     # The same nodes with NCCL's internal TCP socket transport (no libfabric plugin).
     p["polaris-socket"] = nominal_system("polaris-socket", "ampere", 4, "nvlink", 300.0, 2, 200.0, cpu_vendor="amd",
-                                         transport="socket", source="ALCF Polaris, NCCL socket transport")
+                                         transport="socket", nic_path="phb",
+                                         source="ALCF Polaris, NCCL socket transport")
     # OCI BM.GPU.GB200.4: 4x B200 per Grace host in an NVL72 rack (18 hosts on one NVLink5
     # domain, 900 GB/s each way per GPU, NVLS), 4x 400 Gb/s InfiniBand between racks.
     p["gb200-nvl72"] = nominal_system("gb200-nvl72", "blackwell", 4, "nvswitch", 900.0, 4, 400.0, nvls=True,
@@ -488,7 +504,7 @@ def system_from_dict(doc: object, source: str, where: str = "system") -> System:
     if not isinstance(srcs, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in srcs.items()):
         raise InputError(source, f"{where}.sources", "expected a mapping of constant name to text")
     kw["sources"] = dict(srcs)
-    for k in ("name", "gpu_arch", "intra_kind", "transport", "cpu_vendor", "nccl_version"):
+    for k in ("name", "gpu_arch", "intra_kind", "transport", "cpu_vendor", "nccl_version", "nic_path"):
         if k in kw and not isinstance(kw[k], str):
             raise InputError(source, f"{where}.{k}", f"expected a string, got {kw[k]!r}")
     for k in ("rails", "nvls", "collnet"):

@@ -1,0 +1,83 @@
+"""NCCL rules that depend on the GPU-NIC PCIe path and on the NCCL release (tuning.cc)."""
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from commsim.collectives import nccl_tuner as nt
+from commsim.errors import InputError
+from commsim.network.system import preset, system_from_dict
+
+
+def _ll128_allowed(system, nodes, gpus, kind="all_reduce", algorithm="ring"):
+    scale = nt.Scale.of(system, nodes, gpus)
+    return nt.runnable(kind, algorithm, nt.LL128, system, scale) is None
+
+
+@pytest.mark.parametrize("path", ["pix", "pxb", "pxn", "phb", "sys"])
+def test_ll128_across_nodes_follows_the_gpu_nic_path_on_ampere(path):
+    # tuning.cc: typeInter <= PATH_PXB (Hopper+: <= PATH_PXN) or LL128 is off
+    a100 = replace(preset("polaris"), nic_path=path)
+    allowed = path in ("pix", "pxb")
+    assert _ll128_allowed(a100, 2, 4) is allowed
+    assert _ll128_allowed(a100, 8, 4, algorithm="tree") is allowed
+    assert _ll128_allowed(a100, 8, 4, kind="all_gather") is allowed
+
+
+def test_ll128_on_one_node_ignores_the_nic_path():
+    # a 1-node graph has no NET: typeInter keeps its PATH_PIX start
+    assert _ll128_allowed(replace(preset("polaris"), nic_path="sys"), 1, 4)
+
+
+def test_hopper_allows_ll128_through_pxn_but_not_phb():
+    h100 = preset("dgx-h100")
+    assert _ll128_allowed(replace(h100, nic_path="pxn"), 2, 8)
+    assert not _ll128_allowed(replace(h100, nic_path="phb"), 2, 8)
+
+
+def test_plan_across_polaris_nodes_offers_no_ll128_and_says_why():
+    p = nt.plan("all_reduce", preset("polaris"), 8, 4)
+    assert all(proto != nt.LL128 for _, proto in p.candidates)
+    assert any(proto == nt.LL128 for _, proto in nt.plan("all_reduce", preset("polaris"), 1, 4).candidates)
+    with pytest.raises(InputError, match="PHB"):
+        nt.plan("all_reduce", preset("polaris"), 8, 4, algorithm="ring", protocol="LL128")
+
+
+def test_polaris_preset_records_the_phb_path_and_it_survives_a_round_trip():
+    s = preset("polaris")
+    assert s.nic_path == "phb" and preset("polaris-socket").nic_path == "phb"
+    assert preset("dgx-a100").nic_path == "pxb"
+    assert system_from_dict(s.describe(), "cal.yaml").nic_path == "phb"
+
+
+def test_unknown_nic_path_is_an_input_error_naming_the_key():
+    with pytest.raises(InputError, match="nic_path"):
+        replace(preset("polaris"), nic_path="nvlink")
+    doc = dict(preset("polaris").describe(), nic_path=3)
+    with pytest.raises(InputError, match="nic_path"):
+        system_from_dict(doc, "cal.yaml")
+
+
+@pytest.mark.parametrize("version,kind,nodes,factor", [
+    ("2.18", "all_reduce", 1, 0.25), ("2.18", "all_gather", 1, 1.0 / 3.0), ("2.18", "all_gather", 2, 0.25),
+    ("2.20", "all_reduce", 2, 0.25), ("2.20", "all_gather", 1, 1.0 / 3.0),
+    ("2.21", "all_reduce", 2, 0.5), ("2.21", "all_gather", 1, 0.5), ("2.29", "all_reduce", 8, 0.5),
+])
+def test_ring_ll_factor_changed_in_2_21(version, kind, nodes, factor):
+    assert nt.ring_ll_factor(version, kind, nodes) == pytest.approx(factor)
+
+
+def test_nccl_estimate_of_ring_ll_uses_the_version_s_factor():
+    # NCCL 2.20 still quarters Ring/LL busBw (its other tables are the 2.30 ones), 2.21 halves
+    # it: on 2 Polaris nodes (below llMaxBw) the 2.20 transfer term is ~2x 2.21's, not equal.
+    base = preset("polaris")
+    scale = nt.Scale.of(base, 2, 4)
+
+    def transfer(version):
+        s = replace(base, nccl_version=version)
+        f = lambda x: nt.nccl_estimate_us("all_reduce", "ring", nt.LL, np.array([x]), s, scale)[0]
+        return f(64.0 * 2 ** 20) - f(8.0)
+
+    assert transfer("2.20") / transfer("2.21") > 1.8
+    assert transfer("2.20") / transfer("2.21") <= 2.0 + 1e-9
