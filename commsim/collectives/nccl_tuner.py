@@ -80,14 +80,31 @@ PCI_BW = 12.0  # topo.h PCI_BW (GB/s): rings at or below it get 256 Simple threa
 
 
 def nccl_table(version: str) -> dict:
-    """The constants of the NCCL release line a version string belongs to: "2.19" for releases
-    before 2.20 (the 2.19 tables), "2.30" for 2.20 and later (the tables moved into the tuner
-    constants struct; later releases changed NVLS/PAT entries only)."""
+    """The constants of the NCCL release line a version string belongs to: "2.18" for 2.18.3
+    and later 2.18 releases (and "2.18" without a patch level: 2.18.1-2.18.2 had 2.19's Tree
+    latencies), "2.19" for other releases before 2.20 (the 2.19 tables), "2.20" for 2.20-2.22
+    (the later tables with the Tree/Simple latencies 2.23 lowered), "2.30" for 2.23 and later
+    (the tables moved into the tuner constants struct; later releases changed NVLS/PAT entries
+    only)."""
     try:
-        major, minor = (int(x) for x in str(version).split(".")[:2])
-    except ValueError:
+        parts = [int(x) for x in str(version).split(".")[:3]]
+        major, minor = parts[0], parts[1]
+    except (ValueError, IndexError):
         raise InputError("system", "nccl_version", f"expected a version like 2.21, got {version!r}") from None
+    if (major, minor) == (2, 18) and (len(parts) < 3 or parts[2] >= 3):
+        return NCCL_TABLES["2.18"]
+    if (2, 20) <= (major, minor) < (2, 23):
+        return NCCL_TABLES["2.20"]
     return NCCL_TABLES["2.19" if (major, minor) < (2, 20) else "2.30"]
+
+
+def _physical_table(version: str) -> dict:
+    """The table whose latency ratios price a hop in :func:`physical_time_us`. The Tree/Simple
+    latencies of 2.18 and of 2.20-2.22 (see :func:`nccl_table`) change what NCCL picks, not how
+    long a hop takes on the hardware, so those hops are priced with the ratios of the table
+    they were priced with before (2.19's, the later one's)."""
+    t = nccl_table(version)
+    return {id(NCCL_TABLES["2.18"]): NCCL_TABLES["2.19"], id(NCCL_TABLES["2.20"]): NCCL_TABLES["2.30"]}.get(id(t), t)
 
 
 def _version_tuple(version: str) -> Tuple[int, int]:
@@ -380,7 +397,7 @@ def physical_time_us(kind: str, algorithm: str, protocol: str, sizes, system: Sy
     fraction, at most (channels used) x (the protocol's per-channel ceiling); network levels
     drive min(channels used, NICs) NICs, shared by the fabric's oversubscription.
     """
-    t = nccl_table(system.nccl_version)
+    t = _physical_table(system.nccl_version)
     S = np.asarray(sizes, dtype=float)
     p = PROTOCOLS.index(protocol)
     a = algorithm

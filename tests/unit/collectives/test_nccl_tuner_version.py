@@ -81,3 +81,59 @@ def test_nccl_estimate_of_ring_ll_uses_the_version_s_factor():
 
     assert transfer("2.20") / transfer("2.21") > 1.8
     assert transfer("2.20") / transfer("2.21") <= 2.0 + 1e-9
+
+
+# --- the tuning tables of each release line ------------------------------------------------------
+
+@pytest.mark.parametrize("version,tree_simple,base_tree_simple", [
+    ("2.18", (4.0, 6.0, 14.0), 0.0), ("2.18.5", (4.0, 6.0, 14.0), 0.0),
+    ("2.18.1", (28.0, 28.0, 28.0), 0.0), ("2.19.3", (28.0, 28.0, 28.0), 0.0),
+    ("2.20", (28.0, 28.0, 28.0), 0.0), ("2.21.5", (28.0, 28.0, 28.0), 0.0), ("2.22.3", (28.0, 28.0, 28.0), 0.0),
+    ("2.23", (4.0, 4.0, 14.0), 8.4), ("2.29.2", (4.0, 4.0, 14.0), 8.4),
+])
+def test_tree_simple_latencies_per_release(version, tree_simple, base_tree_simple):
+    # hwLat[NVLINK|PCI|NET][Tree][Simple] and baseLat[Tree][Simple] in each tag's tuning.cc
+    t = nt.nccl_table(version)
+    assert tuple(t["hw"][hw]["tree"][2] for hw in ("NVLINK", "PCI", "NET")) == tree_simple
+    assert t["base"]["tree"][2] == base_tree_simple
+    assert t["ring_ll_factor"] in (0.25, 0.5)
+
+
+def test_2_20_to_2_22_tables_keep_the_later_bandwidth_rows_and_have_no_pat():
+    t, later = nt.nccl_table("2.21"), nt.nccl_table("2.30")
+    assert t["ll_max"] == later["ll_max"] and t["tree"] == later["tree"]
+    assert t["hw"]["NET"]["nvls_tree"][2] == 14.0 and later["hw"]["NET"]["nvls_tree"][2] == 20.9
+    assert not t["pat"] and len(t["tree_corr"]["Simple"]) == 23
+
+
+def test_polaris_8x4_all_reduce_pick_differs_between_2_18_and_2_21():
+    # 2.18: Tree/Simple is cheap (4/14 us per hop) -> tree Simple at 1 MB; 2.21: Tree/Simple
+    # costs 28 per hop and Ring/LL is estimated at busBw/2 -> ring LL to 4 MB, Simple from 8 MB.
+    # The 2.21 log's times fall from 1.88 ms at 4 MB to 1.41 ms at 8 MB, where this pick leaves LL.
+    def pick(version, size):
+        return nt.plan("all_reduce", replace(preset("polaris"), nccl_version=version), 8, 4).choose([size])[0]
+
+    assert pick("2.18", 1 << 20) == ("tree", "Simple")
+    assert pick("2.21.5", 1 << 20) == ("ring", "LL")
+    assert pick("2.21.5", 4 << 20) == ("ring", "LL")
+    assert pick("2.21.5", 8 << 20)[1] == "Simple"
+
+
+def test_polaris_128x4_all_gather_runs_ll_until_32_mb_without_ll128():
+    # with LL128 off (PHB) NCCL 2.18 stays on LL to 32 MB; the 128-node log's time drops from
+    # 15.6 ms at 32 MB to 12.6 ms at 64 MB, where the pick moves to Simple
+    p = nt.plan("all_gather", replace(preset("polaris"), nccl_version="2.18"), 128, 4)
+    assert p.choose([32 << 20, 64 << 20]) == [("ring", "LL"), ("ring", "Simple")]
+
+
+@pytest.mark.parametrize("version,before", [("2.18", "2.19"), ("2.21.5", "2.23")])
+def test_release_tables_change_the_pick_not_the_physical_price(version, before):
+    s = replace(preset("polaris"), nccl_version=version)
+    b = replace(s, nccl_version=before)
+    scale = nt.Scale.of(s, 8, 4)
+    sizes = np.array([1e3, 1e5, 1e7])
+    for a, p in (("tree", nt.SIMPLE), ("tree", nt.LL), ("ring", nt.SIMPLE)):
+        np.testing.assert_array_equal(nt.physical_time_us("all_reduce", a, p, sizes, s, scale),
+                                      nt.physical_time_us("all_reduce", a, p, sizes, b, scale))
+    assert not np.array_equal(nt.nccl_estimate_us("all_reduce", "tree", nt.SIMPLE, sizes, s, scale),
+                              nt.nccl_estimate_us("all_reduce", "tree", nt.SIMPLE, sizes, b, scale))
