@@ -435,7 +435,7 @@ def physical_time_us(kind: str, algorithm: str, protocol: str, sizes, system: Sy
         nsteps = 2 * (n - 1) if kind == "all_reduce" else n - 1
         n_inter = 0 if D == 1 else (2 * (D - 1) if kind == "all_reduce" else D - 1)
         if D > 1:
-            h_intra = max(h_intra, NET_OVERHEAD_US[system.cpu_vendor] * (3 if protocol == SIMPLE else 1))
+            h_intra = max(h_intra, system.net_step_us * (3 if protocol == SIMPLE else 1))
         lat_s = lat + (nsteps - n_inter) * h_intra + n_inter * h_net
     elif a == "tree":
         eta = system.tree_efficiency
@@ -445,7 +445,9 @@ def physical_time_us(kind: str, algorithm: str, protocol: str, sizes, system: Sy
         if D > 1:
             alg_link = np.minimum(alg_link, net_bw * eta / (1.0 if D == 2 else 2.0))
         alg_bw = np.minimum(alg_link * eff, nc * ch * eta / 2.0) * _tree_correction(t, protocol, S)
-        lat_s = lat + 2 * ((L - 1) * h_intra + _log2i(D) * h_net)
+        # a tree's network hop is one proxy step too: at least the per-step floor of a ring
+        h_tree_net = max(h_net, system.net_step_us * (3 if protocol == SIMPLE else 1)) if D > 1 else h_net
+        lat_s = lat + 2 * ((L - 1) * h_intra + _log2i(D) * h_tree_net)
     elif a in ("nvls", "nvls_tree"):
         intra = system.intra_bw_GBps * system.nvls_efficiency
         if kind != "all_reduce":

@@ -39,6 +39,11 @@ ARCHS = ("volta", "ampere", "hopper", "blackwell")  # NCCL's compute-capability 
 INTRA_KINDS = ("nvswitch", "nvlink", "pcie_p2p", "pcie_host")
 TRANSPORTS = ("rdma", "socket")  # NCCL's IB/RoCE/EFA/libfabric plugins vs its internal TCP sockets
 CPU_VENDORS = ("intel", "amd", "arm")
+# NCCL's per-step overhead of a ring that crosses nodes (src/graph/tuning.cc getNetOverhead,
+# 2.18-2.30: 1 us on Intel, 2 us on AMD, 1 otherwise; x3 for Simple): every step of such a
+# ring, NVLink steps included, waits at least this long (the network proxy's step clock).
+NET_STEP_US_BY_CPU = {"intel": 1.0, "amd": 2.0, "arm": 1.0}
+
 # PCIe path from a GPU to its nearest NIC, in NCCL's order (src/graph/topo.h PATH_PIX 3 <
 # PATH_PXB 4 < PATH_PXN 5 < PATH_PHB 6 < PATH_SYS 7): "pix" one PCIe switch, "pxb" several
 # switches, "pxn" through a peer GPU over NVLink, "phb" through the CPU's host bridge, "sys"
@@ -114,6 +119,9 @@ class System:
     # which gates LL128 across nodes (tuning.cc); "pxb" (GPU and NIC under PCIe switches) is
     # what DGX/HGX boards have.
     nic_path: str = "pxb"
+    # Per-step floor (us, LL/LL128; x3 for Simple) of a ring across nodes; None: NCCL's
+    # getNetOverhead for the CPU vendor (NET_STEP_US_BY_CPU). A calibration fits it.
+    net_step_us: Optional[float] = None
     # Protocol/algorithm efficiencies of the collective library on this hardware (priors from
     # NCCL's tuning.cc where it has one; fitted by a calibration):
     nvls_efficiency: float = 0.85      # nvlsEfficiency[arch] (Hopper .85, Blackwell .74)
@@ -130,7 +138,7 @@ class System:
 
     # the physical constants a calibration may fit (all positive)
     FIT_NAMES = (
-        "intra_bw_GBps", "intra_hop_us", "nvls_efficiency",
+        "net_step_us", "intra_bw_GBps", "intra_hop_us", "nvls_efficiency",
         "nic_bw_GBps", "net_hop_us", "tree_efficiency",
         "launch_us", "simple_ch_GBps", "ll128_ch_GBps", "ll_ch_GBps",
     )
@@ -147,6 +155,8 @@ class System:
             raise InputError(src, "nic_path", f"expected one of {', '.join(NIC_PATHS)}, got {self.nic_path!r}")
         if self.cpu_vendor not in CPU_VENDORS:
             raise InputError(src, "cpu_vendor", f"expected one of {', '.join(CPU_VENDORS)}, got {self.cpu_vendor!r}")
+        if self.net_step_us is None and self.cpu_vendor in CPU_VENDORS:
+            object.__setattr__(self, "net_step_us", NET_STEP_US_BY_CPU[self.cpu_vendor])
         for name in ("gpus_per_node", "nics_per_node", "nvlink_domain_nodes", "intra_channels"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
@@ -291,6 +301,7 @@ def nominal_system(
         "simple_ch_GBps": prior + " (perChMaxTreeBws[N1])",
         "ll128_ch_GBps": prior + " (perChMaxRingLL128Bws)",
         "ll_ch_GBps": prior + " (llMaxBws[N1] / 16 channels)",
+        "net_step_us": f"nominal: NCCL tuning.cc getNetOverhead ({kw.get('cpu_vendor', 'intel')})",
     }
     if transport == "socket":
         sources["nic_bw_GBps"] += " [guess: no published achievable fraction for NCCL sockets]"

@@ -137,3 +137,34 @@ def test_release_tables_change_the_pick_not_the_physical_price(version, before):
                                       nt.physical_time_us("all_reduce", a, p, sizes, b, scale))
     assert not np.array_equal(nt.nccl_estimate_us("all_reduce", "tree", nt.SIMPLE, sizes, s, scale),
                               nt.nccl_estimate_us("all_reduce", "tree", nt.SIMPLE, sizes, b, scale))
+
+
+# --- the per-step floor of a ring across nodes (getNetOverhead), now a physical constant -------
+
+def test_net_step_defaults_to_nccl_s_cpu_figure():
+    assert preset("polaris").net_step_us == 2.0      # AMD EPYC
+    assert preset("dgx-h100").net_step_us == 1.0     # Intel
+    assert preset("gb200-nvl72").net_step_us == 1.0  # Grace (ARM)
+    assert system_from_dict(preset("polaris").describe(), "cal.yaml").net_step_us == 2.0
+    doc = {k: v for k, v in preset("polaris").describe().items() if k != "net_step_us"}
+    assert system_from_dict(doc, "cal.yaml").net_step_us == 2.0
+
+
+def test_net_step_floors_every_ring_step_and_every_tree_network_hop_across_nodes():
+    base = replace(preset("polaris"), nccl_version="2.18")
+    slow = replace(base, net_step_us=10.0)
+    s8 = nt.Scale.of(base, 8, 4)
+    tiny = np.array([8.0])
+    # ring LL: 2(n-1) = 62 steps, 14 of them network; the 48 NVLink steps are floored at 10 us
+    # (their LL latency is 3.4 x 0.6/3.4 = 0.6 us, under NCCL's 2 us AMD floor before)
+    d_ring = nt.physical_time_us("all_reduce", "ring", nt.LL, tiny, slow, s8) - \
+        nt.physical_time_us("all_reduce", "ring", nt.LL, tiny, base, s8)
+    assert d_ring[0] == pytest.approx(48 * (10.0 - 2.0))
+    # tree LL: 2 log2(8) = 6 network hops, each max(14 x 5/14 = 5 us, floor)
+    d_tree = nt.physical_time_us("all_reduce", "tree", nt.LL, tiny, slow, s8) - \
+        nt.physical_time_us("all_reduce", "tree", nt.LL, tiny, base, s8)
+    assert d_tree[0] == pytest.approx(6 * (10.0 - 5.0))
+    # one node: no network step, no floor
+    s1 = nt.Scale.of(base, 1, 4)
+    np.testing.assert_array_equal(nt.physical_time_us("all_reduce", "ring", nt.LL, tiny, slow, s1),
+                                  nt.physical_time_us("all_reduce", "ring", nt.LL, tiny, base, s1))
