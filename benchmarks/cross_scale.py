@@ -151,8 +151,26 @@ def nominal_system(preset: str, nccl: str) -> System:
     return replace(PRESETS[preset], nccl_version=nccl)
 
 
+def log_nccl_version(folder: str, log: Log) -> Optional[str]:
+    """The NCCL release a log says it ran (its banner, nccl-library code or provenance line)."""
+    if "#" in log.file:
+        return None
+    return load_tables(os.path.join(folder, log.file), world_size=log.ranks or log.nodes * log.gpus,
+                       kind_hint=log.kind).nccl_version
+
+
+def series_nccl_version(series: Series) -> str:
+    """The release the series' logs print (one release, its patch level kept when they agree),
+    else the series' declared one; a log contradicting the declared release line is an error."""
+    found = {v for v in (log_nccl_version(series.folder, l) for l in series.logs) if v}
+    lines = {".".join(v.split(".")[:2]) for v in found}
+    if lines - {series.nccl}:
+        raise SystemExit(f"{series.name}: logs print NCCL {', '.join(sorted(found))}, declared {series.nccl}")
+    return found.pop() if len(found) == 1 else series.nccl
+
+
 def run_series(series: Series, pick: str) -> dict:
-    nominal = nominal_system(series.preset, series.nccl)
+    nominal = nominal_system(series.preset, series_nccl_version(series))
     per_log = [(log, read_log(series.folder, log, series.name)) for log in series.logs]
     max_nodes = max(log.nodes for log in series.logs)
     if max_nodes > 2:
@@ -163,7 +181,7 @@ def run_series(series: Series, pick: str) -> dict:
     cal_nodes = max(l.nodes for l, _ in cal_logs)
     ms = [m for _, mm in cal_logs for m in mm]
     fit = fit_physical(ms, nominal)
-    out = {"system": series.name, "preset": series.preset, "nccl": series.nccl,
+    out = {"system": series.name, "preset": series.preset, "nccl": nominal.nccl_version,
            "calibrated_from": sorted({l.file for l, _ in cal_logs}),
            "calibrated_nodes": cal_nodes, "fit_rms_log_error": fit.rms_log_error,
            "constants": {k: {"value": c.value, "stderr": c.stderr, "determined": c.determined,
@@ -207,7 +225,7 @@ def run_single(pick: str) -> List[dict]:
 def run_interpolation(series_list: Sequence[Series], pick: str) -> List[dict]:
     out = []
     for series in series_list:
-        nominal = nominal_system(series.preset, series.nccl)
+        nominal = nominal_system(series.preset, series_nccl_version(series))
         for log in series.logs:
             for m in read_log(series.folder, log, series.name):
                 if m.sizes.size < 6:

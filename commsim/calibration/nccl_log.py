@@ -161,6 +161,10 @@ _DEVICE_ON = re.compile(r"\bon\s+(\S+)\s+device\s+(\d{1,9})\s+\[([^\]\s]*)\]")
 _NRANKS = re.compile(r"\bnranks\s+(\d{1,9})\b")
 _INFO_HOST = re.compile(r"^\s*([A-Za-z0-9][\w.\-]*):\d+:\d+\s+\[\d+\]\s+NCCL\s+(?:INFO|WARN)")
 _NCCL_VERSION = re.compile(r"NCCL version\s+(\d+\.\d+\.\d+)")
+# The provenance line this repository's logs open with ("# source: ...; NCCL 2.21.5-1+cuda12.4;
+# ..."; "NCCL 2.18.x from NVHPC 23.9"): the release a run used when the output itself has no
+# banner. Read last, after the banner, nccl-tests' nccl-library code and INFO lines.
+_SOURCE_NCCL = re.compile(r"^#\s*source:.*?\bNCCL\s+v?(\d{1,3}\.\d{1,3})(\.\d{1,3}(?![\d.]))?")
 _TESTS_VERSION = re.compile(r"#\s*nccl-tests version\s+(\S+)(?:.*nccl-library=(\d{1,9})(?!\d))?")
 _FILE_NRANKS = re.compile(r"^#\s*NRANKS:\s*(\d{1,9})(?!\d)(.*)$")
 _FILE_NODES = re.compile(r"\((?:(\d{1,9})\s+nodes?\b|(single node))", re.IGNORECASE)
@@ -242,6 +246,7 @@ def parse_nccl_log(text: str, source: str = "<log>", world_size: Optional[int] =
     file_nranks: Optional[int] = None
     file_nodes: Optional[int] = None
     collective_line = command = nccl_version = tests_version = None
+    source_version: Optional[str] = None
     perf_name = None
     avg = None
     has_root: Optional[bool] = None
@@ -266,6 +271,8 @@ def parse_nccl_log(text: str, source: str = "<log>", world_size: Optional[int] =
                 devices.append(device)
             elif (m := _HEADER.match(stripped)):
                 has_root = bool(m.group(1))
+            elif source_version is None and (m := _SOURCE_NCCL.match(stripped)):
+                source_version = m.group(1) + (m.group(2) or "")
             elif (m := _TESTS_VERSION.match(stripped)):
                 tests_version = m.group(1)
                 if m.group(2):
@@ -321,7 +328,7 @@ def parse_nccl_log(text: str, source: str = "<log>", world_size: Optional[int] =
         command=command,
         hostnames=tuple(host_list),
         devices=tuple(devices),
-        nccl_version=nccl_version,
+        nccl_version=nccl_version or source_version,
         nccl_tests_version=tests_version,
         avg_busbw_GBps=avg,
         nodes=file_nodes,

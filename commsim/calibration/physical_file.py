@@ -42,6 +42,9 @@ OPTIONAL_KEYS = ["notes"]
 CONSTANT_KEYS = ["value", "stderr", "determined", "logs", "source"]
 CONSTANT_OPTIONAL_KEYS = ["line_rate_GBps", "at_line_rate"]
 TABLE_KEYS = ["source", "kind", "nodes", "gpus_per_node", "columns", "rows"]
+# constants added after calibration files were first written: a file without one reads it as
+# nominal (not determined)
+ADDED_CONSTANTS = ("net_step_us",)
 
 
 def physical_to_dict(fit: PhysicalFit, flow=list) -> Dict[str, Any]:
@@ -125,10 +128,15 @@ def physical_from_dict(doc: Any, source: str, where: str = "physical") -> Physic
     except InputError as exc:
         raise CalibrationError(exc.message, source, exc.path) from None
 
-    cdoc = r.mapping(top["constants"], f"{where}.constants", System.FIT_NAMES)
+    required = [n for n in System.FIT_NAMES if n not in ADDED_CONSTANTS]
+    cdoc = r.mapping(top["constants"], f"{where}.constants", required, ADDED_CONSTANTS)
     constants: Dict[str, FittedConstant] = {}
     for name in System.FIT_NAMES:
         w = f"{where}.constants.{name}"
+        if name not in cdoc:  # a file from before the constant existed: it stayed nominal
+            constants[name] = FittedConstant(name, float(getattr(nominal, name)), None, False, (),
+                                             nominal.sources.get(name, "nominal"), nominal.line_rate_GBps(name))
+            continue
         c = r.mapping(cdoc[name], w, CONSTANT_KEYS, CONSTANT_OPTIONAL_KEYS)
         value = r.number(c["value"], w + ".value", positive=True)
         stderr = None if c["stderr"] is None else r.number(c["stderr"], w + ".stderr")

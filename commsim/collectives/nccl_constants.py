@@ -7,7 +7,7 @@ in GB/s.
 
 Two views of the same numbers:
 
-- :data:`NCCL_TABLES` ("2.19", "2.30"): every algorithm NCCL tunes (tree, ring, CollNet,
+- :data:`NCCL_TABLES` ("2.18", "2.19", "2.20", "2.30"): every algorithm NCCL tunes (tree, ring, CollNet,
   NVLS, NVLS tree, PAT), four architecture rows (Volta, Ampere, Hopper, Blackwell), used by
   :mod:`commsim.collectives.nccl_tuner` (the physical model and NCCL's a-priori pick);
 - :data:`VERSIONS` ("2.7", "2.19", "2.30"): Tree and Ring only, three architecture rows,
@@ -89,6 +89,42 @@ NCCL_TABLES = {
         pat=False,
     ),
 }
+
+
+def _nccl_2_18(t219: dict) -> dict:
+    """v2.18.3-1..v2.18.6-1 (src/graph/tuning.cc lines 56-77 of v2.18.5-1): the 2.19 tables
+    except the latencies 2.19 changed. Tree/Simple hwLat was 4 (NVLink), 6 (PCI), 14 (NET)
+    where 2.19-2.22 have 28 for all three, which makes 2.18 pick Tree/Simple at smaller
+    sizes; CollNet and NVLS latencies were 2.18's own (baseLat CollNet 6.8/14/0, NVLS 23)."""
+    hw = {k: dict(v) for k, v in t219["hw"].items()}
+    hw["NVLINK"].update(tree=(0.6, 1.25, 4.0), collnet_direct=(0, 0, 8.0), collnet_chain=(0, 0, 4.75),
+                        nvls=(0, 0, 0), nvls_tree=(0, 0, 0))
+    hw["PCI"].update(tree=(1.0, 1.9, 6.0), collnet_direct=(0, 0, 8.0), collnet_chain=(0, 0, 8.0))
+    hw["NET"].update(tree=(5.0, 8.5, 14.0), collnet_direct=(0, 0, 10.7), collnet_chain=(0, 0, 14.0),
+                     nvls=(0, 0, 18.0), nvls_tree=(0, 0, 19.0))
+    base = dict(t219["base"])
+    base.update(collnet_direct=(6.8, 14.0, 0.0), collnet_chain=(6.8, 14.0, 0.0), nvls=(0, 0, 23.0), nvls_tree=(0, 0, 23.0))
+    return dict(t219, base=base, hw=hw)
+
+
+NCCL_TABLES["2.18"] = _nccl_2_18(NCCL_TABLES["2.19"])
+
+
+def _nccl_2_20(t230: dict) -> dict:
+    """v2.20.3-1..v2.22.3-1 (src/graph/tuning.cc baseLat/hwLat of v2.21.5-1, lines 56-78): the
+    later tables except what 2.23 changed. Tree/Simple hwLat was 28 on NVLink, PCI and NET
+    (2.23: 4, 4, 14) with baseLat Tree/Simple 0 (2.23: 8.4), NVLSTree NET 14 (later 20.9);
+    treeCorrectionFactor had 23 entries (the same values); no PAT."""
+    hw = {k: dict(v) for k, v in t230["hw"].items()}
+    hw["NVLINK"].update(tree=(0.6, 1.25, 28.0))
+    hw["PCI"].update(tree=(1.0, 1.9, 28.0))
+    hw["NET"].update(tree=(5.0, 8.5, 28.0), nvls_tree=(0, 0, 14.0))
+    base = dict(t230["base"], tree=(6.8, 14.0, 0.0))
+    corr = {p: v[:23] for p, v in t230["tree_corr"].items()}
+    return dict(t230, base=base, hw=hw, tree_corr=corr, pat=False)
+
+
+NCCL_TABLES["2.20"] = _nccl_2_20(NCCL_TABLES["2.30"])
 
 V2_7 = {
     "tag": "v2.7.8-1",

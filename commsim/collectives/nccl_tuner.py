@@ -80,19 +80,45 @@ PCI_BW = 12.0  # topo.h PCI_BW (GB/s): rings at or below it get 256 Simple threa
 
 
 def nccl_table(version: str) -> dict:
-    """The constants of the NCCL release line a version string belongs to: "2.19" for releases
-    before 2.20 (the 2.19 tables), "2.30" for 2.20 and later (the tables moved into the tuner
-    constants struct; later releases changed NVLS/PAT entries only)."""
+    """The constants of the NCCL release line a version string belongs to: "2.18" for 2.18.3
+    and later 2.18 releases (and "2.18" without a patch level: 2.18.1-2.18.2 had 2.19's Tree
+    latencies), "2.19" for other releases before 2.20 (the 2.19 tables), "2.20" for 2.20-2.22
+    (the later tables with the Tree/Simple latencies 2.23 lowered), "2.30" for 2.23 and later
+    (the tables moved into the tuner constants struct; later releases changed NVLS/PAT entries
+    only)."""
     try:
-        major, minor = (int(x) for x in str(version).split(".")[:2])
-    except ValueError:
+        parts = [int(x) for x in str(version).split(".")[:3]]
+        major, minor = parts[0], parts[1]
+    except (ValueError, IndexError):
         raise InputError("system", "nccl_version", f"expected a version like 2.21, got {version!r}") from None
+    if (major, minor) == (2, 18) and (len(parts) < 3 or parts[2] >= 3):
+        return NCCL_TABLES["2.18"]
+    if (2, 20) <= (major, minor) < (2, 23):
+        return NCCL_TABLES["2.20"]
     return NCCL_TABLES["2.19" if (major, minor) < (2, 20) else "2.30"]
+
+
+def _physical_table(version: str) -> dict:
+    """The table whose latency ratios price a hop in :func:`physical_time_us`. The Tree/Simple
+    latencies of 2.18 and of 2.20-2.22 (see :func:`nccl_table`) change what NCCL picks, not how
+    long a hop takes on the hardware, so those hops are priced with the ratios of the table
+    they were priced with before (2.19's, the later one's)."""
+    t = nccl_table(version)
+    return {id(NCCL_TABLES["2.18"]): NCCL_TABLES["2.19"], id(NCCL_TABLES["2.20"]): NCCL_TABLES["2.30"]}.get(id(t), t)
 
 
 def _version_tuple(version: str) -> Tuple[int, int]:
     major, minor = (int(x) for x in str(version).split(".")[:2])
     return major, minor
+
+
+def ring_ll_factor(version: str, kind: str, network_nodes: int) -> float:
+    """NCCL's Ring/LL bus-bandwidth factor, which changed in 2.21 (not at the 2.20 table split):
+    v2.18.5-1..v2.20.5-1 tuning.cc ``busBw * ((nNodes > 1 || coll == ncclFuncAllReduce ||
+    coll == ncclFuncReduce) ? 1.0/4.0 : 1.0/3.0)``; v2.21.5-1 on ``busBw * .5``."""
+    if _version_tuple(version) >= (2, 21):
+        return 0.5
+    return 0.25 if (network_nodes > 1 or kind == "all_reduce") else 1.0 / 3.0
 
 
 # --- the scale ---------------------------------------------------------------------------------
@@ -182,7 +208,28 @@ def runnable(kind: str, algorithm: str, protocol: str, system: System, scale: Sc
             return "LL128 is enabled only over NVLink"
         if system.intra_kind not in ("nvswitch", "nvlink") and scale.local == 1 and system.compcap_index < 2:
             return "LL128 is enabled only over NVLink"
+        why = _ll128_net_path(system, scale)
+        if why:
+            return why
     return None
+
+
+# NCCL's PATH_* order (src/graph/topo.h, unchanged 2.18-2.30) for the GPU-NIC path.
+_PATH_RANK = {"pix": 3, "pxb": 4, "pxn": 5, "phb": 6, "sys": 7}
+
+
+def _ll128_net_path(system: System, scale: Scale) -> Optional[str]:
+    """Why LL128 is off across nodes for this GPU-NIC path, or None. tuning.cc (v2.18.5-1 line
+    285, v2.21.5-1 line 308, same through 2.30): ``pEnable &= (graphs[a]->typeInter <= PATH_PXB
+    || (minCompCap >= 90 && graphs[a]->typeInter <= PATH_PXN))``; an inter-node graph's
+    typeInter is the GPU-NIC path it had to relax to (search.cc ncclTopoCompute), a 1-node
+    graph keeps PATH_PIX."""
+    if scale.domains < 2:
+        return None
+    rank = _PATH_RANK[system.nic_path]
+    if rank <= _PATH_RANK["pxb"] or (system.compcap_index >= 2 and rank <= _PATH_RANK["pxn"]):
+        return None
+    return f"LL128 across nodes needs a GPU-NIC path up to PXB (PXN on Hopper+); {system.name} has {system.nic_path.upper()}"
 
 
 def parse_selection(text: Optional[str], names: Sequence[str], key: str, source: str) -> Tuple[str, ...]:
@@ -256,7 +303,7 @@ def nccl_estimate_us(kind: str, algorithm: str, protocol: str, sizes, system: Sy
         bw = min(intra, inter if D > 1 else math.inf, t["nvls_tree"][ci][idx2] if a == "nvls_tree" else math.inf)
     bus = C * bw
     if a == "ring" and protocol == LL:
-        bus = min(ll_max, bus * t["ring_ll_factor"])
+        bus = min(ll_max, bus * ring_ll_factor(system.nccl_version, kind, D))
     if a == "ring" and protocol == LL128:
         bus = min(bus * 0.92, C * t["ring_ll128"][ci][idx2])
     if a == "tree" and kind == "all_reduce":
@@ -350,7 +397,7 @@ def physical_time_us(kind: str, algorithm: str, protocol: str, sizes, system: Sy
     fraction, at most (channels used) x (the protocol's per-channel ceiling); network levels
     drive min(channels used, NICs) NICs, shared by the fabric's oversubscription.
     """
-    t = nccl_table(system.nccl_version)
+    t = _physical_table(system.nccl_version)
     S = np.asarray(sizes, dtype=float)
     p = PROTOCOLS.index(protocol)
     a = algorithm
@@ -388,7 +435,7 @@ def physical_time_us(kind: str, algorithm: str, protocol: str, sizes, system: Sy
         nsteps = 2 * (n - 1) if kind == "all_reduce" else n - 1
         n_inter = 0 if D == 1 else (2 * (D - 1) if kind == "all_reduce" else D - 1)
         if D > 1:
-            h_intra = max(h_intra, NET_OVERHEAD_US[system.cpu_vendor] * (3 if protocol == SIMPLE else 1))
+            h_intra = max(h_intra, system.net_step_us * (3 if protocol == SIMPLE else 1))
         lat_s = lat + (nsteps - n_inter) * h_intra + n_inter * h_net
     elif a == "tree":
         eta = system.tree_efficiency
@@ -398,7 +445,9 @@ def physical_time_us(kind: str, algorithm: str, protocol: str, sizes, system: Sy
         if D > 1:
             alg_link = np.minimum(alg_link, net_bw * eta / (1.0 if D == 2 else 2.0))
         alg_bw = np.minimum(alg_link * eff, nc * ch * eta / 2.0) * _tree_correction(t, protocol, S)
-        lat_s = lat + 2 * ((L - 1) * h_intra + _log2i(D) * h_net)
+        # a tree's network hop is one proxy step too: at least the per-step floor of a ring
+        h_tree_net = max(h_net, system.net_step_us * (3 if protocol == SIMPLE else 1)) if D > 1 else h_net
+        lat_s = lat + 2 * ((L - 1) * h_intra + _log2i(D) * h_tree_net)
     elif a in ("nvls", "nvls_tree"):
         intra = system.intra_bw_GBps * system.nvls_efficiency
         if kind != "all_reduce":

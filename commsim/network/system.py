@@ -39,6 +39,16 @@ ARCHS = ("volta", "ampere", "hopper", "blackwell")  # NCCL's compute-capability 
 INTRA_KINDS = ("nvswitch", "nvlink", "pcie_p2p", "pcie_host")
 TRANSPORTS = ("rdma", "socket")  # NCCL's IB/RoCE/EFA/libfabric plugins vs its internal TCP sockets
 CPU_VENDORS = ("intel", "amd", "arm")
+# NCCL's per-step overhead of a ring that crosses nodes (src/graph/tuning.cc getNetOverhead,
+# 2.18-2.30: 1 us on Intel, 2 us on AMD, 1 otherwise; x3 for Simple): every step of such a
+# ring, NVLink steps included, waits at least this long (the network proxy's step clock).
+NET_STEP_US_BY_CPU = {"intel": 1.0, "amd": 2.0, "arm": 1.0}
+
+# PCIe path from a GPU to its nearest NIC, in NCCL's order (src/graph/topo.h PATH_PIX 3 <
+# PATH_PXB 4 < PATH_PXN 5 < PATH_PHB 6 < PATH_SYS 7): "pix" one PCIe switch, "pxb" several
+# switches, "pxn" through a peer GPU over NVLink, "phb" through the CPU's host bridge, "sys"
+# across CPU sockets. What nvidia-smi topo -m prints between a GPU and its NIC.
+NIC_PATHS = ("pix", "pxb", "pxn", "phb", "sys")
 
 # Achievable fraction of line rate per link kind, for nominal (uncalibrated) descriptions.
 # Measured large-message bus bandwidth over line rate on well-configured systems:
@@ -105,6 +115,13 @@ class System:
     cpu_vendor: str = "intel"
     nccl_version: str = "2.30"
     intra_channels: int = 16
+    # The best GPU-NIC PCIe path (NIC_PATHS): NCCL's inter-node graphs take it as typeInter,
+    # which gates LL128 across nodes (tuning.cc); "pxb" (GPU and NIC under PCIe switches) is
+    # what DGX/HGX boards have.
+    nic_path: str = "pxb"
+    # Per-step floor (us, LL/LL128; x3 for Simple) of a ring across nodes; None: NCCL's
+    # getNetOverhead for the CPU vendor (NET_STEP_US_BY_CPU). A calibration fits it.
+    net_step_us: Optional[float] = None
     # Protocol/algorithm efficiencies of the collective library on this hardware (priors from
     # NCCL's tuning.cc where it has one; fitted by a calibration):
     nvls_efficiency: float = 0.85      # nvlsEfficiency[arch] (Hopper .85, Blackwell .74)
@@ -121,7 +138,7 @@ class System:
 
     # the physical constants a calibration may fit (all positive)
     FIT_NAMES = (
-        "intra_bw_GBps", "intra_hop_us", "nvls_efficiency",
+        "net_step_us", "intra_bw_GBps", "intra_hop_us", "nvls_efficiency",
         "nic_bw_GBps", "net_hop_us", "tree_efficiency",
         "launch_us", "simple_ch_GBps", "ll128_ch_GBps", "ll_ch_GBps",
     )
@@ -134,8 +151,12 @@ class System:
             raise InputError(src, "intra_kind", f"expected one of {', '.join(INTRA_KINDS)}, got {self.intra_kind!r}")
         if self.transport not in TRANSPORTS:
             raise InputError(src, "transport", f"expected one of {', '.join(TRANSPORTS)}, got {self.transport!r}")
+        if self.nic_path not in NIC_PATHS:
+            raise InputError(src, "nic_path", f"expected one of {', '.join(NIC_PATHS)}, got {self.nic_path!r}")
         if self.cpu_vendor not in CPU_VENDORS:
             raise InputError(src, "cpu_vendor", f"expected one of {', '.join(CPU_VENDORS)}, got {self.cpu_vendor!r}")
+        if self.net_step_us is None and self.cpu_vendor in CPU_VENDORS:
+            object.__setattr__(self, "net_step_us", NET_STEP_US_BY_CPU[self.cpu_vendor])
         for name in ("gpus_per_node", "nics_per_node", "nvlink_domain_nodes", "intra_channels"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
@@ -280,6 +301,7 @@ def nominal_system(
         "simple_ch_GBps": prior + " (perChMaxTreeBws[N1])",
         "ll128_ch_GBps": prior + " (perChMaxRingLL128Bws)",
         "ll_ch_GBps": prior + " (llMaxBws[N1] / 16 channels)",
+        "net_step_us": f"nominal: NCCL tuning.cc getNetOverhead ({kw.get('cpu_vendor', 'intel')})",
     }
     if transport == "socket":
         sources["nic_bw_GBps"] += " [guess: no published achievable fraction for NCCL sockets]"
@@ -321,11 +343,16 @@ def _presets() -> Dict[str, System]:
                                         cpu_vendor="amd", source="NVIDIA HGX H100 4-GPU; 4x NDR200 per node")
     # HPE Apollo 6500 Gen10+ (ALCF Polaris): 4x A100 SXM4 with NVLink3 between every pair (12
     # links per GPU, 300 GB/s each way), 2x HPE Slingshot-11 200 Gb/s NICs, AMD EPYC Milan.
+    # ALCF's device affinity table (docs.alcf.anl.gov/polaris/hardware-overview/machine-overview):
+    # GPU1-NIC1 and GPU3-NIC0 are PHB, every other GPU-NIC pair SYS: the NICs hang off the
+    # CPU's root ports, not a PCIe switch shared with a GPU.
     p["polaris"] = nominal_system("polaris", "ampere", 4, "nvlink", 300.0, 2, 200.0, cpu_vendor="amd",
+                                  nic_path="phb",
                                   source="ALCF Polaris system overview (2x Slingshot-11 per node)")
     # The same nodes with NCCL's internal TCP socket transport (no libfabric plugin).
     p["polaris-socket"] = nominal_system("polaris-socket", "ampere", 4, "nvlink", 300.0, 2, 200.0, cpu_vendor="amd",
-                                         transport="socket", source="ALCF Polaris, NCCL socket transport")
+                                         transport="socket", nic_path="phb",
+                                         source="ALCF Polaris, NCCL socket transport")
     # OCI BM.GPU.GB200.4: 4x B200 per Grace host in an NVL72 rack (18 hosts on one NVLink5
     # domain, 900 GB/s each way per GPU, NVLS), 4x 400 Gb/s InfiniBand between racks.
     p["gb200-nvl72"] = nominal_system("gb200-nvl72", "blackwell", 4, "nvswitch", 900.0, 4, 400.0, nvls=True,
@@ -488,7 +515,7 @@ def system_from_dict(doc: object, source: str, where: str = "system") -> System:
     if not isinstance(srcs, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in srcs.items()):
         raise InputError(source, f"{where}.sources", "expected a mapping of constant name to text")
     kw["sources"] = dict(srcs)
-    for k in ("name", "gpu_arch", "intra_kind", "transport", "cpu_vendor", "nccl_version"):
+    for k in ("name", "gpu_arch", "intra_kind", "transport", "cpu_vendor", "nccl_version", "nic_path"):
         if k in kw and not isinstance(kw[k], str):
             raise InputError(source, f"{where}.{k}", f"expected a string, got {kw[k]!r}")
     for k in ("rails", "nvls", "collnet"):
