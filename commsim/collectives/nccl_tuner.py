@@ -215,6 +215,49 @@ def nccl_channels(system: System, scale: Scale) -> int:
     return max(1, min(system.intra_channels, 2 * scale.nics))
 
 
+# src/include/device.h NCCL_MAX_NVLS_ARITY: at most this many NVLS heads (graph channels).
+NVLS_MAX_ARITY = 32
+
+
+@dataclass(frozen=True)
+class NvlsGraph:
+    """The NVLS graph NCCL's topology search builds (its own, not the ring's): ``channels`` heads,
+    ``bw_intra`` / ``bw_inter`` GB/s per channel (graphs[NCCL_ALGO_NVLS]: the NVLS and NVLS-tree
+    rows of ncclTopoTuneModel both read it, init.cc ``graphs[] = {..., nvlsGraph, nvlsGraph, ...}``)."""
+
+    channels: int
+    bw_intra: float
+    bw_inter: float
+
+
+def nvls_graph(system: System, scale: Scale) -> NvlsGraph:
+    """The NVLS graph of ncclTopoCompute (src/graph/search.cc), with the system's nominal links as
+    NCCL's path bandwidths (no speed-array rounding, like :func:`nccl_channels`):
+
+    - heads: ``maxChannels = min(NCCL_MAX_NVLS_ARITY, GPUs)``; on one node ``minChannels =
+      maxChannels`` ("pull evenly from all GPUs"), so one head per GPU; across nodes the search
+      starts from the NICs and takes one head per NIC with a distinct local GPU
+      (ncclTopoSearchRecNet: "NVLS search only tries to find NIC:GPU combinations"), so
+      min(GPUs, NICs);
+    - bwIntra: every channel pulls from every GPU through the NVSwitch and the head's paths
+      count twice (ncclTopoSearchTryNvls: ``d0 == g ? 2 : 1``), so a head GPU's NVLink carries
+      (channels + 1) x bwIntra; across nodes pass 1 searches with bwIntra = bwInter, so a channel
+      also stops at its head's NIC (``net->net.bw < bw``);
+    - bwInter: pass 2 raises it alone with the channels fixed, while ``bwInter < 2 * bwIntra``
+      ("graph->pattern == NCCL_TOPO_PATTERN_NVLS && tmpGraph.bwInter < tmpGraph.bwIntra * 2"),
+      up to the head's NIC. One node: no network, inf.
+    """
+    L, D = scale.local, scale.domains
+    nvl = system.intra_bw_GBps
+    if D == 1:
+        heads = min(NVLS_MAX_ARITY, L)
+        return NvlsGraph(heads, nvl / (heads + 1), math.inf)
+    heads = max(1, min(NVLS_MAX_ARITY, L, scale.nics))
+    nic = system.nic_bw_GBps * system.fabric_factor(D)
+    bw_intra = min(nvl / (heads + 1), nic)
+    return NvlsGraph(heads, bw_intra, min(nic, 2.0 * bw_intra))
+
+
 def _intra_hw(system: System) -> str:
     return "NVLINK" if system.intra_kind in ("nvswitch", "nvlink") else "PCI"
 
@@ -233,6 +276,7 @@ def nccl_estimate_us(kind: str, algorithm: str, protocol: str, sizes, system: Sy
     ci = system.compcap_index
     idx2 = min(D, 3) - 1
     C = nccl_channels(system, scale)
+    n_ch = C  # graphs[a]->nChannels: the ring's (and tree's) unless the algorithm has its own graph
     # Graph speeds per channel (search.cc ncclTopoCompute): across nodes a ring's search raises
     # bwIntra and bwInter together, so both stop at the NICs; a tree's (and CollNet's) bwIntra
     # may grow to twice bwInter ("increase bwIntra for trees (2 nodes or collnet)").
@@ -249,12 +293,16 @@ def nccl_estimate_us(kind: str, algorithm: str, protocol: str, sizes, system: Sy
     ll_row = ci if D == 1 else (1 if system.cpu_vendor == "amd" else 0)
     ll_max = t["ll_max"][ll_row][idx2]
     if a in ("nvls", "nvls_tree"):
-        nvls_c = max(2, C)
-        intra = bw_intra * t["nvls_eff"][ci] * (nvls_c - 1) / nvls_c
+        # tuning.cc: the NVLS graph's own channels and bandwidths, not the ring's
+        g = nvls_graph(system, scale)
+        if g.channels < 2:  # "NVLS/NVLStree needs at least 2 channels": not a candidate
+            return np.full(S.shape, np.inf)
+        n_ch = g.channels
+        intra = g.bw_intra * t["nvls_eff"][ci] * (n_ch - 1) / n_ch
         intra *= 2.0 if kind == "all_reduce" else (ppn - 1) / ppn
-        inter = bw_inter * (2 if (D <= 2 and a == "nvls_tree") else 1)
-        bw = min(intra, inter if D > 1 else math.inf, t["nvls_tree"][ci][idx2] if a == "nvls_tree" else math.inf)
-    bus = C * bw
+        inter = g.bw_inter * (2 if (D <= 2 and a == "nvls_tree") else 1)
+        bw = min(intra, inter, t["nvls_tree"][ci][idx2] if a == "nvls_tree" else math.inf)
+    bus = n_ch * bw
     if a == "ring" and protocol == LL:
         bus = min(ll_max, bus * t["ring_ll_factor"])
     if a == "ring" and protocol == LL128:
