@@ -262,6 +262,63 @@ def nccl_channels(system: System, scale: Scale) -> int:
     return max(1, min(system.intra_channels, 2 * scale.nics))
 
 
+# src/include/device.h NCCL_MAX_NVLS_ARITY: at most this many NVLS heads (graph channels).
+NVLS_MAX_ARITY = 32
+
+
+def search_top_speed(compcap_index: int, version: str, inter: bool) -> float:
+    """The first (fastest) entry of the speed array ncclTopoCompute searches with (src/graph/search.cc
+    sm90SpeedArrayIntra/Inter, sm100SpeedArrayIntra/Inter): no graph channel runs faster. Hopper
+    60 (one node) / 48 (across nodes); Blackwell 90 / 96 from 2.27 (v2.27.7-1; the sm100 arrays
+    are new in 2.27, Blackwell used the sm90 ones before)."""
+    if compcap_index >= 3 and _version_tuple(version) >= (2, 27):
+        return 96.0 if inter else 90.0
+    return 48.0 if inter else 60.0
+
+
+@dataclass(frozen=True)
+class NvlsGraph:
+    """The NVLS graph NCCL's topology search builds (its own, not the ring's): ``channels`` heads,
+    ``bw_intra`` / ``bw_inter`` GB/s per channel (graphs[NCCL_ALGO_NVLS]: the NVLS and NVLS-tree
+    rows of ncclTopoTuneModel both read it, init.cc ``graphs[] = {..., nvlsGraph, nvlsGraph, ...}``)."""
+
+    channels: int
+    bw_intra: float
+    bw_inter: float
+
+
+def nvls_graph(system: System, scale: Scale) -> NvlsGraph:
+    """The NVLS graph of ncclTopoCompute (src/graph/search.cc), with the system's nominal links as
+    NCCL's path bandwidths (no speed-array rounding, like :func:`nccl_channels`):
+
+    - heads: ``maxChannels = min(NCCL_MAX_NVLS_ARITY, GPUs)``; on one node ``minChannels =
+      maxChannels`` ("pull evenly from all GPUs"), so one head per GPU; across nodes the search
+      starts from the NICs and takes one head per NIC with a distinct local GPU
+      (ncclTopoSearchRecNet: "NVLS search only tries to find NIC:GPU combinations"), so
+      min(GPUs, NICs);
+    - bwIntra: every channel pulls from every GPU through the NVSwitch and the head's paths
+      count twice (ncclTopoSearchTryNvls: ``d0 == g ? 2 : 1``), so a head GPU's NVLink carries
+      (channels + 1) x bwIntra; across nodes pass 1 searches with bwIntra = bwInter, so a channel
+      also stops at its head's NIC (``net->net.bw < bw``); never above the search's fastest speed
+      (:func:`search_top_speed`);
+    - bwInter: pass 2 raises it alone with the channels fixed, while ``bwInter < 2 * bwIntra``
+      ("graph->pattern == NCCL_TOPO_PATTERN_NVLS && tmpGraph.bwInter < tmpGraph.bwIntra * 2"),
+      up to the head's NIC and the fastest speed; on one node no NIC checks it, so it ends at
+      min(fastest speed, 2 x bwIntra) (tuning.cc reads it there too: ``min(intraBw, interBw)``).
+    """
+    L, D = scale.local, scale.domains
+    nvl = system.intra_bw_GBps
+    top = search_top_speed(system.compcap_index, system.nccl_version, inter=D > 1)
+    if D == 1:
+        heads = min(NVLS_MAX_ARITY, L)
+        bw_intra = min(nvl / (heads + 1), top)
+        return NvlsGraph(heads, bw_intra, min(top, 2.0 * bw_intra))
+    heads = max(1, min(NVLS_MAX_ARITY, L, scale.nics))
+    nic = min(system.nic_bw_GBps * system.fabric_factor(D), top)
+    bw_intra = min(nvl / (heads + 1), nic)
+    return NvlsGraph(heads, bw_intra, min(nic, 2.0 * bw_intra))
+
+
 def _intra_hw(system: System) -> str:
     return "NVLINK" if system.intra_kind in ("nvswitch", "nvlink") else "PCI"
 
@@ -280,6 +337,7 @@ def nccl_estimate_us(kind: str, algorithm: str, protocol: str, sizes, system: Sy
     ci = system.compcap_index
     idx2 = min(D, 3) - 1
     C = nccl_channels(system, scale)
+    n_ch = C  # graphs[a]->nChannels: the ring's (and tree's) unless the algorithm has its own graph
     # Graph speeds per channel (search.cc ncclTopoCompute): across nodes a ring's search raises
     # bwIntra and bwInter together, so both stop at the NICs; a tree's (and CollNet's) bwIntra
     # may grow to twice bwInter ("increase bwIntra for trees (2 nodes or collnet)").
@@ -295,13 +353,15 @@ def nccl_estimate_us(kind: str, algorithm: str, protocol: str, sizes, system: Sy
     bw = bw_intra if (D <= 2 or collnet) else bw_inter
     ll_row = ci if D == 1 else (1 if system.cpu_vendor == "amd" else 0)
     ll_max = t["ll_max"][ll_row][idx2]
+    nvls_ratio = None
     if a in ("nvls", "nvls_tree"):
-        nvls_c = max(2, C)
-        intra = bw_intra * t["nvls_eff"][ci] * (nvls_c - 1) / nvls_c
-        intra *= 2.0 if kind == "all_reduce" else (ppn - 1) / ppn
-        inter = bw_inter * (2 if (D <= 2 and a == "nvls_tree") else 1)
-        bw = min(intra, inter if D > 1 else math.inf, t["nvls_tree"][ci][idx2] if a == "nvls_tree" else math.inf)
-    bus = C * bw
+        # tuning.cc: the NVLS graph's own channels and bandwidths, not the ring's
+        g = nvls_graph(system, scale)
+        n_ch = g.channels
+        bw, nvls_ratio = _nvls_channel_bw(kind, a, g, t, ci, idx2, D, ppn, _version_tuple(system.nccl_version))
+        if bw is None:
+            return np.full(S.shape, np.inf)
+    bus = n_ch * bw
     if a == "ring" and protocol == LL:
         bus = min(ll_max, bus * ring_ll_factor(system.nccl_version, kind, D))
     if a == "ring" and protocol == LL128:
@@ -320,7 +380,9 @@ def nccl_estimate_us(kind: str, algorithm: str, protocol: str, sizes, system: Sy
         bus /= max(factor, 1e-9)
         if ci >= 2:
             bus *= 0.85
-    if not (a != "ring" and kind != "all_reduce"):
+    if nvls_ratio is not None:
+        bus *= nvls_ratio
+    elif not (a != "ring" and kind != "all_reduce"):
         bus *= (n / nsteps) if a in ("ring", "nvls", "nvls_tree") else 0.5
     intra_hw = _intra_hw(system)
     lat = t["base"][a][p]
@@ -353,6 +415,39 @@ def nccl_estimate_us(kind: str, algorithm: str, protocol: str, sizes, system: Sy
         lat_s = np.where(plateau, lat * (1.9 if ci < 1 else 1.4), lat)
     with np.errstate(divide="ignore"):
         return np.where(bw_s > 0, lat_s + S / (1000.0 * bw_s), np.inf)
+
+
+def _nvls_channel_bw(kind: str, a: str, g: NvlsGraph, t: dict, ci: int, idx2: int, D: int, ppn: float,
+                     version: Tuple[int, int]) -> Tuple[Optional[float], float]:
+    """NVLS / NVLS-tree bandwidth per channel and the bus-to-algorithm ratio, as ncclTopoTuneModel
+    computes them from the NVLS graph (None: NCCL drops the algorithm). The formula changed twice:
+
+    - 2.28 and later: intraBw = bwIntra x nvlsEfficiency x (nCh-1)/nCh, x2 for AllReduce ("pipelines
+      two operations"), else x(ppn-1)/ppn; interBw = bwInter (x2 for NVLS-tree on 2 nodes);
+      bw = min(intraBw, interBw, perChMaxNVLSTreeBw for NVLS-tree); fewer than 2 channels: dropped
+      ("NVLS/NVLStree needs at least 2 channels"); ratio nRanks/nsteps (AllReduce only);
+    - before (v2.19.3-1 .. v2.27.7-1): NVLS bw = min(bwIntra, bwInter) (2.27 AllGather/ReduceScatter:
+      min(bwIntra (ppn-1)/ppn, 0.9 bwInter)); NVLS-tree bw = min(bwIntra, bwInter, /2 beyond 2 nodes);
+      ratio 5/6, applied to AllGather/ReduceScatter too before 2.23 (v2.23.4-1 added the
+      "a != RING && (AllGather || ReduceScatter)" guard).
+    """
+    ar = kind == "all_reduce"
+    if version >= (2, 28):
+        if g.channels < 2:
+            return None, 1.0
+        intra = g.bw_intra * t["nvls_eff"][ci] * (g.channels - 1) / g.channels
+        intra *= 2.0 if ar else (ppn - 1) / ppn
+        inter = g.bw_inter * (2 if (D <= 2 and a == "nvls_tree") else 1)
+        ratio = (ppn * D) / (2 * (ppn * D - 1)) if ar else 1.0  # nRanks / nsteps, nsteps = 2(n-1)
+        return min(intra, inter, t["nvls_tree"][ci][idx2] if a == "nvls_tree" else math.inf), ratio
+    if a == "nvls":
+        if not ar and version >= (2, 27):
+            bw = min(g.bw_intra * (ppn - 1) / ppn, 0.9 * g.bw_inter)
+        else:
+            bw = min(g.bw_intra, g.bw_inter)
+    else:
+        bw = min(g.bw_intra, g.bw_inter if D <= 2 else g.bw_inter / 2)
+    return bw, (5.0 / 6.0 if (ar or version < (2, 23)) else 1.0)
 
 
 def _tree_correction(t: dict, protocol: str, S: np.ndarray) -> np.ndarray:
