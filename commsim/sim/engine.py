@@ -59,7 +59,7 @@ from commsim.collectives.kernels import algorithm_for, make_kernel
 from commsim.scenario.spec import Scenario
 from commsim.sim.ddp_costs import PARTIAL_RANKS, ChargedBackward, InFlight, PartialRanks, charges
 from commsim.sim.links import scenario_fabric
-from commsim.sim.sharding import optimizer_time, stream_order, unit_shares
+from commsim.sim.sharding import SegmentInFlight, optimizer_time, stream_order, unit_shares
 from commsim.sim.stragglers import Perturbations, ThermalClock, perturbations
 
 EventLog = List[Tuple[float, int, str]]
@@ -649,7 +649,7 @@ class Engine:
         nb = len(self.buckets)
         share = unit_shares(self.buckets)
         work = [c.forward * share[nb - 1 - x] for x in range(nb)] + [c.backward * share[j] for j in range(nb)]
-        in_flight = InFlight(self._charged.throttled, costs.overlap_slowdown)
+        in_flight = SegmentInFlight(self._charged.throttled, costs.overlap_slowdown)
         issued = None
         bounds = {}  # kernel -> (its last finish, that finish's min and max)
         low = high = 0.0  # the stream's (the last finish's) min and max
@@ -718,7 +718,9 @@ class Engine:
             bounds[id(kernel)] = (finish, low, high)
             # the launch's latest rank: the stream's (queued) or the (after an idle stream)
             begin_high = high_before if hint == InFlight.QUEUED else latest if launch is issued else None
-            in_flight.add(launch, finish, at, hint, None if begin_high is None else (begin_high, low))
+            # (and a new chain's earliest begin: the issue's, for SegmentInFlight's closed form)
+            in_flight.add(launch, finish, at, hint,
+                          None if begin_high is None else (begin_high, low, first if launch is issued else None))
             return finish
 
         busy = np.zeros(self.n)
@@ -727,13 +729,13 @@ class Engine:
         if nb:
             stream = gathered = yield from run(t0, None)
             gather_low, gather_high = low, high
-        factor_high = float(np.max(f))
+        factor_high, factor_low = float(np.max(f)), float(np.min(f))
         for x in range(2 * nb):
             # a segment starts once its unit is gathered; where every rank's previous segment
             # ended by the gather's earliest finish, the start is that finish, and its bounds
             # are the gather's (kept by run): InFlight.compute's scalar test needs them
             if shortcut and float(prev_end.max()) <= gather_low:
-                begin, start_bounds = gathered, (gather_low, gather_high, factor_high * work[x])
+                begin, start_bounds = gathered, (gather_low, gather_high, factor_high * work[x], factor_low * work[x])
             else:
                 begin, start_bounds = np.maximum(prev_end, gathered), None
             if x + 1 < 2 * nb:  # prefetch: the next unit's gather, one unit ahead

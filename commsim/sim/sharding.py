@@ -36,9 +36,11 @@ bucket's bytes (parameters all-gathered in the gradient dtype).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, Tuple
+from typing import Literal, Optional, Tuple
 
 import numpy as np
+
+from commsim.sim.ddp_costs import InFlight, _through_chains_float
 
 SHARDING = ("none", "zero2", "fsdp")
 Kind = Literal["all_reduce", "reduce_scatter", "all_gather"]
@@ -112,3 +114,67 @@ def traffic_bytes(sharding: str, buckets: np.ndarray, n: int) -> float:
     sizes = np.asarray(buckets, dtype=float)
     return float(sum(collective_steps(op.kind, n) / n * sizes[op.bucket]
                      for op in stream_order(sharding, len(sizes))))
+
+
+class SegmentInFlight(InFlight):
+    """:class:`commsim.sim.ddp_costs.InFlight` for FSDP's compute segments, with one more closed
+    form: a segment that starts shortly before its one chain of collectives begins (its unit's
+    gather finished, the next gather issued the launch cost later on an idle stream: FSDP's
+    forward when communication-bound) and ends inside that chain on every rank. Its finish is
+    ``t + w + slowdown x (w - free)``, ``free = begin - t`` the full-rate time before the chain:
+    :func:`commsim.sim.ddp_costs._through_chains`' arithmetic of one chain, bit for bit, once
+    scalar bounds (rounding is monotone, so bounds of the operands bound every rank's terms)
+    show that no ``max(., 0)`` or ``min`` in it binds. ``add``'s `bounds` may carry a third
+    element, the chain's earliest begin; ``compute``'s a fourth, the work's minimum. Everything
+    else is InFlight's."""
+
+    begin_low: Optional[float] = None  # the last chain's earliest begin, where known
+
+    def add(self, begin, end, floor, hint=None, bounds=None) -> None:
+        if self.last is None or hint == InFlight.NEW:  # a new chain: its begin is this launch
+            self.begin_low = None if bounds is None or len(bounds) < 3 else bounds[2]
+        elif hint != InFlight.QUEUED:  # (queued: the chain, and its begin, go on)
+            self.begin_low = None
+        super().add(begin, end, floor, hint, None if bounds is None else bounds[:2])
+
+    def compute(self, start, work, bounds=None):
+        if (self.slowdown <= 0 or self.last is None or bounds is None or len(bounds) < 4 or len(self.begin) != 1
+                or self.begin_low is None or self.begin_high is None or self.end_low is None
+                or (self.throttled is not None and self.scalar_clocks is None)):
+            return super().compute(start, work, bounds)
+        start_low, start_high, work_high, work_low = bounds
+        if self.begin_high <= start_low:  # starts inside its chain: InFlight's own closed form
+            return super().compute(start, work, bounds)
+        rate = 1.0 / (1.0 + self.slowdown)
+        free_high = self.begin_high - start_low
+        free_low = self.begin_low - start_high
+        if not (free_low >= 0.0 and work_low >= free_high
+                and ((self.end_low - start_high) - free_high) * rate >= work_high - free_low):
+            return super().compute(start, work, bounds)
+        # _through_chains with one chain, no max/min binding: free = begin - t, slow = left - free
+        extra = np.subtract(work, np.subtract(self.begin[-1], start))
+        extra *= self.slowdown
+        t = start + work
+        t += extra
+        if self.scalar_clocks is not None:
+            self._clocks_after(start, work, t, extra)
+        self.stretch += extra
+        return t
+
+    def _clocks_after(self, start, work, t, extra) -> None:
+        """The thermally throttled ranks, each on its scalar clock: InFlight.compute's loop (the
+        same arithmetic and memo), which overwrites their columns of `t` and `extra`."""
+        for r, clock in self.scalar_clocks:
+            memo = self._units.setdefault(r, {})
+            if len(memo) > 8:
+                memo.clear()
+            wd = clock.work_done_float
+            x = float(start[r])
+            units = memo[x] if x in memo else memo.setdefault(x, wd(x))
+            begin = [memo[x] if x in memo else memo.setdefault(x, wd(x)) for x in self.begin[:, r].tolist()]
+            end = [memo[x] if x in memo else memo.setdefault(x, wd(x)) for x in self.end[:, r].tolist()]
+            w = float(work[r])
+            done, _ = _through_chains_float(units, w, begin, end, self.slowdown)
+            finish = clock.time_for_work_float(done)
+            t[r] = finish
+            extra[r] = finish - clock.time_for_work_float(units + w)
