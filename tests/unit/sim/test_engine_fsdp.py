@@ -93,3 +93,18 @@ def test_segment_in_flight_needs_the_chains_earliest_begin(monkeypatch):
     assert len(calls) == 1  # without the chain's earliest begin: the chain arithmetic; with it, the closed form
     np.testing.assert_array_equal(outs[0], outs[1])
     np.testing.assert_allclose(outs[1], start + work + 0.1 * (work - 2e-5), rtol=1e-12)
+
+
+def test_event_log_has_every_collective_at_its_last_finish():
+    sc = _latency_bound(1)
+    log = []
+    r = Engine(sc, log=log, collectives=True).run()
+    plain = Engine(sc, collectives=True).run()
+    for field in FIELDS:  # keeping the log changes nothing
+        np.testing.assert_array_equal(getattr(r, field), getattr(plain, field), err_msg=field)
+    ops = len(r.last_rank[0])
+    for s in range(r.steps_simulated):
+        events = [e for e in log if e[1] == s]
+        assert [e[2].split()[1] for e in events[:-1]] == [str(k) for k in range(ops)]
+        assert events[-1][2] == "end"
+        np.testing.assert_array_equal([e[0] for e in events[:-1]], r.coll_finish[s].max(axis=1))
