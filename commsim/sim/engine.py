@@ -666,7 +666,9 @@ class Engine:
         kernels, last_rank, launch_spread = self.kernels, self._last_rank[s], self._launch_spread[s]
         QUEUED, NEW = InFlight.QUEUED, InFlight.NEW
 
-        def run(at, stream, at_low=None):  # issue the next collective at `at` (plus the host cost), after the previous issue
+        def run(at, stream, at_low=None, at_floor=None):
+            # issue the next collective at `at` (plus the host cost), after the previous issue;
+            # `at_low`: at.min(), `at_floor`: a lower bound of `at`, where known
             # (a plain function: the clock is advanced by the caller, only when an event log is kept)
             nonlocal issued, issued_high, low, high, stream_origin
             if shortcut and issued is not None and at_low is not None and issued_high <= at_low:
@@ -674,6 +676,9 @@ class Engine:
                 # the min shifted is the shifted min (rounding is monotone)
                 issued = at + overhead
                 first = at_low + overhead
+            elif shortcut and issued is not None and at_floor is not None and issued_high <= at_floor:
+                issued = at + overhead  # (the same, the min to be found)
+                first = None
             else:
                 issued = (at if issued is None else np.maximum(at, issued)) + overhead
                 first = None
@@ -746,7 +751,8 @@ class Engine:
             # a segment starts once its unit is gathered; where every rank's previous segment
             # ended by the gather's earliest finish, the start is that finish, and its bounds
             # are the gather's (kept by run): InFlight.compute's scalar test needs them
-            if shortcut and float(prev_end.max()) <= gather_low:
+            ends = in_flight.finish_bounds  # (a closed form's bounds of prev_end, else None)
+            if shortcut and (ends[1] if ends is not None and x else float(prev_end.max())) <= gather_low:
                 begin, start_bounds = gathered, (gather_low, gather_high, factor_high * work[x], factor_low * work[x])
             else:
                 begin, start_bounds = np.maximum(prev_end, gathered), None
@@ -758,7 +764,8 @@ class Engine:
             prev_end = in_flight.compute(begin, f * work[x], start_bounds)
             busy += prev_end - begin
             if x >= nb and sc.ddp.overlap:
-                stream = run(prev_end, stream)
+                ends = in_flight.finish_bounds
+                stream = run(prev_end, stream, None, None if ends is None else ends[0])
                 if log is not None:
                     yield from self._sharded_logged(s, stream)
         backward_end = prev_end

@@ -129,41 +129,70 @@ class SegmentInFlight(InFlight):
     else is InFlight's."""
 
     begin_low: Optional[float] = None  # the last chain's earliest begin, where known
+    # (min, max) of the last compute's finish where a closed form gave it (scalar bounds of its
+    # operands, and the throttled ranks' own values): the caller's tests need no O(n) pass
+    finish_bounds: Optional[Tuple[float, float]] = None
 
     def add(self, begin, end, floor, hint=None, bounds=None) -> None:
         if self.last is None or hint == InFlight.NEW:  # a new chain: its begin is this launch
             self.begin_low = None if bounds is None or len(bounds) < 3 else bounds[2]
         elif hint != InFlight.QUEUED:  # (queued: the chain, and its begin, go on)
             self.begin_low = None
+        if (hint == InFlight.NEW and floor is self.last and self.slowdown > 0 and self.last is not None
+                and len(self.begin) == 1):
+            # a new chain where later compute starts no sooner than the last chain's end (the
+            # floor is that very vector: InFlight.add's ``end > floor`` is false everywhere):
+            # the new chain replaces the old one, InFlight.add's result without its two passes
+            self.begin_high = None if bounds is None else bounds[0]
+            self.end_low = None if bounds is None else bounds[1]
+            self.begin[-1] = begin
+            self.end[-1] = end
+            self.last = end
+            return
         super().add(begin, end, floor, hint, None if bounds is None else bounds[:2])
 
     def compute(self, start, work, bounds=None):
+        self.finish_bounds = None
         if (self.slowdown <= 0 or self.last is None or bounds is None or len(bounds) < 4 or len(self.begin) != 1
-                or self.begin_low is None or self.begin_high is None or self.end_low is None
+                or self.begin_high is None or self.end_low is None
                 or (self.throttled is not None and self.scalar_clocks is None)):
             return super().compute(start, work, bounds)
         start_low, start_high, work_high, work_low = bounds
-        if self.begin_high <= start_low:  # starts inside its chain: InFlight's own closed form
-            return super().compute(start, work, bounds)
         rate = 1.0 / (1.0 + self.slowdown)
-        free_high = self.begin_high - start_low
-        free_low = self.begin_low - start_high
-        if not (free_low >= 0.0 and work_low >= free_high
-                and ((self.end_low - start_high) - free_high) * rate >= work_high - free_low):
-            return super().compute(start, work, bounds)
-        # _through_chains with one chain, no max/min binding: free = begin - t, slow = left - free
-        extra = np.subtract(work, np.subtract(self.begin[-1], start))
-        extra *= self.slowdown
+        if self.begin_high <= start_low:
+            # starts inside its chain: InFlight.compute's own closed form (its test, its arithmetic)
+            if not (self.end_low - start_high) * rate >= work_high:
+                return super().compute(start, work, bounds)
+            extra = work * self.slowdown
+            extra_high = work_high * self.slowdown
+        else:
+            if self.begin_low is None:
+                return super().compute(start, work, bounds)
+            free_high = self.begin_high - start_low
+            free_low = self.begin_low - start_high
+            if not (free_low >= 0.0 and work_low >= free_high
+                    and ((self.end_low - start_high) - free_high) * rate >= work_high - free_low):
+                return super().compute(start, work, bounds)
+            # _through_chains with one chain, no max/min binding: free = begin - t, slow = left - free
+            extra = np.subtract(work, np.subtract(self.begin[-1], start))
+            extra *= self.slowdown
+            extra_high = (work_high - free_low) * self.slowdown
         t = start + work
         t += extra
+        # extra >= 0: start + work <= t <= start + work + extra, each term bounded (monotone rounding)
+        low, high = start_low + work_low, (start_high + work_high) + extra_high
         if self.scalar_clocks is not None:
-            self._clocks_after(start, work, t, extra)
+            finishes = self._clocks_after(start, work, t, extra)
+            low, high = min(low, min(finishes)), max(high, max(finishes))
         self.stretch += extra
+        self.finish_bounds = (low, high)
         return t
 
-    def _clocks_after(self, start, work, t, extra) -> None:
+    def _clocks_after(self, start, work, t, extra) -> list:
         """The thermally throttled ranks, each on its scalar clock: InFlight.compute's loop (the
-        same arithmetic and memo), which overwrites their columns of `t` and `extra`."""
+        same arithmetic and memo), which overwrites their columns of `t` and `extra`; returns
+        their finishes."""
+        finishes = []
         for r, clock in self.scalar_clocks:
             memo = self._units.setdefault(r, {})
             if len(memo) > 8:
@@ -178,3 +207,5 @@ class SegmentInFlight(InFlight):
             finish = clock.time_for_work_float(done)
             t[r] = finish
             extra[r] = finish - clock.time_for_work_float(units + w)
+            finishes.append(finish)
+        return finishes
