@@ -160,11 +160,13 @@ class SegmentInFlight(InFlight):
         start_low, start_high, work_high, work_low = bounds
         rate = 1.0 / (1.0 + self.slowdown)
         if self.begin_high <= start_low:
-            # starts inside its chain: InFlight.compute's own closed form (its test, its arithmetic)
-            if not (self.end_low - start_high) * rate >= work_high:
-                return super().compute(start, work, bounds)
-            extra = work * self.slowdown
-            extra_high = work_high * self.slowdown
+            # starts inside its chain: InFlight.compute's own closed form (this is its test), and
+            # its bounds: start + work <= t <= start + work + work x slowdown (monotone rounding)
+            t = super().compute(start, work, bounds)
+            if (self.end_low - start_high) * rate >= work_high:
+                high = (start_high + work_high) + work_high * self.slowdown
+                self.finish_bounds = self._with_clocks(t, start_low + work_low, high)
+            return t
         else:
             if self.begin_low is None:
                 return super().compute(start, work, bounds)
@@ -179,20 +181,24 @@ class SegmentInFlight(InFlight):
             extra_high = (work_high - free_low) * self.slowdown
         t = start + work
         t += extra
-        # extra >= 0: start + work <= t <= start + work + extra, each term bounded (monotone rounding)
-        low, high = start_low + work_low, (start_high + work_high) + extra_high
         if self.scalar_clocks is not None:
-            finishes = self._clocks_after(start, work, t, extra)
-            low, high = min(low, min(finishes)), max(high, max(finishes))
+            self._clocks_after(start, work, t, extra)
         self.stretch += extra
-        self.finish_bounds = (low, high)
+        # extra >= 0: start + work <= t <= start + work + extra, each term bounded (monotone rounding)
+        self.finish_bounds = self._with_clocks(t, start_low + work_low, (start_high + work_high) + extra_high)
         return t
 
-    def _clocks_after(self, start, work, t, extra) -> list:
+    def _with_clocks(self, t, low: float, high: float) -> Tuple[float, float]:
+        """(low, high) widened to the throttled ranks' finishes in `t` (their clocks', not the
+        closed form's: the bounds hold for the other ranks)."""
+        for r, _ in self.scalar_clocks or ():
+            v = float(t[r])
+            low, high = min(low, v), max(high, v)
+        return low, high
+
+    def _clocks_after(self, start, work, t, extra) -> None:
         """The thermally throttled ranks, each on its scalar clock: InFlight.compute's loop (the
-        same arithmetic and memo), which overwrites their columns of `t` and `extra`; returns
-        their finishes."""
-        finishes = []
+        same arithmetic and memo), which overwrites their columns of `t` and `extra`."""
         for r, clock in self.scalar_clocks:
             memo = self._units.setdefault(r, {})
             if len(memo) > 8:
@@ -207,5 +213,3 @@ class SegmentInFlight(InFlight):
             finish = clock.time_for_work_float(done)
             t[r] = finish
             extra[r] = finish - clock.time_for_work_float(units + w)
-            finishes.append(finish)
-        return finishes

@@ -25,6 +25,12 @@ def _latency_bound(seed: int, throttle: bool = True, **kw):
                          stragglers=stragglers, costs=DDPCosts(), sharding="fsdp", **kw)
 
 
+class _PlainInFlight(InFlight):
+    """InFlight's own arithmetic, and no finish bounds: what SegmentInFlight replaces."""
+
+    finish_bounds = None
+
+
 def _run(sc, shortcut=True):
     engine = Engine(sc)
     engine._shortcut = shortcut
@@ -45,7 +51,7 @@ def test_segment_before_its_chain_in_closed_form_bit_for_bit(seed, throttle, mon
     calls = _count_chain_calls(monkeypatch)
     fast = _run(sc)
     closed = len(calls)
-    monkeypatch.setattr(engine_module, "SegmentInFlight", InFlight)  # InFlight's own arithmetic
+    monkeypatch.setattr(engine_module, "SegmentInFlight", _PlainInFlight)
     del calls[:]
     plain = _run(sc)
     chains = len(calls)
@@ -108,3 +114,74 @@ def test_event_log_has_every_collective_at_its_last_finish():
         assert [e[2].split()[1] for e in events[:-1]] == [str(k) for k in range(ops)]
         assert events[-1][2] == "end"
         np.testing.assert_array_equal([e[0] for e in events[:-1]], r.coll_finish[s].max(axis=1))
+
+
+class _CountingNumpy:
+    """numpy, counting the engine's calls of one function."""
+
+    def __init__(self, name):
+        self.name, self.calls = name, 0
+
+    def __getattr__(self, attr):
+        if attr != self.name:
+            return getattr(np, attr)
+
+        def counted(*a, **kw):
+            self.calls += 1
+            return getattr(np, attr)(*a, **kw)
+        return counted
+
+
+@pytest.mark.parametrize("throttle", [True, False])
+def test_finish_bounds_and_replaced_chains_spare_the_vector_passes(throttle, monkeypatch):
+    sc = _latency_bound(0, throttle)
+    adds, bounded = [], []
+    add, compute = InFlight.add, SegmentInFlight.compute
+    monkeypatch.setattr(InFlight, "add", lambda self, *a, **kw: adds.append(1) or add(self, *a, **kw))
+
+    def counted_compute(self, start, work, bounds=None):
+        t = compute(self, start, work, bounds)
+        if self.finish_bounds is not None:  # they bracket the result
+            assert self.finish_bounds[0] <= t.min() and t.max() <= self.finish_bounds[1]
+            bounded.append(1)
+        return t
+
+    monkeypatch.setattr(SegmentInFlight, "compute", counted_compute)
+    maximum = _CountingNumpy("maximum")
+    monkeypatch.setattr(engine_module, "np", maximum)
+    fast = _run(sc)
+    segments = 2 * len(fast.bucket_sizes) * sc.steps
+    collectives = fast.last_rank.size
+    assert len(bounded) > segments / 2  # most segments' ends known from their closed form
+    assert collectives - len(adds) >= 4 * sc.steps  # forward gathers: new chains replace the old ones directly
+    # the reduce-scatters (a third of the collectives) issued without the maximum
+    assert maximum.calls < collectives / 3, (maximum.calls, collectives)
+    monkeypatch.setattr(engine_module, "np", np)
+    monkeypatch.setattr(engine_module, "SegmentInFlight", _PlainInFlight)
+    plain = _run(sc)
+    for field in FIELDS:
+        np.testing.assert_array_equal(getattr(fast, field), getattr(plain, field), err_msg=field)
+    np.testing.assert_array_equal(fast.last_rank, plain.last_rank)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_a_new_chain_replacing_the_old_one_equals_in_flight_add(seed):
+    rng = np.random.default_rng(seed)
+    n = 32
+    pair = [cls(None, 0.2) for cls in (SegmentInFlight, InFlight)]
+    begin = 5.0 + rng.uniform(0, 1e-4, n)
+    end = begin + rng.uniform(1e-3, 2e-3, n)
+    for flight in pair:
+        flight.add(begin, end, begin, InFlight.NEW, (float(begin.max()), float(end.min()), float(begin.min())))
+    nxt = end + rng.uniform(1e-6, 1e-5, n)  # the next chain begins after the last one's end, the floor
+    nxt_end = nxt + 2e-3
+    for flight in pair:
+        flight.add(nxt, nxt_end, flight.last, InFlight.NEW, (float(nxt.max()), float(nxt_end.min()), float(nxt.min())))
+    fast, slow = pair
+    for attr in ("begin", "end", "last"):
+        np.testing.assert_array_equal(getattr(fast, attr), getattr(slow, attr), err_msg=attr)
+    assert (fast.begin_high, fast.end_low) == (slow.begin_high, slow.end_low)
+    work = rng.uniform(1e-4, 2e-4, n)
+    start = end.copy()
+    bounds = (float(start.min()), float(start.max()), float(work.max()), float(work.min()))
+    np.testing.assert_array_equal(fast.compute(start, work, bounds), slow.compute(start, work, bounds))
