@@ -739,6 +739,7 @@ class Engine:
 
         log = self.log
         busy = np.zeros(self.n)
+        spent = np.empty(self.n)  # (each segment's compute time, before it is added to busy)
         prev_end = t0
         stream = gathered = None
         if nb:
@@ -762,7 +763,7 @@ class Engine:
                     yield from self._sharded_logged(s, stream)
                 gather_low, gather_high = low, high
             prev_end = in_flight.compute(begin, f * work[x], start_bounds)
-            busy += prev_end - begin
+            busy += np.subtract(prev_end, begin, out=spent)
             if x >= nb and sc.ddp.overlap:
                 ends = in_flight.finish_bounds
                 stream = run(prev_end, stream, None, None if ends is None else ends[0])

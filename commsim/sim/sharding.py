@@ -40,7 +40,7 @@ from typing import Literal, Optional, Tuple
 
 import numpy as np
 
-from commsim.sim.ddp_costs import InFlight, _through_chains_float
+from commsim.sim.ddp_costs import InFlight
 
 SHARDING = ("none", "zero2", "fsdp")
 Kind = Literal["all_reduce", "reduce_scatter", "all_gather"]
@@ -197,8 +197,12 @@ class SegmentInFlight(InFlight):
         return low, high
 
     def _clocks_after(self, start, work, t, extra) -> None:
-        """The thermally throttled ranks, each on its scalar clock: InFlight.compute's loop (the
-        same arithmetic and memo), which overwrites their columns of `t` and `extra`."""
+        """The thermally throttled ranks, each on its scalar clock: InFlight.compute's loop for
+        its one chain (the same arithmetic and memo: :func:`commsim.sim.ddp_costs._through_chains_float`
+        of one chain, inlined), which overwrites their columns of `t` and `extra`."""
+        slowdown = self.slowdown
+        rate = 1.0 / (1.0 + slowdown)
+        chain_begin, chain_end = self.begin[0], self.end[0]
         for r, clock in self.scalar_clocks:
             memo = self._units.setdefault(r, {})
             if len(memo) > 8:
@@ -206,10 +210,13 @@ class SegmentInFlight(InFlight):
             wd = clock.work_done_float
             x = float(start[r])
             units = memo[x] if x in memo else memo.setdefault(x, wd(x))
-            begin = [memo[x] if x in memo else memo.setdefault(x, wd(x)) for x in self.begin[:, r].tolist()]
-            end = [memo[x] if x in memo else memo.setdefault(x, wd(x)) for x in self.end[:, r].tolist()]
+            x = float(chain_begin[r])
+            begin = memo[x] if x in memo else memo.setdefault(x, wd(x))
+            x = float(chain_end[r])
+            end = memo[x] if x in memo else memo.setdefault(x, wd(x))
             w = float(work[r])
-            done, _ = _through_chains_float(units, w, begin, end, self.slowdown)
+            free = max(begin - units, 0.0)
+            done = units + w + max(min((end - units - free) * rate, w - free), 0.0) * slowdown
             finish = clock.time_for_work_float(done)
             t[r] = finish
             extra[r] = finish - clock.time_for_work_float(units + w)
