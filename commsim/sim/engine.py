@@ -59,7 +59,7 @@ from commsim.collectives.kernels import algorithm_for, make_kernel
 from commsim.scenario.spec import Scenario
 from commsim.sim.ddp_costs import PARTIAL_RANKS, ChargedBackward, InFlight, PartialRanks, charges
 from commsim.sim.links import scenario_fabric
-from commsim.sim.sharding import optimizer_time, stream_order, unit_shares
+from commsim.sim.sharding import SegmentInFlight, optimizer_time, stream_order, unit_shares
 from commsim.sim.stragglers import Perturbations, ThermalClock, perturbations
 
 EventLog = List[Tuple[float, int, str]]
@@ -649,7 +649,7 @@ class Engine:
         nb = len(self.buckets)
         share = unit_shares(self.buckets)
         work = [c.forward * share[nb - 1 - x] for x in range(nb)] + [c.backward * share[j] for j in range(nb)]
-        in_flight = InFlight(self._charged.throttled, costs.overlap_slowdown)
+        in_flight = SegmentInFlight(self._charged.throttled, costs.overlap_slowdown)
         issued = None
         bounds = {}  # kernel -> (its last finish, that finish's min and max)
         low = high = 0.0  # the stream's (the last finish's) min and max
@@ -662,15 +662,25 @@ class Engine:
         issued_high = 0.0  # the last issue's max
         shortcut = self._shortcut
 
-        def run(at, stream, at_low=None):  # issue the next collective at `at` (plus the host cost), after the previous issue
+        overhead = costs.bucket_overhead
+        kernels, last_rank, launch_spread = self.kernels, self._last_rank[s], self._launch_spread[s]
+        QUEUED, NEW = InFlight.QUEUED, InFlight.NEW
+
+        def run(at, stream, at_low=None, at_floor=None):
+            # issue the next collective at `at` (plus the host cost), after the previous issue;
+            # `at_low`: at.min(), `at_floor`: a lower bound of `at`, where known
+            # (a plain function: the clock is advanced by the caller, only when an event log is kept)
             nonlocal issued, issued_high, low, high, stream_origin
             if shortcut and issued is not None and at_low is not None and issued_high <= at_low:
                 # `at` (its min known) no earlier than the previous issue anywhere: no maximum, and
                 # the min shifted is the shifted min (rounding is monotone)
-                issued = at + costs.bucket_overhead
-                first = at_low + costs.bucket_overhead
+                issued = at + overhead
+                first = at_low + overhead
+            elif shortcut and issued is not None and at_floor is not None and issued_high <= at_floor:
+                issued = at + overhead  # (the same, the min to be found)
+                first = None
             else:
-                issued = (at if issued is None else np.maximum(at, issued)) + costs.bucket_overhead
+                issued = (at if issued is None else np.maximum(at, issued)) + overhead
                 first = None
             k = self._op
             last = int(issued.argmax())
@@ -678,8 +688,8 @@ class Engine:
             if first is None:
                 first = float(issued.min())
             issued_high = latest
-            self._last_rank[s, k] = last
-            self._launch_spread[s, k] = latest - first
+            last_rank[k] = last
+            launch_spread[k] = latest - first
             # the launch max(issued, stream) from scalars where one side bounds the other on
             # every rank (the stream's bounds are kept, not recomputed: see below); it tells
             # InFlight too whether the stream was idle before it everywhere, or nowhere
@@ -689,68 +699,108 @@ class Engine:
             elif not shortcut:  # (the bucket-by-bucket reference: every vector operation)
                 launch = np.maximum(issued, stream)
             elif latest <= low:
-                launch, hint = stream, InFlight.QUEUED
+                launch, hint = stream, QUEUED
             elif first > high:
-                launch, hint = issued, InFlight.NEW
+                launch, hint = issued, NEW
             else:
                 launch = np.maximum(issued, stream)
-            kernel = self.kernels[k]
+            kid = id(kernels[k])
             high_before = high
-            origin = stream_origin if hint == InFlight.QUEUED else None
-            known_origin = origins.get(id(kernel))
-            shift = None
-            if origin is not None and known_origin is not None and known_origin[0] is not None \
-                    and known_origin[0][0] is origin[0]:
-                shift = origin[1] - known_origin[0][1]
-            finish = yield from self._launch(s, issued, stream, launch, shift)
-            if self._last_shift is not None and known_origin is not None:  # finish = the kernel's previous finish + c
-                stream_origin = (known_origin[1][0], known_origin[1][1] + self._last_shift[1])
+            known_origin = origins.get(kid)
+            shift = origin = None
+            if hint is QUEUED:
+                origin = stream_origin
+                if known_origin is not None and known_origin[0] is not None and known_origin[0][0] is origin[0]:
+                    shift = origin[1] - known_origin[0][1]
+            finish = self._sharded_launch(s, issued, launch, shift)
+            last_shift = self._last_shift
+            if last_shift is not None and known_origin is not None:  # finish = the kernel's previous finish + c
+                stream_origin = (known_origin[1][0], known_origin[1][1] + last_shift[1])
             else:
                 stream_origin = (finish, 0.0)
-            origins[id(kernel)] = (origin, stream_origin)
+            origins[kid] = (origin, stream_origin)
             # rounding is monotone, so a finish that is a previous one shifted by c has that
             # one's bounds shifted by c: one scalar addition each, not two O(n) passes
-            shifted, known = self._last_shift, bounds.get(id(kernel))
-            if shifted is not None and known is not None and known[0] is shifted[0]:
-                low, high = known[1] + shifted[1], known[2] + shifted[1]
+            known = bounds.get(kid)
+            if last_shift is not None and known is not None and known[0] is last_shift[0]:
+                low, high = known[1] + last_shift[1], known[2] + last_shift[1]
             else:
                 low, high = float(finish.min()), float(finish.max())
-            bounds[id(kernel)] = (finish, low, high)
-            # the launch's latest rank: the stream's (queued) or the issue's (after an idle stream)
-            begin_high = high_before if hint == InFlight.QUEUED else latest if launch is issued else None
-            in_flight.add(launch, finish, at, hint, None if begin_high is None else (begin_high, low))
+            bounds[kid] = (finish, low, high)
+            # the launch's latest rank: the stream's (queued) or the issue's (after an idle stream),
+            # and a new chain's earliest begin, the issue's (SegmentInFlight's closed form)
+            if hint is QUEUED:
+                in_flight.add(launch, finish, at, hint, (high_before, low))
+            elif launch is issued:
+                in_flight.add(launch, finish, at, hint, (latest, low, first))
+            else:
+                in_flight.add(launch, finish, at, hint)
             return finish
 
+        log = self.log
         busy = np.zeros(self.n)
+        spent = np.empty(self.n)  # (each segment's compute time, before it is added to busy)
         prev_end = t0
         stream = gathered = None
         if nb:
-            stream = gathered = yield from run(t0, None)
+            stream = gathered = run(t0, None)
+            if log is not None:
+                yield from self._sharded_logged(s, stream)
             gather_low, gather_high = low, high
-        factor_high = float(np.max(f))
+        factor_high, factor_low = float(np.max(f)), float(np.min(f))
         for x in range(2 * nb):
             # a segment starts once its unit is gathered; where every rank's previous segment
             # ended by the gather's earliest finish, the start is that finish, and its bounds
             # are the gather's (kept by run): InFlight.compute's scalar test needs them
-            if shortcut and float(prev_end.max()) <= gather_low:
-                begin, start_bounds = gathered, (gather_low, gather_high, factor_high * work[x])
+            ends = in_flight.finish_bounds  # (a closed form's bounds of prev_end, else None)
+            if shortcut and (ends[1] if ends is not None and x else float(prev_end.max())) <= gather_low:
+                begin, start_bounds = gathered, (gather_low, gather_high, factor_high * work[x], factor_low * work[x])
             else:
                 begin, start_bounds = np.maximum(prev_end, gathered), None
             if x + 1 < 2 * nb:  # prefetch: the next unit's gather, one unit ahead
-                stream = gathered = yield from run(begin, stream, None if start_bounds is None else gather_low)
+                stream = gathered = run(begin, stream, None if start_bounds is None else gather_low)
+                if log is not None:
+                    yield from self._sharded_logged(s, stream)
                 gather_low, gather_high = low, high
             prev_end = in_flight.compute(begin, f * work[x], start_bounds)
-            busy += prev_end - begin
+            busy += np.subtract(prev_end, begin, out=spent)
             if x >= nb and sc.ddp.overlap:
-                stream = yield from run(prev_end, stream)
+                ends = in_flight.finish_bounds
+                stream = run(prev_end, stream, None, None if ends is None else ends[0])
+                if log is not None:
+                    yield from self._sharded_logged(s, stream)
         backward_end = prev_end
         if not sc.ddp.overlap:
             for _ in range(nb):
-                stream = yield from run(backward_end, stream)
+                stream = run(backward_end, stream)
+                if log is not None:
+                    yield from self._sharded_logged(s, stream)
         optimizer_start = backward_end if stream is None else np.maximum(stream, backward_end)
         end = self.ranks.finish(optimizer_start, f * optimizer)
         busy += end - optimizer_start - in_flight.stretch  # the slowdown counts as waiting, not compute
         return end, backward_end, backward_end if stream is None else stream, busy
+
+    def _sharded_launch(self, s: int, issue: np.ndarray, launch: np.ndarray, shift: Optional[float]) -> np.ndarray:
+        """FSDP's charged step's :meth:`_launch` without the clock (:meth:`_sharded_logged` advances
+        it where an event log is kept): the step's next collective, launched at `launch`, its
+        finish times (`shift`: :meth:`_finish_times`')."""
+        k = self._op
+        self._op += 1
+        finish = self._finish_times(self.kernels[k], launch, shift)
+        if self._record:
+            self._comm_time[k] = finish.max() - launch.max()
+        if self.collectives:
+            self._coll["issue"][s, k] = self._keep(issue)
+            self._coll["start"][s, k] = self._keep(launch)
+            self._coll["finish"][s, k] = self._keep(finish)
+        return finish
+
+    def _sharded_logged(self, s: int, finish: np.ndarray):
+        """Advance the clock to the last collective's end on every rank and log it, as
+        :meth:`_launch` does (a generator: ``yield from`` it)."""
+        k = self._op - 1
+        yield self.env.timeout(max(finish.max() - self.env.now, 0.0))
+        self.log.append((self.env.now, s, f"{self.ops[k].kind} {k}"))
 
     def _close_step(self, s: int, end, backward_end, comm_end, busy, stall):
         """Record step s and advance the clock to its end (a generator: ``yield from`` it).

@@ -36,9 +36,11 @@ bucket's bytes (parameters all-gathered in the gradient dtype).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, Tuple
+from typing import Literal, Optional, Tuple
 
 import numpy as np
+
+from commsim.sim.ddp_costs import InFlight
 
 SHARDING = ("none", "zero2", "fsdp")
 Kind = Literal["all_reduce", "reduce_scatter", "all_gather"]
@@ -112,3 +114,109 @@ def traffic_bytes(sharding: str, buckets: np.ndarray, n: int) -> float:
     sizes = np.asarray(buckets, dtype=float)
     return float(sum(collective_steps(op.kind, n) / n * sizes[op.bucket]
                      for op in stream_order(sharding, len(sizes))))
+
+
+class SegmentInFlight(InFlight):
+    """:class:`commsim.sim.ddp_costs.InFlight` for FSDP's compute segments, with one more closed
+    form: a segment that starts shortly before its one chain of collectives begins (its unit's
+    gather finished, the next gather issued the launch cost later on an idle stream: FSDP's
+    forward when communication-bound) and ends inside that chain on every rank. Its finish is
+    ``t + w + slowdown x (w - free)``, ``free = begin - t`` the full-rate time before the chain:
+    :func:`commsim.sim.ddp_costs._through_chains`' arithmetic of one chain, bit for bit, once
+    scalar bounds (rounding is monotone, so bounds of the operands bound every rank's terms)
+    show that no ``max(., 0)`` or ``min`` in it binds. ``add``'s `bounds` may carry a third
+    element, the chain's earliest begin; ``compute``'s a fourth, the work's minimum. Everything
+    else is InFlight's."""
+
+    begin_low: Optional[float] = None  # the last chain's earliest begin, where known
+    # (min, max) of the last compute's finish where a closed form gave it (scalar bounds of its
+    # operands, and the throttled ranks' own values): the caller's tests need no O(n) pass
+    finish_bounds: Optional[Tuple[float, float]] = None
+
+    def add(self, begin, end, floor, hint=None, bounds=None) -> None:
+        if self.last is None or hint == InFlight.NEW:  # a new chain: its begin is this launch
+            self.begin_low = None if bounds is None or len(bounds) < 3 else bounds[2]
+        elif hint != InFlight.QUEUED:  # (queued: the chain, and its begin, go on)
+            self.begin_low = None
+        if (hint == InFlight.NEW and floor is self.last and self.slowdown > 0 and self.last is not None
+                and len(self.begin) == 1):
+            # a new chain where later compute starts no sooner than the last chain's end (the
+            # floor is that very vector: InFlight.add's ``end > floor`` is false everywhere):
+            # the new chain replaces the old one, InFlight.add's result without its two passes
+            self.begin_high = None if bounds is None else bounds[0]
+            self.end_low = None if bounds is None else bounds[1]
+            self.begin[-1] = begin
+            self.end[-1] = end
+            self.last = end
+            return
+        super().add(begin, end, floor, hint, None if bounds is None else bounds[:2])
+
+    def compute(self, start, work, bounds=None):
+        self.finish_bounds = None
+        if (self.slowdown <= 0 or self.last is None or bounds is None or len(bounds) < 4 or len(self.begin) != 1
+                or self.begin_high is None or self.end_low is None
+                or (self.throttled is not None and self.scalar_clocks is None)):
+            return super().compute(start, work, bounds)
+        start_low, start_high, work_high, work_low = bounds
+        rate = 1.0 / (1.0 + self.slowdown)
+        if self.begin_high <= start_low:
+            # starts inside its chain: InFlight.compute's own closed form (this is its test), and
+            # its bounds: start + work <= t <= start + work + work x slowdown (monotone rounding)
+            t = super().compute(start, work, bounds)
+            if (self.end_low - start_high) * rate >= work_high:
+                high = (start_high + work_high) + work_high * self.slowdown
+                self.finish_bounds = self._with_clocks(t, start_low + work_low, high)
+            return t
+        else:
+            if self.begin_low is None:
+                return super().compute(start, work, bounds)
+            free_high = self.begin_high - start_low
+            free_low = self.begin_low - start_high
+            if not (free_low >= 0.0 and work_low >= free_high
+                    and ((self.end_low - start_high) - free_high) * rate >= work_high - free_low):
+                return super().compute(start, work, bounds)
+            # _through_chains with one chain, no max/min binding: free = begin - t, slow = left - free
+            extra = np.subtract(work, np.subtract(self.begin[-1], start))
+            extra *= self.slowdown
+            extra_high = (work_high - free_low) * self.slowdown
+        t = start + work
+        t += extra
+        if self.scalar_clocks is not None:
+            self._clocks_after(start, work, t, extra)
+        self.stretch += extra
+        # extra >= 0: start + work <= t <= start + work + extra, each term bounded (monotone rounding)
+        self.finish_bounds = self._with_clocks(t, start_low + work_low, (start_high + work_high) + extra_high)
+        return t
+
+    def _with_clocks(self, t, low: float, high: float) -> Tuple[float, float]:
+        """(low, high) widened to the throttled ranks' finishes in `t` (their clocks', not the
+        closed form's: the bounds hold for the other ranks)."""
+        for r, _ in self.scalar_clocks or ():
+            v = float(t[r])
+            low, high = min(low, v), max(high, v)
+        return low, high
+
+    def _clocks_after(self, start, work, t, extra) -> None:
+        """The thermally throttled ranks, each on its scalar clock: InFlight.compute's loop for
+        its one chain (the same arithmetic and memo: :func:`commsim.sim.ddp_costs._through_chains_float`
+        of one chain, inlined), which overwrites their columns of `t` and `extra`."""
+        slowdown = self.slowdown
+        rate = 1.0 / (1.0 + slowdown)
+        chain_begin, chain_end = self.begin[0], self.end[0]
+        for r, clock in self.scalar_clocks:
+            memo = self._units.setdefault(r, {})
+            if len(memo) > 8:
+                memo.clear()
+            wd = clock.work_done_float
+            x = float(start[r])
+            units = memo[x] if x in memo else memo.setdefault(x, wd(x))
+            x = float(chain_begin[r])
+            begin = memo[x] if x in memo else memo.setdefault(x, wd(x))
+            x = float(chain_end[r])
+            end = memo[x] if x in memo else memo.setdefault(x, wd(x))
+            w = float(work[r])
+            free = max(begin - units, 0.0)
+            done = units + w + max(min((end - units - free) * rate, w - free), 0.0) * slowdown
+            finish = clock.time_for_work_float(done)
+            t[r] = finish
+            extra[r] = finish - clock.time_for_work_float(units + w)

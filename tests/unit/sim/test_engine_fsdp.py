@@ -1,0 +1,187 @@
+"""FSDP's charged step (Engine._charged_fsdp_step) and its shortcuts: each one bit for bit the
+plain vector work it replaces, and the whole run equal to the engine bucket by bucket."""
+
+import numpy as np
+import pytest
+
+import commsim.sim.ddp_costs as ddp_costs_module
+import commsim.sim.engine as engine_module
+from commsim.scenario.spec import DDPCosts, Jitter, Throttle
+from commsim.sim.ddp_costs import InFlight, clock_group
+from commsim.sim.engine import Engine
+from commsim.sim.sharding import SegmentInFlight
+from commsim.sim.stragglers import ThermalClock
+from tests.conftest import make_scenario
+
+FIELDS = ("step_end", "rank_end", "rank_backward_end", "rank_comm_end", "rank_busy", "comm_time", "launch_spread")
+
+
+def _latency_bound(seed: int, throttle: bool = True, **kw):
+    """Latency-bound collectives longer than the compute segments: the stream runs back to back,
+    FSDP's forward gathers each issued the launch cost after the previous one's finish."""
+    stragglers = [Jitter(0.05)] + ([Throttle((3,), 0.03, 0.02, 0.5, 0.01)] if throttle else [])
+    return make_scenario(nodes=3, gpus_per_node=4, parameters=6_000_000, bucket_cap=1.5e6, first_bucket=3e5,
+                         backward=0.002, forward=0.001, inter=(2e10, 1e-2), steps=4, seed=seed,
+                         stragglers=stragglers, costs=DDPCosts(), sharding="fsdp", **kw)
+
+
+class _PlainInFlight(InFlight):
+    """InFlight's own arithmetic, and no finish bounds: what SegmentInFlight replaces."""
+
+    finish_bounds = None
+
+
+def _run(sc, shortcut=True):
+    engine = Engine(sc)
+    engine._shortcut = shortcut
+    return engine.run()
+
+
+def _count_chain_calls(monkeypatch):
+    calls = []
+    through = ddp_costs_module._through_chains
+    monkeypatch.setattr(ddp_costs_module, "_through_chains", lambda *a: calls.append(1) or through(*a))
+    return calls
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("throttle", [True, False])
+def test_segment_before_its_chain_in_closed_form_bit_for_bit(seed, throttle, monkeypatch):
+    sc = _latency_bound(seed, throttle)
+    calls = _count_chain_calls(monkeypatch)
+    fast = _run(sc)
+    closed = len(calls)
+    monkeypatch.setattr(engine_module, "SegmentInFlight", _PlainInFlight)
+    del calls[:]
+    plain = _run(sc)
+    chains = len(calls)
+    slow = _run(sc, shortcut=False)
+    for field in FIELDS:
+        np.testing.assert_array_equal(getattr(fast, field), getattr(plain, field), err_msg=field)
+        np.testing.assert_allclose(getattr(fast, field), getattr(slow, field), rtol=1e-12, atol=1e-13, err_msg=field)
+    np.testing.assert_array_equal(fast.last_rank, plain.last_rank)
+    # forward segments leave the chain arithmetic for the closed form (several a step)
+    segments = 2 * len(fast.bucket_sizes) * sc.steps
+    assert chains - closed >= 2 * sc.steps, (chains, closed, segments)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_segment_in_flight_equals_in_flight_on_random_chains(seed):
+    rng = np.random.default_rng(seed)
+    n = 64
+    slowdown = float(rng.uniform(0.05, 0.5))
+    clocks = {5: ThermalClock(0.004, 0.003, 0.4, 0.001)} if seed % 2 else {}
+    pair = [cls(clock_group(clocks), slowdown) for cls in (SegmentInFlight, InFlight)]
+    start = 10.0 + rng.uniform(0, 1e-5, n)  # a segment starts at its gather's finish ...
+    gap = float(rng.uniform(1e-6, 5e-5))  # ... the next gather begins the launch cost later
+    begin = start + gap
+    # long chains (the closed form), or short ones that end before the segment does (its fallback)
+    end = begin + (rng.uniform(1e-3, 2e-3, n) if seed % 3 else rng.uniform(1e-5, 1e-4, n))
+    work = rng.uniform(2e-4, 4e-4, n)
+    for flight in pair:
+        flight.add(begin, end, start, InFlight.NEW, (float(begin.max()), float(end.min()), float(begin.min())))
+    bounds = (float(start.min()), float(start.max()), float(work.max()), float(work.min()))
+    out = [flight.compute(start, work, bounds) for flight in pair]
+    np.testing.assert_array_equal(out[0], out[1])
+    np.testing.assert_array_equal(pair[0].stretch, pair[1].stretch)
+
+
+def test_segment_in_flight_needs_the_chains_earliest_begin(monkeypatch):
+    calls = _count_chain_calls(monkeypatch)
+    start = np.array([1.0, 1.0 + 1e-7])
+    begin, end, work = start + 2e-5, start + 1e-2, np.array([1e-3, 1.1e-3])
+    bounds = (1.0, 1.0 + 1e-7, 1.1e-3, 1e-3)
+    outs = []
+    for third in ((), (float(begin.min()),)):
+        flight = SegmentInFlight(None, 0.1)
+        flight.add(begin, end, start, InFlight.NEW, (float(begin.max()), float(end.min())) + third)
+        outs.append(flight.compute(start, work, bounds))
+    assert len(calls) == 1  # without the chain's earliest begin: the chain arithmetic; with it, the closed form
+    np.testing.assert_array_equal(outs[0], outs[1])
+    np.testing.assert_allclose(outs[1], start + work + 0.1 * (work - 2e-5), rtol=1e-12)
+
+
+def test_event_log_has_every_collective_at_its_last_finish():
+    sc = _latency_bound(1)
+    log = []
+    r = Engine(sc, log=log, collectives=True).run()
+    plain = Engine(sc, collectives=True).run()
+    for field in FIELDS:  # keeping the log changes nothing
+        np.testing.assert_array_equal(getattr(r, field), getattr(plain, field), err_msg=field)
+    ops = len(r.last_rank[0])
+    for s in range(r.steps_simulated):
+        events = [e for e in log if e[1] == s]
+        assert [e[2].split()[1] for e in events[:-1]] == [str(k) for k in range(ops)]
+        assert events[-1][2] == "end"
+        np.testing.assert_array_equal([e[0] for e in events[:-1]], r.coll_finish[s].max(axis=1))
+
+
+class _CountingNumpy:
+    """numpy, counting the engine's calls of one function."""
+
+    def __init__(self, name):
+        self.name, self.calls = name, 0
+
+    def __getattr__(self, attr):
+        if attr != self.name:
+            return getattr(np, attr)
+
+        def counted(*a, **kw):
+            self.calls += 1
+            return getattr(np, attr)(*a, **kw)
+        return counted
+
+
+@pytest.mark.parametrize("throttle", [True, False])
+def test_finish_bounds_and_replaced_chains_spare_the_vector_passes(throttle, monkeypatch):
+    sc = _latency_bound(0, throttle)
+    adds, bounded = [], []
+    add, compute = InFlight.add, SegmentInFlight.compute
+    monkeypatch.setattr(InFlight, "add", lambda self, *a, **kw: adds.append(1) or add(self, *a, **kw))
+
+    def counted_compute(self, start, work, bounds=None):
+        t = compute(self, start, work, bounds)
+        if self.finish_bounds is not None:  # they bracket the result
+            assert self.finish_bounds[0] <= t.min() and t.max() <= self.finish_bounds[1]
+            bounded.append(1)
+        return t
+
+    monkeypatch.setattr(SegmentInFlight, "compute", counted_compute)
+    maximum = _CountingNumpy("maximum")
+    monkeypatch.setattr(engine_module, "np", maximum)
+    fast = _run(sc)
+    segments = 2 * len(fast.bucket_sizes) * sc.steps
+    collectives = fast.last_rank.size
+    assert len(bounded) > segments / 2  # most segments' ends known from their closed form
+    assert collectives - len(adds) >= 4 * sc.steps  # forward gathers: new chains replace the old ones directly
+    # the reduce-scatters (a third of the collectives) issued without the maximum
+    assert maximum.calls < collectives / 3, (maximum.calls, collectives)
+    monkeypatch.setattr(engine_module, "np", np)
+    monkeypatch.setattr(engine_module, "SegmentInFlight", _PlainInFlight)
+    plain = _run(sc)
+    for field in FIELDS:
+        np.testing.assert_array_equal(getattr(fast, field), getattr(plain, field), err_msg=field)
+    np.testing.assert_array_equal(fast.last_rank, plain.last_rank)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_a_new_chain_replacing_the_old_one_equals_in_flight_add(seed):
+    rng = np.random.default_rng(seed)
+    n = 32
+    pair = [cls(None, 0.2) for cls in (SegmentInFlight, InFlight)]
+    begin = 5.0 + rng.uniform(0, 1e-4, n)
+    end = begin + rng.uniform(1e-3, 2e-3, n)
+    for flight in pair:
+        flight.add(begin, end, begin, InFlight.NEW, (float(begin.max()), float(end.min()), float(begin.min())))
+    nxt = end + rng.uniform(1e-6, 1e-5, n)  # the next chain begins after the last one's end, the floor
+    nxt_end = nxt + 2e-3
+    for flight in pair:
+        flight.add(nxt, nxt_end, flight.last, InFlight.NEW, (float(nxt.max()), float(nxt_end.min()), float(nxt.min())))
+    fast, slow = pair
+    for attr in ("begin", "end", "last"):
+        np.testing.assert_array_equal(getattr(fast, attr), getattr(slow, attr), err_msg=attr)
+    assert (fast.begin_high, fast.end_low) == (slow.begin_high, slow.end_low)
+    work = rng.uniform(1e-4, 2e-4, n)
+    start = end.copy()
+    bounds = (float(start.min()), float(start.max()), float(work.max()), float(work.min()))
+    np.testing.assert_array_equal(fast.compute(start, work, bounds), slow.compute(start, work, bounds))
