@@ -44,3 +44,89 @@ def pipeline(available: np.ndarray, occupancy: np.ndarray) -> np.ndarray:
     o = np.asarray(occupancy, dtype=float).reshape(-1, 1)
     k = np.arange(available.shape[1], dtype=float)
     return (k + 1.0) * o + np.maximum.accumulate(available - k * o, axis=1)
+
+
+class Responses:
+    """Single-source responses of max-plus linear kernels, planned once per (kernel, rank).
+
+    A kernel is max-plus linear when ``finish[x] = max over u of launch[u] + A[x, u]`` (the
+    tree's closed form is: every term is a launch plus a path cost), so its finish for launches
+    that are ``-inf`` except at one rank p is the column ``A[:, p]`` (:meth:`column`), and a
+    launch ``c + A'[:, q]`` (a previous collective that rank q alone decided) gives
+    ``c + K(A'[:, q])`` (:meth:`second`). These bound when one late rank p decides a whole
+    collective: with every other launch ``L_u <= c + A'[u, q]``, monotonicity gives
+    ``K(L)[x] <= max(c + K(A'[:, q])[x], max over other late q' of L_q' + A[x, q'])``, so
+
+        K(L) = L_p + A[:, p]   when   L_p - c >= max_x (K(A'[:, q])[x] - A[x, p])   (:meth:`gap`)
+                               and    L_p - L_q' >= max_x (A[x, q'] - A[x, p])       (:meth:`pair_gap`)
+
+    (and, from an arbitrary launch, ``K(L_others) <= max(L_others) + K(0)``: :meth:`cold_gap`).
+    Each gap is a scalar computed once from O(n) vectors, so a run of collectives that one late
+    rank decides costs a few scalar comparisons each, not a kernel call."""
+
+    def __init__(self):
+        self._column: dict = {}
+        self._second: dict = {}
+        self._gaps: dict = {}
+        self._uniform: dict = {}
+
+    def column(self, kernel, p: int) -> np.ndarray:
+        """``A[:, p]``: every rank's finish when rank p alone launches, at 0 (read-only)."""
+        key = (id(kernel), p)
+        col = self._column.get(key)
+        if col is None:
+            launch = np.full(kernel.world_size, -np.inf)
+            launch[p] = 0.0
+            col = self._column[key] = kernel.finish_times(launch)
+            col.setflags(write=False)
+        return col
+
+    def second(self, kernel, source, q: int) -> np.ndarray:
+        """``K(A'[:, q])``: `kernel` launched at `source`'s column of rank q."""
+        key = (id(kernel), id(source), q)
+        out = self._second.get(key)
+        if out is None:
+            out = self._second[key] = kernel.finish_times(self.column(source, q))
+        return out
+
+    def gap(self, kernel, p: int, source, q: int) -> float:
+        """``max_x (K(A'[:, q])[x] - A[x, p])``: how much later than the offset c of a launch
+        ``c + A'[:, q]`` rank p must launch to decide `kernel` alone."""
+        key = ("gap", id(kernel), p, id(source), q)
+        g = self._gaps.get(key)
+        if g is None:
+            g = self._gaps[key] = float(np.max(self.second(kernel, source, q) - self.column(kernel, p)))
+        return g
+
+    def pair_gap(self, kernel, p: int, q: int) -> float:
+        """``max_x (A[x, q] - A[x, p])``: how much later than rank q rank p must launch for q's
+        launch to decide nothing."""
+        key = ("pair", id(kernel), p, q)
+        g = self._gaps.get(key)
+        if g is None:
+            g = self._gaps[key] = float(np.max(self.column(kernel, q) - self.column(kernel, p)))
+        return g
+
+    def cold_gap(self, kernel, p: int) -> float:
+        """``max_x (K(0)[x] - A[x, p])``: how much later than the latest other launch rank p
+        must launch to decide `kernel` alone, whatever the others' launches."""
+        key = ("cold", id(kernel), p)
+        g = self._gaps.get(key)
+        if g is None:
+            uniform = self._uniform.get(id(kernel))
+            if uniform is None:
+                uniform = self._uniform[id(kernel)] = kernel.finish_times(np.zeros(kernel.world_size))
+            g = self._gaps[key] = float(np.max(uniform - self.column(kernel, p)))
+        return g
+
+    def low(self, kernel, p: int, skip) -> float:
+        """The smallest ``A[x, p]`` over the ranks x not in `skip` (a tuple of ranks)."""
+        key = ("low", id(kernel), p, skip)
+        g = self._gaps.get(key)
+        if g is None:
+            col = self.column(kernel, p)
+            if skip:
+                col = col.copy()
+                col[list(skip)] = np.inf
+            g = self._gaps[key] = float(col.min())
+        return g

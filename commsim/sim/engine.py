@@ -56,6 +56,7 @@ import simpy
 
 from commsim.collectives.contract import Kernel
 from commsim.collectives.kernels import algorithm_for, make_kernel
+from commsim.collectives.maxplus import Responses
 from commsim.scenario.spec import Scenario
 from commsim.sim.ddp_costs import PARTIAL_RANKS, ChargedBackward, InFlight, PartialRanks, charges
 from commsim.sim.links import scenario_fabric
@@ -456,19 +457,92 @@ class Engine:
         """Run the step's next collectives at the rows of `issues` except on `partial`'s ranks,
         stepped bucket by bucket (:meth:`ChargedBackward.partial`), while every other rank is
         issued no later than its previous finish (the block's condition, rank by rank: its
-        rows are exact then); returns how many ran (a generator: ``yield from`` it)."""
+        rows are exact then); returns how many ran (a generator: ``yield from`` it).
+
+        Where the kernel is max-plus linear and one late rank p decides a collective (its launch
+        later than every other rank's contribution by the scalar gaps of
+        :class:`commsim.collectives.maxplus.Responses`), every rank finishes at that launch plus
+        p's response column: the stream keeps it as that column plus an offset, the check and
+        the issue statistics are scalars, and no kernel is called (:meth:`_decided_by_one`)."""
         ranks = partial.ranks
         issues[:, ranks] = -np.inf  # their rows are partial's: the check below is the others'
+        fast = self._shortcut and not self._record and len(ranks) < self.n
+        if fast:  # the other ranks' issue statistics, once for the block
+            rows = np.arange(len(issues))
+            others_last = issues.argmax(axis=1)
+            others_high = issues[rows, others_last]
+            issues[:, ranks] = np.inf
+            others_low = issues.min(axis=1)
+            issues[:, ranks] = -np.inf
+        decided = None  # (kernel, p, c): the stream's finish is c + that kernel's column of rank p
         for i in range(len(issues)):
+            kernel = self.kernels[self._op]
+            values = None  # the late ranks' issues of this row, once computed
+            if fast and getattr(kernel, "maxplus_linear", False):
+                decided, values = self._decided_by_one(s, i, kernel, partial, stream, decided,
+                                                       (others_last[i], others_high[i], others_low[i]))
+                if decided is not None:
+                    continue
             previous = stream.value()
             row = issues[i]
-            if i and (row > previous).any():
+            if i and values is None and (row > previous).any():
                 return i
-            row[ranks] = partial.bucket(self.ops[self._op].bucket)
+            row[ranks] = partial.bucket(self.ops[self._op].bucket) if values is None else values
             finish = yield from self._collective(s, row, previous)
             partial.ran(row, previous, finish)
             stream.set(finish, self.kernels[self._op - 1], None)
         return len(issues)
+
+    def _decided_by_one(self, s: int, i: int, kernel: Kernel, partial: PartialRanks, stream: _Stream, decided,
+                        others: Tuple[int, float, float]):
+        """Row i of :meth:`_run_partial` (a max-plus linear `kernel`) where one late rank decides
+        it: ``(decided, values)``. Where it applies, the row is run: ``decided`` is the new
+        ``(kernel, p, c)`` (the finish is c + the kernel's column of rank p). Otherwise
+        ``decided`` is None and the caller runs the row, with ``values``: the late ranks' issues
+        where they were computed (then every other rank is known to be issued by its previous
+        finish), else None. `decided`: the previous row's; `others`: the other ranks' (argmax,
+        max, min) issue of the row."""
+        ranks = partial.ranks
+        responses = self.__dict__.setdefault("_responses", Responses())
+        last, high, low = others
+        if decided is not None:
+            source, q, c = decided
+            # every other rank issued by its previous finish c + A'[u, q] (scalar bound)
+            if i and high > c + responses.low(source, q, tuple(ranks)):
+                return None, None
+            previous = [c + v for v in responses.column(source, q)[ranks].tolist()]
+        else:
+            if stream.vec is None or (i and high > stream.low()):
+                return None, None
+            previous = stream.value()[ranks].tolist()
+        values = partial.bucket(self.ops[self._op].bucket)
+        launch = [v if v > b else b for v, b in zip(values, previous)]
+        top = max(range(len(ranks)), key=launch.__getitem__)
+        p, lp = ranks[top], launch[top]
+        if not all(lp - launch[m] >= responses.pair_gap(kernel, p, ranks[m]) for m in range(len(ranks)) if m != top):
+            return None, values
+        if decided is not None:
+            if lp - c < responses.gap(kernel, p, source, q):
+                return None, values
+        else:
+            others_launch = stream.value().copy()
+            others_launch[ranks] = -np.inf
+            if lp - float(others_launch.max()) < responses.cold_gap(kernel, p):
+                return None, values
+        # the row's issue statistics: its latest issue (the lowest rank among ties, as argmax) and spread
+        for r, v in zip(ranks, values):
+            if v > high or (v == high and r < last):
+                last, high = r, v
+            low = v if v < low else low
+        k = self._op
+        self._last_rank[s, k] = last
+        self._launch_spread[s, k] = high - low
+        self._op += 1
+        column = responses.column(kernel, p)
+        partial.ran_values(values, previous, [lp + v for v in column[ranks].tolist()])
+        stream.set(column, kernel, None)
+        stream.off = lp
+        return (kernel, p, lp), values
 
     # -- sharded data parallelism: ZeRO-2 and FSDP (commsim/sim/sharding.py) ----------------
     def _sharded_job(self):
