@@ -69,6 +69,7 @@ class Responses:
         self._second: dict = {}
         self._gaps: dict = {}
         self._uniform: dict = {}
+        self._at: dict = {}
 
     def column(self, kernel, p: int) -> np.ndarray:
         """``A[:, p]``: every rank's finish when rank p alone launches, at 0 (read-only)."""
@@ -119,14 +120,14 @@ class Responses:
             g = self._gaps[key] = float(np.max(uniform - self.column(kernel, p)))
         return g
 
-    def low(self, kernel, p: int, skip) -> float:
-        """The smallest ``A[x, p]`` over the ranks x not in `skip` (a tuple of ranks)."""
-        key = ("low", id(kernel), p, skip)
-        g = self._gaps.get(key)
-        if g is None:
+    def at(self, kernel, p: int, ranks: tuple) -> tuple:
+        """``(A[:, p], [A[r, p] for r in ranks], min of A[x, p] over the x not in ranks)``: what a
+        run of collectives that rank p decides, beside the late `ranks`, reads per collective."""
+        key = (id(kernel), p, ranks)
+        out = self._at.get(key)
+        if out is None:
             col = self.column(kernel, p)
-            if skip:
-                col = col.copy()
-                col[list(skip)] = np.inf
-            g = self._gaps[key] = float(col.min())
-        return g
+            others = col.copy()
+            others[list(ranks)] = np.inf
+            out = self._at[key] = (col, col[list(ranks)].tolist(), float(others.min()))
+        return out

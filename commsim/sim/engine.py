@@ -228,6 +228,8 @@ class Engine:
         # periodic stretches are skipped (Engine._run_block) unless every collective's per-rank
         # times are asked for (kept ranks' records, the event log)
         self._shortcut = log is None and not collectives
+        self._responses = Responses()  # max-plus response columns of the late ranks (_run_partial)
+        self._decided_stream = None  # _run_partial's last stream finish decided by one rank
 
     def _plan(self) -> List[Kernel]:
         """One kernel per collective of a step (stream order), planned once per (kind, size):
@@ -472,54 +474,74 @@ class Engine:
             others_last = issues.argmax(axis=1)
             others_high = issues[rows, others_last]
             issues[:, ranks] = np.inf
-            others_low = issues.min(axis=1)
+            others_low = issues.min(axis=1).tolist()
             issues[:, ranks] = -np.inf
-        decided = None  # (kernel, p, c): the stream's finish is c + that kernel's column of rank p
+            others_last, others_high = others_last.tolist(), others_high.tolist()
+            responses, skip = self._responses, tuple(ranks)
+        # (kernel, p, c): the stream's finish is c + that kernel's column of rank p; carried over
+        # from the previous block while the stream still holds that finish (the same array)
+        decided = None
+        carried = self._decided_stream
+        if carried is not None and stream.vec is carried[0] and not stream.off:
+            decided = carried[1]
+        self._decided_stream = None
+        done = len(issues)
         for i in range(len(issues)):
             kernel = self.kernels[self._op]
             values = None  # the late ranks' issues of this row, once computed
             if fast and getattr(kernel, "maxplus_linear", False):
                 decided, values = self._decided_by_one(s, i, kernel, partial, stream, decided,
-                                                       (others_last[i], others_high[i], others_low[i]))
+                                                       (others_last[i], others_high[i], others_low[i]),
+                                                       responses, skip)
                 if decided is not None:
                     continue
             previous = stream.value()
             row = issues[i]
             if i and values is None and (row > previous).any():
-                return i
+                done = i
+                break
             row[ranks] = partial.bucket(self.ops[self._op].bucket) if values is None else values
             finish = yield from self._collective(s, row, previous)
             partial.ran(row, previous, finish)
             stream.set(finish, self.kernels[self._op - 1], None)
-        return len(issues)
+        if decided is not None:
+            self._decided_stream = (stream.value(), decided)
+        return done
 
     def _decided_by_one(self, s: int, i: int, kernel: Kernel, partial: PartialRanks, stream: _Stream, decided,
-                        others: Tuple[int, float, float]):
+                        others: Tuple[int, float, float], responses: Responses, skip: tuple):
         """Row i of :meth:`_run_partial` (a max-plus linear `kernel`) where one late rank decides
         it: ``(decided, values)``. Where it applies, the row is run: ``decided`` is the new
         ``(kernel, p, c)`` (the finish is c + the kernel's column of rank p). Otherwise
         ``decided`` is None and the caller runs the row, with ``values``: the late ranks' issues
         where they were computed (then every other rank is known to be issued by its previous
         finish), else None. `decided`: the previous row's; `others`: the other ranks' (argmax,
-        max, min) issue of the row."""
+        max, min) issue of the row; `skip`: the late ranks as a tuple."""
         ranks = partial.ranks
-        responses = self.__dict__.setdefault("_responses", Responses())
         last, high, low = others
         if decided is not None:
             source, q, c = decided
+            _, at_ranks, at_low = responses.at(source, q, skip)
             # every other rank issued by its previous finish c + A'[u, q] (scalar bound)
-            if i and high > c + responses.low(source, q, tuple(ranks)):
+            if i and high > c + at_low:
                 return None, None
-            previous = [c + v for v in responses.column(source, q)[ranks].tolist()]
+            previous = [c + v for v in at_ranks]
         else:
             if stream.vec is None or (i and high > stream.low()):
                 return None, None
             previous = stream.value()[ranks].tolist()
         values = partial.bucket(self.ops[self._op].bucket)
-        launch = [v if v > b else b for v, b in zip(values, previous)]
-        top = max(range(len(ranks)), key=launch.__getitem__)
-        p, lp = ranks[top], launch[top]
-        if not all(lp - launch[m] >= responses.pair_gap(kernel, p, ranks[m]) for m in range(len(ranks)) if m != top):
+        if len(values) == 1:
+            v, b = values[0], previous[0]
+            top, lp = 0, (v if v > b else b)
+            launch = None
+        else:
+            launch = [v if v > b else b for v, b in zip(values, previous)]
+            top = max(range(len(ranks)), key=launch.__getitem__)
+            lp = launch[top]
+        p = ranks[top]
+        if launch is not None and not all(lp - launch[m] >= responses.pair_gap(kernel, p, ranks[m])
+                                          for m in range(len(ranks)) if m != top):
             return None, values
         if decided is not None:
             if lp - c < responses.gap(kernel, p, source, q):
@@ -533,13 +555,14 @@ class Engine:
         for r, v in zip(ranks, values):
             if v > high or (v == high and r < last):
                 last, high = r, v
-            low = v if v < low else low
+            if v < low:
+                low = v
         k = self._op
         self._last_rank[s, k] = last
         self._launch_spread[s, k] = high - low
         self._op += 1
-        column = responses.column(kernel, p)
-        partial.ran_values(values, previous, [lp + v for v in column[ranks].tolist()])
+        column, at_ranks, _ = responses.at(kernel, p, skip)
+        partial.ran_values(values, previous, [lp + v for v in at_ranks])
         stream.set(column, kernel, None)
         stream.off = lp
         return (kernel, p, lp), values
