@@ -88,6 +88,7 @@ class Responses:
         out = self._second.get(key)
         if out is None:
             out = self._second[key] = kernel.finish_times(self.column(source, q))
+            out.setflags(write=False)
         return out
 
     def gap(self, kernel, p: int, source, q: int) -> float:
@@ -108,16 +109,21 @@ class Responses:
             g = self._gaps[key] = float(np.max(self.column(kernel, q) - self.column(kernel, p)))
         return g
 
+    def uniform(self, kernel) -> np.ndarray:
+        """``K(0)``: every rank's finish when all launch at 0 (read-only)."""
+        out = self._uniform.get(id(kernel))
+        if out is None:
+            out = self._uniform[id(kernel)] = kernel.finish_times(np.zeros(kernel.world_size))
+            out.setflags(write=False)
+        return out
+
     def cold_gap(self, kernel, p: int) -> float:
         """``max_x (K(0)[x] - A[x, p])``: how much later than the latest other launch rank p
         must launch to decide `kernel` alone, whatever the others' launches."""
         key = ("cold", id(kernel), p)
         g = self._gaps.get(key)
         if g is None:
-            uniform = self._uniform.get(id(kernel))
-            if uniform is None:
-                uniform = self._uniform[id(kernel)] = kernel.finish_times(np.zeros(kernel.world_size))
-            g = self._gaps[key] = float(np.max(uniform - self.column(kernel, p)))
+            g = self._gaps[key] = float(np.max(self.uniform(kernel) - self.column(kernel, p)))
         return g
 
     def at(self, kernel, p: int, ranks: tuple) -> tuple:

@@ -478,8 +478,8 @@ class Engine:
             issues[:, ranks] = -np.inf
             others_last, others_high = others_last.tolist(), others_high.tolist()
             responses, skip = self._responses, tuple(ranks)
-        # (kernel, p, c): the stream's finish is c + that kernel's column of rank p; carried over
-        # from the previous block while the stream still holds that finish (the same array)
+        # [(kernel, q, c)]: the stream's finish is the maximum of c + that kernel's column of rank q;
+        # carried over from the previous block while the stream still holds that finish (the same array)
         decided = None
         carried = self._decided_stream
         if carried is not None and stream.vec is carried[0] and not stream.off:
@@ -510,22 +510,34 @@ class Engine:
 
     def _decided_by_one(self, s: int, i: int, kernel: Kernel, partial: PartialRanks, stream: _Stream, decided,
                         others: Tuple[int, float, float], responses: Responses, skip: tuple):
-        """Row i of :meth:`_run_partial` (a max-plus linear `kernel`) where one late rank decides
-        it: ``(decided, values)``. Where it applies, the row is run: ``decided`` is the new
-        ``(kernel, p, c)`` (the finish is c + the kernel's column of rank p). Otherwise
-        ``decided`` is None and the caller runs the row, with ``values``: the late ranks' issues
-        where they were computed (then every other rank is known to be issued by its previous
-        finish), else None. `decided`: the previous row's; `others`: the other ranks' (argmax,
-        max, min) issue of the row; `skip`: the late ranks as a tuple."""
+        """Row i of :meth:`_run_partial` (a max-plus linear `kernel`) where the late ranks decide
+        it, one of them or a few together: ``(decided, values)``. Where it applies, the row is
+        run, and ``decided`` is the list of ``(kernel, q, c)``: the finish is the maximum of
+        c + the kernel's column of rank q (one of them: the stream holds that column plus an
+        offset; a few: it holds their maximum). Otherwise ``decided`` is None and the caller
+        runs the row, with ``values``: the late ranks' issues where they were computed (then
+        every other rank is known to be issued by its previous finish), else None. `decided`:
+        the previous row's; `others`: the other ranks' (argmax, max, min) issue of the row;
+        `skip`: the late ranks as a tuple.
+
+        Max-plus linearity (:class:`commsim.collectives.maxplus.Responses`): the other ranks
+        launch at the previous finish, at most max over the previous (source, q, c) of c + the
+        source's column of q, so their part of this collective is at most the maximum of
+        c + K(that column) (or, from an arbitrary previous finish, its maximum + K(0)); where
+        the late ranks' part, max over late q of L_q + A[:, q], is at least that on every rank,
+        it is the finish."""
         ranks = partial.ranks
         last, high, low = others
         if decided is not None:
-            source, q, c = decided
-            _, at_ranks, at_low = responses.at(source, q, skip)
-            # every other rank issued by its previous finish c + A'[u, q] (scalar bound)
-            if i and high > c + at_low:
+            # every other rank issued by its previous finish: that finish is at least
+            # c + min_x A'[x, q] for each (source, q, c) (scalar bound)
+            if i and high > max(c + responses.at(source, q, skip)[2] for source, q, c in decided):
                 return None, None
-            previous = [c + v for v in at_ranks]
+            if len(decided) == 1:  # the stream holds the column lazily: the late ranks' values from it
+                source, q, c = decided[0]
+                previous = [c + v for v in responses.at(source, q, skip)[1]]
+            else:
+                previous = stream.vec[ranks].tolist()
         else:
             if stream.vec is None or (i and high > stream.low()):
                 return None, None
@@ -533,23 +545,38 @@ class Engine:
         values = partial.bucket(self.ops[self._op].bucket)
         if len(values) == 1:
             v, b = values[0], previous[0]
-            top, lp = 0, (v if v > b else b)
-            launch = None
+            launch = [v if v > b else b]
+            top = 0
         else:
             launch = [v if v > b else b for v, b in zip(values, previous)]
             top = max(range(len(ranks)), key=launch.__getitem__)
-            lp = launch[top]
-        p = ranks[top]
-        if launch is not None and not all(lp - launch[m] >= responses.pair_gap(kernel, p, ranks[m])
-                                          for m in range(len(ranks)) if m != top):
-            return None, values
+        p, lp = ranks[top], launch[top]
+        # one rank decides (scalar gaps), or the late ranks together (one vector test)
+        alone = all(lp - launch[m] >= responses.pair_gap(kernel, p, ranks[m]) for m in range(len(ranks)) if m != top)
+        if alone and decided is not None:
+            alone = all(lp - c >= responses.gap(kernel, p, source, q) for source, q, c in decided)
+        if alone:
+            finish = None
+        else:
+            finish = responses.column(kernel, ranks[0]) + launch[0]
+            for m in range(1, len(ranks)):
+                np.maximum(finish, responses.column(kernel, ranks[m]) + launch[m], out=finish)
         if decided is not None:
-            if lp - c < responses.gap(kernel, p, source, q):
-                return None, values
+            if finish is not None:
+                bound = None
+                for source, q, c in decided:
+                    term = responses.second(kernel, source, q) + c
+                    bound = term if bound is None else np.maximum(bound, term, out=bound)
+                if float((finish - bound).min()) < 0.0:
+                    return None, values
         else:
             others_launch = stream.value().copy()
             others_launch[ranks] = -np.inf
-            if lp - float(others_launch.max()) < responses.cold_gap(kernel, p):
+            top_other = float(others_launch.max())
+            if finish is None:
+                if lp - top_other < responses.cold_gap(kernel, p):
+                    return None, values
+            elif float((finish - responses.uniform(kernel)).min()) < top_other:
                 return None, values
         # the row's issue statistics: its latest issue (the lowest rank among ties, as argmax) and spread
         for r, v in zip(ranks, values):
@@ -561,11 +588,15 @@ class Engine:
         self._last_rank[s, k] = last
         self._launch_spread[s, k] = high - low
         self._op += 1
-        column, at_ranks, _ = responses.at(kernel, p, skip)
-        partial.ran_values(values, previous, [lp + v for v in at_ranks])
-        stream.set(column, kernel, None)
-        stream.off = lp
-        return (kernel, p, lp), values
+        if finish is None:
+            column, at_ranks, _ = responses.at(kernel, p, skip)
+            partial.ran_values(values, previous, [lp + v for v in at_ranks])
+            stream.set(column, kernel, None)
+            stream.off = lp
+            return [(kernel, p, lp)], values
+        partial.ran_values(values, previous, finish[ranks].tolist())
+        stream.set(finish, kernel, None)
+        return [(kernel, q, lq) for q, lq in zip(ranks, launch)], values
 
     # -- sharded data parallelism: ZeRO-2 and FSDP (commsim/sim/sharding.py) ----------------
     def _sharded_job(self):
