@@ -91,6 +91,23 @@ class Responses:
             out.setflags(write=False)
         return out
 
+    def top(self, kernel, q: int) -> float:
+        """``max_x A[x, q]``: the latest finish when rank q alone launches at 0."""
+        key = ("top", id(kernel), q)
+        g = self._gaps.get(key)
+        if g is None:
+            g = self._gaps[key] = float(self.column(kernel, q).max())
+        return g
+
+    def loose_gap(self, kernel, p: int, source, q: int) -> float:
+        """An upper bound of :meth:`gap` without the second response: ``K(A'[:, q]) <=
+        max(A'[:, q]) + K(0)`` (monotone, time-invariant), so ``max(A'[:, q]) + cold_gap(p)``."""
+        key = ("loose", id(kernel), p, id(source), q)
+        g = self._gaps.get(key)
+        if g is None:
+            g = self._gaps[key] = self.top(source, q) + self.cold_gap(kernel, p)
+        return g
+
     def gap(self, kernel, p: int, source, q: int) -> float:
         """``max_x (K(A'[:, q])[x] - A[x, p])``: how much later than the offset c of a launch
         ``c + A'[:, q]`` rank p must launch to decide `kernel` alone."""

@@ -531,12 +531,15 @@ class Engine:
         if decided is not None:
             # every other rank issued by its previous finish: that finish is at least
             # c + min_x A'[x, q] for each (source, q, c) (scalar bound)
-            if i and high > max(c + responses.at(source, q, skip)[2] for source, q, c in decided):
-                return None, None
             if len(decided) == 1:  # the stream holds the column lazily: the late ranks' values from it
                 source, q, c = decided[0]
-                previous = [c + v for v in responses.at(source, q, skip)[1]]
+                _, at_ranks, at_low = responses.at(source, q, skip)
+                if i and high > c + at_low:
+                    return None, None
+                previous = [c + v for v in at_ranks]
             else:
+                if i and high > max([c + responses.at(source, q, skip)[2] for source, q, c in decided]):
+                    return None, None
                 previous = stream.vec[ranks].tolist()
         else:
             if stream.vec is None or (i and high > stream.low()):
@@ -552,9 +555,16 @@ class Engine:
             top = max(range(len(ranks)), key=launch.__getitem__)
         p, lp = ranks[top], launch[top]
         # one rank decides (scalar gaps), or the late ranks together (one vector test)
-        alone = all(lp - launch[m] >= responses.pair_gap(kernel, p, ranks[m]) for m in range(len(ranks)) if m != top)
+        alone = True
+        for m in range(len(ranks)):
+            if m != top and lp - launch[m] < responses.pair_gap(kernel, p, ranks[m]):
+                alone = False
+                break
         if alone and decided is not None:
-            alone = all(lp - c >= responses.gap(kernel, p, source, q) for source, q, c in decided)
+            for source, q, c in decided:  # the loose gap first: it needs no second response
+                if lp - c < responses.loose_gap(kernel, p, source, q) and lp - c < responses.gap(kernel, p, source, q):
+                    alone = False
+                    break
         if alone:
             finish = None
         else:
@@ -562,7 +572,9 @@ class Engine:
             for m in range(1, len(ranks)):
                 np.maximum(finish, responses.column(kernel, ranks[m]) + launch[m], out=finish)
         if decided is not None:
-            if finish is not None:
+            # the loose bound first (max(c + max A'[:, q]) + K(0)): it needs no second response
+            if finish is not None and (float((finish - responses.uniform(kernel)).min())
+                                       < max(c + responses.top(source, q) for source, q, c in decided)):
                 bound = None
                 for source, q, c in decided:
                     term = responses.second(kernel, source, q) + c
