@@ -373,3 +373,23 @@ def test_late_ranks_deciding_together_take_the_shortcut(monkeypatch):
     _run_tree(_tree_case(LATE["three slow"]), True)
     assert decided.count(3) >= 5 and decided.count(1) >= 5
     assert decided.count(None) < len(decided) / 5
+
+
+@pytest.mark.parametrize("slow, factor, seed, inter", [
+    # a rank off the late set falls behind its previous finish mid-block: the block ends there
+    ((2, 13, 22), 1.3, 2, (2e10, 2e-5)),
+    # a late rank short of the cold gap over the others' latest launch: the kernel runs
+    ((3, 9), 1.1, 2, (2e10, 2e-5)),
+    # after a decision by a few: the others' scalar bound, and the vector test from a finish
+    ((7,), 1.2, 2, (4e10, 1e-5)),
+])
+def test_late_rank_decisions_stop_where_their_conditions_fail(slow, factor, seed, inter):
+    sc = make_scenario(nodes=8, gpus_per_node=4, parameters=8_000_000, bucket_cap=1.5e6, first_bucket=3e5,
+                       backward=0.02, forward=0.01, inter=inter, steps=6, seed=seed,
+                       stragglers=[Jitter(0.05), SlowRank(slow, factor)], costs=COSTS["default"])
+    sc = dataclasses.replace(sc, collective=Collective(algorithm="tree"))
+    fast, _ = _run_tree(sc, True)
+    slow_run, _ = _run_tree(sc, False)
+    for field in FIELDS:
+        np.testing.assert_allclose(getattr(fast, field), getattr(slow_run, field), rtol=1e-12, atol=1e-15, err_msg=field)
+    np.testing.assert_array_equal(fast.last_rank, slow_run.last_rank)
