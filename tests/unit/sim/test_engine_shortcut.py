@@ -393,3 +393,29 @@ def test_late_rank_decisions_stop_where_their_conditions_fail(slow, factor, seed
     for field in FIELDS:
         np.testing.assert_allclose(getattr(fast, field), getattr(slow_run, field), rtol=1e-12, atol=1e-15, err_msg=field)
     np.testing.assert_array_equal(fast.last_rank, slow_run.last_rank)
+
+
+@pytest.mark.parametrize("late", sorted(LATE))
+def test_a_decision_carries_over_to_the_next_block(late, monkeypatch):
+    """Blocks of two buckets: the next block starts from the previous one's decision (the gap
+    against its columns), not from the cold test over the others' latest launch, with the
+    engine's results bucket by bucket."""
+    from commsim.collectives.maxplus import Responses
+
+    cold = {"n": 0}
+    original = Responses.cold_gap
+
+    def counted(self, *args):
+        cold["n"] += 1
+        return original(self, *args)
+
+    monkeypatch.setattr(Responses, "cold_gap", counted)
+    monkeypatch.setattr(engine_module, "READY_BLOCK_ELEMENTS", 64)  # 32 ranks: two buckets a block
+    monkeypatch.setattr(engine_module, "READY_BLOCK_MIN_ROWS", 1)
+    sc = _tree_case(LATE[late])
+    fast, _ = _run_tree(sc, True)
+    slow, _ = _run_tree(sc, False)
+    for field in FIELDS:
+        np.testing.assert_allclose(getattr(fast, field), getattr(slow, field), rtol=1e-12, atol=1e-15, err_msg=field)
+    np.testing.assert_array_equal(fast.last_rank, slow.last_rank)
+    assert cold["n"] < 15  # without the carry over: about 40 (one per block)
