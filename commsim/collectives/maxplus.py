@@ -46,6 +46,11 @@ def pipeline(available: np.ndarray, occupancy: np.ndarray) -> np.ndarray:
     return (k + 1.0) * o + np.maximum.accumulate(available - k * o, axis=1)
 
 
+# the most floats that Responses keeps (8 MiB): a column is n floats, so 256 columns at 4,096
+# ranks, 8 at 131,072
+MAX_ELEMENTS = 1 << 20
+
+
 class Responses:
     """Single-source responses of max-plus linear kernels, planned once per (kernel, rank).
 
@@ -64,18 +69,33 @@ class Responses:
     Each gap is a scalar computed once from O(n) vectors, so a run of collectives that one late
     rank decides costs a few scalar comparisons each, not a kernel call."""
 
-    def __init__(self):
+    def __init__(self, max_elements: int = MAX_ELEMENTS):
+        self.max_elements = max_elements
+        self._elements = 0  # floats held in columns and second responses
+        self._clear()
+
+    def _clear(self) -> None:
         self._column: dict = {}
         self._second: dict = {}
         self._gaps: dict = {}
         self._uniform: dict = {}
         self._at: dict = {}
+        self._elements = 0
+
+    def _hold(self, n: int) -> None:
+        """Make room for a vector of n floats: past :attr:`max_elements` everything is forgotten
+        (and recomputed when asked again, to the same values), so memory stays bounded whatever
+        the number of distinct late ranks."""
+        if self._elements + n > self.max_elements:
+            self._clear()
+        self._elements += n
 
     def column(self, kernel, p: int) -> np.ndarray:
         """``A[:, p]``: every rank's finish when rank p alone launches, at 0 (read-only)."""
         key = (id(kernel), p)
         col = self._column.get(key)
         if col is None:
+            self._hold(kernel.world_size)
             launch = np.full(kernel.world_size, -np.inf)
             launch[p] = 0.0
             col = self._column[key] = kernel.finish_times(launch)
@@ -87,7 +107,9 @@ class Responses:
         key = (id(kernel), id(source), q)
         out = self._second.get(key)
         if out is None:
-            out = self._second[key] = kernel.finish_times(self.column(source, q))
+            column = self.column(source, q)
+            self._hold(kernel.world_size)
+            out = self._second[key] = kernel.finish_times(column)
             out.setflags(write=False)
         return out
 
@@ -130,6 +152,7 @@ class Responses:
         """``K(0)``: every rank's finish when all launch at 0 (read-only)."""
         out = self._uniform.get(id(kernel))
         if out is None:
+            self._hold(kernel.world_size)
             out = self._uniform[id(kernel)] = kernel.finish_times(np.zeros(kernel.world_size))
             out.setflags(write=False)
         return out

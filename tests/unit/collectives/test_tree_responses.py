@@ -104,3 +104,16 @@ def test_at_reads_the_column_at_the_late_ranks_and_the_others_minimum():
     assert low == min(col[x] for x in range(f.world_size) if x not in (1, 4))
     np.testing.assert_array_equal(responses.uniform(kernel), kernel.finish_times(np.zeros(f.world_size)))
     assert responses.top(kernel, 2) == col.max()
+
+
+def test_responses_forget_past_their_bound_and_recompute_the_same_values():
+    f = two_level(nodes=4, g=2)
+    kernel = make_kernel("tree", f, 4e6)
+    full, small = Responses(), Responses(max_elements=3 * f.world_size)
+    for p in range(f.world_size):
+        for q in (0, 3):
+            assert small.gap(kernel, p, kernel, q) == full.gap(kernel, p, kernel, q)
+            assert small.cold_gap(kernel, p) == full.cold_gap(kernel, p)
+        assert small._elements <= small.max_elements
+        assert len(small._column) + len(small._second) + len(small._uniform) <= 3
+    assert len(full._column) == f.world_size  # unbounded here: every column kept
