@@ -247,7 +247,13 @@ def _trees(fabric: Fabric):
 
 
 class TreeKernel:
-    """The double tree for one fabric and size, planned once (module docstring)."""
+    """The double tree for one fabric and size, planned once (module docstring).
+
+    Its finish times are max-plus linear in the launch (every term of the closed form is one
+    launch plus a path cost; a launch of ``-inf`` is a rank that takes no part):
+    :class:`commsim.collectives.maxplus.Responses` relies on that (:attr:`maxplus_linear`)."""
+
+    maxplus_linear = True
 
     def __init__(self, kind: str, fabric: Fabric, size: float, chunk_bytes: float = CHUNK_BYTES):
         check_kind(NAME, kind, ALGORITHM.kinds)

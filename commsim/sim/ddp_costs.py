@@ -561,8 +561,12 @@ class PartialRanks:
     def ran(self, issue: np.ndarray, previous: np.ndarray, finish: np.ndarray) -> None:
         """:meth:`ChargedBackward.ran` on these ranks: the collective issued at `issue` after the
         previous one's finish `previous` finished at `finish` (every rank's)."""
-        for r, st in zip(self.ranks, self.state):
-            b, p, e = float(issue[r]), float(previous[r]), float(finish[r])
+        self.ran_values([float(issue[r]) for r in self.ranks], [float(previous[r]) for r in self.ranks],
+                        [float(finish[r]) for r in self.ranks])
+
+    def ran_values(self, issue: Sequence[float], previous: Sequence[float], finish: Sequence[float]) -> None:
+        """:meth:`ran` given these ranks' values only (in :attr:`ranks` order)."""
+        for st, b, p, e in zip(self.state, issue, previous, finish):
             b = b if b > p else p  # its launch
             if b > st[4]:  # a new chain: the stream was idle before this launch
                 floor = st[0]

@@ -56,6 +56,7 @@ import simpy
 
 from commsim.collectives.contract import Kernel
 from commsim.collectives.kernels import algorithm_for, make_kernel
+from commsim.collectives.maxplus import Responses
 from commsim.scenario.spec import Scenario
 from commsim.sim.ddp_costs import PARTIAL_RANKS, ChargedBackward, InFlight, PartialRanks, charges
 from commsim.sim.links import scenario_fabric
@@ -227,6 +228,8 @@ class Engine:
         # periodic stretches are skipped (Engine._run_block) unless every collective's per-rank
         # times are asked for (kept ranks' records, the event log)
         self._shortcut = log is None and not collectives
+        self._responses = Responses()  # max-plus response columns of the late ranks (_run_partial)
+        self._decided_stream = None  # _run_partial's last stream finish decided by one rank
 
     def _plan(self) -> List[Kernel]:
         """One kernel per collective of a step (stream order), planned once per (kind, size):
@@ -456,19 +459,156 @@ class Engine:
         """Run the step's next collectives at the rows of `issues` except on `partial`'s ranks,
         stepped bucket by bucket (:meth:`ChargedBackward.partial`), while every other rank is
         issued no later than its previous finish (the block's condition, rank by rank: its
-        rows are exact then); returns how many ran (a generator: ``yield from`` it)."""
+        rows are exact then); returns how many ran (a generator: ``yield from`` it).
+
+        Where the kernel is max-plus linear and one late rank p decides a collective (its launch
+        later than every other rank's contribution by the scalar gaps of
+        :class:`commsim.collectives.maxplus.Responses`), every rank finishes at that launch plus
+        p's response column: the stream keeps it as that column plus an offset, the check and
+        the issue statistics are scalars, and no kernel is called (:meth:`_decided_by_one`)."""
         ranks = partial.ranks
         issues[:, ranks] = -np.inf  # their rows are partial's: the check below is the others'
+        fast = self._shortcut and not self._record and len(ranks) < self.n
+        if fast:  # the other ranks' issue statistics, once for the block
+            rows = np.arange(len(issues))
+            others_last = issues.argmax(axis=1)
+            others_high = issues[rows, others_last]
+            issues[:, ranks] = np.inf
+            others_low = issues.min(axis=1).tolist()
+            issues[:, ranks] = -np.inf
+            others_last, others_high = others_last.tolist(), others_high.tolist()
+            responses, skip = self._responses, tuple(ranks)
+        # [(kernel, q, c)]: the stream's finish is the maximum of c + that kernel's column of rank q;
+        # carried over from the previous block while the stream still holds that finish (the same array)
+        decided = None
+        carried = self._decided_stream
+        if carried is not None and stream.vec is carried[0] and not stream.off:
+            decided = carried[1]
+        self._decided_stream = None
+        done = len(issues)
         for i in range(len(issues)):
+            kernel = self.kernels[self._op]
+            values = None  # the late ranks' issues of this row, once computed
+            if fast and getattr(kernel, "maxplus_linear", False):
+                decided, values = self._decided_by_one(s, i, kernel, partial, stream, decided,
+                                                       (others_last[i], others_high[i], others_low[i]),
+                                                       responses, skip)
+                if decided is not None:
+                    continue
             previous = stream.value()
             row = issues[i]
-            if i and (row > previous).any():
-                return i
-            row[ranks] = partial.bucket(self.ops[self._op].bucket)
+            if i and values is None and (row > previous).any():
+                done = i
+                break
+            row[ranks] = partial.bucket(self.ops[self._op].bucket) if values is None else values
             finish = yield from self._collective(s, row, previous)
             partial.ran(row, previous, finish)
             stream.set(finish, self.kernels[self._op - 1], None)
-        return len(issues)
+        if decided is not None:
+            self._decided_stream = (stream.value(), decided)
+        return done
+
+    def _decided_by_one(self, s: int, i: int, kernel: Kernel, partial: PartialRanks, stream: _Stream, decided,
+                        others: Tuple[int, float, float], responses: Responses, skip: tuple):
+        """Row i of :meth:`_run_partial` (a max-plus linear `kernel`) where the late ranks decide
+        it, one of them or a few together: ``(decided, values)``. Where it applies, the row is
+        run, and ``decided`` is the list of ``(kernel, q, c)``: the finish is the maximum of
+        c + the kernel's column of rank q (one of them: the stream holds that column plus an
+        offset; a few: it holds their maximum). Otherwise ``decided`` is None and the caller
+        runs the row, with ``values``: the late ranks' issues where they were computed (then
+        every other rank is known to be issued by its previous finish), else None. `decided`:
+        the previous row's; `others`: the other ranks' (argmax, max, min) issue of the row;
+        `skip`: the late ranks as a tuple.
+
+        Max-plus linearity (:class:`commsim.collectives.maxplus.Responses`): the other ranks
+        launch at the previous finish, at most max over the previous (source, q, c) of c + the
+        source's column of q, so their part of this collective is at most the maximum of
+        c + K(that column) (or, from an arbitrary previous finish, its maximum + K(0)); where
+        the late ranks' part, max over late q of L_q + A[:, q], is at least that on every rank,
+        it is the finish."""
+        ranks = partial.ranks
+        last, high, low = others
+        if decided is not None:
+            # every other rank issued by its previous finish: that finish is at least
+            # c + min_x A'[x, q] for each (source, q, c) (scalar bound)
+            if len(decided) == 1:  # the stream holds the column lazily: the late ranks' values from it
+                source, q, c = decided[0]
+                _, at_ranks, at_low = responses.at(source, q, skip)
+                if i and high > c + at_low:
+                    return None, None
+                previous = [c + v for v in at_ranks]
+            else:
+                if i and high > max([c + responses.at(source, q, skip)[2] for source, q, c in decided]):
+                    return None, None
+                previous = stream.vec[ranks].tolist()
+        else:
+            if stream.vec is None or (i and high > stream.low()):
+                return None, None
+            previous = stream.value()[ranks].tolist()
+        values = partial.bucket(self.ops[self._op].bucket)
+        if len(values) == 1:
+            v, b = values[0], previous[0]
+            launch = [v if v > b else b]
+            top = 0
+        else:
+            launch = [v if v > b else b for v, b in zip(values, previous)]
+            top = max(range(len(ranks)), key=launch.__getitem__)
+        p, lp = ranks[top], launch[top]
+        # one rank decides (scalar gaps), or the late ranks together (one vector test)
+        alone = True
+        for m in range(len(ranks)):
+            if m != top and lp - launch[m] < responses.pair_gap(kernel, p, ranks[m]):
+                alone = False
+                break
+        if alone and decided is not None:
+            for source, q, c in decided:  # the loose gap first: it needs no second response
+                if lp - c < responses.loose_gap(kernel, p, source, q) and lp - c < responses.gap(kernel, p, source, q):
+                    alone = False
+                    break
+        if alone:
+            finish = None
+        else:
+            finish = responses.column(kernel, ranks[0]) + launch[0]
+            for m in range(1, len(ranks)):
+                np.maximum(finish, responses.column(kernel, ranks[m]) + launch[m], out=finish)
+        if decided is not None:
+            # the loose bound first (max(c + max A'[:, q]) + K(0)): it needs no second response
+            if finish is not None and (float((finish - responses.uniform(kernel)).min())
+                                       < max(c + responses.top(source, q) for source, q, c in decided)):
+                bound = None
+                for source, q, c in decided:
+                    term = responses.second(kernel, source, q) + c
+                    bound = term if bound is None else np.maximum(bound, term, out=bound)
+                if float((finish - bound).min()) < 0.0:
+                    return None, values
+        else:
+            others_launch = stream.value().copy()
+            others_launch[ranks] = -np.inf
+            top_other = float(others_launch.max())
+            if finish is None:
+                if lp - top_other < responses.cold_gap(kernel, p):
+                    return None, values
+            elif float((finish - responses.uniform(kernel)).min()) < top_other:
+                return None, values
+        # the row's issue statistics: its latest issue (the lowest rank among ties, as argmax) and spread
+        for r, v in zip(ranks, values):
+            if v > high or (v == high and r < last):
+                last, high = r, v
+            if v < low:
+                low = v
+        k = self._op
+        self._last_rank[s, k] = last
+        self._launch_spread[s, k] = high - low
+        self._op += 1
+        if finish is None:
+            column, at_ranks, _ = responses.at(kernel, p, skip)
+            partial.ran_values(values, previous, [lp + v for v in at_ranks])
+            stream.set(column, kernel, None)
+            stream.off = lp
+            return [(kernel, p, lp)], values
+        partial.ran_values(values, previous, finish[ranks].tolist())
+        stream.set(finish, kernel, None)
+        return [(kernel, q, lq) for q, lq in zip(ranks, launch)], values
 
     # -- sharded data parallelism: ZeRO-2 and FSDP (commsim/sim/sharding.py) ----------------
     def _sharded_job(self):

@@ -1,11 +1,13 @@
 """The engine's shortcuts (periodic stretches of collectives, charged backward blocks computed
 ahead) against the same engine bucket by bucket, kernel call by kernel call."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
 import commsim.sim.engine as engine_module
-from commsim.scenario.spec import DDPCosts, Jitter, SlowRank, Stall, Throttle
+from commsim.scenario.spec import Collective, DDPCosts, Jitter, SlowRank, Stall, Throttle
 from commsim.sim.ddp_costs import ChargedBackward
 from commsim.sim.engine import Engine
 from tests.conftest import NO_DDP_COSTS, make_scenario
@@ -302,3 +304,118 @@ def test_in_flight_scalar_clocks_memoize_work_done(monkeypatch):
             f.add(f.last, end, t)
     assert len(calls) == len(set(calls))  # no time through the clock twice
     assert len(calls) < 3 * 3
+
+
+class _CountedLinear(_Counted):
+    """A counted max-plus linear kernel (the tree): the late ranks' decisions apply to it."""
+
+    maxplus_linear = True
+
+    def __init__(self, kernel):
+        super().__init__(kernel)
+        self.world_size = kernel.world_size
+
+
+def _run_tree(sc, shortcut: bool, linear: bool = True):
+    engine = Engine(sc)
+    wrap = _CountedLinear if linear else _Counted
+    wrapped = {}
+    engine.kernels = [wrapped.setdefault(id(k), wrap(k)) for k in engine.kernels]
+    engine._shortcut = shortcut
+    return engine.run(), sum(k.calls for k in wrapped.values())
+
+
+def _tree_case(slow, jitter=0.005, costs="default"):
+    sc = make_scenario(nodes=8, gpus_per_node=4, parameters=8_000_000, bucket_cap=1.5e6, first_bucket=3e5,
+                       backward=0.02, forward=0.01, inter=(4e10, 1e-5), steps=6, seed=1,
+                       stragglers=[Jitter(jitter)] + slow, costs=COSTS[costs])
+    return dataclasses.replace(sc, collective=Collective(algorithm="tree"))
+
+
+LATE = {
+    "throttled": [Throttle((5,), 0.0, 1e9, 0.5, 0.0)],  # one late rank decides alone
+    "three slow": [SlowRank((2, 13, 22), 1.3)],  # three late ranks, deciding together at times
+    "two slow": [SlowRank((0, 31), 1.5)],
+}
+
+
+@pytest.mark.parametrize("late", sorted(LATE))
+@pytest.mark.parametrize("costs", ["default", "view+slowdown"])
+def test_late_ranks_decide_tree_collectives_as_the_engine_bucket_by_bucket(late, costs):
+    """A few ranks fall behind a tree all-reduce: where they decide a collective (max-plus
+    gaps), it costs no kernel call, and the results are the engine's bucket by bucket."""
+    sc = _tree_case(LATE[late], costs=costs)
+    fast, fast_calls = _run_tree(sc, True)
+    slow, slow_calls = _run_tree(sc, False)
+    for field in FIELDS:
+        np.testing.assert_allclose(getattr(fast, field), getattr(slow, field), rtol=1e-12, atol=1e-15, err_msg=field)
+    np.testing.assert_array_equal(fast.last_rank, slow.last_rank)
+    np.testing.assert_allclose(fast.launch_spread, slow.launch_spread, rtol=1e-9, atol=1e-13)
+    _, undecided_calls = _run_tree(sc, True, linear=False)  # the same shortcuts without the decisions
+    if late == "throttled":  # one rank at a constant clock: its launches are uniform shifts already
+        assert fast_calls <= undecided_calls + 2
+    else:
+        assert fast_calls < undecided_calls / 2
+
+
+def test_late_ranks_deciding_together_take_the_shortcut(monkeypatch):
+    """Three slow ranks: some collectives are decided by the three together (the vector test),
+    the rest by one of them, and nearly none run the kernel."""
+    decided = []
+    original = Engine._decided_by_one
+
+    def counted(self, *args):
+        out = original(self, *args)
+        decided.append(None if out[0] is None else len(out[0]))
+        return out
+
+    monkeypatch.setattr(Engine, "_decided_by_one", counted)
+    _run_tree(_tree_case(LATE["three slow"]), True)
+    assert decided.count(3) >= 5 and decided.count(1) >= 5
+    assert decided.count(None) < len(decided) / 5
+
+
+@pytest.mark.parametrize("slow, factor, seed, inter", [
+    # a rank off the late set falls behind its previous finish mid-block: the block ends there
+    ((2, 13, 22), 1.3, 2, (2e10, 2e-5)),
+    # a late rank short of the cold gap over the others' latest launch: the kernel runs
+    ((3, 9), 1.1, 2, (2e10, 2e-5)),
+    # after a decision by a few: the others' scalar bound, and the vector test from a finish
+    ((7,), 1.2, 2, (4e10, 1e-5)),
+])
+def test_late_rank_decisions_stop_where_their_conditions_fail(slow, factor, seed, inter):
+    sc = make_scenario(nodes=8, gpus_per_node=4, parameters=8_000_000, bucket_cap=1.5e6, first_bucket=3e5,
+                       backward=0.02, forward=0.01, inter=inter, steps=6, seed=seed,
+                       stragglers=[Jitter(0.05), SlowRank(slow, factor)], costs=COSTS["default"])
+    sc = dataclasses.replace(sc, collective=Collective(algorithm="tree"))
+    fast, _ = _run_tree(sc, True)
+    slow_run, _ = _run_tree(sc, False)
+    for field in FIELDS:
+        np.testing.assert_allclose(getattr(fast, field), getattr(slow_run, field), rtol=1e-12, atol=1e-15, err_msg=field)
+    np.testing.assert_array_equal(fast.last_rank, slow_run.last_rank)
+
+
+@pytest.mark.parametrize("late", sorted(LATE))
+def test_a_decision_carries_over_to_the_next_block(late, monkeypatch):
+    """Blocks of two buckets: the next block starts from the previous one's decision (the gap
+    against its columns), not from the cold test over the others' latest launch, with the
+    engine's results bucket by bucket."""
+    from commsim.collectives.maxplus import Responses
+
+    cold = {"n": 0}
+    original = Responses.cold_gap
+
+    def counted(self, *args):
+        cold["n"] += 1
+        return original(self, *args)
+
+    monkeypatch.setattr(Responses, "cold_gap", counted)
+    monkeypatch.setattr(engine_module, "READY_BLOCK_ELEMENTS", 64)  # 32 ranks: two buckets a block
+    monkeypatch.setattr(engine_module, "READY_BLOCK_MIN_ROWS", 1)
+    sc = _tree_case(LATE[late])
+    fast, _ = _run_tree(sc, True)
+    slow, _ = _run_tree(sc, False)
+    for field in FIELDS:
+        np.testing.assert_allclose(getattr(fast, field), getattr(slow, field), rtol=1e-12, atol=1e-15, err_msg=field)
+    np.testing.assert_array_equal(fast.last_rank, slow.last_rank)
+    assert cold["n"] < 15  # without the carry over: about 40 (one per block)
