@@ -184,7 +184,8 @@ def run_hooked(scenario: Scenario, hook=None, perturb: Perturbations = None) -> 
 
     # DDP's own costs (commsim/sim/ddp_costs.py), charged as the engine does; the hook's stages
     # take the all-reduce's place on the stream (its span slows backward)
-    charged = ChargedBackward(buckets, sc.ddp.overlap, sc.ddp.costs, perturb.clocks) if charges(sc.ddp.costs, n) else None
+    charged = (ChargedBackward(buckets, sc.ddp.overlap, sc.ddp.costs, perturb.clocks, ready)
+               if charges(sc.ddp.costs, n) else None)
     for s in range(steps):
         f = perturb.factor[s]
         t0 = start + perturb.stall[s]

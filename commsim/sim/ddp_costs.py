@@ -345,10 +345,21 @@ class ChargedBackward:
     bucket :meth:`bucket` (its issue time) and :meth:`ran` (its collective's start and finish),
     then :meth:`end`."""
 
-    def __init__(self, buckets: Sequence[float], overlap: bool, costs: DDPCosts, clocks: Mapping[int, Any]):
+    def __init__(self, buckets: Sequence[float], overlap: bool, costs: DDPCosts, clocks: Mapping[int, Any],
+                 ready: Optional[Sequence[float]] = None):
         buckets = np.asarray(buckets, dtype=np.float64)
         nb = len(buckets)
-        fractions = np.cumsum(buckets) / max(buckets.sum(), 1.0) if overlap else np.ones(nb)
+        # `ready`: each bucket's ready point (share of the backward done), as
+        # Scenario.bucket_ready_points gives it (an explicit ddp.bucket_ready included); without
+        # it, each bucket's share of the cumulative bytes (gradients at a uniform rate)
+        if not overlap:
+            fractions = np.ones(nb)
+        elif ready is not None:
+            fractions = np.asarray(ready, dtype=np.float64)
+            if fractions.shape != (nb,):
+                raise ValueError(f"expected {nb} ready points (one per bucket), got {fractions.shape}")
+        else:
+            fractions = np.cumsum(buckets) / max(buckets.sum(), 1.0)
         self.share = np.diff(fractions, prepend=0.0)  # of the backward, computed before each bucket is ready
         self.remainder = 1.0 - (fractions[-1] if nb else 0.0)  # the shares' rounding, or no bucket at all
         self.copy_in = [bucket_copy_in_time(float(b), costs) for b in buckets]

@@ -338,7 +338,8 @@ class Engine:
         c = sc.compute
         m = sc.ddp.gradient_accumulation
         work_before = m * c.forward + (m - 1) * c.backward
-        charged = ChargedBackward(self.buckets, sc.ddp.overlap, sc.ddp.costs, self.perturb.clocks)
+        charged = ChargedBackward(self.buckets, sc.ddp.overlap, sc.ddp.costs, self.perturb.clocks,
+                                  self.ready_fraction)
         start = np.zeros(self.n)
         for s in range(sc.steps):
             f = self.perturb.factor_at(s)
@@ -617,7 +618,8 @@ class Engine:
         optimizer = optimizer_time(sc.compute.optimizer, self.sharding, n)
         if charges(sc.ddp.costs, n):  # DDP's own costs where they apply (the steps' docstrings)
             step = self._charged_zero2_step if self.sharding == "zero2" else self._charged_fsdp_step
-            self._charged = ChargedBackward(self.buckets, sc.ddp.overlap, sc.ddp.costs, self.perturb.clocks)
+            self._charged = ChargedBackward(self.buckets, sc.ddp.overlap, sc.ddp.costs, self.perturb.clocks,
+                                            self.ready_fraction)
         else:
             step = self._zero2_step if self.sharding == "zero2" else self._fsdp_step
         start = np.zeros(n)

@@ -1,5 +1,7 @@
 """The hooked DDP step model: the plain hook is the engine; hooks' stages priced exactly."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -32,6 +34,16 @@ def test_plain_hook_equals_the_engine_on_random_small_scenarios(seed, with_costs
               overlap=bool(rng.integers(2)), accumulation=int(rng.integers(1, 3)), steps=12,
               **({"costs": costs} if with_costs else {}))
     np.testing.assert_allclose(run_hooked(sc).step_end, simulate(sc).step_end, rtol=1e-12, atol=1e-12)
+
+
+def test_plain_hook_honours_an_explicit_bucket_layout_with_costs():
+    # a real job's layout (the big first bucket ready late in backward), DDP's costs on
+    sc = tiny(nodes=2, gpus=2, params=2_000_000, stragglers=[Jitter(cv=0.1)], overlap=True, steps=4,
+              costs=DDPCosts(bucket_overhead=5e-4, memory_bandwidth=1e10, overlap_slowdown=0.5))
+    uniform = replace(sc, ddp=replace(sc.ddp, bucket_sizes=(6e6, 1e6, 1e6)))
+    sc = replace(sc, ddp=replace(sc.ddp, bucket_sizes=(6e6, 1e6, 1e6), bucket_ready=(0.9, 0.95, 1.0)))
+    np.testing.assert_allclose(run_hooked(sc).step_end, simulate(sc).step_end, rtol=1e-12, atol=1e-12)
+    assert not np.allclose(simulate(sc).step_end, simulate(uniform).step_end)  # the layout matters here
 
 
 def test_fp16_hook_one_bucket_exact():
