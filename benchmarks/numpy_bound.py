@@ -36,8 +36,6 @@ What it leaves out, so where it is the engine's model (tests/unit/benchmarks: eq
   network between): the ring is priced at the slowest link and the mean latency throughout.
 - ZeRO-2 (no loop here), per-rank records, slow links, calibrations beyond what ``uniform_time``
   prices, the event log.
-- the engine's charged backward takes ready points from the bucket sizes, not an explicit
-  ``ddp.bucket_ready``; the bound does the same there.
 
 It answers "how fast can numpy do this model's arithmetic at all", so the engine is measured
 against it side by side, costs on in both and off in both (benchmarks/scale.py). Usage:
@@ -253,8 +251,8 @@ def bound_run_charged(sc: Scenario) -> np.ndarray:
     work_before = m * c.forward + (m - 1) * c.backward
     buckets = np.asarray(sc.gradient_buckets(), dtype=float)
     nb = len(buckets)
-    # the engine's ChargedBackward: ready points from the bucket sizes (a uniform gradient rate)
-    fractions = np.cumsum(buckets) / max(buckets.sum(), 1.0) if sc.ddp.overlap else np.ones(nb)
+    # the engine's ChargedBackward: the scenario's ready points (an explicit ddp.bucket_ready included)
+    fractions = np.asarray(sc.bucket_ready_points(), dtype=float) if sc.ddp.overlap else np.ones(nb)
     share = np.diff(fractions, prepend=0.0)
     remainder = 1.0 - (fractions[-1] if nb else 0.0)
     copy_in = [bucket_copy_in_time(float(b), costs) for b in buckets]

@@ -92,6 +92,14 @@ def test_equals_engine_with_stalls_and_accumulation(costs):
     assert_equal_to_engine(scenario(4, 4, "fsdp", COSTS[costs], stall=True))
 
 
+
+@pytest.mark.parametrize("costs", ["off", "heavy"])
+def test_equals_engine_with_an_explicit_bucket_layout(costs):
+    # a real job's layout: the big first bucket ready late in backward
+    sc = scenario(1, 8, "ring", COSTS[costs], parameters=2_000_000)
+    ddp = dataclasses.replace(sc.ddp, bucket_sizes=(6e6, 1e6, 1e6), bucket_ready=(0.9, 0.95, 1.0))
+    assert_equal_to_engine(dataclasses.replace(sc, ddp=ddp))
+
 def test_busy_paths_are_exercised():
     # the engine equalities above go through the slowed compute, in vectors and on the
     # throttled rank (in its work units), else they would not test it
