@@ -99,6 +99,7 @@ class LocalSGD:
 
     H: int = 8
     warmup: int = 0
+    mem_bw: float = DEFAULT_MEMORY_BANDWIDTH  # the averager's flatten and divide run at it
     name: str = "localsgd"
 
 
@@ -161,7 +162,8 @@ PARAMETERS: Dict[str, Dict[str, Tuple[Any, str]]] = {
     },
     "backup": {"b": (parse_count, "a whole number >= 1")},
     "localsgd": {"H": (parse_count, "a whole number >= 1"),
-                 "warmup": (lambda v: parse_count(v, allow_zero=True), "a whole number >= 0")},
+                 "warmup": (lambda v: parse_count(v, allow_zero=True), "a whole number >= 0"),
+                 "mem_bw": (parse_rate, "a memory bandwidth like 900GB/s")},
     "async": {"servers": (parse_count, "a whole number >= 1"),
               "bandwidth": (parse_rate, "a link bandwidth like 25Gbps"),
               "latency": (lambda v: parse_time(v, allow_zero=True), "a time like 10us")},
