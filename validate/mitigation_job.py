@@ -288,9 +288,13 @@ def measure_chain_overhead(ctx, sizes: Sequence[Sequence[int]], rounds: int) -> 
     (``sequential``), and the same three chained as the hook chains them (``chained``: the first
     async, the second started inside its future's callback, which then blocks on it
     (``.get_future().wait()``), the third likewise inside the next callback; the main thread
-    waits for the last), taken in turn after a barrier each, `rounds` times (medians). Returns
-    {"sizes": [...], "sequential_s": [...], "chained_s": [...], "hop_s": [...]}: per size, the
-    cost of one hop, (chained - sequential) / 2 (the hook's two chained all-reduces)."""
+    waits for the last), taken in turn after a barrier each, `rounds` times. Returns
+    {"sizes": [...], "sequential_s": [...], "chained_s": [...] (medians), "hop_s": [...]}: per size,
+    the cost of one hop, the trimmed mean (:func:`trimmed_mean`) over the rounds of (chained -
+    sequential) / 2 (the hook's two chained all-reduces). A mean, not a median: each hop hands
+    the work to another of gloo's threads and wakes a blocked one; on a loaded machine a wake-up
+    now and then waits for a CPU (hops of ~0.1 ms or ~3 ms on a shared 2-core machine, either mode
+    the median in turn), and a step's mean time carries the mean of both."""
     out: Dict = {"sizes": [list(s) for s in sizes], "sequential_s": [], "chained_s": [], "hop_s": []}
     for counts in sizes:
         bufs = [torch.ones(max(1, int(c))) for c in counts]
@@ -317,11 +321,26 @@ def measure_chain_overhead(ctx, sizes: Sequence[Sequence[int]], rounds: int) -> 
                 t0 = time.perf_counter()
                 fn()
                 samples[name].append(time.perf_counter() - t0)
-        seq, ch = statistics.median(samples["sequential"]), statistics.median(samples["chained"])
-        out["sequential_s"].append(seq)
-        out["chained_s"].append(ch)
-        out["hop_s"].append((ch - seq) / (len(bufs) - 1))
+        out["sequential_s"].append(statistics.median(samples["sequential"]))
+        out["chained_s"].append(statistics.median(samples["chained"]))
+        out["hop_s"].append(trimmed_mean([(c - q) / (len(bufs) - 1)
+                                          for c, q in zip(samples["chained"], samples["sequential"])]))
     return out
+
+
+TRIM = 0.1  # of the samples, each side
+
+
+CHAIN_ROUNDS = 4  # x machine_rounds: a mean of a bimodal cost needs more samples than a median
+
+
+def trimmed_mean(values: Sequence[float], trim: float = TRIM) -> float:
+    """The mean of `values` without the lowest and highest `trim` fraction of them (each side:
+    the odd round that a shared machine's other load stalled, in either of the two timings)."""
+    xs = sorted(values)
+    k = int(len(xs) * trim)
+    kept = xs[k:len(xs) - k] or xs
+    return float(sum(kept) / len(kept))
 
 
 def chain_overhead_from_ranks(per_rank: Sequence[Dict]) -> float:
@@ -456,8 +475,8 @@ def rank_mitigations(ctx, plan: Dict) -> Dict:
     ctx.progress()
     # powerSGD_hook's chained all-reduces against sequential ones: once, at every PowerSGD case's sizes
     ranks = sorted({c["r"] for c in plan["cases"] if c["hook"] == "powersgd"})
-    chain = (measure_chain_overhead(ctx, [powersgd_buffers(module, r) for r in ranks], plan["machine_rounds"])
-             if ranks else None)
+    chain = (measure_chain_overhead(ctx, [powersgd_buffers(module, r) for r in ranks],
+                                    CHAIN_ROUNDS * plan["machine_rounds"]) if ranks else None)
     ctx.progress()
     cases = []
     for i, fields in enumerate(plan["cases"]):
