@@ -36,6 +36,11 @@ then block on them; on gloo each such hop costs milliseconds beyond the all-redu
 cases' remedy carries it as ``chain_overhead``; each such row also reports
 ``unchained_step_time_s``, the prediction without it.
 
+Once too, the rate of post-local SGD's averaging passes (:func:`measure_flatten_rate`: the
+averager's ``torch.cat`` of the parameters into a new buffer and its in-place division, as
+``average_parameters`` runs them): the post-local SGD cases' remedy carries it as ``mem_bw``;
+each such row also reports ``cast_rate_step_time_s``, the prediction at the cast's rate.
+
 The prediction of a case (:func:`predict`) is commsim's: the scenario with the measured
 compute, those DDP costs and the gloo calibration (``commsim calibrate --backend gloo``), through
 the same hook model as ``commsim compare`` (:func:`commsim.mitigations.hooked.run_hooked`), the
@@ -350,6 +355,32 @@ def chain_overhead_from_ranks(per_rank: Sequence[Dict]) -> float:
     return max(0.0, statistics.median(h for r in per_rank for h in r["hop_s"]))
 
 
+def measure_flatten_rate(module: nn.Module, world_size: int, rounds: int) -> Dict:
+    """The rate of post-local SGD's averaging passes on this machine, measured once before the
+    cases: what ``model_averaging.utils.average_parameters`` does before and after its
+    all-reduce, as it does it, on `module`'s parameters (a spare model's): ``torch.cat`` of the
+    parameters into a new buffer, the buffer divided by the world size in place, the parameters
+    then made views of it (the previous buffer freed once the next holds them), `rounds` times.
+    Returns {"seconds": median, "bytes_per_s": 4 e bytes per element moved over it}: the cat's
+    buffer is new memory each time, its pages faulted in and zeroed as the cat first writes them,
+    which on a CPU VM makes this several times slower than a copy between mapped buffers."""
+    params = list(module.parameters())
+    numel = sum(p.numel() for p in params)
+    size = params[0].element_size()
+    times = []
+    for _ in range(rounds + 1):
+        t0 = time.perf_counter()
+        flat = torch.cat([p.data.reshape(-1) for p in params])
+        flat /= world_size
+        times.append(time.perf_counter() - t0)
+        offset = 0
+        for p in params:
+            p.data = flat[offset:offset + p.numel()].view_as(p)
+            offset += p.numel()
+    med = statistics.median(times[1:])  # the first: the parameters' own first buffer
+    return {"seconds": med, "bytes_per_s": 4.0 * size * numel / med}
+
+
 def powersgd_buffers(module: nn.Module, r: int) -> List[int]:
     """Elements of powerSGD_hook's three all-reduces for `module` at rank `r` (uncompressed, P, Q),
     by torch's rule (a matrix is compressed where (m + n) r' * 2 < m n, r' = min(m, n, r))."""
@@ -478,6 +509,10 @@ def rank_mitigations(ctx, plan: Dict) -> Dict:
     chain = (measure_chain_overhead(ctx, [powersgd_buffers(module, r) for r in ranks],
                                     CHAIN_ROUNDS * plan["machine_rounds"]) if ranks else None)
     ctx.progress()
+    # post-local SGD's flatten and divide: once, on a spare model, for every post-local SGD case
+    flatten = (measure_flatten_rate(synthetic_model(plan["parameters"]), ctx.world_size, plan["machine_rounds"])
+               if any(c["hook"] == "localsgd" for c in plan["cases"]) else None)
+    ctx.progress()
     cases = []
     for i, fields in enumerate(plan["cases"]):
         case = Case(**fields)
@@ -487,7 +522,7 @@ def rank_mitigations(ctx, plan: Dict) -> Dict:
         ctx.progress({"case": i, "hardware": out["hardware"]} if ctx.rank == 0 else None)
         cases.append(out)
     return {"rank": ctx.rank, "cases": cases, "width": width, "ddp_costs": ddp_costs, "reduce_dtypes": reduce_dtypes,
-            "chain": chain, "parameters": sum(p.numel() for p in module.parameters())}
+            "chain": chain, "flatten": flatten, "parameters": sum(p.numel() for p in module.parameters())}
 
 
 # ---------------------------------------------------------------- the launcher and the prediction
@@ -556,7 +591,9 @@ def remedy_text(case: Case, hardware: Dict[str, float], width: int) -> Optional[
                 f":kernel_overhead={hardware['kernel_overhead'] * 1e6:.4f}us"
                 + (f":chain_overhead={hardware['chain_overhead'] * 1e6:.4f}us" if "chain_overhead" in hardware else ""))
     if case.hook == "localsgd":
-        return f"localsgd:H={case.H}:{rates}"  # the averager's flatten and divide at the cast's rate
+        # the averager's flatten and divide at their measured rate (else at the cast's)
+        bw = hardware.get("flatten_bw", hardware["mem_bw"])
+        return f"localsgd:H={case.H}:mem_bw={bw:.0f}B/s"
     return None
 
 
@@ -693,6 +730,9 @@ def run_cases(scenario, calibration, cases: Sequence[Case], nprocs: int, slow_st
     chains = [r["chain"] for r in results]
     chain = chain_overhead_from_ranks(chains) if chains[0] else None
     chain_report = {"measured": chains, "chain_overhead": chain}
+    flattens = [r["flatten"] for r in results]
+    flatten_bw = statistics.median(f["bytes_per_s"] for f in flattens) if flattens[0] else None
+    flatten_report = {"measured": flattens, "bytes_per_s": flatten_bw}
     rows = []
     for i, case in enumerate(cases):
         per_rank = [r["cases"][i] for r in results]
@@ -704,6 +744,11 @@ def run_cases(scenario, calibration, cases: Sequence[Case], nprocs: int, slow_st
             hardware = dict(hardware, reduce_bytes=reduce_bytes[case.hook])
             pred = dict(predict(sc, case, hardware, width, parameters, slow_stall, jitter),
                         bytes_model_step_time_s=bytes_model["step_time_s"])
+        elif case.hook == "localsgd" and flatten_bw is not None:  # measured once for the machine too
+            copy_rate = predict(sc, case, hardware, width, parameters, slow_stall, jitter)
+            hardware = dict(hardware, flatten_bw=flatten_bw)
+            pred = dict(predict(sc, case, hardware, width, parameters, slow_stall, jitter),
+                        cast_rate_step_time_s=copy_rate["step_time_s"])
         elif case.hook == "powersgd" and chain is not None:  # measured once for the machine too
             unchained = predict(sc, case, hardware, width, parameters, slow_stall, jitter)
             hardware = dict(hardware, chain_overhead=chain)
@@ -718,4 +763,4 @@ def run_cases(scenario, calibration, cases: Sequence[Case], nprocs: int, slow_st
                      "evidence": [c["evidence"] for c in per_rank], "predicted": pred, "hardware": hardware})
     return {"width": width, "parameters": parameters, "slow_stall_s": slow_stall, "ddp_costs": costs_report,
             "reduce_dtypes": reduce_report, "chain": chain_report,
-            "cases": rows, "median_abs_error": float(np.median([abs(r["error"]) for r in rows]))}
+            "flatten": flatten_report, "cases": rows, "median_abs_error": float(np.median([abs(r["error"]) for r in rows]))}

@@ -191,6 +191,7 @@ def test_plan_and_remedy_text():
         ":kernel_overhead=2.5000us:chain_overhead=2500.0000us")
     # post-local SGD: the averager's flatten and divide at the measured memory bandwidth
     assert remedy_text(Case("localsgd", H=4), hw, 256) == "localsgd:H=4:mem_bw=3200000000B/s"
+    assert remedy_text(Case("localsgd", H=4), dict(hw, flatten_bw=1.5e9), 256) == "localsgd:H=4:mem_bw=1500000000B/s"
     assert remedy_text(Case("none"), hw, 256) is None
     if not torch.cuda.is_available():
         assert not bf16_hook_supported()  # a CPU build: bf16_compress_hook needs CUDA and NCCL 2.10+
@@ -271,3 +272,26 @@ def test_chain_overhead_is_a_trimmed_mean_of_the_hops():
     a, b = {"hop_s": [1e-3, 3e-3]}, {"hop_s": [2e-3, 5e-3]}
     assert chain_overhead_from_ranks([a, b]) == pytest.approx(2.5e-3, rel=1e-12)
     assert chain_overhead_from_ranks([{"hop_s": [-1e-3]}]) == 0.0
+
+
+def test_flatten_rate_runs_the_averagers_passes():
+    from validate.compute_timing import synthetic_model
+    from validate.mitigation_job import measure_flatten_rate
+
+    module = synthetic_model(2 * PARAMETERS)
+    before = [p.detach().clone() for p in module.parameters()]
+    out = measure_flatten_rate(module, 2, rounds=3)
+    # four passes of the averager (one unmeasured), each dividing by the world size; the
+    # parameters left as views of one flat buffer, as average_parameters leaves them
+    for p, b in zip(module.parameters(), before):
+        torch.testing.assert_close(p.detach(), b / 16, rtol=0, atol=0)
+    assert len({p.untyped_storage().data_ptr() for p in module.parameters()}) == 1
+    assert out["bytes_per_s"] == pytest.approx(4 * 4 * 2 * PARAMETERS / out["seconds"], rel=1e-12)
+
+
+def test_post_local_sgd_flatten_rate_measured_once_and_in_its_prediction(report):
+    fl = report["flatten"]
+    assert len(fl["measured"]) == 2 and fl["bytes_per_s"] == np.median([m["bytes_per_s"] for m in fl["measured"]])
+    row = by_name(report)["localsgd:H=2"]
+    assert row["remedy"] == f"localsgd:H=2:mem_bw={fl['bytes_per_s']:.0f}B/s"
+    assert "cast_rate_step_time_s" in row["predicted"]
