@@ -43,11 +43,14 @@ DEFAULT_WIDTH = 1024
 #   the same element count (validate.mitigation_job.measure_reduce_dtypes).
 # - chain_overhead (powersgd): powerSGD_hook starts its P all-reduce inside the callback of the
 #   uncompressed tensors' all-reduce and its Q all-reduce inside the next callback, each callback
-#   then blocking on the all-reduce it started (``.get_future().wait()``). On gloo on a CPU each
-#   such hop cost about 2.7 ms beyond the all-reduce itself (three 16 KB all-reduces chained so:
-#   6.1 ms; one after another from the main thread: 0.63 ms; 2 ranks). Default 0 (not measured
-#   on NCCL); measured by the validator as (chained - sequential) / 2 over three all-reduces of
-#   the hook's own sizes (validate.mitigation_job.measure_chain_overhead).
+#   then blocking on the all-reduce it started (``.get_future().wait()``): each hop hands the work
+#   to another of the backend's threads and wakes a blocked one. On gloo on a shared 2-core VM a
+#   hop cost either ~0.1 ms or ~3 ms beyond the all-reduce itself (three 16 KB all-reduces chained
+#   so: 6.1 ms; one after another from the main thread: 0.63 ms; 2 ranks), the slow mode when a
+#   wake-up waits for a CPU; the validator's trimmed means over 36 rounds: 0.8 and 1.5 ms per hop
+#   in two runs. Default 0 (not measured on NCCL); measured by the validator as (chained -
+#   sequential) / 2 over three all-reduces of the hook's own sizes
+#   (validate.mitigation_job.measure_chain_overhead).
 REDUCE_BYTES_DOC = "the bytes per element the 16-bit all-reduce costs, in fp32 all-reduce bytes, like 3.9"
 SHAPE_MODELS = ("square", "resnet50")
 
