@@ -9,7 +9,9 @@ job (one flattened buffer of the parameters' dtype, here the scenario's gradient
 the optimizer of every H-th step; the next step waits for it. Before that all-reduce,
 ``model_averaging.utils.average_parameters`` flattens the parameters (``torch.cat``: read e bytes
 and write e per element) and divides the buffer by the world size in place (read e, write e),
-4 e bytes per element moved at the remedy's memory bandwidth (``mem_bw``); after it the
+4 e bytes per element moved at the remedy's memory bandwidth (``mem_bw``; on a CPU the cat's
+buffer is new memory, its pages faulted in as it is written: the validator measures the rate as
+``average_parameters`` runs, validate.mitigation_job.measure_flatten_rate); after it the
 parameters become views of the buffer (``p.data = flat[...].view_as(p)``): no copy back.
 
 A :class:`commsim.mitigations.hooked.run_hooked` hook. The figures are those after the warm-up
