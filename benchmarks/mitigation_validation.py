@@ -11,6 +11,10 @@ SGD's subgroup is the rank itself), and prints measured vs predicted mean step t
 the median |error|. The prediction is commsim's hook model with the hardware measured by the job
 (compute, cast bandwidth, the rate of PowerSGD's products at their shape, small-op cost), DDP's
 own costs measured once by the job before the cases (validate.mitigation_job.measure_ddp_costs),
+powerSGD_hook's chained all-reduces against sequential ones measured once too (the PowerSGD
+remedy's ``chain_overhead``: validate.mitigation_job.measure_chain_overhead; those rows also print
+the prediction without it), the rate of post-local SGD's flatten and divide measured once too
+(the post-local SGD remedy's ``mem_bw``: validate.mitigation_job.measure_flatten_rate),
 the backend's 16-bit all-reduce against fp32's measured once too (the fp16 remedy's
 ``reduce_bytes``: validate.mitigation_job.measure_reduce_dtypes; the fp16 rows also print the
 prediction without it)
@@ -100,6 +104,36 @@ def table(report: dict) -> str:
             b = r["predicted"]["bytes_model_step_time_s"]
             lines.append(f"  {r['case']}: with the bytes model (no measured rate) {b * 1e3:.1f} ms, "
                          f"{(b - r['measured_s']) / r['measured_s'] * 100:+.1f}%")
+    ch = report.get("chain") or {}
+    if ch.get("chain_overhead") is not None:
+        m = ch["measured"][0]
+        sizes = ", ".join(f"{'/'.join(str(n) for n in sz)} elements: chained {c * 1e3:.2f} vs sequential {q * 1e3:.2f} ms"
+                          for sz, c, q in zip(m["sizes"], m["chained_s"], m["sequential_s"]))
+        lines.append(f"powerSGD_hook's chained all-reduces (measured once, rank 0): {sizes}; "
+                     f"chain_overhead {ch['chain_overhead'] * 1e3:.2f} ms per hop")
+    fl = report.get("flatten") or {}
+    if fl.get("bytes_per_s") is not None:
+        m = fl["measured"][0]
+        lines.append(f"post-local SGD's flatten + divide (measured once, rank 0): {m['seconds'] * 1e3:.2f} ms, "
+                     f"{m['bytes_per_s'] / 1e9:.2f} GB/s; the median over ranks {fl['bytes_per_s'] / 1e9:.2f} GB/s")
+    for r in report["cases"]:
+        if "cast_rate_step_time_s" in r["predicted"]:
+            b = r["predicted"]["cast_rate_step_time_s"]
+            lines.append(f"  {r['case']}: with the averaging at the cast's rate {b * 1e3:.1f} ms, "
+                         f"{(b - r['measured_s']) / r['measured_s'] * 100:+.1f}%")
+    for r in report["cases"]:
+        if "unchained_step_time_s" in r["predicted"]:
+            b = r["predicted"]["unchained_step_time_s"]
+            lines.append(f"  {r['case']}: without chain_overhead {b * 1e3:.1f} ms, "
+                         f"{(b - r['measured_s']) / r['measured_s'] * 100:+.1f}%")
+        avg = r["evidence"][0].get("averaged")
+        if avg and "measured_steps_s" in r:
+            steps = r["measured_steps_s"]
+            on = [t for t, a in zip(steps, avg) if a]
+            off = [t for t, a in zip(steps, avg) if not a]
+            if on and off:
+                lines.append(f"  {r['case']}: measured steps with the averaging {sum(on) / len(on) * 1e3:.1f} ms "
+                             f"({len(on)}), local {sum(off) / len(off) * 1e3:.1f} ms ({len(off)})")
     c = report["ddp_costs"]
     u = c["used"]
     lines.append(f"DDP's own costs (measured once, every case): bucket_overhead {u['bucket_overhead'] * 1e3:.2f} ms, "

@@ -30,6 +30,17 @@ The fp16/bf16 cases' remedy carries the measured ratio as ``reduce_bytes``
 (:func:`reduce_bytes_from_ranks`); each such row also reports ``bytes_model_step_time_s``, the
 prediction without it (commsim's default: half the bytes, half the time).
 
+Once too, what powerSGD_hook's chaining of its all-reduces costs (:func:`measure_chain_overhead`:
+the hook starts its P and Q all-reduces inside the callbacks of the all-reduce before them, which
+then block on them; on gloo each such hop costs milliseconds beyond the all-reduce): the PowerSGD
+cases' remedy carries it as ``chain_overhead``; each such row also reports
+``unchained_step_time_s``, the prediction without it.
+
+Once too, the rate of post-local SGD's averaging passes (:func:`measure_flatten_rate`: the
+averager's ``torch.cat`` of the parameters into a new buffer and its in-place division, as
+``average_parameters`` runs them): the post-local SGD cases' remedy carries it as ``mem_bw``;
+each such row also reports ``cast_rate_step_time_s``, the prediction at the cast's rate.
+
 The prediction of a case (:func:`predict`) is commsim's: the scenario with the measured
 compute, those DDP costs and the gloo calibration (``commsim calibrate --backend gloo``), through
 the same hook model as ``commsim compare`` (:func:`commsim.mitigations.hooked.run_hooked`), the
@@ -275,6 +286,118 @@ def reduce_bytes_from_ranks(per_rank: Sequence[Dict], dtype: str) -> float:
     return 4.0 * statistics.median(t16 / t32 for r in per_rank for t16, t32 in zip(r[f"{dtype}_s"], r["fp32_s"]))
 
 
+def measure_chain_overhead(ctx, sizes: Sequence[Sequence[int]], rounds: int) -> Dict:
+    """What powerSGD_hook's chaining of its all-reduces costs on this machine, measured once before
+    the cases: for each (uncompressed, P, Q) element counts of `sizes` (the hook's three buffers at
+    a case's rank), three in-place all-reduces one after another from the main thread
+    (``sequential``), and the same three chained as the hook chains them (``chained``: the first
+    async, the second started inside its future's callback, which then blocks on it
+    (``.get_future().wait()``), the third likewise inside the next callback; the main thread
+    waits for the last), taken in turn after a barrier each, `rounds` times. Returns
+    {"sizes": [...], "sequential_s": [...], "chained_s": [...] (medians), "hop_s": [...]}: per size,
+    the cost of one hop, the trimmed mean (:func:`trimmed_mean`) over the rounds of (chained -
+    sequential) / 2 (the hook's two chained all-reduces). A mean, not a median: each hop hands
+    the work to another of gloo's threads and wakes a blocked one; on a loaded machine a wake-up
+    now and then waits for a CPU (hops of ~0.1 ms or ~3 ms on a shared 2-core machine, either mode
+    the median in turn), and a step's mean time carries the mean of both."""
+    out: Dict = {"sizes": [list(s) for s in sizes], "sequential_s": [], "chained_s": [], "hop_s": []}
+    for counts in sizes:
+        bufs = [torch.ones(max(1, int(c))) for c in counts]
+
+        def sequential():
+            for b in bufs:
+                dist.all_reduce(b)
+
+        def chained():
+            def then_reduce(buf):
+                return lambda fut: dist.all_reduce(buf, async_op=True).get_future().wait()[0]
+
+            fut = dist.all_reduce(bufs[0], async_op=True).get_future()
+            for b in bufs[1:]:
+                fut = fut.then(then_reduce(b))
+            fut.wait()
+
+        sequential(), chained()  # gloo's buffers and the pages, once
+        samples: Dict[str, List[float]] = {"sequential": [], "chained": []}
+        for _ in range(rounds):
+            ctx.progress()
+            for name, fn in (("sequential", sequential), ("chained", chained)):
+                dist.barrier()
+                t0 = time.perf_counter()
+                fn()
+                samples[name].append(time.perf_counter() - t0)
+        out["sequential_s"].append(statistics.median(samples["sequential"]))
+        out["chained_s"].append(statistics.median(samples["chained"]))
+        out["hop_s"].append(trimmed_mean([(c - q) / (len(bufs) - 1)
+                                          for c, q in zip(samples["chained"], samples["sequential"])]))
+    return out
+
+
+TRIM = 0.1  # of the samples, each side
+
+
+CHAIN_ROUNDS = 4  # x machine_rounds: a mean of a bimodal cost needs more samples than a median
+
+
+def trimmed_mean(values: Sequence[float], trim: float = TRIM) -> float:
+    """The mean of `values` without the lowest and highest `trim` fraction of them (each side:
+    the odd round that a shared machine's other load stalled, in either of the two timings)."""
+    xs = sorted(values)
+    k = int(len(xs) * trim)
+    kept = xs[k:len(xs) - k] or xs
+    return float(sum(kept) / len(kept))
+
+
+def chain_overhead_from_ranks(per_rank: Sequence[Dict]) -> float:
+    """PowerSGD's ``chain_overhead`` (commsim.mitigations.spec): the median over the ranks and the
+    sizes of :func:`measure_chain_overhead`'s hop cost, never below 0 (a hop's cost is the
+    backend's dispatch, not the data's: one figure for the machine)."""
+    return max(0.0, statistics.median(h for r in per_rank for h in r["hop_s"]))
+
+
+def measure_flatten_rate(module: nn.Module, world_size: int, rounds: int) -> Dict:
+    """The rate of post-local SGD's averaging passes on this machine, measured once before the
+    cases: what ``model_averaging.utils.average_parameters`` does before and after its
+    all-reduce, as it does it, on `module`'s parameters (a spare model's): ``torch.cat`` of the
+    parameters into a new buffer, the buffer divided by the world size in place, the parameters
+    then made views of it (the previous buffer freed once the next holds them), `rounds` times.
+    Returns {"seconds": median, "bytes_per_s": 4 e bytes per element moved over it}: the cat's
+    buffer is new memory each time, its pages faulted in and zeroed as the cat first writes them,
+    which on a CPU VM makes this several times slower than a copy between mapped buffers."""
+    params = list(module.parameters())
+    numel = sum(p.numel() for p in params)
+    size = params[0].element_size()
+    times = []
+    for _ in range(rounds + 1):
+        t0 = time.perf_counter()
+        flat = torch.cat([p.data.reshape(-1) for p in params])
+        flat /= world_size
+        times.append(time.perf_counter() - t0)
+        offset = 0
+        for p in params:
+            p.data = flat[offset:offset + p.numel()].view_as(p)
+            offset += p.numel()
+    med = statistics.median(times[1:])  # the first: the parameters' own first buffer
+    return {"seconds": med, "bytes_per_s": 4.0 * size * numel / med}
+
+
+def powersgd_buffers(module: nn.Module, r: int) -> List[int]:
+    """Elements of powerSGD_hook's three all-reduces for `module` at rank `r` (uncompressed, P, Q),
+    by torch's rule (a matrix is compressed where (m + n) r' * 2 < m n, r' = min(m, n, r))."""
+    unc = p = q = 0
+    for t in module.parameters():
+        if t.dim() < 2:
+            unc += t.numel()
+            continue
+        m, n = t.shape[0], t.numel() // t.shape[0]
+        rr = min(m, n, r)
+        if (m + n) * rr * 2 < m * n:
+            p, q = p + m * rr, q + n * rr
+        else:
+            unc += t.numel()
+    return [unc, p, q]
+
+
 def _register(model: DDP, case: Case, gpus_per_node: int):
     """Register the case's hook; returns (hook state, model averager or None)."""
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, post_localSGD_hook, powerSGD_hook
@@ -381,6 +504,15 @@ def rank_mitigations(ctx, plan: Dict) -> Dict:
     numel = sum(p.numel() for p in module.parameters())
     reduce_dtypes = measure_reduce_dtypes(ctx, numel, dtypes, plan["machine_rounds"]) if dtypes else None
     ctx.progress()
+    # powerSGD_hook's chained all-reduces against sequential ones: once, at every PowerSGD case's sizes
+    ranks = sorted({c["r"] for c in plan["cases"] if c["hook"] == "powersgd"})
+    chain = (measure_chain_overhead(ctx, [powersgd_buffers(module, r) for r in ranks],
+                                    CHAIN_ROUNDS * plan["machine_rounds"]) if ranks else None)
+    ctx.progress()
+    # post-local SGD's flatten and divide: once, on a spare model, for every post-local SGD case
+    flatten = (measure_flatten_rate(synthetic_model(plan["parameters"]), ctx.world_size, plan["machine_rounds"])
+               if any(c["hook"] == "localsgd" for c in plan["cases"]) else None)
+    ctx.progress()
     cases = []
     for i, fields in enumerate(plan["cases"]):
         case = Case(**fields)
@@ -390,7 +522,7 @@ def rank_mitigations(ctx, plan: Dict) -> Dict:
         ctx.progress({"case": i, "hardware": out["hardware"]} if ctx.rank == 0 else None)
         cases.append(out)
     return {"rank": ctx.rank, "cases": cases, "width": width, "ddp_costs": ddp_costs, "reduce_dtypes": reduce_dtypes,
-            "parameters": sum(p.numel() for p in module.parameters())}
+            "chain": chain, "flatten": flatten, "parameters": sum(p.numel() for p in module.parameters())}
 
 
 # ---------------------------------------------------------------- the launcher and the prediction
@@ -456,9 +588,12 @@ def remedy_text(case: Case, hardware: Dict[str, float], width: int) -> Optional[
         return f"{case.hook}:{rates}{reduce}"
     if case.hook == "powersgd":
         return (f"powersgd:r={case.r}:start=0:shapes=square:width={width}:{rates}:flops={hardware['powersgd_flops']:.0f}"
-                f":kernel_overhead={hardware['kernel_overhead'] * 1e6:.4f}us")
+                f":kernel_overhead={hardware['kernel_overhead'] * 1e6:.4f}us"
+                + (f":chain_overhead={hardware['chain_overhead'] * 1e6:.4f}us" if "chain_overhead" in hardware else ""))
     if case.hook == "localsgd":
-        return f"localsgd:H={case.H}"
+        # the averager's flatten and divide at their measured rate (else at the cast's)
+        bw = hardware.get("flatten_bw", hardware["mem_bw"])
+        return f"localsgd:H={case.H}:mem_bw={bw:.0f}B/s"
     return None
 
 
@@ -492,6 +627,13 @@ def predict(scenario, case: Case, hardware: Dict[str, float], width: int, parame
         plan = powersgd_plan_for(fed, parse_mitigations(text)[0].get(PowerSGD))
         out.update({"p_elements": plan.p_elements, "q_elements": plan.q_elements})
     return out
+
+
+def measured_steps(start: float, rank_end: np.ndarray) -> List[float]:
+    """Each step's time of one case (steps, ranks), from the previous step's last end to this
+    one's (the steps whose mean :func:`measured_step_time` is)."""
+    ends = rank_end.max(axis=1)
+    return np.diff(np.concatenate(([start], ends))).tolist()
 
 
 def measured_step_time(start: float, rank_end: np.ndarray) -> float:
@@ -585,6 +727,12 @@ def run_cases(scenario, calibration, cases: Sequence[Case], nprocs: int, slow_st
     reduce_bytes = ({d: reduce_bytes_from_ranks(reduce_dtypes, d) for d in REDUCE_DTYPES if f"{d}_s" in reduce_dtypes[0]}
                     if reduce_dtypes[0] else {})
     reduce_report = {"measured": reduce_dtypes, "reduce_bytes": reduce_bytes}
+    chains = [r["chain"] for r in results]
+    chain = chain_overhead_from_ranks(chains) if chains[0] else None
+    chain_report = {"measured": chains, "chain_overhead": chain}
+    flattens = [r["flatten"] for r in results]
+    flatten_bw = statistics.median(f["bytes_per_s"] for f in flattens) if flattens[0] else None
+    flatten_report = {"measured": flattens, "bytes_per_s": flatten_bw}
     rows = []
     for i, case in enumerate(cases):
         per_rank = [r["cases"][i] for r in results]
@@ -596,12 +744,23 @@ def run_cases(scenario, calibration, cases: Sequence[Case], nprocs: int, slow_st
             hardware = dict(hardware, reduce_bytes=reduce_bytes[case.hook])
             pred = dict(predict(sc, case, hardware, width, parameters, slow_stall, jitter),
                         bytes_model_step_time_s=bytes_model["step_time_s"])
+        elif case.hook == "localsgd" and flatten_bw is not None:  # measured once for the machine too
+            copy_rate = predict(sc, case, hardware, width, parameters, slow_stall, jitter)
+            hardware = dict(hardware, flatten_bw=flatten_bw)
+            pred = dict(predict(sc, case, hardware, width, parameters, slow_stall, jitter),
+                        cast_rate_step_time_s=copy_rate["step_time_s"])
+        elif case.hook == "powersgd" and chain is not None:  # measured once for the machine too
+            unchained = predict(sc, case, hardware, width, parameters, slow_stall, jitter)
+            hardware = dict(hardware, chain_overhead=chain)
+            pred = dict(predict(sc, case, hardware, width, parameters, slow_stall, jitter),
+                        unchained_step_time_s=unchained["step_time_s"])
         else:
             pred = predict(sc, case, hardware, width, parameters, slow_stall, jitter)
         rows.append({"case": case.name, "remedy": remedy_text(case, hardware, width) or "baseline",
                      "slow_rank": case.slow, "measured_s": measured, "predicted_s": pred["step_time_s"],
                      "error": (pred["step_time_s"] - measured) / measured,
+                     "measured_steps_s": measured_steps(per_rank[0]["start"], rank_end),
                      "evidence": [c["evidence"] for c in per_rank], "predicted": pred, "hardware": hardware})
     return {"width": width, "parameters": parameters, "slow_stall_s": slow_stall, "ddp_costs": costs_report,
-            "reduce_dtypes": reduce_report,
-            "cases": rows, "median_abs_error": float(np.median([abs(r["error"]) for r in rows]))}
+            "reduce_dtypes": reduce_report, "chain": chain_report,
+            "flatten": flatten_report, "cases": rows, "median_abs_error": float(np.median([abs(r["error"]) for r in rows]))}

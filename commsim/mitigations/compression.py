@@ -33,6 +33,10 @@ orthogonalization). Approximations: each bucket holds its byte share of every ki
 (the uncompressed and compressed elements are spread over the buckets in proportion to their
 bytes; real buckets hold whole tensors), and the figures are those after
 ``start_powerSGD_iter`` (the warm-up steps run plain all-reduces, at the baseline's step time).
+The P and Q all-reduces are each started from the callback of the all-reduce before them (the
+callback then blocks on it): each such hop costs the remedy's ``chain_overhead`` seconds per
+bucket (a backend's figure, not a per-byte one; commsim.mitigations.spec), a stage of work
+before each of the two all-reduces.
 Wrapped in fp16/bf16 (``fp16_compress_wrapper(powerSGD_hook)``) everything is sent in 2 bytes
 (each all-reduce priced at the wrapper's ``reduce_bytes``, as fp16's).
 """
@@ -137,6 +141,7 @@ class PowerSGDHook(PlainHook):
         self.wire = WIRE_BYTES_16 if wrapper is not None else self.e
         self.wrapper = wrapper
         self.total = float(scenario.model.grad_bytes)
+        self.chain = remedy.chain_overhead
 
     def _reduce(self, elements: float) -> Reduce:
         if self.wrapper is not None:
@@ -146,8 +151,10 @@ class PowerSGDHook(PlainHook):
     def stages(self, step: int, bucket: int, size: float) -> Sequence[Stage]:
         share = size / self.total
         pl = self.plan
-        return (Work(share * pl.work_p), self._reduce(share * pl.uncompressed), self._reduce(share * pl.p_elements),
-                Work(share * pl.work_q), self._reduce(share * pl.q_elements), Work(share * pl.work_out))
+        # the chained hops are per bucket (each bucket runs its own chain of callbacks)
+        return (Work(share * pl.work_p), self._reduce(share * pl.uncompressed), Work(self.chain),
+                self._reduce(share * pl.p_elements), Work(share * pl.work_q), Work(self.chain),
+                self._reduce(share * pl.q_elements), Work(share * pl.work_out))
 
     def compression_ratio(self) -> float:
         pl = self.plan

@@ -6,7 +6,13 @@ bucket only within the rank's subgroup, which by default (``subgroup=None``:
 ``dist.new_subgroups()``) is its node; one GPU per node then communicates nothing per step.
 ``PeriodicModelAverager(period=H).average_parameters`` all-reduces every parameter over the whole
 job (one flattened buffer of the parameters' dtype, here the scenario's gradient dtype) after
-the optimizer of every H-th step; the next step waits for it.
+the optimizer of every H-th step; the next step waits for it. Before that all-reduce,
+``model_averaging.utils.average_parameters`` flattens the parameters (``torch.cat``: read e bytes
+and write e per element) and divides the buffer by the world size in place (read e, write e),
+4 e bytes per element moved at the remedy's memory bandwidth (``mem_bw``; on a CPU the cat's
+buffer is new memory, its pages faulted in as it is written: the validator measures the rate as
+``average_parameters`` runs, validate.mitigation_job.measure_flatten_rate); after it the
+parameters become views of the buffer (``p.data = flat[...].view_as(p)``): no copy back.
 
 A :class:`commsim.mitigations.hooked.run_hooked` hook. The figures are those after the warm-up
 (the warm-up steps are plain DDP, at the baseline's step time); the run is extended to a whole
@@ -19,7 +25,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Sequence
 
-from commsim.mitigations.hooked import PlainHook, Reduce, Stage
+from commsim.mitigations.hooked import PlainHook, Reduce, Stage, Work
 from commsim.mitigations.spec import LocalSGD
 from commsim.scenario.spec import Scenario
 
@@ -30,12 +36,14 @@ class LocalSGDHook(PlainHook):
     def __init__(self, scenario: Scenario, remedy: LocalSGD):
         self.H = remedy.H
         self.param_bytes = float(scenario.model.grad_bytes)
+        # torch.cat of the parameters, then flat /= world size: 4 x the bytes moved (module docstring)
+        self.flatten = Work(4.0 * self.param_bytes / remedy.mem_bw)
 
     def stages(self, step: int, bucket: int, size: float) -> Sequence[Stage]:
         return (Reduce(size, "node"),)
 
     def after_step(self, step: int) -> Sequence[Stage]:
-        return (Reduce(self.param_bytes),) if (step + 1) % self.H == 0 else ()
+        return (self.flatten, Reduce(self.param_bytes)) if (step + 1) % self.H == 0 else ()
 
 
 def whole_periods(scenario: Scenario, H: int) -> Scenario:

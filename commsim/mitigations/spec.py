@@ -41,6 +41,16 @@ DEFAULT_WIDTH = 1024
 #   element: its fp16 all-reduce of 4.2 M elements took 11.7 ms against fp32's 11.9 ms (2 ranks),
 #   i.e. about 4 bytes per element. Measured as 4 x t(16-bit all-reduce) / t(fp32 all-reduce) at
 #   the same element count (validate.mitigation_job.measure_reduce_dtypes).
+# - chain_overhead (powersgd): powerSGD_hook starts its P all-reduce inside the callback of the
+#   uncompressed tensors' all-reduce and its Q all-reduce inside the next callback, each callback
+#   then blocking on the all-reduce it started (``.get_future().wait()``): each hop hands the work
+#   to another of the backend's threads and wakes a blocked one. On gloo on a shared 2-core VM a
+#   hop cost either ~0.1 ms or ~3 ms beyond the all-reduce itself (three 16 KB all-reduces chained
+#   so: 6.1 ms; one after another from the main thread: 0.63 ms; 2 ranks), the slow mode when a
+#   wake-up waits for a CPU; the validator's trimmed means over 36 rounds: 0.8 and 1.5 ms per hop
+#   in two runs. Default 0 (not measured on NCCL); measured by the validator as (chained -
+#   sequential) / 2 over three all-reduces of the hook's own sizes
+#   (validate.mitigation_job.measure_chain_overhead).
 REDUCE_BYTES_DOC = "the bytes per element the 16-bit all-reduce costs, in fp32 all-reduce bytes, like 3.9"
 SHAPE_MODELS = ("square", "resnet50")
 
@@ -73,6 +83,8 @@ class PowerSGD:
     mem_bw: float = DEFAULT_MEMORY_BANDWIDTH
     flops: float = DEFAULT_FLOPS
     kernel_overhead: float = 5e-6  # seconds per small kernel (GPU launch): PowerSGD runs many
+    # seconds each of the hook's two chained all-reduces (P, then Q) adds (CHAIN_OVERHEAD_DOC)
+    chain_overhead: float = 0.0
     name: str = "powersgd"
 
 
@@ -90,6 +102,7 @@ class LocalSGD:
 
     H: int = 8
     warmup: int = 0
+    mem_bw: float = DEFAULT_MEMORY_BANDWIDTH  # the averager's flatten and divide run at it
     name: str = "localsgd"
 
 
@@ -148,10 +161,12 @@ PARAMETERS: Dict[str, Dict[str, Tuple[Any, str]]] = {
         "mem_bw": (parse_rate, "a memory bandwidth like 900GB/s"),
         "flops": (lambda v: float(parse_count(v)), "a matmul rate in FLOP/s like 15e12"),
         "kernel_overhead": (lambda v: parse_time(v, allow_zero=True), "a time like 5us"),
+        "chain_overhead": (lambda v: parse_time(v, allow_zero=True), "a time like 2ms"),
     },
     "backup": {"b": (parse_count, "a whole number >= 1")},
     "localsgd": {"H": (parse_count, "a whole number >= 1"),
-                 "warmup": (lambda v: parse_count(v, allow_zero=True), "a whole number >= 0")},
+                 "warmup": (lambda v: parse_count(v, allow_zero=True), "a whole number >= 0"),
+                 "mem_bw": (parse_rate, "a memory bandwidth like 900GB/s")},
     "async": {"servers": (parse_count, "a whole number >= 1"),
               "bandwidth": (parse_rate, "a link bandwidth like 25Gbps"),
               "latency": (lambda v: parse_time(v, allow_zero=True), "a time like 10us")},

@@ -187,6 +187,11 @@ def test_plan_and_remedy_text():
     assert remedy_text(Case("powersgd", r=4), hw, 256) == (
         "powersgd:r=4:start=0:shapes=square:width=256:mem_bw=3200000000B/s:flops=4000000000"
         ":kernel_overhead=2.5000us")
+    assert remedy_text(Case("powersgd", r=1), dict(hw, chain_overhead=2.5e-3), 256).endswith(
+        ":kernel_overhead=2.5000us:chain_overhead=2500.0000us")
+    # post-local SGD: the averager's flatten and divide at the measured memory bandwidth
+    assert remedy_text(Case("localsgd", H=4), hw, 256) == "localsgd:H=4:mem_bw=3200000000B/s"
+    assert remedy_text(Case("localsgd", H=4), dict(hw, flatten_bw=1.5e9), 256) == "localsgd:H=4:mem_bw=1500000000B/s"
     assert remedy_text(Case("none"), hw, 256) is None
     if not torch.cuda.is_available():
         assert not bf16_hook_supported()  # a CPU build: bf16_compress_hook needs CUDA and NCCL 2.10+
@@ -228,3 +233,65 @@ def test_compute_jitter_cv_ignores_a_steady_drift():
     rng = np.random.default_rng(0)
     x = (0.02 * (1 + 0.1 * rng.standard_normal(4000))).tolist()
     assert compute_jitter_cv([{"samples": {"nosync": x}}]) == pytest.approx(0.1, rel=0.05)
+
+
+def test_powersgd_chain_measured_once_and_in_every_powersgd_prediction(report):
+    from validate.mitigation_job import chain_overhead_from_ranks
+
+    chain = report["chain"]
+    assert len(chain["measured"]) == 2 and chain["chain_overhead"] == chain_overhead_from_ranks(chain["measured"])
+    # measured at the hook's own buffers: (biases, P, Q) at r = 1 and r = 4
+    assert chain["measured"][0]["sizes"] == [[WIDTH, WIDTH, WIDTH], [WIDTH, 4 * WIDTH, 4 * WIDTH]]
+    for row in report["cases"]:
+        if row["case"].startswith("powersgd"):
+            assert f":chain_overhead={chain['chain_overhead'] * 1e6:.4f}us" in row["remedy"]
+            # one bucket: both hops on every step's critical path
+            extra = row["predicted_s"] - row["predicted"]["unchained_step_time_s"]
+            assert extra == pytest.approx(2 * chain["chain_overhead"], rel=1e-6, abs=1e-12)
+        else:
+            assert "chain_overhead" not in row["remedy"]
+
+
+def test_powersgd_buffers_are_the_hooks():
+    from validate.compute_timing import synthetic_model
+    from validate.mitigation_job import powersgd_buffers
+
+    module = synthetic_model(3 * PARAMETERS)  # three Linear(1024, 1024)
+    assert powersgd_buffers(module, 1) == [3 * WIDTH, 3 * WIDTH, 3 * WIDTH]
+    assert powersgd_buffers(module, 4) == [3 * WIDTH, 12 * WIDTH, 12 * WIDTH]
+    # a rank at which compression saves less than 2x: every matrix stays uncompressed
+    assert powersgd_buffers(module, 300) == [3 * PARAMETERS, 0, 0]
+
+
+def test_chain_overhead_is_a_trimmed_mean_of_the_hops():
+    from validate.mitigation_job import chain_overhead_from_ranks, trimmed_mean
+
+    # one stalled round in ten is dropped from each side; the rest is averaged, not its median
+    assert trimmed_mean([0.0] * 4 + [3e-3] * 5 + [1.0]) == pytest.approx(15e-3 / 8, rel=1e-12)
+    assert trimmed_mean([2.0, 4.0]) == 3.0  # too few to trim
+    a, b = {"hop_s": [1e-3, 3e-3]}, {"hop_s": [2e-3, 5e-3]}
+    assert chain_overhead_from_ranks([a, b]) == pytest.approx(2.5e-3, rel=1e-12)
+    assert chain_overhead_from_ranks([{"hop_s": [-1e-3]}]) == 0.0
+
+
+def test_flatten_rate_runs_the_averagers_passes():
+    from validate.compute_timing import synthetic_model
+    from validate.mitigation_job import measure_flatten_rate
+
+    module = synthetic_model(2 * PARAMETERS)
+    before = [p.detach().clone() for p in module.parameters()]
+    out = measure_flatten_rate(module, 2, rounds=3)
+    # four passes of the averager (one unmeasured), each dividing by the world size; the
+    # parameters left as views of one flat buffer, as average_parameters leaves them
+    for p, b in zip(module.parameters(), before):
+        torch.testing.assert_close(p.detach(), b / 16, rtol=0, atol=0)
+    assert len({p.untyped_storage().data_ptr() for p in module.parameters()}) == 1
+    assert out["bytes_per_s"] == pytest.approx(4 * 4 * 2 * PARAMETERS / out["seconds"], rel=1e-12)
+
+
+def test_post_local_sgd_flatten_rate_measured_once_and_in_its_prediction(report):
+    fl = report["flatten"]
+    assert len(fl["measured"]) == 2 and fl["bytes_per_s"] == np.median([m["bytes_per_s"] for m in fl["measured"]])
+    row = by_name(report)["localsgd:H=2"]
+    assert row["remedy"] == f"localsgd:H=2:mem_bw={fl['bytes_per_s']:.0f}B/s"
+    assert "cast_rate_step_time_s" in row["predicted"]

@@ -94,3 +94,32 @@ def test_fp16_wrapper_of_powersgd_prices_its_all_reduces_at_reduce_bytes():
     assert sent == [(10 * 2, None), (4 * 1024 * 2 * 2, None), (4 * 1024 * 2 * 2, None)]  # 4 matrices, r = 2
     assert [(st.size, st.priced_bytes) for st in slow if isinstance(st, Reduce)] == [
         (s, s * 2) for s, _ in sent]  # 4 bytes per 2-byte element
+
+
+# ---------------------------------------------------------------- PowerSGD's chained all-reduces
+
+
+@pytest.mark.parametrize("buckets", [1, 3])
+def test_powersgd_chain_overhead_is_two_hops_per_bucket(buckets):
+    # the P and Q all-reduces are each started from the previous one's callback: each hop adds
+    # chain_overhead once per bucket, on the stream, whatever the bucket's bytes
+    params = 4 * 1024 * 1024 + 10
+    cap = 1e9 if buckets == 1 else 4.0 * params / buckets + 1
+    sc = tiny(nodes=2, gpus=1, params=params, steps=3, bucket_cap=cap, first_bucket=cap)
+    assert len(sc.gradient_buckets()) == buckets
+    fast = dict(r=2, width=1024, flops=1e30, mem_bw=1e30, kernel_overhead=0.0)
+    without = run_hooked(sc, PowerSGDHook(sc, PowerSGD(**fast)))
+    chained = run_hooked(sc, PowerSGDHook(sc, PowerSGD(**fast, chain_overhead=2e-3)))
+    step = np.diff(np.concatenate(([0.0], chained.step_end))) - np.diff(np.concatenate(([0.0], without.step_end)))
+    # one bucket: the hops sit after the backward, all of them exposed
+    if buckets == 1:
+        np.testing.assert_allclose(step, 2 * 2e-3, rtol=1e-9)
+    else:  # several: at least the last bucket's two hops are exposed, at most every bucket's
+        assert np.all(step >= 2 * 2e-3 - 1e-12) and np.all(step <= buckets * 2 * 2e-3 + 1e-12)
+
+
+def test_chain_overhead_parses_as_a_time():
+    from commsim.mitigations.spec import parse_mitigations
+
+    m = parse_mitigations("powersgd:r=1:chain_overhead=2.5ms")[0]
+    assert m.get(PowerSGD).chain_overhead == pytest.approx(2.5e-3)
