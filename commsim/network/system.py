@@ -73,6 +73,12 @@ ACHIEVABLE_FRACTION = {
 NOMINAL_HOP_US = {"nvswitch": 3.4, "nvlink": 3.4, "pcie_p2p": 5.7, "pcie_host": 5.7, "network": 14.0}
 
 
+# Line rate of one NVLink, per direction, GB/s, by the GPU generation's NVLink: NVLink2 (V100) and
+# NVLink3 (A100) 25 (6 x 25 = 150, 12 x 25 = 300 each way per GPU, DGX-1/DGX A100 datasheets),
+# NVLink4 (H100) 25 (18 links, 900 GB/s bidirectional), NVLink5 (B200) 50 (18 links, 1.8 TB/s
+# bidirectional; NVIDIA NVLink page). A GPU's link count is its line rate over this.
+NVLINK_LINK_LINE_GBps = {"volta": 25.0, "ampere": 25.0, "hopper": 25.0, "blackwell": 50.0}
+
 # The bandwidth constants that a physical line rate bounds, and the field holding that rate.
 LINE_RATE_OF = {"intra_bw_GBps": "intra_line_GBps", "nic_bw_GBps": "nic_line_GBps"}
 
@@ -197,6 +203,14 @@ class System:
         is not a link bandwidth or the description gives no line rate)."""
         field_name = LINE_RATE_OF.get(name)
         return None if field_name is None else getattr(self, field_name)
+
+    def nvlinks_per_gpu(self) -> Optional[int]:
+        """NVLinks of one GPU (its intra-node line rate over one link's,
+        :data:`NVLINK_LINK_LINE_GBps`): 18 on H100/B200, 12 on A100, 6 on V100. None on PCIe or
+        where the description gives no line rate."""
+        if self.intra_kind not in ("nvswitch", "nvlink") or self.intra_line_GBps is None:
+            return None
+        return max(1, int(round(self.intra_line_GBps / NVLINK_LINK_LINE_GBps[self.gpu_arch])))
 
     def domains(self, nodes: int) -> int:
         """NVLink domains a job of `nodes` nodes spans (the network's 'nodes')."""

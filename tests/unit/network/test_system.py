@@ -152,3 +152,12 @@ def test_job_intra_bandwidth_on_dgx1_and_nvswitch():
     assert job_intra_bw_GBps(a100, 2) == job_intra_bw_GBps(a100, 8) == a100.intra_bw_GBps
     with pytest.raises(InputError, match="gpus_per_node"):
         job_intra_bw_GBps(dgx1, 5)
+
+
+def test_nvlinks_per_gpu_from_the_line_rate():
+    from commsim.network.system import preset as _preset
+    assert _preset("dgx-h100").nvlinks_per_gpu() == 18
+    assert _preset("dgx-a100").nvlinks_per_gpu() == 12
+    assert _preset("gb200-nvl72").nvlinks_per_gpu() == 18      # NVLink5: 50 GB/s a link each way
+    assert _preset("dgx1-v100").nvlinks_per_gpu() == 6
+    assert _preset("g4dn-t4").nvlinks_per_gpu() is None        # PCIe
