@@ -484,6 +484,10 @@ def nccl_estimate_us(kind: str, algorithm: str, protocol: str, sizes, system: Sy
     lat = t["base"][a][p]
     intra_lat = t["hw"][intra_hw][a][p]
     inter_lat = t["hw"]["NET"]["tree" if ppn == 1 else a][p]
+    # tuning.cc (v2.18.5-1 .. v2.30): ``interLat += graphs[a]->latencyInter; // Also add the flush
+    # extra latency: if (p == NCCL_PROTO_SIMPLE) interLat += graphs[a]->latencyInter``, latencyInter
+    # being the NIC's reported latency (search.cc ``graph->latencyInter = net->net.latency``)
+    inter_lat += system.nic_reported_latency_us * (2 if protocol == SIMPLE else 1)
     if a == "ring":
         net_over = 0.0
         if D > 1:

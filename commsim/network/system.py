@@ -128,6 +128,10 @@ class System:
     # Per-step floor (us, LL/LL128; x3 for Simple) of a ring across nodes; None: NCCL's
     # getNetOverhead for the CPU vendor (NET_STEP_US_BY_CPU). A calibration fits it.
     net_step_us: Optional[float] = None
+    # The latency (us) the network plugin reports for a NIC (ncclNetProperties_t.latency; NCCL's own
+    # IB and socket transports report 0, aws-ofi-nccl its platform's figure, 75 on p5). NCCL adds
+    # it to its estimate's network latency (twice for Simple); it picks, it does not price.
+    nic_reported_latency_us: float = 0.0
     # Protocol/algorithm efficiencies of the collective library on this hardware (priors from
     # NCCL's tuning.cc where it has one; fitted by a calibration):
     nvls_efficiency: float = 0.85      # nvlsEfficiency[arch] (Hopper .85, Blackwell .74)
@@ -175,6 +179,9 @@ class System:
             v = getattr(self, name)
             if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0):
                 raise InputError(src, name, f"expected a positive number or null, got {v!r}")
+        v = self.nic_reported_latency_us
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+            raise InputError(src, "nic_reported_latency_us", f"expected a number >= 0, got {v!r}")
         if self.nvls and self.intra_kind != "nvswitch":
             raise InputError(src, "nvls", f"NVLS needs NVSwitch; intra_kind is {self.intra_kind!r}")
         for i, t in enumerate(self.tiers):
@@ -348,9 +355,19 @@ def _presets() -> Dict[str, System]:
     # bidirectional per GPU, 8x ConnectX-7 400 Gb/s for compute, Intel Xeon 8480C.
     p["dgx-h100"] = nominal_system("dgx-h100", "hopper", 8, "nvswitch", 450.0, 8, 400.0, nvls=True,
                                    cpu_vendor="intel", source="NVIDIA DGX H100 datasheet")
-    # AWS p5.48xlarge: 8x H100 SXM on NVSwitch, 3200 Gb/s EFAv2 as 32x 100 Gb/s NICs (4 per GPU).
-    p["p5"] = nominal_system("p5", "hopper", 8, "nvswitch", 450.0, 32, 100.0, nvls=True, cpu_vendor="amd",
-                             source="AWS p5 instance page (3200 Gb/s EFAv2, 32 NICs)")
+    # AWS p5.48xlarge: 8x H100 SXM on NVSwitch, 3200 Gb/s EFAv2 as 32x 100 Gb/s EFA interfaces (4
+    # per GPU). NCCL sees 8 NICs of 400 Gb/s: aws-ofi-nccl's RDMA protocol (the default on p5/p5e,
+    # src/platform-aws.cpp "p5/p5e" .default_protocol = PROTOCOL::RDMA) groups the EFA rails near
+    # each GPU into one device (src/nccl_ofi_topo.cpp, max_group_size) and reports their summed
+    # speed (src/nccl_ofi_rdma.cpp get_properties: "Scale speed by the total number of rails",
+    # props->port_speed *= max_group_size; aws/aws-ofi-nccl since v1.10.0-aws). A channel drives
+    # one such device, so the node is 8 NICs x 400 Gb/s here as well.
+    # The plugin reports each device's latency as its platform's (src/platform-aws.cpp "p5/p5e"
+    # .latency = 75.0, set as OFI_NCCL_NET_LATENCY and returned in props->latency).
+    p["p5"] = nominal_system("p5", "hopper", 8, "nvswitch", 450.0, 8, 400.0, nvls=True, cpu_vendor="amd",
+                             nic_reported_latency_us=75.0,
+                             source="AWS p5 instance page (3200 Gb/s EFAv2: 32x 100 Gb/s); aws-ofi-nccl "
+                                    "RDMA protocol presents 4 rails per GPU as one 400 Gb/s device")
     # HGX H100 4-GPU board: NVLink4 between every pair without NVSwitch (18 links per GPU, 6 to
     # each peer: 450 GB/s each way in all), no NVLS; here with 4x 200 Gb/s InfiniBand (NDR200).
     p["hgx-h100-4gpu"] = nominal_system("hgx-h100-4gpu", "hopper", 4, "nvlink", 450.0, 4, 200.0,

@@ -104,3 +104,28 @@ def test_physical_pricing_stays_on_achievable_rates():
     for a in ("ring", "tree", "nvls_tree"):
         np.testing.assert_array_equal(nt.physical_time_us("all_reduce", a, "Simple", sizes, faster_line, sc),
                                       nt.physical_time_us("all_reduce", a, "Simple", sizes, s, sc))
+
+
+def test_p5_is_eight_400g_devices_as_aws_ofi_nccl_presents_them():
+    s = preset("p5")
+    assert (s.nics_per_node, s.nic_line_GBps) == (8, 50.0)
+    assert nt.topo_speeds(s).nic_GBps == 50.0
+    # 8 devices: 8 NVLS heads across 2 nodes, and NVLS-tree wins the large sizes (with 32 x 100G
+    # NCCL would see 12 GB/s NICs and run ring)
+    p = nt.plan("all_reduce", replace(s, nccl_version="2.27"), 2, 8)
+    assert p.choose([1 << 30])[0] == ("nvls_tree", "Simple")
+
+
+def test_the_nic_reported_latency_enters_every_network_hop_of_the_estimate_twice_for_simple():
+    s = _h100()
+    slow = replace(s, nic_reported_latency_us=75.0)
+    sc = nt.Scale.of(s, 10, 8)
+    S = np.array([4096.0])   # below the ring plateau (S / (C n) < 64)
+    n_inter = 2 * (10 - 1)
+    d = nt.nccl_estimate_us("all_reduce", "ring", "LL", S, slow, sc) - nt.nccl_estimate_us("all_reduce", "ring", "LL", S, s, sc)
+    assert d[0] == pytest.approx(n_inter * 75.0)
+    d = nt.nccl_estimate_us("all_reduce", "tree", "Simple", S, slow, sc) - nt.nccl_estimate_us("all_reduce", "tree", "Simple", S, s, sc)
+    assert d[0] == pytest.approx(2 * 3 * 2 * 75.0)      # 2 log2(10) network hops, x2 for Simple
+    # what picks, not what it costs
+    np.testing.assert_array_equal(nt.physical_time_us("all_reduce", "ring", "LL", S, slow, sc),
+                                  nt.physical_time_us("all_reduce", "ring", "LL", S, s, sc))
