@@ -675,6 +675,37 @@ def physical_time_us(kind: str, algorithm: str, protocol: str, sizes, system: Sy
     return lat_arr + S / (1000.0 * alg_bw)
 
 
+def priced_by(algorithm: str, protocol: str, scale: Scale) -> Tuple[str, ...]:
+    """The physical constants (:attr:`System.FIT_NAMES`) that :func:`physical_time_us` reads for
+    (algorithm, protocol) at `scale`: what a prediction hinges on, so that one priced with a
+    constant the logs did not determine can say so (NVLS on a system calibrated from ring-only
+    logs rests on the nominal ``nvls_efficiency``)."""
+    a, L, D = algorithm, scale.local, scale.domains
+    ch = {LL: "ll_ch_GBps", LL128: "ll128_ch_GBps", SIMPLE: "simple_ch_GBps"}[protocol]
+    names = {"launch_us"}
+    if a in ("ring", "tree"):
+        names.add(ch)
+        if L > 1:
+            names.update(("intra_bw_GBps", "intra_hop_us"))
+        if D > 1:
+            names.update(("nic_bw_GBps", "net_hop_us", "net_step_us"))
+        if a == "tree":
+            names.add("tree_efficiency")
+    elif a in ("nvls", "nvls_tree"):
+        names.update(("intra_bw_GBps", "intra_hop_us", "nvls_efficiency"))
+        if D > 1:
+            names.update(("nic_bw_GBps", "net_hop_us", "tree_efficiency"))
+    elif a in ("collnet_direct", "collnet_chain"):
+        names.update(("intra_bw_GBps", "nic_bw_GBps", "net_hop_us"))
+        if L > 1:
+            names.add("intra_hop_us")
+    elif a == "pat":
+        names.update((ch, "nic_bw_GBps", "net_hop_us"))
+        if L > 1:
+            names.add("intra_bw_GBps")
+    return tuple(n for n in System.FIT_NAMES if n in names)
+
+
 # --- the plan ------------------------------------------------------------------------------------
 
 

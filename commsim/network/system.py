@@ -316,7 +316,9 @@ def nominal_system(
         "intra_hop_us": f"nominal: NCCL tuning.cc hwLatencies[{'NVLINK' if 'nv' in intra_kind else 'PCI'}][Ring][Simple]",
         "nic_bw_GBps": f"nominal: {source}; {nic_line_Gbps:g} Gb/s per NIC x {ACHIEVABLE_FRACTION[transport]:g} achievable ({transport})",
         "net_hop_us": "nominal: NCCL tuning.cc hwLatencies[NET][Ring][Simple]",
-        "nvls_efficiency": prior + " (nvlsEfficiency)",
+        # nvlsEfficiency first appears in NCCL 2.28.3-1 (tuning.cc "// NVLS efficiency factor.", no
+        # source or measurement given); NVIDIA publishes no NVLS/SHARP efficiency to check it against.
+        "nvls_efficiency": prior + " (nvlsEfficiency, from 2.28) [guess: an unsourced tuner constant, not a measured efficiency]",
         "tree_efficiency": "nominal: NCCL tuning.cc tree busBw x .92",
         "launch_us": "nominal: typical CUDA launch + completion (a few us)",
         "simple_ch_GBps": prior + " (perChMaxTreeBws[N1])",

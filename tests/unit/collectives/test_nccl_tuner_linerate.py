@@ -129,3 +129,27 @@ def test_the_nic_reported_latency_enters_every_network_hop_of_the_estimate_twice
     # what picks, not what it costs
     np.testing.assert_array_equal(nt.physical_time_us("all_reduce", "ring", "LL", S, slow, sc),
                                   nt.physical_time_us("all_reduce", "ring", "LL", S, s, sc))
+
+
+def test_priced_by_names_exactly_the_constants_the_physical_time_reads():
+    # every constant left out must not move the time; nvls_efficiency prices NVLS only
+    s = replace(preset("gb200-nvl72"), nccl_version="2.27.3")
+    sizes = np.array([1 << 12, 1 << 20, 1 << 30], dtype=float)
+    for nodes, gpus in ((1, 4), (16, 4), (32, 4), (2, 1)):
+        sc = nt.Scale.of(s, nodes, gpus)
+        for a in nt.ALGORITHMS:
+            for p in nt.PROTOCOLS:
+                names = nt.priced_by(a, p, sc)
+                base = nt.physical_time_us("all_reduce", a, p, sizes, s, sc)
+                for k in set(System.FIT_NAMES) - set(names):
+                    moved = s.with_constants({k: getattr(s, k) * 1.7}, "test")
+                    np.testing.assert_array_equal(nt.physical_time_us("all_reduce", a, p, sizes, moved, sc), base,
+                                                  err_msg=f"{a}/{p} at {nodes}x{gpus} reads {k}")
+    sc = nt.Scale.of(s, 16, 4)
+    assert "nvls_efficiency" in nt.priced_by("nvls", "Simple", sc)
+    assert "nvls_efficiency" not in nt.priced_by("ring", "Simple", sc)
+
+
+def test_the_nominal_nvls_efficiency_is_marked_as_unsourced():
+    src = preset("gb200-nvl72").sources["nvls_efficiency"]
+    assert src.startswith("nominal:") and "guess" in src
