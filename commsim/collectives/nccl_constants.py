@@ -172,3 +172,43 @@ V2_19 = _model_view(NCCL_TABLES["2.19"], "v2.19.3-1")
 V2_30 = _model_view(NCCL_TABLES["2.30"], "v2.30.7-1")
 
 VERSIONS = {"2.7": V2_7, "2.19": V2_19, "2.30": V2_30}
+
+
+# --- the link speeds NCCL's topology code gives (what its search and tuning.cc see) ---------------
+#
+# src/graph/topo.h (v2.18.5-1 lines 16-26, v2.30.4-1 lines 18-34): per-NVLink speed by compute
+# capability, GB/s. ncclTopoNVLinkBw picks by SM (v2.30.4-1 topo.h line 252: >= 100 SM100, >= 90 SM90,
+# == 86 SM86, >= 80 SM80, >= 70 SM70, >= 60 SM60); topo.cc ncclTopoAddNvLinks (v2.30.4-1 lines 700-703)
+# connects a GPU to the NVSwitch (or a peer) with ``count * nvlBw``, count = the NVLinks of the pair.
+# SM90 was 20.0 up to 2.19 and 20.6 from v2.20.3-1; SM100 is new in v2.25.1-1 (40.0), 40.1 from
+# v2.27.5-1; before 2.25 Blackwell took the SM90 value.
+SM_NVLINK_BW = {"sm60": 18.0, "sm70": 20.0, "sm80": 20.0, "sm86": 12.0}
+# topo.h PCI_BW (12 GB/s, "PCI Gen3 x16"): topo.cc ncclTopoAddPci reads the link instead,
+# ``bw = width * speed / 80.0`` with kvDictPciGen speed per lane in 100 Mb/s (8 GT/s -> 60,
+# 16 GT/s -> 120, 32 GT/s -> 240): 12 GB/s for Gen3 x16, 24 for Gen4 x16, 48 for Gen5 x16.
+PCI_BW = 12.0
+# NCCL's PCIe speed per lane and GT/s (kvDictPciGen 60 / 8 GT/s over 80) against the line rate per
+# lane and GT/s (128b/130b encoding, 8 bits a byte): the factor from a PCIe line rate to NCCL's link.
+PCI_BW_PER_LINE = (60.0 / 8.0 / 80.0) / (128.0 / 130.0 / 8.0)
+# topo.cc ncclTopoAddNet (v2.18.5-1 line 338, v2.21.5-1 line 358, v2.27.7-1 line 370, v2.30.4-1 line
+# 403): ``net->net.bw = mbps / 8000.0``: the NIC's reported line rate in GB/s (speed <= 0 -> 10 Gb/s).
+
+# src/graph/search.cc speed arrays across nodes (ncclTopoCompute: the search starts at the first
+# entry not above the GPU-NIC path's bandwidth, ``while (speedArray[speedIndex] > maxBw ...)
+# speedIndex++``, v2.29.2-1 line 1101). Generic (pre-Hopper) array, unchanged 2.18-2.30:
+SPEED_ARRAY_INTER = (48.0, 30.0, 28.0, 24.0, 20.0, 18.0, 15.0, 12.0, 10.0, 9.0, 7.0, 6.0, 5.0, 4.0, 3.0,
+                     2.4, 1.2, 0.24, 0.12)
+# sm90SpeedArrayInter (v2.19.3-1 .. v2.30.4-1; v2.18.5-1 lacked the 22.0 entry); Blackwell used it
+# until 2.27 (v2.26.2-1's sm100SpeedArrayInter holds the same numbers).
+SM90_SPEED_ARRAY_INTER = (48.0, 45.0, 42.0, 40.0, 30.0, 24.0, 22.0, 20.0, 17.5, 15.0, 12.0, 6.0, 3.0,
+                          2.4, 1.2, 0.24, 0.12)
+SM90_SPEED_ARRAY_INTER_2_18 = tuple(s for s in SM90_SPEED_ARRAY_INTER if s != 22.0)
+# sm100SpeedArrayInter by release: v2.27.3-1 starts at 47.9, v2.27.5-1 at 48.0 (45.1 for 45.0),
+# v2.27.6-1 .. v2.29 add 96.0 in front, v2.30.4-1 adds 86.0 and 80.0 after it.
+_SM100_TAIL = (42.0, 40.0, 30.0, 24.0, 22.0, 20.0, 17.5, 15.0, 12.0, 6.0, 3.0, 2.4, 1.2, 0.24, 0.12)
+SM100_SPEED_ARRAY_INTER = {
+    "2.27.3": (47.9, 45.0) + _SM100_TAIL,
+    "2.27.5": (48.0, 45.1) + _SM100_TAIL,
+    "2.27.6": (96.0, 48.0, 45.1) + _SM100_TAIL,
+    "2.30": (96.0, 86.0, 80.0, 48.0, 45.1) + _SM100_TAIL,
+}

@@ -51,7 +51,10 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 import numpy as np
 
 from commsim.collectives.contract import KINDS as CONTRACT_KINDS, Algorithm
-from commsim.collectives.nccl_constants import NCCL_TABLES, NET_OVERHEAD_BY_CPU
+from commsim.collectives.nccl_constants import (
+    NCCL_TABLES, NET_OVERHEAD_BY_CPU, PCI_BW_PER_LINE, SM90_SPEED_ARRAY_INTER, SM90_SPEED_ARRAY_INTER_2_18,
+    SM100_SPEED_ARRAY_INTER, SM_NVLINK_BW, SPEED_ARRAY_INTER,
+)
 from commsim.errors import InputError
 from commsim.network.system import System, system_of_fabric
 
@@ -266,14 +269,101 @@ def nccl_channels(system: System, scale: Scale) -> int:
 NVLS_MAX_ARITY = 32
 
 
+def _release(version: str) -> Tuple[int, int, Optional[int]]:
+    """(major, minor, patch) of a version string; patch None when the string has none."""
+    parts = [int(x) for x in str(version).split(".")[:3]]
+    return parts[0], parts[1], (parts[2] if len(parts) > 2 else None)
+
+
+def search_speeds_inter(compcap_index: int, version: str) -> Tuple[float, ...]:
+    """The speed array ncclTopoCompute searches inter-node graphs with (src/graph/search.cc, see
+    :mod:`commsim.collectives.nccl_constants`): speedArrayInter before Hopper, sm90SpeedArrayInter
+    on Hopper (and Blackwell before 2.27), sm100SpeedArrayInter by release on Blackwell from 2.27.
+    A version without a patch level is the line's latest release."""
+    major, minor, patch = _release(version)
+    if compcap_index < 2:
+        return SPEED_ARRAY_INTER
+    if compcap_index >= 3 and (major, minor) >= (2, 27):
+        if (major, minor) >= (2, 30):
+            return SM100_SPEED_ARRAY_INTER["2.30"]
+        if (major, minor) == (2, 27) and patch is not None and patch < 6:
+            return SM100_SPEED_ARRAY_INTER["2.27.3" if patch < 5 else "2.27.5"]
+        return SM100_SPEED_ARRAY_INTER["2.27.6"]
+    return SM90_SPEED_ARRAY_INTER_2_18 if (major, minor) < (2, 19) else SM90_SPEED_ARRAY_INTER
+
+
+def search_speed(compcap_index: int, version: str, available_GBps: float) -> float:
+    """The speed an inter-node graph channel gets through a NIC path of `available_GBps`: the
+    first entry of the search's speed array not above it (search.cc ncclTopoCompute, v2.29.2-1
+    line 1101: ``while ((speedArray[speedIndex] > maxBw || ...) && speedIndex < nspeeds-1)
+    speedIndex++``; the last entry when every one is above). 50 GB/s (400 Gb/s) -> 48 on Hopper."""
+    speeds = search_speeds_inter(compcap_index, version)
+    return next((s for s in speeds if s <= available_GBps), speeds[-1])
+
+
 def search_top_speed(compcap_index: int, version: str, inter: bool) -> float:
     """The first (fastest) entry of the speed array ncclTopoCompute searches with (src/graph/search.cc
     sm90SpeedArrayIntra/Inter, sm100SpeedArrayIntra/Inter): no graph channel runs faster. Hopper
-    60 (one node) / 48 (across nodes); Blackwell 90 / 96 from 2.27 (v2.27.7-1; the sm100 arrays
-    are new in 2.27, Blackwell used the sm90 ones before)."""
+    60 (one node) / 48 (across nodes); Blackwell 90 one node from 2.27, across nodes the
+    release's sm100SpeedArrayInter (:func:`search_speeds_inter`: 47.9 in 2.27.3, 96 from 2.27.6)."""
+    if inter:
+        return search_speeds_inter(compcap_index, version)[0]
     if compcap_index >= 3 and _version_tuple(version) >= (2, 27):
-        return 96.0 if inter else 90.0
-    return 48.0 if inter else 60.0
+        return 90.0
+    return 60.0
+
+
+def nccl_nvlink_bw(compcap_index: int, version: str) -> float:
+    """One NVLink's speed as NCCL's topology sets it (src/graph/topo.h ncclTopoNVLinkBw,
+    SM70/SM80/SM90/SM100_NVLINK_BW): Volta (and Turing) 20, Ampere 20, Hopper 20.0 before 2.20 and
+    20.6 from v2.20.3-1, Blackwell 40.0 from v2.25.1-1 and 40.1 from v2.27.5-1 (the Hopper value
+    before 2.25). A version without a patch level is the line's latest release."""
+    major, minor, patch = _release(version)
+    if compcap_index >= 3 and (major, minor) >= (2, 25):
+        older = (major, minor) < (2, 27) or ((major, minor) == (2, 27) and patch is not None and patch < 5)
+        return 40.0 if older else 40.1
+    if compcap_index >= 2:
+        return 20.6 if (major, minor) >= (2, 20) else 20.0
+    return SM_NVLINK_BW["sm80" if compcap_index == 1 else "sm70"]
+
+
+@dataclass(frozen=True)
+class TopoSpeeds:
+    """The link speeds NCCL's topology gives (GB/s per direction): ``intra_GBps`` one GPU's
+    NVLinks (or its PCIe link), ``nic_GBps`` one NIC; ``line_rates`` False where the system's
+    description has no line rate and its achievable figures stand in."""
+
+    intra_GBps: float
+    nic_GBps: float
+    line_rates: bool
+
+
+def topo_speeds(system: System) -> TopoSpeeds:
+    """What NCCL's topology code reads from the hardware (not what a collective achieves):
+
+    - NVLink: ``count * nvlBw`` per GPU (src/graph/topo.cc ncclTopoAddNvLinks, v2.30.4-1 lines
+      700-703), count = the GPU's NVLinks (:meth:`System.nvlinks_per_gpu`), nvlBw =
+      :func:`nccl_nvlink_bw`: 18 x 20.6 = 370.8 GB/s on H100, 12 x 20 = 240 on A100;
+    - PCIe: ``width * speed / 80`` (topo.cc ncclTopoAddPci; PCI_BW 12 for Gen3 x16): the line rate
+      times :data:`~commsim.collectives.nccl_constants.PCI_BW_PER_LINE`;
+    - NIC: ``mbps / 8000`` (topo.cc ncclTopoAddNet, v2.30.4-1 line 403): the line rate, 50 GB/s
+      for 400 Gb/s.
+
+    NCCL sees no switch tier or oversubscription. A description without line rates (a system
+    built from a scenario's links) keeps its achievable figures."""
+    intra, nic, exact = system.intra_bw_GBps, system.nic_bw_GBps, True
+    links = system.nvlinks_per_gpu()
+    if links is not None:
+        intra = links * nccl_nvlink_bw(system.compcap_index, system.nccl_version)
+    elif system.intra_kind in ("pcie_p2p", "pcie_host") and system.intra_line_GBps is not None:
+        intra = round(system.intra_line_GBps * PCI_BW_PER_LINE, 1)  # 15.75 GB/s Gen3 x16 -> 12.0
+    else:
+        exact = False
+    if system.nic_line_GBps is not None:
+        nic = system.nic_line_GBps
+    else:
+        exact = False
+    return TopoSpeeds(float(intra), float(nic), exact)
 
 
 @dataclass(frozen=True)
@@ -288,8 +378,9 @@ class NvlsGraph:
 
 
 def nvls_graph(system: System, scale: Scale) -> NvlsGraph:
-    """The NVLS graph of ncclTopoCompute (src/graph/search.cc), with the system's nominal links as
-    NCCL's path bandwidths (no speed-array rounding, like :func:`nccl_channels`):
+    """The NVLS graph of ncclTopoCompute (src/graph/search.cc), with the link speeds NCCL's topology
+    gives as its path bandwidths (:func:`topo_speeds`; the NIC at the search's speed for it,
+    :func:`search_speed`; NVLink shares not rounded to the array, like :func:`nccl_channels`):
 
     - heads: ``maxChannels = min(NCCL_MAX_NVLS_ARITY, GPUs)``; on one node ``minChannels =
       maxChannels`` ("pull evenly from all GPUs"), so one head per GPU; across nodes the search
@@ -307,14 +398,15 @@ def nvls_graph(system: System, scale: Scale) -> NvlsGraph:
       min(fastest speed, 2 x bwIntra) (tuning.cc reads it there too: ``min(intraBw, interBw)``).
     """
     L, D = scale.local, scale.domains
-    nvl = system.intra_bw_GBps
+    speeds = topo_speeds(system)
+    nvl = speeds.intra_GBps
     top = search_top_speed(system.compcap_index, system.nccl_version, inter=D > 1)
     if D == 1:
         heads = min(NVLS_MAX_ARITY, L)
         bw_intra = min(nvl / (heads + 1), top)
         return NvlsGraph(heads, bw_intra, min(top, 2.0 * bw_intra))
     heads = max(1, min(NVLS_MAX_ARITY, L, scale.nics))
-    nic = min(system.nic_bw_GBps * system.fabric_factor(D), top)
+    nic = min(search_speed(system.compcap_index, system.nccl_version, speeds.nic_GBps), top)
     bw_intra = min(nvl / (heads + 1), nic)
     return NvlsGraph(heads, bw_intra, min(nic, 2.0 * bw_intra))
 
@@ -327,8 +419,10 @@ def nccl_estimate_us(kind: str, algorithm: str, protocol: str, sizes, system: Sy
     """NCCL's own time estimate (us) for `sizes` (bytes): tuning.cc ncclTopoTuneModel's
     bandwidth/latency for (kind, algorithm, protocol) and ncclTopoGetAlgoTime's
     lat + nBytes / (1000 * bw) with the tree correction and the ring plateau factor.
-    NCCL's graph bandwidths are taken as the system's nominal link figures (bwIntra x
-    nChannels = intra-node bandwidth, bwInter x nChannels = the node's NICs in use)."""
+    NCCL's graph bandwidths come from the link speeds its topology gives (:func:`topo_speeds`:
+    NVLink count x SMxx_NVLINK_BW, the NIC's line rate), not the achievable rates the physical
+    model prices with: bwIntra x nChannels = the GPU's NVLink speed, bwInter x nChannels = the
+    NICs in use at the search's speed for one NIC (:func:`search_speed`: 50 -> 48 GB/s)."""
     t = nccl_table(system.nccl_version)
     S = np.asarray(sizes, dtype=float)
     p = PROTOCOLS.index(protocol)
@@ -341,11 +435,13 @@ def nccl_estimate_us(kind: str, algorithm: str, protocol: str, sizes, system: Sy
     # Graph speeds per channel (search.cc ncclTopoCompute): across nodes a ring's search raises
     # bwIntra and bwInter together, so both stop at the NICs; a tree's (and CollNet's) bwIntra
     # may grow to twice bwInter ("increase bwIntra for trees (2 nodes or collnet)").
-    node_intra = system.intra_bw_GBps if L > 1 else math.inf
+    speeds = topo_speeds(system)
+    node_intra = speeds.intra_GBps if L > 1 else math.inf
     if D == 1:
         bw_intra = bw_inter = node_intra / C
     else:
-        bw_inter = min(node_intra, system.nic_bw_GBps * scale.nics * system.fabric_factor(D)) / C
+        nic = search_speed(ci, system.nccl_version, speeds.nic_GBps)
+        bw_inter = min(node_intra, nic * scale.nics) / C
         bw_intra = bw_inter if a in ("ring", "pat") else min(node_intra / C, 2 * bw_inter)
     nsteps = 2 * (n - 1) if kind == "all_reduce" else n - 1
     ppn = n / D
@@ -388,6 +484,10 @@ def nccl_estimate_us(kind: str, algorithm: str, protocol: str, sizes, system: Sy
     lat = t["base"][a][p]
     intra_lat = t["hw"][intra_hw][a][p]
     inter_lat = t["hw"]["NET"]["tree" if ppn == 1 else a][p]
+    # tuning.cc (v2.18.5-1 .. v2.30): ``interLat += graphs[a]->latencyInter; // Also add the flush
+    # extra latency: if (p == NCCL_PROTO_SIMPLE) interLat += graphs[a]->latencyInter``, latencyInter
+    # being the NIC's reported latency (search.cc ``graph->latencyInter = net->net.latency``)
+    inter_lat += system.nic_reported_latency_us * (2 if protocol == SIMPLE else 1)
     if a == "ring":
         net_over = 0.0
         if D > 1:
@@ -573,6 +673,37 @@ def physical_time_us(kind: str, algorithm: str, protocol: str, sizes, system: Sy
         raise ValueError(a)
     lat_arr = np.broadcast_to(np.asarray(lat_s, dtype=float), S.shape)
     return lat_arr + S / (1000.0 * alg_bw)
+
+
+def priced_by(algorithm: str, protocol: str, scale: Scale) -> Tuple[str, ...]:
+    """The physical constants (:attr:`System.FIT_NAMES`) that :func:`physical_time_us` reads for
+    (algorithm, protocol) at `scale`: what a prediction hinges on, so that one priced with a
+    constant the logs did not determine can say so (NVLS on a system calibrated from ring-only
+    logs rests on the nominal ``nvls_efficiency``)."""
+    a, L, D = algorithm, scale.local, scale.domains
+    ch = {LL: "ll_ch_GBps", LL128: "ll128_ch_GBps", SIMPLE: "simple_ch_GBps"}[protocol]
+    names = {"launch_us"}
+    if a in ("ring", "tree"):
+        names.add(ch)
+        if L > 1:
+            names.update(("intra_bw_GBps", "intra_hop_us"))
+        if D > 1:
+            names.update(("nic_bw_GBps", "net_hop_us", "net_step_us"))
+        if a == "tree":
+            names.add("tree_efficiency")
+    elif a in ("nvls", "nvls_tree"):
+        names.update(("intra_bw_GBps", "intra_hop_us", "nvls_efficiency"))
+        if D > 1:
+            names.update(("nic_bw_GBps", "net_hop_us", "tree_efficiency"))
+    elif a in ("collnet_direct", "collnet_chain"):
+        names.update(("intra_bw_GBps", "nic_bw_GBps", "net_hop_us"))
+        if L > 1:
+            names.add("intra_hop_us")
+    elif a == "pat":
+        names.update((ch, "nic_bw_GBps", "net_hop_us"))
+        if L > 1:
+            names.add("intra_bw_GBps")
+    return tuple(n for n in System.FIT_NAMES if n in names)
 
 
 # --- the plan ------------------------------------------------------------------------------------

@@ -73,6 +73,12 @@ ACHIEVABLE_FRACTION = {
 NOMINAL_HOP_US = {"nvswitch": 3.4, "nvlink": 3.4, "pcie_p2p": 5.7, "pcie_host": 5.7, "network": 14.0}
 
 
+# Line rate of one NVLink, per direction, GB/s, by the GPU generation's NVLink: NVLink2 (V100) and
+# NVLink3 (A100) 25 (6 x 25 = 150, 12 x 25 = 300 each way per GPU, DGX-1/DGX A100 datasheets),
+# NVLink4 (H100) 25 (18 links, 900 GB/s bidirectional), NVLink5 (B200) 50 (18 links, 1.8 TB/s
+# bidirectional; NVIDIA NVLink page). A GPU's link count is its line rate over this.
+NVLINK_LINK_LINE_GBps = {"volta": 25.0, "ampere": 25.0, "hopper": 25.0, "blackwell": 50.0}
+
 # The bandwidth constants that a physical line rate bounds, and the field holding that rate.
 LINE_RATE_OF = {"intra_bw_GBps": "intra_line_GBps", "nic_bw_GBps": "nic_line_GBps"}
 
@@ -122,6 +128,10 @@ class System:
     # Per-step floor (us, LL/LL128; x3 for Simple) of a ring across nodes; None: NCCL's
     # getNetOverhead for the CPU vendor (NET_STEP_US_BY_CPU). A calibration fits it.
     net_step_us: Optional[float] = None
+    # The latency (us) the network plugin reports for a NIC (ncclNetProperties_t.latency; NCCL's own
+    # IB and socket transports report 0, aws-ofi-nccl its platform's figure, 75 on p5). NCCL adds
+    # it to its estimate's network latency (twice for Simple); it picks, it does not price.
+    nic_reported_latency_us: float = 0.0
     # Protocol/algorithm efficiencies of the collective library on this hardware (priors from
     # NCCL's tuning.cc where it has one; fitted by a calibration):
     nvls_efficiency: float = 0.85      # nvlsEfficiency[arch] (Hopper .85, Blackwell .74)
@@ -169,6 +179,9 @@ class System:
             v = getattr(self, name)
             if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0):
                 raise InputError(src, name, f"expected a positive number or null, got {v!r}")
+        v = self.nic_reported_latency_us
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+            raise InputError(src, "nic_reported_latency_us", f"expected a number >= 0, got {v!r}")
         if self.nvls and self.intra_kind != "nvswitch":
             raise InputError(src, "nvls", f"NVLS needs NVSwitch; intra_kind is {self.intra_kind!r}")
         for i, t in enumerate(self.tiers):
@@ -197,6 +210,14 @@ class System:
         is not a link bandwidth or the description gives no line rate)."""
         field_name = LINE_RATE_OF.get(name)
         return None if field_name is None else getattr(self, field_name)
+
+    def nvlinks_per_gpu(self) -> Optional[int]:
+        """NVLinks of one GPU (its intra-node line rate over one link's,
+        :data:`NVLINK_LINK_LINE_GBps`): 18 on H100/B200, 12 on A100, 6 on V100. None on PCIe or
+        where the description gives no line rate."""
+        if self.intra_kind not in ("nvswitch", "nvlink") or self.intra_line_GBps is None:
+            return None
+        return max(1, int(round(self.intra_line_GBps / NVLINK_LINK_LINE_GBps[self.gpu_arch])))
 
     def domains(self, nodes: int) -> int:
         """NVLink domains a job of `nodes` nodes spans (the network's 'nodes')."""
@@ -295,7 +316,9 @@ def nominal_system(
         "intra_hop_us": f"nominal: NCCL tuning.cc hwLatencies[{'NVLINK' if 'nv' in intra_kind else 'PCI'}][Ring][Simple]",
         "nic_bw_GBps": f"nominal: {source}; {nic_line_Gbps:g} Gb/s per NIC x {ACHIEVABLE_FRACTION[transport]:g} achievable ({transport})",
         "net_hop_us": "nominal: NCCL tuning.cc hwLatencies[NET][Ring][Simple]",
-        "nvls_efficiency": prior + " (nvlsEfficiency)",
+        # nvlsEfficiency first appears in NCCL 2.28.3-1 (tuning.cc "// NVLS efficiency factor.", no
+        # source or measurement given); NVIDIA publishes no NVLS/SHARP efficiency to check it against.
+        "nvls_efficiency": prior + " (nvlsEfficiency, from 2.28) [guess: an unsourced tuner constant, not a measured efficiency]",
         "tree_efficiency": "nominal: NCCL tuning.cc tree busBw x .92",
         "launch_us": "nominal: typical CUDA launch + completion (a few us)",
         "simple_ch_GBps": prior + " (perChMaxTreeBws[N1])",
@@ -334,9 +357,19 @@ def _presets() -> Dict[str, System]:
     # bidirectional per GPU, 8x ConnectX-7 400 Gb/s for compute, Intel Xeon 8480C.
     p["dgx-h100"] = nominal_system("dgx-h100", "hopper", 8, "nvswitch", 450.0, 8, 400.0, nvls=True,
                                    cpu_vendor="intel", source="NVIDIA DGX H100 datasheet")
-    # AWS p5.48xlarge: 8x H100 SXM on NVSwitch, 3200 Gb/s EFAv2 as 32x 100 Gb/s NICs (4 per GPU).
-    p["p5"] = nominal_system("p5", "hopper", 8, "nvswitch", 450.0, 32, 100.0, nvls=True, cpu_vendor="amd",
-                             source="AWS p5 instance page (3200 Gb/s EFAv2, 32 NICs)")
+    # AWS p5.48xlarge: 8x H100 SXM on NVSwitch, 3200 Gb/s EFAv2 as 32x 100 Gb/s EFA interfaces (4
+    # per GPU). NCCL sees 8 NICs of 400 Gb/s: aws-ofi-nccl's RDMA protocol (the default on p5/p5e,
+    # src/platform-aws.cpp "p5/p5e" .default_protocol = PROTOCOL::RDMA) groups the EFA rails near
+    # each GPU into one device (src/nccl_ofi_topo.cpp, max_group_size) and reports their summed
+    # speed (src/nccl_ofi_rdma.cpp get_properties: "Scale speed by the total number of rails",
+    # props->port_speed *= max_group_size; aws/aws-ofi-nccl since v1.10.0-aws). A channel drives
+    # one such device, so the node is 8 NICs x 400 Gb/s here as well.
+    # The plugin reports each device's latency as its platform's (src/platform-aws.cpp "p5/p5e"
+    # .latency = 75.0, set as OFI_NCCL_NET_LATENCY and returned in props->latency).
+    p["p5"] = nominal_system("p5", "hopper", 8, "nvswitch", 450.0, 8, 400.0, nvls=True, cpu_vendor="amd",
+                             nic_reported_latency_us=75.0,
+                             source="AWS p5 instance page (3200 Gb/s EFAv2: 32x 100 Gb/s); aws-ofi-nccl "
+                                    "RDMA protocol presents 4 rails per GPU as one 400 Gb/s device")
     # HGX H100 4-GPU board: NVLink4 between every pair without NVSwitch (18 links per GPU, 6 to
     # each peer: 450 GB/s each way in all), no NVLS; here with 4x 200 Gb/s InfiniBand (NDR200).
     p["hgx-h100-4gpu"] = nominal_system("hgx-h100-4gpu", "hopper", 4, "nvlink", 450.0, 4, 200.0,

@@ -152,3 +152,24 @@ def test_job_intra_bandwidth_on_dgx1_and_nvswitch():
     assert job_intra_bw_GBps(a100, 2) == job_intra_bw_GBps(a100, 8) == a100.intra_bw_GBps
     with pytest.raises(InputError, match="gpus_per_node"):
         job_intra_bw_GBps(dgx1, 5)
+
+
+def test_nvlinks_per_gpu_from_the_line_rate():
+    from commsim.network.system import preset as _preset
+    assert _preset("dgx-h100").nvlinks_per_gpu() == 18
+    assert _preset("dgx-a100").nvlinks_per_gpu() == 12
+    assert _preset("gb200-nvl72").nvlinks_per_gpu() == 18      # NVLink5: 50 GB/s a link each way
+    assert _preset("dgx1-v100").nvlinks_per_gpu() == 6
+    assert _preset("g4dn-t4").nvlinks_per_gpu() is None        # PCIe
+
+
+def test_nic_reported_latency_is_read_back_and_checked():
+    from commsim.errors import InputError
+    from commsim.network.system import preset as _preset, system_from_dict
+    p5 = _preset("p5")
+    assert p5.nic_reported_latency_us == 75.0 and _preset("dgx-h100").nic_reported_latency_us == 0.0
+    assert system_from_dict(p5.describe(), "cal.yaml").nic_reported_latency_us == 75.0
+    doc = dict(p5.describe(), nic_reported_latency_us=-1.0)
+    with pytest.raises(InputError) as e:
+        system_from_dict(doc, "cal.yaml", "physical.nominal_system")
+    assert e.value.path == "physical.nominal_system.nic_reported_latency_us"
