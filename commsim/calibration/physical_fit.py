@@ -163,6 +163,7 @@ class PhysicalFit:
                 g[:, j] = (np.log(tu) - np.log(td)) / (2 * h)
             var = var + np.einsum("ij,jk,ik->i", g, self.covariance, g)
         notes = []
+        corrected = np.zeros(S.shape, dtype=bool)  # sizes a measured table of this scale corrects
         if use_measured and not kw:
             for m in self.measurements:
                 if (m.kind, m.nodes, m.gpus_per_node) == (kind, nodes, gpus_per_node):
@@ -173,13 +174,42 @@ class PhysicalFit:
                     order = np.argsort(m.sizes)
                     corr = np.interp(np.log(S), np.log(m.sizes[order]), r[order])
                     t = np.where(inside, t * np.exp(corr), t)
+                    corrected = inside
                     notes.append(f"measured scale: corrected by the residuals of {m.label}")
                     break
         if nodes > self.max_nodes:
             notes.append(f"extrapolating: {nodes} nodes is {nodes / self.max_nodes:g}x the largest calibrated ({self.max_nodes})")
+        nominal_kept = self._nominal_constants_used(kind, nodes, gpus_per_node, S[~corrected], pick, kw)
+        if nominal_kept:
+            notes.append("rests on nominal " + ", ".join(nominal_kept) + " (not determined by the logs; "
+                         "the interval does not cover them)")
         sd = np.sqrt(var)
         bus = S / (t * 1e3) * bus_factor(kind, p.scale.ranks)
         return Prediction(S, t, t * np.exp(-1.96 * sd), t * np.exp(1.96 * sd), bus, "; ".join(notes))
+
+    # a constant the logs left nominal is named when the prediction's log time moves by at least
+    # this much per unit of its log (a 10% change moves the time by 0.5% or more)
+    NOMINAL_SENSITIVITY = 0.05
+
+    def _nominal_constants_used(self, kind, nodes, gpus_per_node, S, pick, kw) -> Tuple[str, ...]:
+        """The undetermined constants (kept at their nominal value) that the prediction at sizes
+        `S` hinges on: those whose log-sensitivity reaches :attr:`NOMINAL_SENSITIVITY` at some
+        size (e.g. NVLS priced with the nominal ``nvls_efficiency`` on a system calibrated from
+        ring-only logs)."""
+        used = []
+        if not S.size:
+            return ()
+        h = 1e-3
+        for name, c in self.constants.items():
+            if c.determined or name in self.free:
+                continue
+            up = self.system.with_constants({name: getattr(self.system, name) * math.exp(h)}, "probe")
+            dn = self.system.with_constants({name: getattr(self.system, name) * math.exp(-h)}, "probe")
+            tu = plan(kind, up, nodes, gpus_per_node, choice_system=self.nominal, pick=pick, **kw).time_us(S)
+            td = plan(kind, dn, nodes, gpus_per_node, choice_system=self.nominal, pick=pick, **kw).time_us(S)
+            if np.max(np.abs(np.log(tu) - np.log(td))) / (2 * h) >= self.NOMINAL_SENSITIVITY:
+                used.append(f"{name} {c.value:g}")
+        return tuple(used)
 
     def describe(self) -> Dict[str, object]:
         """Plain mapping for a calibration file: every constant with unit-bearing name, value,
