@@ -179,3 +179,82 @@ def validate_scenario(scenario, calibration, backend: str, nprocs: int, warmup_s
     report["measured"]["compute_s"] = comp
     report["ddp_fit_input"] = fit_record(fed, calibration, step_times(results))
     return report
+
+
+# --- paired, interleaved runs at several bucket caps in one job -------------------------------
+
+def copy_bandwidth(nbytes: int = 256 * MIB, iters: int = 5) -> float:
+    """This rank's memory bandwidth (bytes/s) as DDP's gradient copies see it: the median time
+    of copying a tensor of `nbytes` (far past the caches), counted as commsim.sim.ddp_costs
+    charges a copy: read + write, 2 bytes moved per byte copied."""
+    src = torch.ones(max(nbytes // 4, 1), dtype=torch.float32)
+    dst = torch.empty_like(src)
+    dst.copy_(src)  # first touch: page faults are not bandwidth
+    times = []
+    for _ in range(iters):
+        t0 = time.monotonic()
+        dst.copy_(src)
+        times.append(time.monotonic() - t0)
+    return 2.0 * src.numel() * 4 / statistics.median(times)
+
+
+def rank_ddp_rounds(ctx, plan: Dict) -> Dict:
+    """validate.launch entry point: one DDP model per bucket cap (same weights), and per round
+    an all-reduce sweep at ``cal_sizes`` (in-place and out-of-place, as the calibration measures
+    it) then each cap's compute (under ``no_sync``) and timed steps, the caps in ``plan["caps"]``'s
+    order on even rounds and reversed on odd ones, so that caps next to each other in the list
+    are measured next to each other in time and a drift in the machine's load falls on all.
+    Both ranks first measure :func:`copy_bandwidth` at once (DDP's copies run on both).
+
+    plan: parameters, batch_size, first_bucket_bytes, caps (bytes), rounds, steps, warmup_steps,
+    compute_iters, cal_sizes, cal_iters, copy_bytes. Returns per round the calibration rows and,
+    per cap index, {start, ends, compute}."""
+    from validate.collective_bench import bench_size
+
+    caps = plan["caps"]
+    models = []
+    for cap in caps:
+        torch.manual_seed(0)
+        module = synthetic_model(plan["parameters"])
+        ddp = DDP(module, **bucket_kwargs(plan["first_bucket_bytes"], cap))
+        models.append((ddp, torch.optim.SGD(ddp.parameters(), lr=1e-6)))
+    width = module[0].in_features
+    g = torch.Generator().manual_seed(1 + ctx.rank)
+    x = torch.randn(plan["batch_size"], width, generator=g)
+    y = torch.randn(plan["batch_size"], width, generator=g)
+    ctx.progress()
+    dist.barrier()
+    bandwidth = copy_bandwidth(plan["copy_bytes"])
+    rounds = []
+    for k in range(plan["rounds"]):
+        ctx.progress()
+        rows = [bench_size(s, 1, plan["cal_iters"], False, torch.device(ctx.device), progress=ctx.progress)
+                for s in plan["cal_sizes"]]
+        order = range(len(caps)) if k % 2 == 0 else reversed(range(len(caps)))
+        blocks: list = [None] * len(caps)  # by cap index (a list: the results travel as JSON)
+        for i in order:
+            model, opt = models[i]
+            ctx.progress()
+            compute = _measure_compute(model, x, y, opt, plan["compute_iters"])
+
+            def step() -> float:
+                opt.zero_grad(set_to_none=True)
+                nn.functional.mse_loss(model(x), y).backward()  # returns once DDP's all-reduces are done
+                opt.step()
+                return time.monotonic()
+
+            for _ in range(plan["warmup_steps"]):
+                ctx.progress()
+                step()
+            ctx.progress()
+            start = common_start(ctx.device)
+            ends = []
+            for _ in range(plan["steps"]):
+                ctx.progress()
+                ends.append(step())
+            blocks[i] = {"start": start, "ends": ends, "compute": compute}
+        rounds.append({"rows": rows, "blocks": blocks})
+    ctx.progress()
+    dist.barrier()
+    return {"rank": ctx.rank, "parameters": sum(p.numel() for p in module.parameters()),
+            "copy_bandwidth_Bps": bandwidth, "rounds": rounds}
