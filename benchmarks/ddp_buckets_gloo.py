@@ -8,13 +8,13 @@ One torch job on 2 gloo ranks (validate/ddp_job.py, :func:`rank_ddp_rounds`): a 
 25 MB) wrapped once per bucket cap, both ranks' memory bandwidth measured by a large copy, then
 ``--rounds`` rounds of: an all-reduce sweep at the bucket sizes the caps make (in-place and
 out-of-place), and per cap its compute (forward, backward under no_sync, optimizer) and
-``--steps`` timed DDP steps. The caps run in the order ``--caps`` then ``--fit-caps``, reversed
-every other round, so the two compared caps are always measured back to back and a drift in the
-machine's load falls on both. Batch 1 keeps compute short, so that communication and the
+``--steps`` timed DDP steps of every cap, interleaved step by step in the order ``--caps`` then
+``--fit-caps``, reversed every other step, so the two compared caps always run back to back
+(tens of milliseconds apart) and a drift in the machine's load falls on both. Batch 1 keeps compute short, so that communication and the
 per-bucket cost show.
 
-Measurement: per round k, d_k = T(small) - T(large) (median step times of that round's two
-blocks); the sign is decided by :func:`commsim.analysis.ddp_fit.decide_paired_sign` (median of
+Measurement: per round k, d_k = T(small) - T(large) (median step times of the two caps in that
+round, their steps interleaved); the sign is decided by :func:`commsim.analysis.ddp_fit.decide_paired_sign` (median of
 the d_k, the exact sign test and a bootstrap interval of the median, both at 5%); otherwise the
 check says the machine was too noisy to tell.
 
@@ -86,17 +86,22 @@ def step_time(sc) -> float:
 
 
 def calibration_from_rounds(rounds: Sequence[Dict], world_size: int) -> tuple:
-    """(calibration, largest in-place/out-of-place disagreement) from these rounds' sweep rows:
-    per size the mean of in-place and out-of-place, then the median over the rounds."""
+    """(calibration, in-place/out-of-place disagreement) from these rounds' sweep rows: per size
+    the mean of in-place and out-of-place (each the median over its iterations), then the median
+    over the rounds; the disagreement is
+    the largest over the bucket sizes of the median over rounds of |in-place / out-of-place - 1|."""
     per_size: Dict[int, List[float]] = {}
-    disagree = 0.0
+    ratio: Dict[int, List[float]] = {}
     for rnd in rounds:
         for row in rnd["rows"]:
-            a, b = row["in_place"]["time_s"], row["out_of_place"]["time_s"]
+            # medians over iterations, as the step times are medians over steps: a hiccup of the
+            # shared machine moves neither
+            a, b = row["in_place"]["time_median_s"], row["out_of_place"]["time_median_s"]
             per_size.setdefault(row["size_bytes"], []).append((a + b) / 2)
-            disagree = max(disagree, abs(a / b - 1))
+            ratio.setdefault(row["size_bytes"], []).append(abs(a / b - 1))
     ms = [calib_fit.Measurement(size, statistics.median(v), world_size) for size, v in sorted(per_size.items())]
     link = calib_fit.fit_link("intra_node", ms)
+    disagree = max(statistics.median(v) for size, v in ratio.items() if size != LATENCY_SIZE)
     return Calibration((link,), Provenance(backend="gloo", world_size=world_size)), disagree
 
 
@@ -108,7 +113,7 @@ def _median_err(values: Sequence[float]) -> tuple:
 
 def run_check(caps: Sequence[str], fit_caps: Sequence[str], rounds: int, steps: int, parameters: float,
               batch_size: int, calibrations: int = 3, warmup_steps: int = 1, compute_iters: int = 3,
-              cal_iters: int = 5, timeout_s: float = 300.0, echo=print) -> Dict:
+              cal_iters: int = 10, timeout_s: float = 300.0, echo=print) -> Dict:
     """Measure, fit out of sample and predict; the returned dict holds every figure the script prints."""
     from validate import ddp_job
     from validate.launch import launch
@@ -136,14 +141,21 @@ def run_check(caps: Sequence[str], fit_caps: Sequence[str], rounds: int, steps: 
     bandwidth = statistics.median(r["copy_bandwidth_Bps"] for r in results)
     # per (round, cap): median step time (each step from the previous one's end on its last rank)
     med: Dict[tuple, float] = {}
+    durations_by: Dict[str, List[List[float]]] = {cap: [] for cap in order}
     comp: Dict[tuple, Dict[str, float]] = {}
     for k in range(rounds):
+        blocks = [[r["rounds"][k]["blocks"][i] for r in results] for i in range(len(order))]
+        # the steps of all caps form one chain in time: each lasts from the previous end (any cap) on its last rank
+        chain = sorted((max(b["ends"][s] for b in blocks[i]), i) for i in range(len(order)) for s in range(steps))
+        durations: List[List[float]] = [[] for _ in order]
+        prev = blocks[0][0]["start"]
+        for end, i in chain:
+            durations[i].append(end - prev)
+            prev = end
         for i, cap in enumerate(order):
-            blocks = [r["rounds"][k]["blocks"][i] for r in results]
-            ends = [max(b["ends"][s] for b in blocks) for s in range(steps)]
-            prev = [blocks[0]["start"]] + ends[:-1]
-            med[(k, cap)] = statistics.median(e - p for e, p in zip(ends, prev))
-            comp[(k, cap)] = {key: statistics.median(b["compute"][key] for b in blocks)
+            med[(k, cap)] = statistics.median(durations[i])
+            durations_by[cap].append(durations[i])
+            comp[(k, cap)] = {key: statistics.median(b["compute"][key] for b in blocks[i])
                               for key in ("forward_s", "backward_s", "optimizer_s")}
     diffs = [med[(k, small)] - med[(k, large)] for k in range(rounds)]
     decision = decide_paired_sign(diffs)
@@ -194,6 +206,7 @@ def run_check(caps: Sequence[str], fit_caps: Sequence[str], rounds: int, steps: 
             "batch_size": batch_size, "buckets": {c: len(buckets[c]) for c in order},
             "calibration_sizes_bytes": sizes, "copy_bandwidth_Bps": bandwidth,
             "step_time_s": {c: [med[(k, c)] for k in range(rounds)] for c in order},
+            "step_durations_s": durations_by,
             "compute_s": compared, "measured_diff_s": diffs,
             "decision": {"median_s": decision.median, "interval_s": list(decision.interval),
                          "agreeing": decision.agreeing, "nonzero": decision.nonzero, "p_value": decision.p_value,

@@ -198,17 +198,27 @@ def copy_bandwidth(nbytes: int = 256 * MIB, iters: int = 5) -> float:
     return 2.0 * src.numel() * 4 / statistics.median(times)
 
 
+def _ddp_step(model, opt, x, y) -> float:
+    """One DDP training step; returns its end (monotonic seconds)."""
+    opt.zero_grad(set_to_none=True)
+    nn.functional.mse_loss(model(x), y).backward()  # returns once DDP's all-reduces are done
+    opt.step()
+    return time.monotonic()
+
+
 def rank_ddp_rounds(ctx, plan: Dict) -> Dict:
     """validate.launch entry point: one DDP model per bucket cap (same weights), and per round
     an all-reduce sweep at ``cal_sizes`` (in-place and out-of-place, as the calibration measures
-    it) then each cap's compute (under ``no_sync``) and timed steps, the caps in ``plan["caps"]``'s
-    order on even rounds and reversed on odd ones, so that caps next to each other in the list
-    are measured next to each other in time and a drift in the machine's load falls on all.
+    it), each cap's compute (under ``no_sync``), then ``steps`` timed steps of every cap in
+    turn, interleaved step by step: the caps in ``plan["caps"]``'s order, reversed every other
+    step, so that caps next to each other in the list run tens of milliseconds apart and a drift
+    in the machine's load falls on all of them alike. A step's time runs from the previous
+    step's end (of whichever cap) on its last rank to its own.
     Both ranks first measure :func:`copy_bandwidth` at once (DDP's copies run on both).
 
     plan: parameters, batch_size, first_bucket_bytes, caps (bytes), rounds, steps, warmup_steps,
     compute_iters, cal_sizes, cal_iters, copy_bytes. Returns per round the calibration rows and,
-    per cap index, {start, ends, compute}."""
+    per cap index, {start (of the round's timed steps), ends (of this cap's steps), compute}."""
     from validate.collective_bench import bench_size
 
     caps = plan["caps"]
@@ -230,29 +240,24 @@ def rank_ddp_rounds(ctx, plan: Dict) -> Dict:
         ctx.progress()
         rows = [bench_size(s, 1, plan["cal_iters"], False, torch.device(ctx.device), progress=ctx.progress)
                 for s in plan["cal_sizes"]]
-        order = range(len(caps)) if k % 2 == 0 else reversed(range(len(caps)))
-        blocks: list = [None] * len(caps)  # by cap index (a list: the results travel as JSON)
-        for i in order:
-            model, opt = models[i]
+        compute = []
+        for model, opt in models:
             ctx.progress()
-            compute = _measure_compute(model, x, y, opt, plan["compute_iters"])
-
-            def step() -> float:
-                opt.zero_grad(set_to_none=True)
-                nn.functional.mse_loss(model(x), y).backward()  # returns once DDP's all-reduces are done
-                opt.step()
-                return time.monotonic()
-
+            compute.append(_measure_compute(model, x, y, opt, plan["compute_iters"]))
+        for model, opt in models:
             for _ in range(plan["warmup_steps"]):
                 ctx.progress()
-                step()
-            ctx.progress()
-            start = common_start(ctx.device)
-            ends = []
-            for _ in range(plan["steps"]):
+                _ddp_step(model, opt, x, y)
+        ctx.progress()
+        start = common_start(ctx.device)
+        ends: list = [[] for _ in caps]  # by cap index (lists: the results travel as JSON)
+        for s in range(plan["steps"]):
+            # step by step, the caps' order reversed every other step: neighbours in time
+            order = range(len(caps)) if (k + s) % 2 == 0 else reversed(range(len(caps)))
+            for i in order:
                 ctx.progress()
-                ends.append(step())
-            blocks[i] = {"start": start, "ends": ends, "compute": compute}
+                ends[i].append(_ddp_step(*models[i], x, y))
+        blocks = [{"start": start, "ends": ends[i], "compute": compute[i]} for i in range(len(caps))]
         rounds.append({"rows": rows, "blocks": blocks})
     ctx.progress()
     dist.barrier()
