@@ -1,11 +1,13 @@
 """Small vs large DDP buckets on the gloo validator: does the model, calibrated out of sample, get the sign?
 
     python benchmarks/ddp_buckets_gloo.py [--rounds 12] [--steps 5] [--caps 1MB,25MB]
-        [--fit-caps 2MB,4MB,10MB] [--parameters 5e6] [--batch-size 1] [--calibrations 3] [--json OUT.json]
+        [--fit-caps 2MB,4MB,10MB] [--parameters 5e6] [--width 256] [--batch-size 1] [--calibrations 3] [--json OUT.json]
 
 One torch job on 2 gloo ranks (validate/ddp_job.py, :func:`rank_ddp_rounds`): a real DDP model of
-``--parameters`` fp32 parameters (5e6: 20 MB of gradients, 20 buckets of 1 MB against 2 at
-25 MB) wrapped once per bucket cap, both ranks' memory bandwidth measured by a large copy, then
+``--parameters`` fp32 parameters in layers ``--width`` wide (5e6 at 256: 20 MB of gradients in
+76 layers of 256 KiB, 20 buckets of 1 MB against 2 at 25 MB; DDP never splits a tensor, so the
+1024-wide layers of the validator's usual model, 4 MiB each, made a 1 MB cap give 6 buckets, not
+20) wrapped once per bucket cap, both ranks' memory bandwidth measured by a large copy, then
 ``--rounds`` rounds of: an all-reduce sweep at the bucket sizes the caps make (in-place and
 out-of-place), and per cap its compute (forward, backward under no_sync, optimizer) and
 ``--steps`` timed DDP steps of every cap, interleaved step by step in the order ``--caps`` then
@@ -13,22 +15,26 @@ out-of-place), and per cap its compute (forward, backward under no_sync, optimiz
 (tens of milliseconds apart) and a drift in the machine's load falls on both. Batch 1 keeps compute short, so that communication and the
 per-bucket cost show.
 
-Measurement: per round k, d_k = T(small) - T(large) (median step times of the two caps in that
-round, their steps interleaved); the sign is decided by :func:`commsim.analysis.ddp_fit.decide_paired_sign` (median of
-the d_k, the exact sign test and a bootstrap interval of the median, both at 5%); otherwise the
-check says the machine was too noisy to tell.
+Measurement: the pairs are d = T(small) - T(large) of the two caps' s-th steps in a round (run
+back to back); the sign is decided by :func:`commsim.analysis.ddp_fit.decide_paired_sign`: the
+median of all pairs, the exact sign test over them and a bootstrap interval of the median that
+resamples whole rounds (a round's pairs can share a burst of load), both at 5%; otherwise the
+check says the machine was too noisy to tell. Each round's median pair is printed too.
 
 Model, out of sample (nothing fitted on the caps it predicts):
 
-- calibration: the sweep's rows, per size the mean of in-place and out-of-place (their largest
-  disagreement is reported), the median over rounds; the rounds split into ``--calibrations``
+- calibration: the sweep's rows, per size the time per all-reduce issued as DDP issues them
+  (back to back, asynchronously; one at a time in place, as ``commsim calibrate`` measures, is
+  shown beside it), out-of-place's
+  excess, the copy it adds, is reported), the median over rounds; the rounds split into ``--calibrations``
   consecutive groups give that many separately measured calibrations, all rounds the pooled one;
 - DDP's own costs: ``ddp.memory_bandwidth`` is the measured copy bandwidth, ``ddp.bucket_overhead``
   (and ``ddp.overlap_slowdown`` where determinable) fitted by
   :func:`commsim.analysis.ddp_fit.fit_ddp_costs` to the ``--fit-caps`` runs only, refitted under
   each calibration (the fitted per-bucket cost absorbs what that calibration misses);
 - the predicted difference: the simulator at the two compared caps with one compute for both
-  (the medians over those caps' blocks), the fitted costs and the calibration; the pooled
+  (the medians over those caps' blocks), the buckets DDP really built (``ddp.bucket_sizes``), the
+  fitted costs and the calibration; the pooled
   calibration's is the prediction, the per-calibration ones say how much it moves. Also shown:
   the scenario's default (GPU) DDP costs, and no DDP costs.
 """
@@ -85,24 +91,25 @@ def step_time(sc) -> float:
     return float(simulate(sc).step_time[-1])
 
 
-def calibration_from_rounds(rounds: Sequence[Dict], world_size: int) -> tuple:
-    """(calibration, in-place/out-of-place disagreement) from these rounds' sweep rows: per size
-    the mean of in-place and out-of-place (each the median over its iterations), then the median
-    over the rounds; the disagreement is
-    the largest over the bucket sizes of the median over rounds of |in-place / out-of-place - 1|."""
+def calibration_from_rounds(rounds: Sequence[Dict], world_size: int, pipelined: bool = True) -> tuple:
+    """(calibration, out-of-place excess) from these rounds' sweep rows: per size the time of one
+    all-reduce (the median over its iterations: a hiccup of the shared machine moves it as little
+    as it moves a median step time), then the median over the rounds. `pipelined`: as DDP issues
+    them (validate.ddp_job.pipelined_all_reduce: back to back, asynchronously), else in place and
+    one at a time (as ``commsim calibrate`` measures). DDP reduces each bucket in place, and the
+    model charges the copy into the bucket separately (at ``memory_bandwidth``), so
+    out-of-place, which adds that copy, is the check: the returned excess is, at the largest
+    size, the median over rounds of (out-of-place - in-place) time, to compare with the copy."""
     per_size: Dict[int, List[float]] = {}
-    ratio: Dict[int, List[float]] = {}
+    excess: Dict[int, List[float]] = {}
     for rnd in rounds:
         for row in rnd["rows"]:
-            # medians over iterations, as the step times are medians over steps: a hiccup of the
-            # shared machine moves neither
             a, b = row["in_place"]["time_median_s"], row["out_of_place"]["time_median_s"]
-            per_size.setdefault(row["size_bytes"], []).append((a + b) / 2)
-            ratio.setdefault(row["size_bytes"], []).append(abs(a / b - 1))
+            per_size.setdefault(row["size_bytes"], []).append(row["pipelined_s"] if pipelined else a)
+            excess.setdefault(row["size_bytes"], []).append(b - a)
     ms = [calib_fit.Measurement(size, statistics.median(v), world_size) for size, v in sorted(per_size.items())]
     link = calib_fit.fit_link("intra_node", ms)
-    disagree = max(statistics.median(v) for size, v in ratio.items() if size != LATENCY_SIZE)
-    return Calibration((link,), Provenance(backend="gloo", world_size=world_size)), disagree
+    return Calibration((link,), Provenance(backend="gloo", world_size=world_size)), statistics.median(excess[max(excess)])
 
 
 def _median_err(values: Sequence[float]) -> tuple:
@@ -112,7 +119,7 @@ def _median_err(values: Sequence[float]) -> tuple:
 
 
 def run_check(caps: Sequence[str], fit_caps: Sequence[str], rounds: int, steps: int, parameters: float,
-              batch_size: int, calibrations: int = 3, warmup_steps: int = 1, compute_iters: int = 3,
+              batch_size: int, calibrations: int = 3, width: Optional[int] = 256, warmup_steps: int = 1, compute_iters: int = 3,
               cal_iters: int = 10, timeout_s: float = 300.0, echo=print) -> Dict:
     """Measure, fit out of sample and predict; the returned dict holds every figure the script prints."""
     from validate import ddp_job
@@ -129,7 +136,8 @@ def run_check(caps: Sequence[str], fit_caps: Sequence[str], rounds: int, steps: 
             "first_bucket_bytes": float(scen[small].ddp.first_bucket),
             "caps": [float(scen[c].ddp.bucket_cap) for c in order], "rounds": rounds, "steps": steps,
             "warmup_steps": warmup_steps, "compute_iters": compute_iters, "cal_sizes": sizes,
-            "cal_iters": cal_iters, "copy_bytes": COPY_BYTES}
+            "cal_iters": cal_iters, "copy_bytes": COPY_BYTES, "pipeline_bytes": int(4 * parameters),
+            "width": width}
     load_before = load()
     echo(f"# load before: {load_before}")
     t0 = time.monotonic()
@@ -138,6 +146,13 @@ def run_check(caps: Sequence[str], fit_caps: Sequence[str], rounds: int, steps: 
     load_after = load()
     n = len(results)
     nparams = results[0]["parameters"]
+    # the buckets DDP really built (it never splits a tensor): the model is given these, not the cap's
+    real = {cap: tuple(float(b) for b in results[0]["rounds"][-1]["blocks"][i]["bucket_sizes"])
+            for i, cap in enumerate(order)}
+    for cap in order:
+        if real[cap]:
+            scen[cap] = replace(scen[cap], ddp=replace(scen[cap].ddp, bucket_sizes=real[cap]),
+                                model=replace(scen[cap].model, parameters=nparams))
     bandwidth = statistics.median(r["copy_bandwidth_Bps"] for r in results)
     # per (round, cap): median step time (each step from the previous one's end on its last rank)
     med: Dict[tuple, float] = {}
@@ -157,8 +172,11 @@ def run_check(caps: Sequence[str], fit_caps: Sequence[str], rounds: int, steps: 
             durations_by[cap].append(durations[i])
             comp[(k, cap)] = {key: statistics.median(b["compute"][key] for b in blocks[i])
                               for key in ("forward_s", "backward_s", "optimizer_s")}
-    diffs = [med[(k, small)] - med[(k, large)] for k in range(rounds)]
-    decision = decide_paired_sign(diffs)
+    # the pairs: step s of the small cap and step s of the large one, next to each other in time
+    pairs = [(k, a - b) for k in range(rounds)
+             for a, b in zip(durations_by[small][k], durations_by[large][k])]
+    diffs = [statistics.median(x for kk, x in pairs if kk == k) for k in range(rounds)]
+    decision = decide_paired_sign([x for _, x in pairs], rounds=[k for k, _ in pairs])
 
     def compute_of(cs):
         return {key: statistics.median(comp[(k, c)][key] for k in range(rounds) for c in cs)
@@ -169,6 +187,7 @@ def run_check(caps: Sequence[str], fit_caps: Sequence[str], rounds: int, steps: 
     cals = {"pooled": calibration_from_rounds(cal_rounds, n)}
     for j, grp in enumerate(groups):
         cals[f"calibration {j + 1}"] = calibration_from_rounds(grp, n)
+    cals["pooled, one at a time"] = calibration_from_rounds(cal_rounds, n, pipelined=False)
     compared = compute_of([small, large])
     models = {}
     for tag, (cal, disagree) in cals.items():
@@ -190,7 +209,7 @@ def run_check(caps: Sequence[str], fit_caps: Sequence[str], rounds: int, steps: 
                  "fit_notes": list(fit.notes), "fit_reduced_chi2": fit.reduced_chi2,
                  "fit_runs": {r.source: {"measured_s": m, "fitted_s": p}
                               for r, m, p in zip(fit_runs, fit.measured_s, fit.predicted_s)},
-                 "in_out_of_place_max_disagreement": disagree,
+                 "out_of_place_excess_s": disagree,
                  "predicted_s": pred, "predicted_diff_s": pred[small] - pred[large]}
         if tag == "pooled":
             for other, costs in (("scenario_defaults", {}),
@@ -203,7 +222,9 @@ def run_check(caps: Sequence[str], fit_caps: Sequence[str], rounds: int, steps: 
     pred_d = models["pooled"]["predicted_diff_s"]
     per_cal = [models[f"calibration {j + 1}"]["predicted_diff_s"] for j in range(calibrations)]
     return {"caps": [small, large], "fit_caps": order[2:], "rounds": rounds, "steps": steps, "parameters": nparams,
-            "batch_size": batch_size, "buckets": {c: len(buckets[c]) for c in order},
+            "batch_size": batch_size, "width": width, "buckets_nominal": {c: len(buckets[c]) for c in order},
+            "buckets": {c: len(scen[c].gradient_buckets()) for c in order},
+            "bucket_sizes_bytes": {c: list(real[c]) for c in order},
             "calibration_sizes_bytes": sizes, "copy_bandwidth_Bps": bandwidth,
             "step_time_s": {c: [med[(k, c)] for k in range(rounds)] for c in order},
             "step_durations_s": durations_by,
@@ -227,6 +248,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--fit-caps", default="2MB,4MB,10MB", help="caps DDP's costs are fitted on (not the compared ones)")
     ap.add_argument("--parameters", type=float, default=5e6)
     ap.add_argument("--batch-size", type=int, default=1)
+    ap.add_argument("--width", type=int, default=256,
+                    help="layer width (4 width^2 bytes per weight: DDP puts a larger one alone in a bucket); 0: 1024-wide layers")
     ap.add_argument("--calibrations", type=int, default=3, help="separately measured calibrations (round groups)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
@@ -234,23 +257,25 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     fit_caps = [c.strip() for c in args.fit_caps.split(",")]
     if len(caps) != 2 or {parse_size(c) for c in caps} & {parse_size(c) for c in fit_caps}:
         ap.error("--caps: two caps, none of them among --fit-caps (the prediction is out of sample)")
-    out = run_check(caps, fit_caps, args.rounds, args.steps, args.parameters, args.batch_size, args.calibrations)
+    out = run_check(caps, fit_caps, args.rounds, args.steps, args.parameters, args.batch_size, args.calibrations,
+                    args.width or None)
     small, large = caps
     ms = lambda x: f"{x * 1e3:+.2f} ms"  # noqa: E731
     dec = out["decision"]
-    print(f"# {out['parameters']:.3g} parameters, buckets {out['buckets']}, {out['rounds']} rounds x {out['steps']} steps, "
+    print(f"# {out['parameters']:.3g} parameters, buckets as DDP built them {out['buckets']} (the caps alone: {out['buckets_nominal']}), {out['rounds']} rounds x {out['steps']} steps, "
           f"{out['wall_s']:.0f} s; copy bandwidth {out['copy_bandwidth_Bps'] / 1e9:.2f} GB/s")
     print(f"# load after: {out['load_after']}")
     print(f"measured  T({small}) - T({large}): median {ms(dec['median_s'])} "
           f"({dec['median_s'] / out['measured_large_s'] * 100:+.1f}% of T({large})), 95% interval "
-          f"[{ms(dec['interval_s'][0])}, {ms(dec['interval_s'][1])}], {dec['agreeing']}/{dec['nonzero']} rounds share "
-          f"its sign (sign test p = {dec['p_value']:.3g}): [{', '.join(ms(d) for d in out['measured_diff_s'])}]")
+          f"[{ms(dec['interval_s'][0])}, {ms(dec['interval_s'][1])}], {dec['agreeing']}/{dec['nonzero']} "
+          f"pairs share its sign (sign test p = {dec['p_value']:.3g}); per round: [{', '.join(ms(d) for d in out['measured_diff_s'])}]")
     for tag, m in out["models"].items():
         fit = (f"bucket_overhead {m['bucket_overhead_s'] * 1e6:.0f} +- {m['bucket_overhead_stderr_s'] * 1e6:.0f} us, "
                f"overlap_slowdown {m['overlap_slowdown']:.3g}"
                + ("" if m["overlap_slowdown_stderr"] is None else f" +- {m['overlap_slowdown_stderr']:.2g}"))
         print(f"predicted ({tag}) {ms(m['predicted_diff_s'])}  [fit on {', '.join(out['fit_caps'])}: {fit}; "
-              f"in/out-of-place differ <= {m['in_out_of_place_max_disagreement'] * 100:.0f}%]")
+              f"out-of-place adds {m['out_of_place_excess_s'] * 1e3:.2f} ms at {max(out['calibration_sizes_bytes']) / 2**20:.1f} MiB, "
+              f"a copy at the measured bandwidth {2 * max(out['calibration_sizes_bytes']) / out['copy_bandwidth_Bps'] * 1e3:.2f} ms]")
     pooled = out["models"]["pooled"]
     print(f"predicted with the scenario's default DDP costs {ms(pooled['predicted_diff_scenario_defaults_s'])}, "
           f"without DDP costs {ms(pooled['predicted_diff_no_costs_s'])}")

@@ -366,13 +366,18 @@ def sign_test_p(agreeing: int, n: int) -> float:
 
 
 def decide_paired_sign(diffs: Sequence[float], alpha: float = 0.05, resamples: int = 4000,
-                       seed: int = 0) -> PairedDecision:
+                       seed: int = 0, rounds: Optional[Sequence[Any]] = None) -> PairedDecision:
     """Decide the sign of paired differences on a noisy machine: the sign test
-    (:func:`sign_test_p` <= `alpha`: few rounds can decide only when nearly all agree, e.g.
+    (:func:`sign_test_p` <= `alpha`: few pairs can decide only when nearly all agree, e.g.
     6 of 6, 9 of 10 or 10 of 12) and the percentile bootstrap interval of the median at level
     1 - `alpha` (Efron and Tibshirani, An Introduction to the Bootstrap, Ch. 13; seeded, so the
     decision is reproducible) excluding 0. The sign test alone ignores magnitudes, the interval
-    alone trusts a few large rounds: both must agree."""
+    alone trusts a few large pairs: both must agree.
+
+    `rounds` (one label per difference): pairs measured in one round can share a burst of the
+    machine's load, so the bootstrap resamples whole rounds (the cluster bootstrap, Davison and
+    Hinkley, Bootstrap Methods and their Application, Sec. 3.8), which widens the interval by
+    as much as the pairs of a round move together."""
     d = np.asarray([float(x) for x in diffs])
     if d.size == 0:
         raise ValueError("no differences to decide on")
@@ -382,7 +387,15 @@ def decide_paired_sign(diffs: Sequence[float], alpha: float = 0.05, resamples: i
     agreeing = int(np.sum(np.sign(d) == s)) if s else 0
     p = sign_test_p(agreeing, nonzero) if s else 1.0
     rng = np.random.default_rng(seed)
-    meds = np.median(d[rng.integers(0, d.size, size=(resamples, d.size))], axis=1)
+    if rounds is None:
+        meds = np.median(d[rng.integers(0, d.size, size=(resamples, d.size))], axis=1)
+    else:
+        if len(rounds) != d.size:
+            raise ValueError(f"{len(rounds)} round labels for {d.size} differences")
+        labels = list(dict.fromkeys(rounds))
+        groups = [d[[j for j, r in enumerate(rounds) if r == lab]] for lab in labels]
+        picks = rng.integers(0, len(groups), size=(resamples, len(groups)))
+        meds = np.array([np.median(np.concatenate([groups[g] for g in row])) for row in picks])
     lo, hi = (float(v) for v in np.quantile(meds, [alpha / 2, 1 - alpha / 2]))
     decided = bool(s and p <= alpha and (lo > 0 or hi < 0))
     return PairedDecision(med, (lo, hi), agreeing, nonzero, p, decided, s if decided else 0)

@@ -49,7 +49,7 @@ def test_the_model_is_fitted_out_of_sample(small_check):
         assert set(m["fit_runs"]) == {"cap 4MB", "cap 10MB"}  # never the compared caps
         assert m["bucket_overhead_s"] >= 0 and m["bucket_overhead_stderr_s"] >= 0
         assert m["predicted_diff_s"] == pytest.approx(m["predicted_s"]["1MB"] - m["predicted_s"]["25MB"])
-    assert set(out["models"]) == {"pooled", "calibration 1", "calibration 2"}
+    assert set(out["models"]) == {"pooled", "calibration 1", "calibration 2", "pooled, one at a time"}
 
 
 @pytest.mark.lab_accuracy

@@ -79,3 +79,19 @@ def test_the_decision_is_reproducible():
 def test_no_differences_is_refused():
     with pytest.raises(ValueError):
         decide_paired_sign([])
+
+
+def test_the_round_bootstrap_widens_the_interval_when_a_rounds_pairs_move_together():
+    rng = np.random.default_rng(5)
+    burst = np.repeat(rng.standard_normal(8), 10)  # each round's 10 pairs share one load burst
+    d = 0.3 + burst + 0.05 * rng.standard_normal(80)
+    rounds = np.repeat(np.arange(8), 10).tolist()
+    iid, clustered = decide_paired_sign(d), decide_paired_sign(d, rounds=rounds)
+    assert iid.median == clustered.median and iid.p_value == clustered.p_value
+    width = lambda x: x.interval[1] - x.interval[0]  # noqa: E731
+    assert width(clustered) > 2 * width(iid)
+
+
+def test_rounds_must_label_every_difference():
+    with pytest.raises(ValueError):
+        decide_paired_sign([1.0, 2.0, 3.0], rounds=[0, 1])
