@@ -8,11 +8,14 @@ when the measurement cannot decide. What runs by default cannot flake: the job r
 its figures are consistent, and the out-of-sample fit is made from the fit caps alone."""
 
 import importlib.util
+import statistics
 from pathlib import Path
 
 import pytest
 
 torch = pytest.importorskip("torch")
+
+from commsim.analysis.ddp_fit import sign_test_p  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -27,7 +30,7 @@ def bench():
 
 @pytest.fixture(scope="module")
 def small_check(bench):
-    # a short run: 2 rounds are too few to decide anything, which is what this checks
+    # a short run: what it measures is too noisy to mean anything; its figures' consistency is checked
     return bench.run_check(["1MB", "25MB"], ["4MB", "10MB"], rounds=2, steps=3, parameters=5e6, batch_size=1,
                            calibrations=2, cal_iters=3, echo=lambda s: None)
 
@@ -37,9 +40,11 @@ def test_every_cap_runs_interleaved_and_the_figures_are_consistent(small_check):
     assert out["buckets"]["1MB"] >= 10 * out["buckets"]["25MB"]  # ~20 vs 2
     assert set(out["step_durations_s"]) == {"1MB", "25MB", "4MB", "10MB"}
     assert all(len(r) == 3 for runs in out["step_durations_s"].values() for r in runs)
-    assert out["measured_diff_s"] == pytest.approx(
-        [a - b for a, b in zip(out["step_time_s"]["1MB"], out["step_time_s"]["25MB"])])
-    assert not out["decision"]["decided"]  # 2 rounds: the sign test cannot reach 5%
+    pairs = [[a - b for a, b in zip(r1, r2)]
+             for r1, r2 in zip(out["step_durations_s"]["1MB"], out["step_durations_s"]["25MB"])]
+    assert out["measured_diff_s"] == pytest.approx([statistics.median(r) for r in pairs])
+    dec = out["decision"]
+    assert dec["nonzero"] <= 6 and dec["p_value"] == pytest.approx(sign_test_p(dec["agreeing"], dec["nonzero"]))
     assert out["copy_bandwidth_Bps"] > 1e8  # a large copy on any machine this runs on
 
 
