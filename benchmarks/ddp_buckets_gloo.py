@@ -1,24 +1,42 @@
-"""Small vs large DDP buckets on the gloo validator: does the model get the sign of the difference?
+"""Small vs large DDP buckets on the gloo validator: does the model, calibrated out of sample, get the sign?
 
-    python benchmarks/ddp_buckets_gloo.py [--rounds 5] [--steps 10] [--caps 1MB,25MB]
-        [--parameters 5e6] [--batch-size 1] [--calibration CAL.yaml] [--reports DIR] [--json OUT.json]
+    python benchmarks/ddp_buckets_gloo.py [--rounds 12] [--steps 5] [--caps 1MB,25MB]
+        [--fit-caps 2MB,4MB,10MB] [--parameters 5e6] [--width 256] [--batch-size 1] [--calibrations 3] [--json OUT.json]
 
-Runs ``commsim validate --mode ddp``'s job (validate/ddp_job.py: a real torch DDP model of
-``--parameters`` fp32 parameters on 2 gloo ranks; 5e6 is 20 MB of gradients, about 20 buckets
-of 1 MB against 2 at 25 MB) at each bucket cap, ``--rounds`` times, the
-caps alternating in order from round to round so that a drift in the machine's load falls on
-both. A small batch keeps compute short, so that communication is exposed and the per-bucket
-cost shows. The calibration is measured first (2 gloo ranks up to 32 MiB) unless given.
+One torch job on 2 gloo ranks (validate/ddp_job.py, :func:`rank_ddp_rounds`): a real DDP model of
+``--parameters`` fp32 parameters in layers ``--width`` wide (5e6 at 256: 20 MB of gradients in
+76 layers of 256 KiB, 20 buckets of 1 MB against 2 at 25 MB; DDP never splits a tensor, so the
+1024-wide layers of the validator's usual model, 4 MiB each, made a 1 MB cap give 6 buckets, not
+20) wrapped once per bucket cap, both ranks' memory bandwidth measured by a large copy, then
+``--rounds`` rounds of: an all-reduce sweep at the bucket sizes the caps make (in-place and
+out-of-place), and per cap its compute (forward, backward under no_sync, optimizer) and
+``--steps`` timed DDP steps of every cap, interleaved step by step in the order ``--caps`` then
+``--fit-caps``, reversed every other step, so the two compared caps always run back to back
+(tens of milliseconds apart) and a drift in the machine's load falls on both. Batch 1 keeps compute short, so that communication and the
+per-bucket cost show.
 
-Per round k the measured difference is d_k = T(small cap) - T(large cap) (median step times
-of the two runs of that round); the measured difference is their mean and the run-to-run
-spread their standard deviation. The model's difference is the simulator's step time at each
-cap with one compute for both (the median over all runs of the measured forward, backward
-and optimizer), with the scenario's DDP costs and without them (``bucket_overhead 0,
-overlap_slowdown 0, gradient_as_bucket_view true``). The sign is *decided* only when
-|mean d| exceeds 2x the spread (and 2 rounds at least); otherwise the check says the machine
-was too noisy to tell. ``--reports DIR`` keeps every run's report, for
-``commsim calibrate --ddp-fit DIR/*.json -o ddp.yaml``.
+Measurement: the pairs are d = T(small) - T(large) of the two caps' s-th steps in a round (run
+back to back); the sign is decided by :func:`commsim.analysis.ddp_fit.decide_paired_sign`: the
+median of all pairs, the exact sign test over them and a bootstrap interval of the median that
+resamples whole rounds (a round's pairs can share a burst of load), both at 5%; otherwise the
+check says the machine was too noisy to tell. Each round's median pair is printed too.
+
+Model, out of sample (nothing fitted on the caps it predicts):
+
+- calibration: the sweep's rows, per size the time per all-reduce issued as DDP issues them
+  (back to back, asynchronously; one at a time in place, as ``commsim calibrate`` measures, is
+  shown beside it), out-of-place's
+  excess, the copy it adds, is reported), the median over rounds; the rounds split into ``--calibrations``
+  consecutive groups give that many separately measured calibrations, all rounds the pooled one;
+- DDP's own costs: ``ddp.memory_bandwidth`` is the measured copy bandwidth, ``ddp.bucket_overhead``
+  (and ``ddp.overlap_slowdown`` where determinable) fitted by
+  :func:`commsim.analysis.ddp_fit.fit_ddp_costs` to the ``--fit-caps`` runs only, refitted under
+  each calibration (the fitted per-bucket cost absorbs what that calibration misses);
+- the predicted difference: the simulator at the two compared caps with one compute for both
+  (the medians over those caps' blocks), the buckets DDP really built (``ddp.bucket_sizes``), the
+  fitted costs and the calibration; the pooled
+  calibration's is the prediction, the per-calibration ones say how much it moves. Also shown:
+  the scenario's default (GPU) DDP costs, and no DDP costs.
 """
 
 from __future__ import annotations
@@ -27,7 +45,9 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
 import sys
+import time
 from dataclasses import replace
 from typing import Dict, List, Optional, Sequence
 
@@ -35,112 +55,238 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 
-from commsim.analysis.ddp_fit import run_from_report  # noqa: E402
+from commsim.analysis.ddp_fit import DDPRun, decide_paired_sign, fit_ddp_costs  # noqa: E402
+from commsim.calibration import fit as calib_fit  # noqa: E402
+from commsim.calibration.records import Calibration, Provenance  # noqa: E402
 from commsim.scenario.loader import load_scenario  # noqa: E402
 from commsim.sim.engine import simulate  # noqa: E402
 from commsim.units import parse_size  # noqa: E402
 
 SCENARIO = os.path.join(ROOT, "scenarios", "validate_gloo_2rank.yaml")
-SIGNIFICANCE = 2.0  # |mean difference| must exceed this many run-to-run standard deviations
-
-
-def model_step_time(scenario, compute: Dict[str, float], costs: bool) -> float:
-    """Simulated step time (s) of `scenario` with `compute` (s), with or without DDP's costs."""
-    sc = replace(scenario, compute=replace(scenario.compute, forward=compute["forward_s"],
-                                           backward=compute["backward_s"], optimizer=compute["optimizer_s"]),
-                 stragglers=(), steps=4)
-    if not costs:
-        sc = replace(sc, ddp=replace(sc.ddp, costs=replace(sc.ddp.costs, bucket_overhead=0.0, overlap_slowdown=0.0,
-                                                             gradient_as_bucket_view=True)))
-    return float(simulate(sc).step_time[-1])
+LATENCY_SIZE = 64 << 10  # one small all-reduce in the sweep, so the calibration's latency is measured too
+COPY_BYTES = 256 << 20  # far past any cache: the copy runs at memory bandwidth
 
 
 def sign(x: float) -> int:
     return (x > 0) - (x < 0)
 
 
-def run_check(caps: Sequence[str], rounds: int, steps: int, parameters: float, batch_size: int,
-              calibration_path: Optional[str], reports_dir: Optional[str] = None, warmup_steps: int = 2,
-              timeout_s: float = 120.0, echo=print) -> Dict:
-    """Measure and predict; the returned dict holds every figure the script prints."""
-    from validate import ddp_job
-    from validate.calibrate import measure_calibration
+def load() -> str:
+    """The machine's load averages (`uptime`), for the record: the check runs on a shared machine."""
+    try:
+        return subprocess.run(["uptime"], capture_output=True, text=True, timeout=5).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
 
-    if calibration_path is None:
-        cal = measure_calibration("gloo", 2, 32 << 20, iters=10, warmup=3, echo=lambda s: None)
-    else:
-        from commsim.calibration.file import load_calibration
-        cal = load_calibration(calibration_path)
-    scen = {}
-    for cap in caps:
-        scen[cap] = load_scenario(SCENARIO, [f"ddp.bucket_cap={cap}", f"model.parameters={parameters:g}",
-                                             f"compute.batch_size={batch_size}"], steps=steps, force=True)
-    runs: List[Dict] = []
-    for k in range(rounds):
-        order = list(caps) if k % 2 == 0 else list(reversed(caps))
-        for cap in order:
-            report = ddp_job.validate_scenario(scen[cap], cal, "gloo", 2, warmup_steps, timeout_s, echo=lambda s: None)
-            report.update({"mode": "ddp", "backend": "gloo", "world_size": 2, "scenario": scen[cap].name})
-            run = run_from_report(report, f"round{k}-{cap.replace(' ', '')}")
-            if reports_dir:
-                os.makedirs(reports_dir, exist_ok=True)
-                with open(os.path.join(reports_dir, f"{run.source}.json"), "w", encoding="utf-8") as fh:
-                    json.dump(report, fh, sort_keys=True)
-            runs.append({"round": k, "cap": cap, "buckets": run.buckets, "step_time_s": run.step_time_s,
-                         "stderr_s": run.stderr_s, "compute_s": report["measured"]["compute_s"]})
-            echo(f"round {k} cap {cap:>6s}: {run.buckets:3d} buckets, median step {run.step_time_s * 1e3:8.2f} ms "
-                 f"(+- {run.stderr_s * 1e3:.2f}), compute fwd+bwd+opt "
-                 f"{sum(report['measured']['compute_s'].values()) * 1e3:.1f} ms")
+
+def with_costs(sc, compute: Dict[str, float], calibration, **costs):
+    """`sc` with this compute (s), calibration and DDP costs, no stragglers, 4 steps."""
+    return replace(sc, compute=replace(sc.compute, forward=compute["forward_s"], backward=compute["backward_s"],
+                                       optimizer=compute["optimizer_s"]),
+                   ddp=replace(sc.ddp, costs=replace(sc.ddp.costs, **costs)), calibration=calibration,
+                   stragglers=(), steps=4)
+
+
+def step_time(sc) -> float:
+    return float(simulate(sc).step_time[-1])
+
+
+def calibration_from_rounds(rounds: Sequence[Dict], world_size: int, pipelined: bool = True) -> tuple:
+    """(calibration, out-of-place excess) from these rounds' sweep rows: per size the time of one
+    all-reduce (the median over its iterations: a hiccup of the shared machine moves it as little
+    as it moves a median step time), then the median over the rounds. `pipelined`: as DDP issues
+    them (validate.ddp_job.pipelined_all_reduce: back to back, asynchronously), else in place and
+    one at a time (as ``commsim calibrate`` measures). DDP reduces each bucket in place, and the
+    model charges the copy into the bucket separately (at ``memory_bandwidth``), so
+    out-of-place, which adds that copy, is the check: the returned excess is, at the largest
+    size, the median over rounds of (out-of-place - in-place) time, to compare with the copy."""
+    per_size: Dict[int, List[float]] = {}
+    excess: Dict[int, List[float]] = {}
+    for rnd in rounds:
+        for row in rnd["rows"]:
+            a, b = row["in_place"]["time_median_s"], row["out_of_place"]["time_median_s"]
+            per_size.setdefault(row["size_bytes"], []).append(row["pipelined_s"] if pipelined else a)
+            excess.setdefault(row["size_bytes"], []).append(b - a)
+    ms = [calib_fit.Measurement(size, statistics.median(v), world_size) for size, v in sorted(per_size.items())]
+    link = calib_fit.fit_link("intra_node", ms)
+    return Calibration((link,), Provenance(backend="gloo", world_size=world_size)), statistics.median(excess[max(excess)])
+
+
+def _median_err(values: Sequence[float]) -> tuple:
+    med = statistics.median(values)
+    err = 1.2533 * statistics.stdev(values) / len(values) ** 0.5 if len(values) > 1 else abs(med)
+    return med, err
+
+
+def run_check(caps: Sequence[str], fit_caps: Sequence[str], rounds: int, steps: int, parameters: float,
+              batch_size: int, calibrations: int = 3, width: Optional[int] = 256, warmup_steps: int = 1, compute_iters: int = 3,
+              cal_iters: int = 10, timeout_s: float = 300.0, echo=print) -> Dict:
+    """Measure, fit out of sample and predict; the returned dict holds every figure the script prints."""
+    from validate import ddp_job
+    from validate.launch import launch
+
     small, large = caps[0], caps[-1]
-    by = {(r["round"], r["cap"]): r["step_time_s"] for r in runs}
-    diffs = [by[(k, small)] - by[(k, large)] for k in range(rounds)]
-    mean_d = statistics.mean(diffs)
-    spread = statistics.stdev(diffs) if rounds >= 2 else float("inf")
-    compute = {key: statistics.median(r["compute_s"][key] for r in runs) for key in ("forward_s", "backward_s", "optimizer_s")}
-    pred = {tag: {cap: model_step_time(replace(scen[cap], calibration=cal), compute, on)
-                  for cap in caps} for tag, on in (("costs", True), ("no_costs", False))}
-    pred_d = {tag: p[small] - p[large] for tag, p in pred.items()}
-    decided = rounds >= 2 and abs(mean_d) > SIGNIFICANCE * spread
-    return {"caps": list(caps), "rounds": rounds, "steps": steps, "parameters": parameters, "batch_size": batch_size,
-            "runs": runs, "measured_diff_s": diffs, "measured_mean_diff_s": mean_d, "measured_spread_s": spread,
-            "measured_large_s": statistics.median(by[(k, large)] for k in range(rounds)),
-            "decided": decided, "compute_s": compute, "predicted_s": pred, "predicted_diff_s": pred_d,
-            "sign_matches": {tag: sign(d) == sign(mean_d) for tag, d in pred_d.items()} if decided else None,
-            # how many rounds, each on its own, have the model's sign (informative, not the decision)
-            "rounds_with_model_sign": {tag: sum(sign(x) == sign(d) for x in diffs) for tag, d in pred_d.items()}}
+    order = [small, large] + [c for c in fit_caps if c not in (small, large)]
+    scen = {cap: load_scenario(SCENARIO, [f"ddp.bucket_cap={cap}", f"model.parameters={parameters:g}",
+                                          f"compute.batch_size={batch_size}"], steps=steps, force=True)
+            for cap in order}
+    buckets = {cap: scen[cap].gradient_buckets() for cap in order}
+    sizes = sorted({LATENCY_SIZE} | {max(4, int(b) // 4 * 4) for cap in order for b in buckets[cap]})
+    plan = {"parameters": int(parameters), "batch_size": batch_size,
+            "first_bucket_bytes": float(scen[small].ddp.first_bucket),
+            "caps": [float(scen[c].ddp.bucket_cap) for c in order], "rounds": rounds, "steps": steps,
+            "warmup_steps": warmup_steps, "compute_iters": compute_iters, "cal_sizes": sizes,
+            "cal_iters": cal_iters, "copy_bytes": COPY_BYTES, "pipeline_bytes": int(4 * parameters),
+            "width": width}
+    load_before = load()
+    echo(f"# load before: {load_before}")
+    t0 = time.monotonic()
+    results = launch(ddp_job.rank_ddp_rounds, 2, "gloo", timeout_s, args=(plan,))
+    wall = time.monotonic() - t0
+    load_after = load()
+    n = len(results)
+    nparams = results[0]["parameters"]
+    # the buckets DDP really built (it never splits a tensor): the model is given these, not the cap's
+    real = {cap: tuple(float(b) for b in results[0]["rounds"][-1]["blocks"][i]["bucket_sizes"])
+            for i, cap in enumerate(order)}
+    for cap in order:
+        if real[cap]:
+            scen[cap] = replace(scen[cap], ddp=replace(scen[cap].ddp, bucket_sizes=real[cap]),
+                                model=replace(scen[cap].model, parameters=nparams))
+    bandwidth = statistics.median(r["copy_bandwidth_Bps"] for r in results)
+    # per (round, cap): median step time (each step from the previous one's end on its last rank)
+    med: Dict[tuple, float] = {}
+    durations_by: Dict[str, List[List[float]]] = {cap: [] for cap in order}
+    comp: Dict[tuple, Dict[str, float]] = {}
+    for k in range(rounds):
+        blocks = [[r["rounds"][k]["blocks"][i] for r in results] for i in range(len(order))]
+        # the steps of all caps form one chain in time: each lasts from the previous end (any cap) on its last rank
+        chain = sorted((max(b["ends"][s] for b in blocks[i]), i) for i in range(len(order)) for s in range(steps))
+        durations: List[List[float]] = [[] for _ in order]
+        prev = blocks[0][0]["start"]
+        for end, i in chain:
+            durations[i].append(end - prev)
+            prev = end
+        for i, cap in enumerate(order):
+            med[(k, cap)] = statistics.median(durations[i])
+            durations_by[cap].append(durations[i])
+            comp[(k, cap)] = {key: statistics.median(b["compute"][key] for b in blocks[i])
+                              for key in ("forward_s", "backward_s", "optimizer_s")}
+    # the pairs: step s of the small cap and step s of the large one, next to each other in time
+    pairs = [(k, a - b) for k in range(rounds)
+             for a, b in zip(durations_by[small][k], durations_by[large][k])]
+    diffs = [statistics.median(x for kk, x in pairs if kk == k) for k in range(rounds)]
+    decision = decide_paired_sign([x for _, x in pairs], rounds=[k for k, _ in pairs])
+
+    def compute_of(cs):
+        return {key: statistics.median(comp[(k, c)][key] for k in range(rounds) for c in cs)
+                for key in ("forward_s", "backward_s", "optimizer_s")}
+
+    cal_rounds = [r["rounds"] for r in results][0]  # rank 0's rows are the max over ranks already
+    groups = [cal_rounds[j * rounds // calibrations:(j + 1) * rounds // calibrations] for j in range(calibrations)]
+    cals = {"pooled": calibration_from_rounds(cal_rounds, n)}
+    for j, grp in enumerate(groups):
+        cals[f"calibration {j + 1}"] = calibration_from_rounds(grp, n)
+    cals["pooled, one at a time"] = calibration_from_rounds(cal_rounds, n, pipelined=False)
+    compared = compute_of([small, large])
+    models = {}
+    for tag, (cal, disagree) in cals.items():
+        fit_runs = []
+        for cap in order[2:]:
+            sc = replace(with_costs(scen[cap], compute_of([cap]), cal, memory_bandwidth=bandwidth),
+                         model=replace(scen[cap].model, parameters=nparams), steps=steps)
+            t, err = _median_err([med[(k, cap)] for k in range(rounds)])
+            fit_runs.append(DDPRun(sc, t, err, f"cap {cap}"))
+        fit = fit_ddp_costs(fit_runs)
+        pred = {}
+        for cap in (small, large):
+            base = replace(scen[cap], model=replace(scen[cap].model, parameters=nparams))
+            pred[cap] = step_time(with_costs(base, compared, cal, memory_bandwidth=bandwidth,
+                                             bucket_overhead=fit.bucket_overhead,
+                                             overlap_slowdown=fit.overlap_slowdown))
+        entry = {"bucket_overhead_s": fit.bucket_overhead, "bucket_overhead_stderr_s": fit.bucket_overhead_stderr,
+                 "overlap_slowdown": fit.overlap_slowdown, "overlap_slowdown_stderr": fit.overlap_slowdown_stderr,
+                 "fit_notes": list(fit.notes), "fit_reduced_chi2": fit.reduced_chi2,
+                 "fit_runs": {r.source: {"measured_s": m, "fitted_s": p}
+                              for r, m, p in zip(fit_runs, fit.measured_s, fit.predicted_s)},
+                 "out_of_place_excess_s": disagree,
+                 "predicted_s": pred, "predicted_diff_s": pred[small] - pred[large]}
+        if tag == "pooled":
+            for other, costs in (("scenario_defaults", {}),
+                                 ("no_costs", {"bucket_overhead": 0.0, "overlap_slowdown": 0.0,
+                                               "gradient_as_bucket_view": True})):
+                p = {cap: step_time(with_costs(replace(scen[cap], model=replace(scen[cap].model, parameters=nparams)),
+                                               compared, cal, **costs)) for cap in (small, large)}
+                entry[f"predicted_diff_{other}_s"] = p[small] - p[large]
+        models[tag] = entry
+    pred_d = models["pooled"]["predicted_diff_s"]
+    per_cal = [models[f"calibration {j + 1}"]["predicted_diff_s"] for j in range(calibrations)]
+    return {"caps": [small, large], "fit_caps": order[2:], "rounds": rounds, "steps": steps, "parameters": nparams,
+            "batch_size": batch_size, "width": width, "buckets_nominal": {c: len(buckets[c]) for c in order},
+            "buckets": {c: len(scen[c].gradient_buckets()) for c in order},
+            "bucket_sizes_bytes": {c: list(real[c]) for c in order},
+            "calibration_sizes_bytes": sizes, "copy_bandwidth_Bps": bandwidth,
+            "step_time_s": {c: [med[(k, c)] for k in range(rounds)] for c in order},
+            "step_durations_s": durations_by,
+            "compute_s": compared, "measured_diff_s": diffs,
+            "decision": {"median_s": decision.median, "interval_s": list(decision.interval),
+                         "agreeing": decision.agreeing, "nonzero": decision.nonzero, "p_value": decision.p_value,
+                         "decided": decision.decided, "sign": decision.sign},
+            "measured_large_s": statistics.median(med[(k, large)] for k in range(rounds)),
+            "models": models, "predicted_diff_s": pred_d,
+            "predicted_diff_range_s": [min(per_cal), max(per_cal)],
+            "predicted_sign_stable": len({sign(x) for x in per_cal + [pred_d]}) == 1,
+            "sign_matches": (sign(pred_d) == decision.sign) if decision.decided else None,
+            "load_before": load_before, "load_after": load_after, "wall_s": wall}
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--steps", type=int, default=10)
-    ap.add_argument("--caps", default="1MB,25MB", help="bucket caps, smallest first (comma-separated)")
+    ap.add_argument("--rounds", type=int, default=12)
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--caps", default="1MB,25MB", help="the two bucket caps compared, smallest first")
+    ap.add_argument("--fit-caps", default="2MB,4MB,10MB", help="caps DDP's costs are fitted on (not the compared ones)")
     ap.add_argument("--parameters", type=float, default=5e6)
     ap.add_argument("--batch-size", type=int, default=1)
-    ap.add_argument("--calibration", default=None, help="a gloo calibration (else one is measured first)")
-    ap.add_argument("--reports", default=None, help="folder for every run's validate report (for calibrate --ddp-fit)")
+    ap.add_argument("--width", type=int, default=256,
+                    help="layer width (4 width^2 bytes per weight: DDP puts a larger one alone in a bucket); 0: 1024-wide layers")
+    ap.add_argument("--calibrations", type=int, default=3, help="separately measured calibrations (round groups)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
-    caps = [c.strip() for c in args.caps.split(",")]
-    caps.sort(key=parse_size)
-    out = run_check(caps, args.rounds, args.steps, args.parameters, args.batch_size, args.calibration, args.reports)
-    small, large = caps[0], caps[-1]
+    caps = sorted((c.strip() for c in args.caps.split(",")), key=parse_size)
+    fit_caps = [c.strip() for c in args.fit_caps.split(",")]
+    if len(caps) != 2 or {parse_size(c) for c in caps} & {parse_size(c) for c in fit_caps}:
+        ap.error("--caps: two caps, none of them among --fit-caps (the prediction is out of sample)")
+    out = run_check(caps, fit_caps, args.rounds, args.steps, args.parameters, args.batch_size, args.calibrations,
+                    args.width or None)
+    small, large = caps
     ms = lambda x: f"{x * 1e3:+.2f} ms"  # noqa: E731
-    print(f"measured  T({small}) - T({large}): {ms(out['measured_mean_diff_s'])} "
-          f"({out['measured_mean_diff_s'] / out['measured_large_s'] * 100:+.1f}% of T({large})), "
-          f"run-to-run spread {out['measured_spread_s'] * 1e3:.2f} ms over {out['rounds']} rounds: "
-          f"[{', '.join(ms(d) for d in out['measured_diff_s'])}]")
-    for tag in ("costs", "no_costs"):
-        p = out["predicted_s"][tag]
-        print(f"predicted ({tag:8s}) T({small}) - T({large}): {ms(out['predicted_diff_s'][tag])} "
-              f"({p[small] * 1e3:.2f} vs {p[large] * 1e3:.2f} ms at compute "
-              f"{sum(out['compute_s'].values()) * 1e3:.1f} ms)")
-    if out["decided"]:
-        print("sign " + ", ".join(f"{tag}: {'matches' if ok else 'DIFFERS'}" for tag, ok in out["sign_matches"].items()))
+    dec = out["decision"]
+    print(f"# {out['parameters']:.3g} parameters, buckets as DDP built them {out['buckets']} (the caps alone: {out['buckets_nominal']}), {out['rounds']} rounds x {out['steps']} steps, "
+          f"{out['wall_s']:.0f} s; copy bandwidth {out['copy_bandwidth_Bps'] / 1e9:.2f} GB/s")
+    print(f"# load after: {out['load_after']}")
+    print(f"measured  T({small}) - T({large}): median {ms(dec['median_s'])} "
+          f"({dec['median_s'] / out['measured_large_s'] * 100:+.1f}% of T({large})), 95% interval "
+          f"[{ms(dec['interval_s'][0])}, {ms(dec['interval_s'][1])}], {dec['agreeing']}/{dec['nonzero']} "
+          f"pairs share its sign (sign test p = {dec['p_value']:.3g}); per round: [{', '.join(ms(d) for d in out['measured_diff_s'])}]")
+    for tag, m in out["models"].items():
+        fit = (f"bucket_overhead {m['bucket_overhead_s'] * 1e6:.0f} +- {m['bucket_overhead_stderr_s'] * 1e6:.0f} us, "
+               f"overlap_slowdown {m['overlap_slowdown']:.3g}"
+               + ("" if m["overlap_slowdown_stderr"] is None else f" +- {m['overlap_slowdown_stderr']:.2g}"))
+        print(f"predicted ({tag}) {ms(m['predicted_diff_s'])}  [fit on {', '.join(out['fit_caps'])}: {fit}; "
+              f"out-of-place adds {m['out_of_place_excess_s'] * 1e3:.2f} ms at {max(out['calibration_sizes_bytes']) / 2**20:.1f} MiB, "
+              f"a copy at the measured bandwidth {2 * max(out['calibration_sizes_bytes']) / out['copy_bandwidth_Bps'] * 1e3:.2f} ms]")
+    pooled = out["models"]["pooled"]
+    print(f"predicted with the scenario's default DDP costs {ms(pooled['predicted_diff_scenario_defaults_s'])}, "
+          f"without DDP costs {ms(pooled['predicted_diff_no_costs_s'])}")
+    lo, hi = out["predicted_diff_range_s"]
+    print(f"predicted difference across the calibrations: {ms(lo)} .. {ms(hi)} "
+          f"(sign {'stable' if out['predicted_sign_stable'] else 'NOT stable'})")
+    if dec["decided"]:
+        print(f"sign {'matches' if out['sign_matches'] else 'DIFFERS'}: measured {dec['sign']:+d}, "
+              f"predicted {sign(out['predicted_diff_s']):+d}")
     else:
-        print(f"sign not decided: |measured difference| is within {SIGNIFICANCE:g}x the run-to-run spread")
-    print("rounds whose own difference has the model's sign: " + ", ".join(
-        f"{tag} {k}/{out['rounds']}" for tag, k in out["rounds_with_model_sign"].items()))
+        print("sign not decided: the sign test or the interval does not exclude no effect")
     if args.json:
         from commsim.atomic import atomic_write_text
         atomic_write_text(args.json, json.dumps(out, sort_keys=True, indent=2) + "\n")

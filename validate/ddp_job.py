@@ -179,3 +179,146 @@ def validate_scenario(scenario, calibration, backend: str, nprocs: int, warmup_s
     report["measured"]["compute_s"] = comp
     report["ddp_fit_input"] = fit_record(fed, calibration, step_times(results))
     return report
+
+
+# --- paired, interleaved runs at several bucket caps in one job -------------------------------
+
+def copy_bandwidth(nbytes: int = 256 * MIB, iters: int = 5) -> float:
+    """This rank's memory bandwidth (bytes/s) as DDP's gradient copies see it: the median time
+    of copying a tensor of `nbytes` (far past the caches), counted as commsim.sim.ddp_costs
+    charges a copy: read + write, 2 bytes moved per byte copied."""
+    src = torch.ones(max(nbytes // 4, 1), dtype=torch.float32)
+    dst = torch.empty_like(src)
+    dst.copy_(src)  # first touch: page faults are not bandwidth
+    times = []
+    for _ in range(iters):
+        t0 = time.monotonic()
+        dst.copy_(src)
+        times.append(time.monotonic() - t0)
+    return 2.0 * src.numel() * 4 / statistics.median(times)
+
+
+def pipelined_all_reduce(size: int, total_bytes: int, iters: int, progress=None) -> float:
+    """Seconds per all-reduce of `size` bytes when they are issued as DDP issues its buckets:
+    back to back, asynchronously (``async_op=True``), on distinct buffers, ``total_bytes`` worth
+    (2 at least), then all waited for; the median over `iters` bursts of burst time / count.
+    gloo works on queued all-reduces while the next is issued, so this is less than one
+    all-reduce timed alone (on a 2-core machine 1 MiB: about 1.5 ms against 2.2 ms)."""
+    count = max(2, -(-total_bytes // max(size, 1)))
+    bufs = [torch.ones(max(size // 4, 1), dtype=torch.float32) for _ in range(count)]
+    works = [dist.all_reduce(b, async_op=True) for b in bufs]  # warm-up burst
+    for w in works:
+        w.wait()
+    times = []
+    for _ in range(iters):
+        if progress:
+            progress()
+        dist.barrier()
+        t0 = time.monotonic()
+        works = [dist.all_reduce(b, async_op=True) for b in bufs]
+        for w in works:
+            w.wait()
+        times.append((time.monotonic() - t0) / count)
+    return statistics.median(times)
+
+
+def narrow_model(parameters: int, width: int) -> nn.Sequential:
+    """A stack of Linear(width, width) + ReLU with about `parameters` parameters. DDP never
+    splits a tensor across buckets, so a bucket cap below one weight's size (4 width^2 bytes;
+    :func:`validate.compute_timing.synthetic_model`'s layers are 1024 wide, 4 MiB) gives one
+    bucket per layer, not buckets of the cap: a narrow stack lets a 1 MiB cap make 1 MiB buckets."""
+    depth = max(1, round(parameters / (width * width + width)))
+    layers = []
+    for _ in range(depth):
+        layers += [nn.Linear(width, width), nn.ReLU()]
+    return nn.Sequential(*layers)
+
+
+def ddp_bucket_sizes(model: DDP) -> list:
+    """The bucket sizes (bytes) DDP's reducer holds now, in its bucket order (the order it
+    all-reduces them: bucket 0 holds the last layers' gradients, ready first). After the first
+    step's rebuild these are the buckets every later step reduces; where this torch does not
+    expose them, the sizes DDP logged at construction (the logging data's ``bucket_sizes``)."""
+    try:
+        return [int(t.numel() * t.element_size()) for t in model.reducer._get_zeros_like_grad_buckets()]
+    except (AttributeError, RuntimeError):
+        pass
+    # else the layout DDP logged when it built its buckets
+    text = str(model._get_ddp_logging_data().get("bucket_sizes", ""))
+    return [int(v) for v in text.replace(",", " ").split()]
+
+
+def _ddp_step(model, opt, x, y) -> float:
+    """One DDP training step; returns its end (monotonic seconds)."""
+    opt.zero_grad(set_to_none=True)
+    nn.functional.mse_loss(model(x), y).backward()  # returns once DDP's all-reduces are done
+    opt.step()
+    return time.monotonic()
+
+
+def rank_ddp_rounds(ctx, plan: Dict) -> Dict:
+    """validate.launch entry point: one DDP model per bucket cap (same weights), and per round
+    an all-reduce sweep at ``cal_sizes`` (in-place and out-of-place, as the calibration measures
+    it, and :func:`pipelined_all_reduce` as DDP issues them), each cap's compute (under ``no_sync``), then ``steps`` timed steps of every cap in
+    turn, interleaved step by step: the caps in ``plan["caps"]``'s order, reversed every other
+    step, so that caps next to each other in the list run tens of milliseconds apart and a drift
+    in the machine's load falls on all of them alike. A step's time runs from the previous
+    step's end (of whichever cap) on its last rank to its own.
+    Both ranks first measure :func:`copy_bandwidth` at once (DDP's copies run on both).
+
+    plan: parameters, batch_size, first_bucket_bytes, caps (bytes), rounds, steps, warmup_steps,
+    compute_iters, cal_sizes, cal_iters, pipeline_bytes, copy_bytes, width (optional: the
+    layers' width, :func:`narrow_model`). Returns per round the calibration rows and, per cap
+    index, {start (of the round's timed steps), ends (of this cap's steps), compute, bucket_sizes
+    (as DDP built them)}."""
+    from validate.collective_bench import bench_size
+
+    caps = plan["caps"]
+    models = []
+    for cap in caps:
+        torch.manual_seed(0)
+        width = plan.get("width")
+        module = narrow_model(plan["parameters"], width) if width else synthetic_model(plan["parameters"])
+        # the list form even when the first bucket equals the cap: given bucket_cap_mb alone this
+        # torch builds its initial buckets otherwise (one bucket of everything, before the rebuild)
+        ddp = DDP(module, bucket_cap_mb_list=[plan["first_bucket_bytes"] / MIB, cap / MIB])
+        models.append((ddp, torch.optim.SGD(ddp.parameters(), lr=1e-6)))
+    width = module[0].in_features
+    g = torch.Generator().manual_seed(1 + ctx.rank)
+    x = torch.randn(plan["batch_size"], width, generator=g)
+    y = torch.randn(plan["batch_size"], width, generator=g)
+    ctx.progress()
+    dist.barrier()
+    bandwidth = copy_bandwidth(plan["copy_bytes"])
+    rounds = []
+    for k in range(plan["rounds"]):
+        ctx.progress()
+        rows = [bench_size(s, 1, plan["cal_iters"], False, torch.device(ctx.device), progress=ctx.progress)
+                for s in plan["cal_sizes"]]
+        for row in rows:
+            row["pipelined_s"] = pipelined_all_reduce(row["size_bytes"], plan["pipeline_bytes"], plan["cal_iters"],
+                                                      ctx.progress)
+        compute = []
+        for model, opt in models:
+            ctx.progress()
+            compute.append(_measure_compute(model, x, y, opt, plan["compute_iters"]))
+        for model, opt in models:
+            for _ in range(plan["warmup_steps"]):
+                ctx.progress()
+                _ddp_step(model, opt, x, y)
+        ctx.progress()
+        start = common_start(ctx.device)
+        ends: list = [[] for _ in caps]  # by cap index (lists: the results travel as JSON)
+        for s in range(plan["steps"]):
+            # step by step, the caps' order reversed every other step: neighbours in time
+            order = range(len(caps)) if (k + s) % 2 == 0 else reversed(range(len(caps)))
+            for i in order:
+                ctx.progress()
+                ends[i].append(_ddp_step(*models[i], x, y))
+        blocks = [{"start": start, "ends": ends[i], "compute": compute[i], "bucket_sizes": ddp_bucket_sizes(models[i][0])}
+                  for i in range(len(caps))]
+        rounds.append({"rows": rows, "blocks": blocks})
+    ctx.progress()
+    dist.barrier()
+    return {"rank": ctx.rank, "parameters": sum(p.numel() for p in module.parameters()),
+            "copy_bandwidth_Bps": bandwidth, "rounds": rounds}

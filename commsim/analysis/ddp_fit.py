@@ -45,7 +45,7 @@ from commsim.scenario import spec
 from commsim.sim.engine import simulate
 
 __all__ = ["DDPRun", "DDPFit", "fit_record", "run_from_report", "predicted_step_time", "fit_ddp_costs", "fit_yaml",
-           "fit_lines"]
+           "fit_lines", "PairedDecision", "sign_test_p", "decide_paired_sign"]
 
 MAX_SLOWDOWN = 10.0  # the key's range (commsim.scenario.spec.DDPCosts)
 ITERATIONS = 30
@@ -335,3 +335,67 @@ def fit_lines(fit: DDPFit) -> List[str]:
         out.append(f"  reduced chi-square {fit.reduced_chi2:.3g}")
     out.extend(f"  note: {n}" for n in fit.notes)
     return out
+
+
+# --- deciding the sign of a measured difference -----------------------------------------------
+
+@dataclass(frozen=True)
+class PairedDecision:
+    """The sign of paired differences d_k (e.g. T(small cap) - T(large cap) in round k):
+    their median, a bootstrap interval of that median, how many rounds share its sign, the
+    two-sided sign-test probability of that many or more under no effect, and whether the
+    sign is decided (both the sign test and the interval say so)."""
+
+    median: float
+    interval: Tuple[float, float]
+    agreeing: int  # rounds whose difference has the median's sign
+    nonzero: int  # rounds with a nonzero difference (the sign test's N)
+    p_value: float
+    decided: bool
+    sign: int  # of the median when decided, else 0
+
+
+def sign_test_p(agreeing: int, n: int) -> float:
+    """Two-sided sign-test probability: 2 P(X >= agreeing), X ~ Binomial(n, 1/2), capped at 1
+    (the exact binomial test; Conover, Practical Nonparametric Statistics, Sec. 3.4)."""
+    if n <= 0:
+        return 1.0
+    k = max(agreeing, n - agreeing)
+    tail = sum(math.comb(n, j) for j in range(k, n + 1)) / 2.0 ** n
+    return min(1.0, 2.0 * tail)
+
+
+def decide_paired_sign(diffs: Sequence[float], alpha: float = 0.05, resamples: int = 4000,
+                       seed: int = 0, rounds: Optional[Sequence[Any]] = None) -> PairedDecision:
+    """Decide the sign of paired differences on a noisy machine: the sign test
+    (:func:`sign_test_p` <= `alpha`: few pairs can decide only when nearly all agree, e.g.
+    6 of 6, 9 of 10 or 10 of 12) and the percentile bootstrap interval of the median at level
+    1 - `alpha` (Efron and Tibshirani, An Introduction to the Bootstrap, Ch. 13; seeded, so the
+    decision is reproducible) excluding 0. The sign test alone ignores magnitudes, the interval
+    alone trusts a few large pairs: both must agree.
+
+    `rounds` (one label per difference): pairs measured in one round can share a burst of the
+    machine's load, so the bootstrap resamples whole rounds (the cluster bootstrap, Davison and
+    Hinkley, Bootstrap Methods and their Application, Sec. 3.8), which widens the interval by
+    as much as the pairs of a round move together."""
+    d = np.asarray([float(x) for x in diffs])
+    if d.size == 0:
+        raise ValueError("no differences to decide on")
+    med = float(np.median(d))
+    s = (med > 0) - (med < 0)
+    nonzero = int(np.count_nonzero(d))
+    agreeing = int(np.sum(np.sign(d) == s)) if s else 0
+    p = sign_test_p(agreeing, nonzero) if s else 1.0
+    rng = np.random.default_rng(seed)
+    if rounds is None:
+        meds = np.median(d[rng.integers(0, d.size, size=(resamples, d.size))], axis=1)
+    else:
+        if len(rounds) != d.size:
+            raise ValueError(f"{len(rounds)} round labels for {d.size} differences")
+        labels = list(dict.fromkeys(rounds))
+        groups = [d[[j for j, r in enumerate(rounds) if r == lab]] for lab in labels]
+        picks = rng.integers(0, len(groups), size=(resamples, len(groups)))
+        meds = np.array([np.median(np.concatenate([groups[g] for g in row])) for row in picks])
+    lo, hi = (float(v) for v in np.quantile(meds, [alpha / 2, 1 - alpha / 2]))
+    decided = bool(s and p <= alpha and (lo > 0 or hi < 0))
+    return PairedDecision(med, (lo, hi), agreeing, nonzero, p, decided, s if decided else 0)

@@ -1,20 +1,21 @@
-"""1 MB vs 25 MB DDP buckets on 2 gloo ranks: the model's sign of the step-time difference
-matches the measured one, where the measurement can tell (benchmarks/ddp_buckets_gloo.py).
+"""1 MB vs 25 MB DDP buckets on 2 gloo ranks (benchmarks/ddp_buckets_gloo.py): the model, with
+DDP's costs fitted on other caps only, has the sign of the measured step-time difference.
 
-A shared 2-core machine makes step times scatter by tens of percent from run to run, so the
-sign is compared only when the measured difference exceeds twice its run-to-run spread;
-otherwise the test skips with the figures. It is opt-in (``python -m pytest -m lab_accuracy``).
-The reports the runs write feed the DDP cost fit
-(``commsim calibrate --ddp-fit``), which is checked to accept them."""
+On a shared 2-core machine the difference (a few ms of ~35) is of the order of the round-to-round
+noise, and the model's own prediction moves with the gloo calibration measured beside it, so
+the sign comparison is opt-in (``python -m pytest -m lab_accuracy``) and skips with the figures
+when the measurement cannot decide. What runs by default cannot flake: the job runs every cap,
+its figures are consistent, and the out-of-sample fit is made from the fit caps alone."""
 
 import importlib.util
+import statistics
 from pathlib import Path
 
 import pytest
 
 torch = pytest.importorskip("torch")
 
-from commsim.analysis.ddp_fit import fit_ddp_costs, run_from_report  # noqa: E402
+from commsim.analysis.ddp_fit import sign_test_p  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -28,40 +29,46 @@ def bench():
 
 
 @pytest.fixture(scope="module")
-def check(bench, tmp_path_factory):
-    reports = tmp_path_factory.mktemp("ddp_reports")
-    # about 5e6 fp32 parameters (20 MB): about 20 buckets of 1 MB vs 2 at 25 MB; batch 1 keeps compute
-    # short so that communication is exposed
-    out = bench.run_check(["1MB", "25MB"], rounds=3, steps=8, parameters=5e6, batch_size=1,
-                          calibration_path=None, reports_dir=str(reports), warmup_steps=2, timeout_s=120)
-    return out, reports
+def small_check(bench):
+    # a short run: what it measures is too noisy to mean anything; its figures' consistency is checked
+    return bench.run_check(["1MB", "25MB"], ["4MB", "10MB"], rounds=2, steps=3, parameters=5e6, batch_size=1,
+                           calibrations=2, cal_iters=3, echo=lambda s: None)
 
 
-# opt-in (-m lab_accuracy): the model's own prediction flips sign with the gloo calibration it is
-# given on a loaded 2-core machine (CI runs gave -3.2 ms against +3.1 ms measured, and a match),
-# and a default test that load can fail is a flaky test; the fit test below runs by default
+def test_every_cap_runs_interleaved_and_the_figures_are_consistent(small_check):
+    out = small_check
+    assert out["buckets"]["1MB"] >= 10 * out["buckets"]["25MB"]  # ~20 vs 2
+    assert set(out["step_durations_s"]) == {"1MB", "25MB", "4MB", "10MB"}
+    assert all(len(r) == 3 for runs in out["step_durations_s"].values() for r in runs)
+    pairs = [[a - b for a, b in zip(r1, r2)]
+             for r1, r2 in zip(out["step_durations_s"]["1MB"], out["step_durations_s"]["25MB"])]
+    assert out["measured_diff_s"] == pytest.approx([statistics.median(r) for r in pairs])
+    dec = out["decision"]
+    assert dec["nonzero"] <= 6 and dec["p_value"] == pytest.approx(sign_test_p(dec["agreeing"], dec["nonzero"]))
+    assert out["copy_bandwidth_Bps"] > 1e8  # a large copy on any machine this runs on
+
+
+def test_the_model_is_fitted_out_of_sample(small_check):
+    out = small_check
+    for tag, m in out["models"].items():
+        assert set(m["fit_runs"]) == {"cap 4MB", "cap 10MB"}  # never the compared caps
+        assert m["bucket_overhead_s"] >= 0 and m["bucket_overhead_stderr_s"] >= 0
+        assert m["predicted_diff_s"] == pytest.approx(m["predicted_s"]["1MB"] - m["predicted_s"]["25MB"])
+    assert set(out["models"]) == {"pooled", "calibration 1", "calibration 2", "pooled, one at a time"}
+
+
 @pytest.mark.lab_accuracy
-def test_sign_of_the_bucket_size_effect(check):
-    out, _ = check
-    buckets = {r["cap"]: r["buckets"] for r in out["runs"]}
-    assert buckets["1MB"] >= 10 * buckets["25MB"]  # ~20 vs 2 (the real model's parameter count)
-    d, spread = out["measured_mean_diff_s"], out["measured_spread_s"]
-    pred = out["predicted_diff_s"]["costs"]
-    if not out["decided"]:
-        pytest.skip(f"measured T(1MB) - T(25MB) = {d * 1e3:+.2f} ms is within 2x its run-to-run spread "
-                    f"({spread * 1e3:.2f} ms over {out['rounds']} rounds): too noisy to tell the sign "
-                    f"(model: {pred * 1e3:+.2f} ms; {out['rounds_with_model_sign']['costs']} of {out['rounds']} rounds "
-                    f"have the model's sign)")
-    assert (pred > 0) == (d > 0), (f"model says T(1MB) - T(25MB) = {pred * 1e3:+.2f} ms, measured {d * 1e3:+.2f} ms "
-                                   f"(spread {spread * 1e3:.2f} ms)")
-
-
-def test_the_runs_reports_feed_the_cost_fit(check):
-    import json
-
-    _, reports = check
-    runs = [run_from_report(json.loads(p.read_text()), p.name) for p in sorted(reports.glob("*.json"))]
-    assert len(runs) == 6 and len({r.buckets for r in runs}) == 2
-    fit = fit_ddp_costs(runs)
-    assert fit.bucket_overhead >= 0 and fit.bucket_overhead_stderr >= 0
-    assert len(fit.predicted_s) == 6
+def test_sign_of_the_bucket_size_effect(bench):
+    out = bench.run_check(["1MB", "25MB"], ["2MB", "4MB", "10MB"], rounds=14, steps=10, parameters=5e6,
+                          batch_size=1, echo=lambda s: None)
+    dec, pred = out["decision"], out["predicted_diff_s"]
+    lo, hi = out["predicted_diff_range_s"]
+    if not dec["decided"]:
+        pytest.skip(f"measured T(1MB) - T(25MB) median {dec['median_s'] * 1e3:+.2f} ms, 95% interval "
+                    f"[{dec['interval_s'][0] * 1e3:+.2f}, {dec['interval_s'][1] * 1e3:+.2f}] ms, "
+                    f"{dec['agreeing']}/{dec['nonzero']} rounds (p = {dec['p_value']:.2g}): too noisy to tell "
+                    f"(model {pred * 1e3:+.2f} ms, {lo * 1e3:+.2f} .. {hi * 1e3:+.2f} across calibrations; "
+                    f"{out['load_after']})")
+    assert (pred > 0) == (dec["sign"] > 0), (
+        f"model says T(1MB) - T(25MB) = {pred * 1e3:+.2f} ms ({lo * 1e3:+.2f} .. {hi * 1e3:+.2f} across "
+        f"calibrations), measured median {dec['median_s'] * 1e3:+.2f} ms (p = {dec['p_value']:.2g})")

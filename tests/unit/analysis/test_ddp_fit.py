@@ -140,3 +140,20 @@ def test_slowdown_lost_in_the_measurement_error_is_kept_and_said():
     assert fit.overlap_slowdown_stderr is None and fit.overlap_slowdown == spec.DDPCosts().overlap_slowdown
     assert any("do not determine it" in n for n in fit.notes)
     assert fit.bucket_overhead == pytest.approx(300e-6, rel=1e-3)
+
+
+@pytest.mark.parametrize("h, sign", [(1.2e-3, -1), (1e-2, +1)])
+def test_costs_fitted_on_other_caps_predict_the_small_vs_large_difference(h, sign):
+    # the bucket check's procedure: fit on 2, 4 and 10 MB caps only (12, 7, 4 buckets), predict
+    # T(1 MB) - T(25 MB) (20 vs 2 buckets); with the simulator as the truth the out-of-sample
+    # prediction has the truth's difference, of either sign: 1 MB faster while overlap wins,
+    # slower once the per-bucket cost outweighs it
+    s = 0.1
+    fit = fit_ddp_costs(measured([2, 4, 10], h, s))
+    assert fit.bucket_overhead == pytest.approx(h, rel=1e-3) and fit.overlap_slowdown == pytest.approx(s, abs=1e-6)
+    truth = {cap: predicted_step_time(DDPRun(job(cap), 1.0, 0.0), h, s) for cap in (1, 25)}
+    pred = {cap: predicted_step_time(DDPRun(job(cap), 1.0, 0.0), fit.bucket_overhead, fit.overlap_slowdown)
+            for cap in (1, 25)}
+    want = truth[1] - truth[25]
+    assert (want > 0) == (sign > 0) and abs(want) > 0.01
+    assert pred[1] - pred[25] == pytest.approx(want, rel=1e-3)
