@@ -35,15 +35,17 @@ MIB = 2**20
 
 def bucket_kwargs(first_bucket: float, bucket_cap: float) -> Dict:
     """DistributedDataParallel's bucket arguments for a scenario's ``ddp.first_bucket`` and
-    ``ddp.bucket_cap`` (bytes). torch given ``bucket_cap_mb`` makes its first bucket that size
-    too (its 1 MiB first bucket is kept only when no cap is given), so a first bucket other than
-    the cap goes in as ``bucket_cap_mb_list=[first, cap]`` (the last limit repeats for the
-    remaining buckets), which torch >= 2.10 accepts."""
-    if first_bucket == bucket_cap:
-        return {"bucket_cap_mb": bucket_cap / MIB}
+    ``ddp.bucket_cap`` (bytes): ``bucket_cap_mb_list=[first, cap]`` (the last limit repeats for
+    the remaining buckets), which torch >= 2.10 accepts, even when the first bucket equals the
+    cap: given ``bucket_cap_mb`` alone, torch 2.13 on gloo kept one bucket of every gradient
+    (measured: 5e6 parameters at a 1 MiB cap gave one 21 MB bucket), and given the cap its
+    first bucket is that size too. A torch without the list takes ``bucket_cap_mb`` where the
+    two agree."""
     import inspect
 
     if "bucket_cap_mb_list" not in inspect.signature(DDP.__init__).parameters:
+        if first_bucket == bucket_cap:
+            return {"bucket_cap_mb": bucket_cap / MIB}
         raise RuntimeError(f"this torch ({torch.__version__}) has no bucket_cap_mb_list: its DDP cannot make a "
                            f"first bucket of {first_bucket:.0f} B with a cap of {bucket_cap:.0f} B")
     return {"bucket_cap_mb_list": [first_bucket / MIB, bucket_cap / MIB]}
@@ -102,7 +104,10 @@ def rank_ddp(ctx, plan: Dict) -> Dict:
     ctx.progress()
     dist.barrier()
     return {"rank": ctx.rank, "start": start, "ends": ends, "compute": compute,
-            "parameters": sum(p.numel() for p in module.parameters())}
+            "parameters": sum(p.numel() for p in module.parameters()),
+            # the buckets DDP built (it never splits a tensor: a layer larger than the cap is a
+            # bucket of its own), which the prediction must use rather than the nominal layout
+            "bucket_sizes": ddp_bucket_sizes(model)}
 
 
 def _plan(scenario, warmup_steps: int, compute_iters: int = 5) -> Dict:
@@ -172,12 +177,18 @@ def validate_scenario(scenario, calibration, backend: str, nprocs: int, warmup_s
         compute=replace(scenario.compute, forward=comp["forward_s"], backward=comp["backward_s"], optimizer=comp["optimizer_s"]),
         model=replace(scenario.model, parameters=results[0]["parameters"]),
     )
+    built = [float(b) for b in results[0].get("bucket_sizes") or []]
+    if built and abs(sum(built) - fed.model.grad_bytes) <= 1e-6 * fed.model.grad_bytes:
+        # the layout DDP built, each bucket ready at its bytes' share (equal layers: a uniform rate)
+        fed = replace(fed, ddp=replace(fed.ddp, bucket_sizes=tuple(built), bucket_ready=None))
     baseline = None
     if scenario.stragglers:
         baseline, _ = measure(scenario.without_stragglers(), backend, nprocs, warmup_steps, timeout_s, echo)
     report = compare(measured, predicted_summary(fed, calibration), baseline)
     report["measured"]["compute_s"] = comp
     report["ddp_fit_input"] = fit_record(fed, calibration, step_times(results))
+    report["ddp_buckets"] = {"built_bytes": built, "predicted_with": [float(b) for b in fed.gradient_buckets()],
+                             "nominal_count": len(scenario.gradient_buckets())}
     return report
 
 

@@ -95,6 +95,20 @@ def test_validate_ddp_mode(files):
     assert rep["predicted"]["step_time_s"]["mean"] >= comp["forward_s"] + comp["backward_s"] + comp["optimizer_s"]
 
 
+
+def test_validate_ddp_mode_predicts_with_the_buckets_ddp_built(files):
+    # 5e6 parameters in 1024-wide layers: each 4 MiB weight is a bucket of its own at a 1 MiB cap
+    # (DDP never splits a tensor), so DDP builds about 6 buckets where the nominal layout says 20;
+    # the prediction must use DDP's
+    js = files / "ddp_built.json"
+    r = CliRunner().invoke(cli, ["validate", str(files / "sc.yaml"), "--calibration", str(files / "cal.yaml"),
+                                 "--nprocs", "2", "--mode", "ddp", "--steps", "2", "--warmup-steps", "1",
+                                 "--set", "model.parameters=5e6", "--set", "compute.batch_size=1", "--json", str(js)])
+    assert r.exit_code == 0, r.output
+    b = json.loads(js.read_text())["ddp_buckets"]
+    assert b["nominal_count"] >= 15 and 2 <= len(b["built_bytes"]) <= 8
+    assert b["predicted_with"] == b["built_bytes"]
+
 def test_ddp_mode_refuses_slow_rank(files):
     r = CliRunner().invoke(cli, ["validate", str(files / "sc.yaml"), "--calibration", str(files / "cal.yaml"),
                                  "--mode", "ddp", "--set", "stragglers=[{kind: slow_rank, ranks: [1], factor: 2.0}]"])
