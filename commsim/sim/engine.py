@@ -805,6 +805,8 @@ class Engine:
         overhead = costs.bucket_overhead
         kernels, last_rank, launch_spread = self.kernels, self._last_rank[s], self._launch_spread[s]
         QUEUED, NEW = InFlight.QUEUED, InFlight.NEW
+        seen_map = self._seen  # (_finish_times' memo of this step)
+        lean = shortcut and not self._record and not self.collectives
 
         def run(at, stream, at_low=None, at_floor=None, at_origin=None):
             # issue the next collective at `at` (plus the host cost), after the previous issue;
@@ -861,10 +863,14 @@ class Engine:
             if origin is not None and known_origin is not None and known_origin[0] is not None \
                     and known_origin[0][0] is origin[0]:
                 if hint is NEW:
-                    shift = latest - float(self._seen[kid][0][last])
+                    shift = latest - float(seen_map[kid][0][last])
                 else:
                     shift = origin[1] - known_origin[0][1]
-            finish = self._sharded_launch(s, issued, launch, shift)
+            if lean:  # _sharded_launch where it records nothing (no comm_time this step, no per-collective times)
+                self._op = k + 1
+                finish = self._finish_times(kernels[k], launch, shift)
+            else:
+                finish = self._sharded_launch(s, issued, launch, shift)
             last_shift = self._last_shift
             if last_shift is not None and known_origin is not None:  # finish = the kernel's previous finish + c
                 stream_origin = (known_origin[1][0], known_origin[1][1] + last_shift[1])

@@ -133,22 +133,38 @@ class SegmentInFlight(InFlight):
     # operands, and the throttled ranks' own values): the caller's tests need no O(n) pass
     finish_bounds: Optional[Tuple[float, float]] = None
 
+    # the one chain's rows are views of the caller's vectors (the launch and finish of its
+    # collectives: fresh arrays, never written afterwards) instead of copies of them, until
+    # InFlight's own add, which writes its rows in place, needs them: then they are copied
+    _borrowed = False
+
     def add(self, begin, end, floor, hint=None, bounds=None) -> None:
         if self.last is None or hint == InFlight.NEW:  # a new chain: its begin is this launch
             self.begin_low = None if bounds is None or len(bounds) < 3 else bounds[2]
         elif hint != InFlight.QUEUED:  # (queued: the chain, and its begin, go on)
             self.begin_low = None
-        if (hint == InFlight.NEW and floor is self.last and self.slowdown > 0 and self.last is not None
-                and len(self.begin) == 1):
-            # a new chain where later compute starts no sooner than the last chain's end (the
-            # floor is that very vector: InFlight.add's ``end > floor`` is false everywhere):
-            # the new chain replaces the old one, InFlight.add's result without its two passes
-            self.begin_high = None if bounds is None else bounds[0]
-            self.end_low = None if bounds is None else bounds[1]
-            self.begin[-1] = begin
-            self.end[-1] = end
-            self.last = end
-            return
+        if self.slowdown > 0 and self.last is not None and len(self.begin) == 1:
+            if hint == InFlight.QUEUED:
+                # InFlight.add's queued case with one chain: it goes on (its begin, and
+                # begin_high, stay), ending where this collective does
+                self.end_low = None if bounds is None else bounds[1]
+                self.end = end[None]
+                self._borrowed = True
+                self.last = end
+                return
+            if hint == InFlight.NEW and floor is self.last:
+                # a new chain where later compute starts no sooner than the last chain's end (the
+                # floor is that very vector: InFlight.add's ``end > floor`` is false everywhere):
+                # the new chain replaces the old one, InFlight.add's result without its two passes
+                self.begin_high = None if bounds is None else bounds[0]
+                self.end_low = None if bounds is None else bounds[1]
+                self.begin, self.end = begin[None], end[None]
+                self._borrowed = True
+                self.last = end
+                return
+        if self._borrowed:
+            self.begin, self.end = self.begin.copy(), self.end.copy()
+            self._borrowed = False
         super().add(begin, end, floor, hint, None if bounds is None else bounds[:2])
 
     def compute(self, start, work, bounds=None):
@@ -160,13 +176,13 @@ class SegmentInFlight(InFlight):
         start_low, start_high, work_high, work_low = bounds
         rate = 1.0 / (1.0 + self.slowdown)
         if self.begin_high <= start_low:
-            # starts inside its chain: InFlight.compute's own closed form (this is its test), and
-            # its bounds: start + work <= t <= start + work + work x slowdown (monotone rounding)
-            t = super().compute(start, work, bounds)
-            if (self.end_low - start_high) * rate >= work_high:
-                high = (start_high + work_high) + work_high * self.slowdown
-                self.finish_bounds = self._with_clocks(t, start_low + work_low, high)
-            return t
+            if (self.end_low - start_high) * rate < work_high:
+                return super().compute(start, work, bounds)
+            # starts inside its chain and ends in it: InFlight.compute's own closed form (this is
+            # its test), inlined, t + work + slowdown x work, and its bounds: start + work <= t <=
+            # start + work + work x slowdown (monotone rounding)
+            extra = work * self.slowdown
+            extra_high = work_high * self.slowdown
         else:
             if self.begin_low is None:
                 return super().compute(start, work, bounds)
