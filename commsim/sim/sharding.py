@@ -197,42 +197,44 @@ class SegmentInFlight(InFlight):
             extra_high = (work_high - free_low) * self.slowdown
         t = start + work
         t += extra
+        # extra >= 0: start + work <= t <= start + work + extra, each term bounded (monotone
+        # rounding), and the throttled ranks' own finishes
+        low, high = start_low + work_low, (start_high + work_high) + extra_high
         if self.scalar_clocks is not None:
-            self._clocks_after(start, work, t, extra)
+            low, high = self._clocks_after(start, work, t, extra, low, high)
         self.stretch += extra
-        # extra >= 0: start + work <= t <= start + work + extra, each term bounded (monotone rounding)
-        self.finish_bounds = self._with_clocks(t, start_low + work_low, (start_high + work_high) + extra_high)
+        self.finish_bounds = (low, high)
         return t
 
-    def _with_clocks(self, t, low: float, high: float) -> Tuple[float, float]:
-        """(low, high) widened to the throttled ranks' finishes in `t` (their clocks', not the
-        closed form's: the bounds hold for the other ranks)."""
-        for r, _ in self.scalar_clocks or ():
-            v = float(t[r])
-            low, high = min(low, v), max(high, v)
-        return low, high
+    _memos = None  # [(rank, its scalar clock, its memo in InFlight's _units)], built once
 
-    def _clocks_after(self, start, work, t, extra) -> None:
+    def _clocks_after(self, start, work, t, extra, low: float, high: float) -> Tuple[float, float]:
         """The thermally throttled ranks, each on its scalar clock: InFlight.compute's loop for
         its one chain (the same arithmetic and memo: :func:`commsim.sim.ddp_costs._through_chains_float`
-        of one chain, inlined), which overwrites their columns of `t` and `extra`."""
+        of one chain, inlined), which overwrites their columns of `t` and `extra`; returns
+        (low, high) widened to their finishes (their clocks', not the closed form's: the bounds
+        hold for the other ranks)."""
         slowdown = self.slowdown
         rate = 1.0 / (1.0 + slowdown)
         chain_begin, chain_end = self.begin[0], self.end[0]
-        for r, clock in self.scalar_clocks:
-            memo = self._units.setdefault(r, {})
+        memos = self._memos
+        if memos is None:
+            memos = self._memos = [(r, clock, self._units.setdefault(r, {})) for r, clock in self.scalar_clocks]
+        for r, clock, memo in memos:
             if len(memo) > 8:
                 memo.clear()
             wd = clock.work_done_float
-            x = float(start[r])
+            x = start.item(r)
             units = memo[x] if x in memo else memo.setdefault(x, wd(x))
-            x = float(chain_begin[r])
+            x = chain_begin.item(r)
             begin = memo[x] if x in memo else memo.setdefault(x, wd(x))
-            x = float(chain_end[r])
+            x = chain_end.item(r)
             end = memo[x] if x in memo else memo.setdefault(x, wd(x))
-            w = float(work[r])
+            w = work.item(r)
             free = max(begin - units, 0.0)
             done = units + w + max(min((end - units - free) * rate, w - free), 0.0) * slowdown
             finish = clock.time_for_work_float(done)
             t[r] = finish
             extra[r] = finish - clock.time_for_work_float(units + w)
+            low, high = min(low, finish), max(high, finish)
+        return low, high
