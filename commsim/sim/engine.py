@@ -906,6 +906,7 @@ class Engine:
                 yield from self._sharded_logged(s, stream)
             gather_low, gather_high, gathered_origin = low, high, stream_origin
         factor_high, factor_low = float(np.max(f)), float(np.min(f))
+        scaled_work = scaled = None  # the last segment's work and f x work
         for x in range(2 * nb):
             # a segment starts once its unit is gathered; where every rank's previous segment
             # ended by the gather's earliest finish, the start is that finish, and its bounds
@@ -924,7 +925,10 @@ class Engine:
                 if log is not None:
                     yield from self._sharded_logged(s, stream)
                 gather_low, gather_high, gathered_origin = low, high, stream_origin
-            prev_end = in_flight.compute(begin, f * work[x], start_bounds)
+            w = work[x]
+            if w != scaled_work:  # (f x work: one vector per unit size, SegmentInFlight keeps it x slowdown)
+                scaled_work, scaled = w, f * w
+            prev_end = in_flight.compute(begin, scaled, start_bounds)
             busy += np.subtract(prev_end, begin, out=spent)
             if x >= nb and sc.ddp.overlap:
                 ends = in_flight.finish_bounds

@@ -181,7 +181,12 @@ class SegmentInFlight(InFlight):
             # starts inside its chain and ends in it: InFlight.compute's own closed form (this is
             # its test), inlined, t + work + slowdown x work, and its bounds: start + work <= t <=
             # start + work + work x slowdown (monotone rounding)
-            extra = work * self.slowdown
+            # (work x slowdown kept for the next segment of the same work vector: a step's units
+            # are mostly of one size, and the caller passes one vector per size)
+            if work is not self._work:
+                self._work, self._work_slowed = work, work * self.slowdown
+            extra = self._work_slowed
+            shared = True  # (not to be written: the throttled ranks' extras go to `stretch` apart)
             extra_high = work_high * self.slowdown
         else:
             if self.begin_low is None:
@@ -194,24 +199,43 @@ class SegmentInFlight(InFlight):
             # _through_chains with one chain, no max/min binding: free = begin - t, slow = left - free
             extra = np.subtract(work, np.subtract(self.begin[-1], start))
             extra *= self.slowdown
+            shared = False
             extra_high = (work_high - free_low) * self.slowdown
         t = start + work
         t += extra
         # extra >= 0: start + work <= t <= start + work + extra, each term bounded (monotone
         # rounding), and the throttled ranks' own finishes
         low, high = start_low + work_low, (start_high + work_high) + extra_high
-        if self.scalar_clocks is not None:
+        if self.scalar_clocks is None:
+            self.stretch += extra
+        elif not shared:
             low, high = self._clocks_after(start, work, t, extra, low, high)
-        self.stretch += extra
+            self.stretch += extra
+        else:
+            # `stretch += extra` with the throttled ranks' columns of `extra` their clocks': the
+            # same additions, those columns redone from their previous values
+            stretch = self.stretch
+            if isinstance(stretch, np.ndarray):
+                before = [stretch.item(r) for r, _ in self.scalar_clocks]
+                stretch += extra
+            else:  # (0.0 until the first slowed segment)
+                before = [stretch] * len(self.scalar_clocks)
+                stretch = self.stretch = stretch + extra
+            extras = {}  # rank -> its extra, from its clock
+            low, high = self._clocks_after(start, work, t, extras, low, high)
+            for (r, _), b in zip(self.scalar_clocks, before):
+                stretch[r] = b + extras[r]
         self.finish_bounds = (low, high)
         return t
 
+    _work = _work_slowed = None  # the last inside-chain segment's work vector, and it x slowdown
     _memos = None  # [(rank, its scalar clock, its memo in InFlight's _units)], built once
 
     def _clocks_after(self, start, work, t, extra, low: float, high: float) -> Tuple[float, float]:
         """The thermally throttled ranks, each on its scalar clock: InFlight.compute's loop for
         its one chain (the same arithmetic and memo: :func:`commsim.sim.ddp_costs._through_chains_float`
-        of one chain, inlined), which overwrites their columns of `t` and `extra`; returns
+        of one chain, inlined), which overwrites their columns of `t` and `extra` (a vector, or a
+        dict filled by rank); returns
         (low, high) widened to their finishes (their clocks', not the closed form's: the bounds
         hold for the other ranks)."""
         slowdown = self.slowdown
