@@ -850,6 +850,10 @@ class Engine:
                 launch, hint = stream, QUEUED
             elif first > high:
                 launch, hint = issued, NEW
+            elif at is stream and overhead >= 0.0:
+                # issued at the stream's own finish plus the host cost: max(fl(x + d), x) is
+                # fl(x + d) for d >= 0 (rounding is monotone), the issue, with no maximum
+                launch = issued
             else:
                 launch = np.maximum(issued, stream)
             kid = id(kernels[k])
@@ -858,11 +862,11 @@ class Engine:
             shift = origin = None
             if hint is QUEUED:
                 origin = stream_origin
-            elif hint is NEW:  # (the launch is the issue)
+            elif launch is issued:
                 origin = issued_origin
             if origin is not None and known_origin is not None and known_origin[0] is not None \
                     and known_origin[0][0] is origin[0]:
-                if hint is NEW:
+                if launch is issued:  # (the shift at the issue's latest rank, read from the vectors)
                     shift = latest - float(seen_map[kid][0][last])
                 else:
                     shift = origin[1] - known_origin[0][1]
