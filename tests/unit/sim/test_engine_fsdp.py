@@ -1,12 +1,14 @@
 """FSDP's charged step (Engine._charged_fsdp_step) and its shortcuts: each one bit for bit the
 plain vector work it replaces, and the whole run equal to the engine bucket by bucket."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
 import commsim.sim.ddp_costs as ddp_costs_module
 import commsim.sim.engine as engine_module
-from commsim.scenario.spec import DDPCosts, Jitter, Throttle
+from commsim.scenario.spec import Collective, DDPCosts, Jitter, Throttle
 from commsim.sim.ddp_costs import InFlight, clock_group
 from commsim.sim.engine import Engine
 from commsim.sim.sharding import SegmentInFlight
@@ -304,3 +306,18 @@ def test_segments_of_one_unit_size_share_their_scaled_work(monkeypatch):
     plain = _run(sc)
     for field in FIELDS:
         np.testing.assert_array_equal(getattr(fast, field), getattr(plain, field), err_msg=field)
+
+
+@pytest.mark.parametrize("algorithm", ["ring", "tree", "halving_doubling", "hierarchical", "auto"])
+def test_fsdp_kernels_return_fresh_vectors(algorithm):
+    """FSDP's step keeps finish vectors by reference (the origins, SegmentInFlight's chain rows):
+    a kernel's next call must not write into its previous result."""
+    sc = replace(_latency_bound(0), collective=Collective(algorithm=algorithm))
+    engine = Engine(sc)
+    rng = np.random.default_rng(0)
+    for kernel in {id(k): k for k in engine.kernels}.values():
+        first = kernel.finish_times(rng.uniform(0, 1e-3, sc.world_size))
+        kept = first.copy()
+        second = kernel.finish_times(rng.uniform(0, 1e-3, sc.world_size))
+        assert not np.shares_memory(first, second)
+        np.testing.assert_array_equal(first, kept)
