@@ -126,7 +126,12 @@ class SegmentInFlight(InFlight):
     scalar bounds (rounding is monotone, so bounds of the operands bound every rank's terms)
     show that no ``max(., 0)`` or ``min`` in it binds. ``add``'s `bounds` may carry a third
     element, the chain's earliest begin; ``compute``'s a fourth, the work's minimum. Everything
-    else is InFlight's."""
+    else is InFlight's.
+
+    Without copies: the one chain's rows are views of the vectors ``add`` was given, and an
+    inside-chain ``compute`` reuses ``work x slowdown`` when it gets the same `work` vector again,
+    so the vectors passed in (the engine's fresh launches, finishes and scaled work) must not be
+    written afterwards."""
 
     begin_low: Optional[float] = None  # the last chain's earliest begin, where known
     # (min, max) of the last compute's finish where a closed form gave it (scalar bounds of its
