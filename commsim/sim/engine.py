@@ -807,20 +807,28 @@ class Engine:
         overhead = costs.bucket_overhead
         kernels, last_rank, launch_spread = self.kernels, self._last_rank[s], self._launch_spread[s]
         QUEUED, NEW = InFlight.QUEUED, InFlight.NEW
+        seen_map = self._seen  # (_finish_times' memo of this step)
+        lean = shortcut and not self._record and not self.collectives
 
-        def run(at, stream, at_low=None, at_floor=None):
+        def run(at, stream, at_low=None, at_floor=None, at_origin=None):
             # issue the next collective at `at` (plus the host cost), after the previous issue;
-            # `at_low`: at.min(), `at_floor`: a lower bound of `at`, where known
+            # `at_low`: at.min(), `at_floor`: a lower bound of `at`, `at_origin`: where `at` comes
+            # from (an origin, below), where known
             # (a plain function: the clock is advanced by the caller, only when an event log is kept)
             nonlocal issued, issued_high, low, high, stream_origin
+            issued_origin = None  # the issue's origin, where it is `at`'s shifted by the host cost
             if shortcut and issued is not None and at_low is not None and issued_high <= at_low:
                 # `at` (its min known) no earlier than the previous issue anywhere: no maximum, and
                 # the min shifted is the shifted min (rounding is monotone)
                 issued = at + overhead
                 first = at_low + overhead
+                if at_origin is not None:
+                    issued_origin = (at_origin[0], at_origin[1] + overhead)
             elif shortcut and issued is not None and at_floor is not None and issued_high <= at_floor:
                 issued = at + overhead  # (the same, the min to be found)
                 first = None
+                if at_origin is not None:
+                    issued_origin = (at_origin[0], at_origin[1] + overhead)
             else:
                 issued = (at if issued is None else np.maximum(at, issued)) + overhead
                 first = None
@@ -844,6 +852,10 @@ class Engine:
                 launch, hint = stream, QUEUED
             elif first > high:
                 launch, hint = issued, NEW
+            elif at is stream and overhead >= 0.0:
+                # issued at the stream's own finish plus the host cost: max(fl(x + d), x) is
+                # fl(x + d) for d >= 0 (rounding is monotone), the issue, with no maximum
+                launch = issued
             else:
                 launch = np.maximum(issued, stream)
             kid = id(kernels[k])
@@ -852,9 +864,19 @@ class Engine:
             shift = origin = None
             if hint is QUEUED:
                 origin = stream_origin
-                if known_origin is not None and known_origin[0] is not None and known_origin[0][0] is origin[0]:
+            elif launch is issued:
+                origin = issued_origin
+            if origin is not None and known_origin is not None and known_origin[0] is not None \
+                    and known_origin[0][0] is origin[0]:
+                if launch is issued:  # (the shift at the issue's latest rank, read from the vectors)
+                    shift = latest - float(seen_map[kid][0][last])
+                else:
                     shift = origin[1] - known_origin[0][1]
-            finish = self._sharded_launch(s, issued, launch, shift)
+            if lean:  # _sharded_launch where it records nothing (no comm_time this step, no per-collective times)
+                self._op = k + 1
+                finish = self._finish_times(kernels[k], launch, shift)
+            else:
+                finish = self._sharded_launch(s, issued, launch, shift)
             last_shift = self._last_shift
             if last_shift is not None and known_origin is not None:  # finish = the kernel's previous finish + c
                 stream_origin = (known_origin[1][0], known_origin[1][1] + last_shift[1])
@@ -888,8 +910,9 @@ class Engine:
             stream = gathered = run(t0, None)
             if log is not None:
                 yield from self._sharded_logged(s, stream)
-            gather_low, gather_high = low, high
+            gather_low, gather_high, gathered_origin = low, high, stream_origin
         factor_high, factor_low = float(np.max(f)), float(np.min(f))
+        scaled_work = scaled = None  # the last segment's work and f x work
         for x in range(2 * nb):
             # a segment starts once its unit is gathered; where every rank's previous segment
             # ended by the gather's earliest finish, the start is that finish, and its bounds
@@ -900,11 +923,18 @@ class Engine:
             else:
                 begin, start_bounds = np.maximum(prev_end, gathered), None
             if x + 1 < 2 * nb:  # prefetch: the next unit's gather, one unit ahead
-                stream = gathered = run(begin, stream, None if start_bounds is None else gather_low)
+                # (a start that is the gather's finish has that finish's origin: the next gather's
+                # launch, where it is that start plus the host cost, is a known shift of its kernel's
+                # previous launch, FSDP's forward when communication-bound)
+                stream = gathered = run(begin, stream, None if start_bounds is None else gather_low, None,
+                                        None if start_bounds is None else gathered_origin)
                 if log is not None:
                     yield from self._sharded_logged(s, stream)
-                gather_low, gather_high = low, high
-            prev_end = in_flight.compute(begin, f * work[x], start_bounds)
+                gather_low, gather_high, gathered_origin = low, high, stream_origin
+            w = work[x]
+            if w != scaled_work:  # (f x work: one vector per unit size, SegmentInFlight keeps it x slowdown)
+                scaled_work, scaled = w, f * w
+            prev_end = in_flight.compute(begin, scaled, start_bounds)
             busy += np.subtract(prev_end, begin, out=spent)
             if x >= nb and sc.ddp.overlap:
                 ends = in_flight.finish_bounds

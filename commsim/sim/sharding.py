@@ -126,29 +126,50 @@ class SegmentInFlight(InFlight):
     scalar bounds (rounding is monotone, so bounds of the operands bound every rank's terms)
     show that no ``max(., 0)`` or ``min`` in it binds. ``add``'s `bounds` may carry a third
     element, the chain's earliest begin; ``compute``'s a fourth, the work's minimum. Everything
-    else is InFlight's."""
+    else is InFlight's.
+
+    Without copies: the one chain's rows are views of the vectors ``add`` was given, and an
+    inside-chain ``compute`` reuses ``work x slowdown`` when it gets the same `work` vector again,
+    so the vectors passed in (the engine's fresh launches, finishes and scaled work) must not be
+    written afterwards."""
 
     begin_low: Optional[float] = None  # the last chain's earliest begin, where known
     # (min, max) of the last compute's finish where a closed form gave it (scalar bounds of its
     # operands, and the throttled ranks' own values): the caller's tests need no O(n) pass
     finish_bounds: Optional[Tuple[float, float]] = None
 
+    # the one chain's rows are views of the caller's vectors (the launch and finish of its
+    # collectives: fresh arrays, never written afterwards) instead of copies of them, until
+    # InFlight's own add, which writes its rows in place, needs them: then they are copied
+    _borrowed = False
+
     def add(self, begin, end, floor, hint=None, bounds=None) -> None:
         if self.last is None or hint == InFlight.NEW:  # a new chain: its begin is this launch
             self.begin_low = None if bounds is None or len(bounds) < 3 else bounds[2]
         elif hint != InFlight.QUEUED:  # (queued: the chain, and its begin, go on)
             self.begin_low = None
-        if (hint == InFlight.NEW and floor is self.last and self.slowdown > 0 and self.last is not None
-                and len(self.begin) == 1):
-            # a new chain where later compute starts no sooner than the last chain's end (the
-            # floor is that very vector: InFlight.add's ``end > floor`` is false everywhere):
-            # the new chain replaces the old one, InFlight.add's result without its two passes
-            self.begin_high = None if bounds is None else bounds[0]
-            self.end_low = None if bounds is None else bounds[1]
-            self.begin[-1] = begin
-            self.end[-1] = end
-            self.last = end
-            return
+        if self.slowdown > 0 and self.last is not None and len(self.begin) == 1:
+            if hint == InFlight.QUEUED:
+                # InFlight.add's queued case with one chain: it goes on (its begin, and
+                # begin_high, stay), ending where this collective does
+                self.end_low = None if bounds is None else bounds[1]
+                self.end = end[None]
+                self._borrowed = True
+                self.last = end
+                return
+            if hint == InFlight.NEW and floor is self.last:
+                # a new chain where later compute starts no sooner than the last chain's end (the
+                # floor is that very vector: InFlight.add's ``end > floor`` is false everywhere):
+                # the new chain replaces the old one, InFlight.add's result without its two passes
+                self.begin_high = None if bounds is None else bounds[0]
+                self.end_low = None if bounds is None else bounds[1]
+                self.begin, self.end = begin[None], end[None]
+                self._borrowed = True
+                self.last = end
+                return
+        if self._borrowed:
+            self.begin, self.end = self.begin.copy(), self.end.copy()
+            self._borrowed = False
         super().add(begin, end, floor, hint, None if bounds is None else bounds[:2])
 
     def compute(self, start, work, bounds=None):
@@ -160,13 +181,18 @@ class SegmentInFlight(InFlight):
         start_low, start_high, work_high, work_low = bounds
         rate = 1.0 / (1.0 + self.slowdown)
         if self.begin_high <= start_low:
-            # starts inside its chain: InFlight.compute's own closed form (this is its test), and
-            # its bounds: start + work <= t <= start + work + work x slowdown (monotone rounding)
-            t = super().compute(start, work, bounds)
-            if (self.end_low - start_high) * rate >= work_high:
-                high = (start_high + work_high) + work_high * self.slowdown
-                self.finish_bounds = self._with_clocks(t, start_low + work_low, high)
-            return t
+            if (self.end_low - start_high) * rate < work_high:
+                return super().compute(start, work, bounds)
+            # starts inside its chain and ends in it: InFlight.compute's own closed form (this is
+            # its test), inlined, t + work + slowdown x work, and its bounds: start + work <= t <=
+            # start + work + work x slowdown (monotone rounding)
+            # (work x slowdown kept for the next segment of the same work vector: a step's units
+            # are mostly of one size, and the caller passes one vector per size)
+            if work is not self._work:
+                self._work, self._work_slowed = work, work * self.slowdown
+            extra = self._work_slowed
+            shared = True  # (not to be written: the throttled ranks' extras go to `stretch` apart)
+            extra_high = work_high * self.slowdown
         else:
             if self.begin_low is None:
                 return super().compute(start, work, bounds)
@@ -178,45 +204,66 @@ class SegmentInFlight(InFlight):
             # _through_chains with one chain, no max/min binding: free = begin - t, slow = left - free
             extra = np.subtract(work, np.subtract(self.begin[-1], start))
             extra *= self.slowdown
+            shared = False
             extra_high = (work_high - free_low) * self.slowdown
         t = start + work
         t += extra
-        if self.scalar_clocks is not None:
-            self._clocks_after(start, work, t, extra)
-        self.stretch += extra
-        # extra >= 0: start + work <= t <= start + work + extra, each term bounded (monotone rounding)
-        self.finish_bounds = self._with_clocks(t, start_low + work_low, (start_high + work_high) + extra_high)
+        # extra >= 0: start + work <= t <= start + work + extra, each term bounded (monotone
+        # rounding), and the throttled ranks' own finishes
+        low, high = start_low + work_low, (start_high + work_high) + extra_high
+        if self.scalar_clocks is None:
+            self.stretch += extra
+        elif not shared:
+            low, high = self._clocks_after(start, work, t, extra, low, high)
+            self.stretch += extra
+        else:
+            # `stretch += extra` with the throttled ranks' columns of `extra` their clocks': the
+            # same additions, those columns redone from their previous values
+            stretch = self.stretch
+            if isinstance(stretch, np.ndarray):
+                before = [stretch.item(r) for r, _ in self.scalar_clocks]
+                stretch += extra
+            else:  # (0.0 until the first slowed segment)
+                before = [stretch] * len(self.scalar_clocks)
+                stretch = self.stretch = stretch + extra
+            extras = {}  # rank -> its extra, from its clock
+            low, high = self._clocks_after(start, work, t, extras, low, high)
+            for (r, _), b in zip(self.scalar_clocks, before):
+                stretch[r] = b + extras[r]
+        self.finish_bounds = (low, high)
         return t
 
-    def _with_clocks(self, t, low: float, high: float) -> Tuple[float, float]:
-        """(low, high) widened to the throttled ranks' finishes in `t` (their clocks', not the
-        closed form's: the bounds hold for the other ranks)."""
-        for r, _ in self.scalar_clocks or ():
-            v = float(t[r])
-            low, high = min(low, v), max(high, v)
-        return low, high
+    _work = _work_slowed = None  # the last inside-chain segment's work vector, and it x slowdown
+    _memos = None  # [(rank, its scalar clock, its memo in InFlight's _units)], built once
 
-    def _clocks_after(self, start, work, t, extra) -> None:
+    def _clocks_after(self, start, work, t, extra, low: float, high: float) -> Tuple[float, float]:
         """The thermally throttled ranks, each on its scalar clock: InFlight.compute's loop for
         its one chain (the same arithmetic and memo: :func:`commsim.sim.ddp_costs._through_chains_float`
-        of one chain, inlined), which overwrites their columns of `t` and `extra`."""
+        of one chain, inlined), which overwrites their columns of `t` and `extra` (a vector, or a
+        dict filled by rank); returns
+        (low, high) widened to their finishes (their clocks', not the closed form's: the bounds
+        hold for the other ranks)."""
         slowdown = self.slowdown
         rate = 1.0 / (1.0 + slowdown)
         chain_begin, chain_end = self.begin[0], self.end[0]
-        for r, clock in self.scalar_clocks:
-            memo = self._units.setdefault(r, {})
+        memos = self._memos
+        if memos is None:
+            memos = self._memos = [(r, clock, self._units.setdefault(r, {})) for r, clock in self.scalar_clocks]
+        for r, clock, memo in memos:
             if len(memo) > 8:
                 memo.clear()
             wd = clock.work_done_float
-            x = float(start[r])
+            x = start.item(r)
             units = memo[x] if x in memo else memo.setdefault(x, wd(x))
-            x = float(chain_begin[r])
+            x = chain_begin.item(r)
             begin = memo[x] if x in memo else memo.setdefault(x, wd(x))
-            x = float(chain_end[r])
+            x = chain_end.item(r)
             end = memo[x] if x in memo else memo.setdefault(x, wd(x))
-            w = float(work[r])
+            w = work.item(r)
             free = max(begin - units, 0.0)
             done = units + w + max(min((end - units - free) * rate, w - free), 0.0) * slowdown
             finish = clock.time_for_work_float(done)
             t[r] = finish
             extra[r] = finish - clock.time_for_work_float(units + w)
+            low, high = min(low, finish), max(high, finish)
+        return low, high

@@ -223,7 +223,7 @@ def test_fsdp_launch_hints_equal_the_full_comparisons(regime, seed, monkeypatch)
     # where one side bounds the other, and tells InFlight so (its add skips the comparisons, its
     # compute the chain arithmetic): the same results, bit for bit, as the full vector work; and
     # the shift of a launch queued behind a shifted finish from the vectors' origins (to rounding)
-    from commsim.sim.ddp_costs import InFlight
+    from commsim.sim.sharding import SegmentInFlight as InFlight  # (FSDP's InFlight: where the hints arrive)
 
     if regime == "latency":  # latency-bound collectives longer than the compute segments: queued back to back
         sc = make_scenario(nodes=3, gpus_per_node=4, parameters=6_000_000, bucket_cap=1.5e6, first_bucket=3e5,
