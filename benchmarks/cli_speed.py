@@ -1,7 +1,8 @@
 """Wall time of `commsim run` on the example scenarios, start-up included (issue 2, section 8).
 
 Runs each command N times (default 5) in a fresh process, as `python -m commsim.cli` from
-this checkout, and reports min / median. Usage:
+this checkout, and reports min / median, with the machine's load average (1 min) before and
+after each command: on a shared machine a figure means little without it. Usage:
 
     python benchmarks/cli_speed.py [--repeat 5]
 """
@@ -9,6 +10,7 @@ this checkout, and reports min / median. Usage:
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import subprocess
 import sys
@@ -34,12 +36,14 @@ def main() -> None:
     # this checkout's CLI (the `commsim` script on PATH may be another installation's)
     exe = [sys.executable, "-m", "commsim.cli"]
     for cmd in COMMANDS:
+        load_before = os.getloadavg()[0]
         walls = []
         for _ in range(a.repeat):
             t = time.perf_counter()
             subprocess.run([*exe, *cmd], check=True, cwd=ROOT)
             walls.append(time.perf_counter() - t)
-        print(f"commsim {' '.join(cmd)}: min {min(walls):.3f} s, median {statistics.median(walls):.3f} s over {a.repeat}")
+        print(f"commsim {' '.join(cmd)}: min {min(walls):.3f} s, median {statistics.median(walls):.3f} s over {a.repeat} "
+              f"(load average {load_before:.2f} -> {os.getloadavg()[0]:.2f})")
 
 
 if __name__ == "__main__":

@@ -37,18 +37,6 @@ def _load(path, overrides, steps, nodes, force):
         fail(str(exc))
 
 
-def refuse_mitigation_section(path, overrides) -> None:
-    """End a command that simulates the scenario as it is (``commsim run``) in one line, exit 2,
-    when the file (after `overrides`) has a `mitigation:` section, rather than ignore it."""
-    from commsim.errors import InputError
-    from commsim.mitigations.section import refuse_section
-
-    try:
-        refuse_section(path, overrides)
-    except InputError as exc:
-        fail(str(exc))
-
-
 @command("compare")
 @click.argument("scenario", type=click.Path(dir_okay=False))
 @click.option("--mitigations", "mitigations_text", metavar="LIST", help=MITIGATIONS_HELP)

@@ -120,14 +120,16 @@ def run(scenario, steps, seed, overrides, calibration, json_path, csv_path, trac
     from commsim.output.progress import step_progress
     from commsim.analysis.report import late_ranks, summarize
     from commsim.output.text import print_summary, text_console
+    from commsim.mitigations.section import refuse_section
 
     # every output is checked before the simulation runs, not after
     if plot_path:
         check_plot_output(plot_path)
     stdout_taken = check_outputs({"--json": json_path, "--csv": csv_path, "--trace": trace_path, "--plot": plot_path})
     sc = load_or_fail(scenario, overrides, steps, seed, calibration, force=force)
-    from commsim.cli.compare import refuse_mitigation_section  # a `mitigation:` section is compare's/sweep's
-    refuse_mitigation_section(scenario, overrides)
+    # a `mitigation:` section is compare's and sweep's: refused here (a MitigationError, one
+    # line, exit 2) rather than ignored
+    refuse_section(scenario, overrides)
     # per-rank records only for what an output reads (memory O(ranks + steps)): the plot
     # reads every rank's waiting time, the trace its first --trace-ranks ranks; the summary and
     # the CSV read per-step aggregates only

@@ -14,9 +14,12 @@ PROGRESS_THRESHOLD = 20_000_000
 @contextmanager
 def step_progress(scenario: Scenario, enabled: bool = True):
     """Yields a factory: ``on_step(label)`` returns an ``(done, total)`` callback for one run."""
+    if not (enabled and sys.stderr.isatty()):  # -q or no terminal: no bar, and no bucket layout to count
+        yield lambda label: None
+        return
     buckets = len(scenario.gradient_buckets())
     work = scenario.world_size * max(buckets, 1) * scenario.steps
-    if not (enabled and sys.stderr.isatty() and work >= PROGRESS_THRESHOLD):
+    if work < PROGRESS_THRESHOLD:
         yield lambda label: None
         return
     from rich.console import Console

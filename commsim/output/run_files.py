@@ -10,13 +10,14 @@ import csv
 import io
 import json
 import math
-from typing import Any, Dict, Optional
+from typing import TYPE_CHECKING, Any, Dict, Optional
 
 import numpy as np
 
 from commsim.atomic import atomic_write_text  # noqa: F401 - re-exported: every output file is written through it
-from commsim.sim.engine import RunResult
-from commsim.traces.perfetto import run_events, trace_json
+
+if TYPE_CHECKING:  # annotations only: `commsim collective` and `validate` write JSON without the engine
+    from commsim.sim.engine import RunResult
 
 
 def summary_json(summary: Dict[str, Any]) -> str:
@@ -78,4 +79,7 @@ def chrome_trace(result: RunResult, max_ranks: int = 64, late: Optional[np.ndarr
     from each late rank's issue to the end of the collective it delayed (`late`: (steps,
     collectives) the late rank or -1, :func:`commsim.analysis.report.late_ranks`). Times in
     microseconds (:func:`commsim.traces.perfetto.run_events`)."""
+    # the trace writer is imported for a trace only: `commsim run` without --trace skips it
+    from commsim.traces.perfetto import run_events, trace_json
+
     return trace_json(run_events(result, max_ranks, late))

@@ -11,7 +11,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping, Optional, Tuple, get_args
 
-from commsim.calibration.file import load_calibration
 from commsim.collectives import algorithms_for
 from commsim.errors import ScenarioError
 from commsim.scenario import spec
@@ -228,6 +227,10 @@ def read_calibration(source: str, value: Any, collective: spec.Collective):
             "a calibration measured the library's own all-reduce and replaces the ring's link costs: "
             f"expected collective.algorithm ring with model alpha-beta, got {collective.algorithm} / {collective.model}",
         )
+    # the file reader (with its physical-fit and NCCL-table modules) is imported only for a
+    # scenario that names a calibration: most runs have none and should not pay for it
+    from commsim.calibration.file import load_calibration
+
     path = Path(value)
     if not path.is_absolute() and Path(source).parent.is_dir():
         path = Path(source).parent / path

@@ -9,8 +9,38 @@ turns them into the simulator's terms; :mod:`.importer` writes the scenario;
 :mod:`.perfetto` draws it.
 
 This stage sits between analysis and sweep: it reads scenarios, simulates and analyzes.
+
+The public names are loaded on first use (PEP 562 ``__getattr__``): ``commsim run --trace``
+needs only :mod:`.perfetto`, and importing a submodule imports this package first, which must
+not cost it the readers, the matching and the blame analysis.
 """
 
-from commsim.traces.blaming import blame_traces  # noqa: F401 - the public surface
-from commsim.traces.errors import TraceError  # noqa: F401
-from commsim.traces.importer import import_traces  # noqa: F401
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any, List
+
+# public name -> the submodule that defines it
+_EXPORTS = {"blame_traces": "blaming", "TraceError": "errors", "import_traces": "importer"}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    """Import the submodule that defines `name` on first access, then keep the name here."""
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> List[str]:
+    return sorted(set(globals()) | set(_EXPORTS))
+
+
+if TYPE_CHECKING:  # the same names, for type checkers and readers
+    from commsim.traces.blaming import blame_traces  # noqa: F401 - the public surface
+    from commsim.traces.errors import TraceError  # noqa: F401
+    from commsim.traces.importer import import_traces  # noqa: F401
