@@ -138,11 +138,16 @@ def test_validate_maps_a_failed_job_to_exit_3_with_partial_results_next_to_json(
 
 
 def test_ctrl_c_of_a_simulation_is_exit_130_without_a_traceback(tmp_path):
-    """A real SIGINT to `commsim run`, sent once the simulation has started (a flag file says so)."""
+    """A real SIGINT to `commsim run`, sent once the simulation has started (a flag file says so).
+    The simulation is held there (a minute at most) so that the signal always lands inside it,
+    however fast the engine has become."""
     flag, out = tmp_path / "started", tmp_path / "s.json"
-    code = ("import sys\nimport commsim.sim.engine as e\nreal = e.simulate\n"
+    code = ("import sys, time\nimport commsim.sim.engine as e\nreal = e.simulate\n"
             "def simulate(*a, **k):\n"
             f"    open({str(flag)!r}, 'w').close()\n"
+            "    end = time.monotonic() + 60\n"
+            "    while time.monotonic() < end:\n"
+            "        time.sleep(0.01)\n"
             "    return real(*a, **k)\n"
             "e.simulate = simulate\n"
             "from commsim.cli.main import main\n"

@@ -21,7 +21,8 @@ linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="re
 
 # 8 points of about a second each on one core: long enough that the sweep is surely mid-way
 # when a test acts on it (each test acts as soon as what it waits for is there).
-SLOW = ["--steps", "5000", "--grid", "cluster.nodes=4,5,6,7", "--grid", "stragglers[0].cv=0.01,0.02"]
+SLOW = ["--steps", "20000",  # ~2 s a point here: the signals land mid-sweep however fast the engine gets
+        "--grid", "cluster.nodes=4,5,6,7", "--grid", "stragglers[0].cv=0.01,0.02"]
 
 
 def test_watch_sweep_exits_once_the_sweep_is_gone():
