@@ -14,9 +14,11 @@ from commsim.cli.common import FORCE_HELP, POSITIVE_INT, command, fail, load_or_
 from commsim.cli.outputs import check_outputs, echo_to, write_output
 
 MITIGATIONS_HELP = ("Comma-separated remedies, each compared on its own; parameters after ':' "
-                    "(powersgd:r=4:start=10), '+' combines (fp16+powersgd:r=1). Remedies: fp16, bf16, "
-                    "powersgd (r, start, shapes=square|resnet50, width, mem_bw, flops, kernel_overhead), "
-                    "backup (b), localsgd (H, warmup), async (servers, bandwidth, latency), buckets. "
+                    "(powersgd:r=4:start=10), '+' combines (fp16+powersgd:r=1). Remedies: fp16, bf16 "
+                    "(mem_bw, reduce_bytes), powersgd (r, start, shapes=square|resnet50, width, mem_bw, "
+                    "flops, kernel_overhead, chain_overhead: the time each of the hook's two chained "
+                    "all-reduces adds, default 0), backup (b), localsgd (H, warmup, mem_bw: the rate "
+                    "of the averager's flatten and divide), async (servers, bandwidth, latency), buckets. "
                     "Default: the scenario's `mitigation:` list, else "
                     "fp16,powersgd:r=4,backup:b=2,localsgd:H=8,async:servers=4,buckets.")
 
