@@ -49,6 +49,9 @@ class AutoKernel:
         self.kind, self.size, self.world_size = kind, float(size), fabric.world_size
         self.pick = fastest(plan_candidates(fabric, size))
         self.chosen = self.pick.chosen
+        # the engine's late-rank decisions (commsim.collectives.maxplus.Responses) hold for the
+        # pick's finish times where they are max-plus linear (the tree, halving-doubling)
+        self.maxplus_linear = bool(getattr(self.pick, "maxplus_linear", False))
 
     def finish_times(self, launch: np.ndarray) -> np.ndarray:
         return self.pick.finish_times(launch)

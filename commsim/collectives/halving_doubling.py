@@ -83,7 +83,13 @@ class HalvingDoublingKernel:
     of two), each survivor ends at max(L) plus the steps' times in order: after the halving
     every survivor depends on every other through paths of the same weight. The sum is taken
     step by step, in the recurrence's order, so that the result is bit-identical to it.
+
+    Every step (fold, butterfly, unfold) is a maximum plus a constant, so the finish times are
+    max-plus linear in the launch (a launch of ``-inf`` is a rank that takes no part), as
+    :class:`commsim.collectives.maxplus.Responses` requires (:attr:`maxplus_linear`).
     """
+
+    maxplus_linear = True
 
     def __init__(self, kind: str, fabric: Fabric, size: float):
         check_kind(NAME, kind, ALGORITHM.kinds)

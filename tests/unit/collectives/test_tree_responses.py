@@ -1,7 +1,8 @@
-"""The tree kernel is max-plus linear, and the response columns and gaps of
+"""The tree and halving-doubling kernels are max-plus linear, and the response columns and gaps of
 :class:`commsim.collectives.maxplus.Responses` decide a collective exactly where they say so."""
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -15,13 +16,18 @@ def _columns(responses, kernel):
     return np.stack([responses.column(kernel, u) for u in range(kernel.world_size)], axis=1)  # A[x, u]
 
 
+@pytest.mark.parametrize("name", ["tree", "halving_doubling", "auto"])
 @settings(max_examples=60)
-@given(cases())
-def test_the_tree_is_max_plus_linear_in_its_launch(case):
+@given(case=cases())
+def test_the_tree_is_max_plus_linear_in_its_launch(name, case):
     f, launch, size = case
-    kernel = make_kernel("tree", f, size)
+    kernel = make_kernel(name, f, size)
     if f.world_size == 1:
         return
+    if name == "auto":  # linear exactly where its pick is
+        assert kernel.maxplus_linear == getattr(kernel.pick, "maxplus_linear", False)
+        if not kernel.maxplus_linear:
+            return
     assert kernel.maxplus_linear
     A = _columns(Responses(), kernel)
     assert np.isfinite(A).all()  # every rank hears from every rank

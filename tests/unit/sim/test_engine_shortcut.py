@@ -419,3 +419,20 @@ def test_a_decision_carries_over_to_the_next_block(late, monkeypatch):
         np.testing.assert_allclose(getattr(fast, field), getattr(slow, field), rtol=1e-12, atol=1e-15, err_msg=field)
     np.testing.assert_array_equal(fast.last_rank, slow.last_rank)
     assert cold["n"] < 15  # without the carry over: about 40 (one per block)
+
+
+@pytest.mark.parametrize("algorithm", ["halving_doubling", "auto"])
+@pytest.mark.parametrize("late", sorted(LATE))
+def test_late_ranks_decide_halving_doubling_as_the_engine_bucket_by_bucket(algorithm, late):
+    """Halving-doubling is max-plus linear too (and `auto` where it picks it): the late ranks'
+    decisions give the engine's results bucket by bucket, with fewer kernel calls."""
+    sc = dataclasses.replace(_tree_case(LATE[late]), collective=Collective(algorithm=algorithm))
+    assert all(k.maxplus_linear for k in Engine(sc).kernels)
+    fast, fast_calls = _run_tree(sc, True)
+    slow, _ = _run_tree(sc, False)
+    for field in FIELDS:
+        np.testing.assert_allclose(getattr(fast, field), getattr(slow, field), rtol=1e-12, atol=1e-15, err_msg=field)
+    np.testing.assert_array_equal(fast.last_rank, slow.last_rank)
+    np.testing.assert_allclose(fast.launch_spread, slow.launch_spread, rtol=1e-9, atol=1e-13)
+    _, undecided_calls = _run_tree(sc, True, linear=False)
+    assert fast_calls <= undecided_calls
