@@ -7,7 +7,7 @@ from dataclasses import replace
 import os
 
 import pytest
-from hypothesis import settings
+from hypothesis import HealthCheck, settings
 
 from commsim.scenario.spec import DDP, Cluster, Compute, DDPCosts, Link, Model, Scenario
 
@@ -18,8 +18,11 @@ NO_DDP_COSTS = DDPCosts(bucket_overhead=0.0, gradient_as_bucket_view=True, overl
 # Property tests draw the same examples on every run, so that a CI run cannot fail on an example no
 # earlier run drew (a randomized run once found a new reader bug in CI: a flaky test is a defect).
 # Random exploration is a separate, deliberate run:  HYPOTHESIS_PROFILE=explore python -m pytest tests
-settings.register_profile("deterministic", derandomize=True, database=None, print_blob=True)
-settings.register_profile("explore", derandomize=False, max_examples=2000, print_blob=True)
+# No deadline and no too-slow health check: Hypothesis' default 200 ms deadline fails an example
+# that a loaded machine runs slowly (timing is never what these tests check).
+_UNTIMED = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow], print_blob=True)
+settings.register_profile("deterministic", derandomize=True, database=None, **_UNTIMED)
+settings.register_profile("explore", derandomize=False, max_examples=2000, **_UNTIMED)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "deterministic"))
 
 
