@@ -457,13 +457,12 @@ def search_speed(compcap_index: int, version: str, available_GBps: float) -> flo
 def search_top_speed(compcap_index: int, version: str, inter: bool) -> float:
     """The first (fastest) entry of the speed array ncclTopoCompute searches with (src/graph/search.cc
     sm90SpeedArrayIntra/Inter, sm100SpeedArrayIntra/Inter): no graph channel runs faster. Hopper
-    60 (one node) / 48 (across nodes); Blackwell 90 one node from 2.27, across nodes the
+    60 (one node) / 48 (across nodes); Blackwell 90 one node from 2.25 (sm100SpeedArrayIntra,
+    v2.25.1-1 line 940; before, the SM90 array's 60), across nodes the
     release's sm100SpeedArrayInter (:func:`search_speeds_inter`: 47.9 in 2.27.3, 96 from 2.27.6)."""
     if inter:
         return search_speeds_inter(compcap_index, version)[0]
-    if compcap_index >= 3 and _version_tuple(version) >= (2, 27):
-        return 90.0
-    return 60.0
+    return search_speeds_intra(compcap_index, version)[0]
 
 
 def nccl_nvlink_bw(compcap_index: int, version: str) -> float:

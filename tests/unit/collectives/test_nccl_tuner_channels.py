@@ -130,3 +130,10 @@ def test_intra_speed_arrays_by_release():
     assert nt.search_speeds_intra(3, "2.24")[0] == 60.0     # Blackwell on the SM90 array before 2.25
     assert nt.search_speeds_intra(3, "2.25")[0] == 90.0
     assert 45.0 in nt.search_speeds_intra(3, "2.29") and 45.0 not in nt.search_speeds_intra(3, "2.28")
+
+
+def test_blackwell_one_node_top_speed_from_2_25():
+    # sm100SpeedArrayIntra is selected from v2.25.1-1 (``ccMin >= 100 ? sm100SpeedArrayIntra``)
+    assert nt.search_top_speed(3, "2.25", inter=False) == 90.0
+    assert nt.search_top_speed(3, "2.24", inter=False) == 60.0
+    assert nt.search_top_speed(2, "2.30", inter=False) == 60.0

@@ -62,7 +62,7 @@ def test_no_graph_channel_faster_than_the_search_speed_array():
     g = _graph(_sys(nic_bw_GBps=50.0), 10, 2)
     assert (g.bw_intra, g.bw_inter) == (48.0, 48.0)
     assert nt.search_top_speed(3, "2.27", inter=True) == 96.0
-    assert nt.search_top_speed(3, "2.26", inter=False) == 60.0   # Blackwell on the sm90 arrays before 2.27
+    assert nt.search_top_speed(3, "2.26", inter=False) == 90.0   # sm100SpeedArrayIntra from v2.25.1-1 (line 1002 in 2.26.2-1)
 
 
 def test_h100_one_node_four_gpus_large_all_reduce_runs_ring():
