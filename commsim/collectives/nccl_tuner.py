@@ -15,8 +15,8 @@ Algorithms (AllReduce unless noted):
 
 - ``ring`` (also AllGather/ReduceScatter): 2(n-1) steps (n-1 for AG/RS), of which 2(D-1)
   (D-1) cross the network, D network nodes. Bus bandwidth = the slowest level: the GPU's
-  intra-node bandwidth, or the node's NICs in use (one NIC per channel, at most the NICs
-  near the GPUs the job uses).
+  intra-node bandwidth, or the node's NICs in use (one NIC per searched channel, at most the
+  NICs near the GPUs the job uses; the duplicated channels share them, :func:`nics_driven`).
 - ``tree``: NCCL's double binary tree across nodes with an intra-node chain. Each GPU moves
   2S through its node links; a node moves S through its NICs when D = 2 (each node's data
   crosses the network once, which is why 2-node busbw exceeds the NIC rate) and 2S when
@@ -746,7 +746,8 @@ def physical_time_us(kind: str, algorithm: str, protocol: str, sizes, system: Sy
     physical Simple-ring latency times NCCL's ratio for (algorithm, protocol);
     bandwidth = the slowest level for the algorithm's traffic, times the protocol's payload
     fraction, at most (channels used) x (the protocol's per-channel ceiling); network levels
-    drive min(channels used, NICs) NICs, shared by the fabric's oversubscription.
+    drive min(channels used, the NICs the ring search put channels on: :func:`nics_driven`) NICs,
+    shared by the fabric's oversubscription; channels are the ones that run (:func:`nccl_channels`).
     """
     t = _physical_table(system.nccl_version)
     S = np.asarray(sizes, dtype=float)
