@@ -212,3 +212,29 @@ SM100_SPEED_ARRAY_INTER = {
     "2.27.6": (96.0, 48.0, 45.1) + _SM100_TAIL,
     "2.30": (96.0, 86.0, 80.0, 48.0, 45.1) + _SM100_TAIL,
 }
+
+# src/graph/search.cc speed arrays inside one node (ncclTopoCompute picks them when the system has
+# no NIC: ``speedArray = ccMin >= 100 ? sm100SpeedArrayIntra : (ccMin >= 90 ? sm90SpeedArrayIntra
+# : speedArrayIntra)``, v2.30.4-1 line 1101; ccMin >= 100 is new in v2.25.1-1, Blackwell took the
+# SM90 array before). speedArrayIntra is unchanged 2.18-2.30.
+SPEED_ARRAY_INTRA = (40.0, 30.0, 20.0, 18.0, 15.0, 12.0, 10.0, 9.0, 7.0, 6.0, 5.0, 4.0, 3.0)
+# sm90SpeedArrayIntra: v2.18.5-1 line 812, v2.19.3-1 line 843 (adds 50.0, unchanged in 2.20),
+# v2.21.5-1 on (adds 11.0, unchanged through v2.30.4-1 line 990).
+SM90_SPEED_ARRAY_INTRA = {
+    "2.18": (60.0, 40.0, 30.0, 24.0, 20.0, 15.0, 12.0, 6.0, 3.0),
+    "2.19": (60.0, 50.0, 40.0, 30.0, 24.0, 20.0, 15.0, 12.0, 6.0, 3.0),
+    "2.21": (60.0, 50.0, 40.0, 30.0, 24.0, 20.0, 15.0, 12.0, 11.0, 6.0, 3.0),
+}
+# sm100SpeedArrayIntra: v2.25.1-1 line 940 (through 2.26), v2.27.3-1 line 912 (adds 18.0, through
+# 2.28), v2.29.2-1 line 986 (adds 45.0, unchanged in v2.30.4-1 line 995).
+SM100_SPEED_ARRAY_INTRA = {
+    "2.25": (90.0, 80.0, 70.0, 60.0, 50.0, 40.0, 30.0, 24.0, 20.0, 19.0),
+    "2.27": (90.0, 80.0, 70.0, 60.0, 50.0, 40.0, 30.0, 24.0, 20.0, 19.0, 18.0),
+    "2.29": (90.0, 80.0, 70.0, 60.0, 50.0, 45.0, 40.0, 30.0, 24.0, 20.0, 19.0, 18.0),
+}
+# MAXCHANNELS (src/include/device.h): 32 up to v2.24.3-1, 64 from v2.25.1-1. The ring search looks
+# for at most MAXCHANNELS/2 channels (init.cc ``ringGraph->maxChannels = MAXCHANNELS/2``), and
+# connect.cc ncclTopoPostset doubles the searched channels into the ones a collective runs,
+# ``nChannels = comm->nChannels = std::min(MAXCHANNELS,nChannels*2)`` (v2.18.5-1 line 391,
+# v2.21.5-1 line 443, v2.30.4-1 line 453).
+MAXCHANNELS = {"2.18": 32, "2.25": 64}

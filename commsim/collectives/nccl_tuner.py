@@ -15,8 +15,8 @@ Algorithms (AllReduce unless noted):
 
 - ``ring`` (also AllGather/ReduceScatter): 2(n-1) steps (n-1 for AG/RS), of which 2(D-1)
   (D-1) cross the network, D network nodes. Bus bandwidth = the slowest level: the GPU's
-  intra-node bandwidth, or the node's NICs in use (one NIC per channel, at most the NICs
-  near the GPUs the job uses).
+  intra-node bandwidth, or the node's NICs in use (one NIC per searched channel, at most the
+  NICs near the GPUs the job uses; the duplicated channels share them, :func:`nics_driven`).
 - ``tree``: NCCL's double binary tree across nodes with an intra-node chain. Each GPU moves
   2S through its node links; a node moves S through its NICs when D = 2 (each node's data
   crosses the network once, which is why 2-node busbw exceeds the NIC rate) and 2S when
@@ -52,11 +52,12 @@ import numpy as np
 
 from commsim.collectives.contract import KINDS as CONTRACT_KINDS, Algorithm
 from commsim.collectives.nccl_constants import (
-    NCCL_TABLES, NET_OVERHEAD_BY_CPU, PCI_BW_PER_LINE, SM90_SPEED_ARRAY_INTER, SM90_SPEED_ARRAY_INTER_2_18,
-    SM100_SPEED_ARRAY_INTER, SM_NVLINK_BW, SPEED_ARRAY_INTER,
+    MAXCHANNELS, NCCL_TABLES, NET_OVERHEAD_BY_CPU, PCI_BW_PER_LINE, SM90_SPEED_ARRAY_INTER,
+    SM90_SPEED_ARRAY_INTER_2_18, SM90_SPEED_ARRAY_INTRA, SM100_SPEED_ARRAY_INTER, SM100_SPEED_ARRAY_INTRA,
+    SM_NVLINK_BW, SPEED_ARRAY_INTER, SPEED_ARRAY_INTRA,
 )
 from commsim.errors import InputError
-from commsim.network.system import System, system_of_fabric
+from commsim.network.system import NVLINK_MESHES, System, ring_links, system_of_fabric
 
 KINDS = ("all_reduce", "all_gather", "reduce_scatter")
 ALGORITHMS = ("tree", "ring", "collnet_direct", "collnet_chain", "nvls", "nvls_tree", "pat")
@@ -258,11 +259,163 @@ def parse_selection(text: Optional[str], names: Sequence[str], key: str, source:
 
 
 def nccl_channels(system: System, scale: Scale) -> int:
-    """Ring/tree channels NCCL builds: the node's search result on one node; across nodes two
-    per NIC in use (NCCL duplicates each inter-node ring), at most the intra-node count."""
-    if scale.domains == 1:
-        return system.intra_channels
-    return max(1, min(system.intra_channels, 2 * scale.nics))
+    """The channels a ring or tree collective runs on (comm->nChannels): the ring search's channels
+    (:func:`ring_graph`) doubled by connect.cc ncclTopoPostset, ``nChannels = comm->nChannels =
+    std::min(MAXCHANNELS,nChannels*2)`` (v2.21.5-1 line 443, v2.30.4-1 line 453; the tree graph is
+    searched for exactly the ring's count, init.cc ``treeGraph->minChannels = treeGraph->maxChannels
+    = ringGraph->nChannels``, so min(tree, ring) is the ring's), then doubled again on Hopper+
+    across nodes when the ring's channels are fast and few: ``if (comm->minCompCap >= 90 &&
+    comm->nNodes > 1 && graphs[NCCL_ALGO_RING]->bwIntra > 45.0 && nChannels < 16)`` (v2.25.1-1 line
+    466 .. v2.30.4-1 line 474; ``== 90`` before 2.25, ``2*nChannels <= MAXCHANNELS`` in place of
+    ``< 16`` in 2.18-2.19). Measured: 24 on one H100 4-GPU NVLink node, 8 on two of them with 4
+    NDR200 NICs each (the Snellius logs' "24 coll channels" / "8 coll channels")."""
+    g = ring_graph(system, scale)
+    cmax = max_channels(system.nccl_version)
+    n = min(cmax, 2 * g.channels)
+    major, minor = _version_tuple(system.nccl_version)
+    hopper_plus = system.compcap_index >= 2 if (major, minor) >= (2, 25) else system.compcap_index == 2
+    room = (2 * n <= cmax) if (major, minor) < (2, 20) else (n < 16)
+    if hopper_plus and scale.domains > 1 and g.bw_intra > 45.0 and room:
+        n = min(cmax, 2 * n)  # copyChannels(comm, nChannels, 2*nChannels, ...)
+    return n
+
+
+def nics_driven(system: System, scale: Scale) -> int:
+    """Distinct NICs a domain's ring/tree channels drive: one per channel the ring search found
+    (each graph channel enters and leaves through its own NIC, ``graph->inter[c*2]``), at most the
+    NICs in use; the channels ncclTopoDupChannels and ncclTopoPostset add are copies
+    (``memcpy(graph->inter+graph->nChannels*2, graph->inter, ...)``) on the same NICs."""
+    if scale.domains < 2:
+        return scale.nics
+    return max(1, min(scale.nics, ring_graph(system, scale).searched))
+
+
+def max_channels(version: str) -> int:
+    """MAXCHANNELS of the release (src/include/device.h): 32 before 2.25, 64 from v2.25.1-1."""
+    return MAXCHANNELS["2.25" if _version_tuple(version) >= (2, 25) else "2.18"]
+
+
+def search_speeds_intra(compcap_index: int, version: str) -> Tuple[float, ...]:
+    """The speed array ncclTopoCompute searches a one-node graph with (src/graph/search.cc, see
+    :data:`~commsim.collectives.nccl_constants.SM90_SPEED_ARRAY_INTRA`): speedArrayIntra before
+    Hopper, sm90SpeedArrayIntra by release on Hopper (and Blackwell before 2.25),
+    sm100SpeedArrayIntra by release on Blackwell from 2.25."""
+    major, minor = _version_tuple(version)
+    if compcap_index < 2:
+        return SPEED_ARRAY_INTRA
+    if compcap_index >= 3 and (major, minor) >= (2, 25):
+        return SM100_SPEED_ARRAY_INTRA["2.29" if (major, minor) >= (2, 29) else "2.27" if (major, minor) >= (2, 27) else "2.25"]
+    return SM90_SPEED_ARRAY_INTRA["2.18" if (major, minor) < (2, 19) else "2.19" if (major, minor) < (2, 21) else "2.21"]
+
+
+@dataclass(frozen=True)
+class RingGraph:
+    """The ring graph ncclTopoCompute returns (graphs[NCCL_ALGO_RING]): ``channels`` at
+    ``bw_intra`` / ``bw_inter`` GB/s each (after ncclTopoDupChannels); ``searched`` the channels
+    the speed search found before duplication, ``duplicated`` whether DupChannels doubled them."""
+
+    channels: int
+    bw_intra: float
+    bw_inter: float
+    searched: int
+    duplicated: bool
+
+
+def _ring_capacity(system: System, scale: Scale, speeds: TopoSpeeds, speed: float, most: int) -> int:
+    """Ring channels of `speed` GB/s the links NCCL's topology sees can hold (the channel count
+    ncclTopoSearchRec reaches: each channel takes `speed` from every link it crosses, each
+    direction on its own, src/graph/search.cc followPath):
+
+    - across nodes one NIC carries floor(NIC / speed) channels (a ring enters and leaves the node
+      through the same NIC, crossNic off), the NICs the job's GPUs use;
+    - NVSwitch (and a PCIe switch): a GPU's link carries floor(link / speed) channels on one node;
+      across nodes a channel crosses L-1 of the node's L GPU links, so L/(L-1) times that;
+    - direct NVLink meshes: one GPU pair's links carry floor(pair / speed) channels, a job of L
+      GPUs drives L-1 pairs of each GPU (one for L = 2); the DGX-1 cube mesh drives the links
+      :func:`~commsim.network.system.ring_links` finds.
+
+    At most `most` (``ringGraph->maxChannels = MAXCHANNELS/2``)."""
+    L, D = scale.local, scale.domains
+    eps = 1e-9  # 8 x 48 = 384 must hold 8 channels of 48, not 7.99
+    cap = most
+    if D > 1:
+        cap = min(cap, scale.nics * int(math.floor(speeds.nic_GBps / speed + eps)))
+    if L > 1:
+        total = speeds.intra_GBps
+        mesh = NVLINK_MESHES.get(system.name)
+        if system.intra_kind == "nvlink" and mesh is not None:
+            links = ring_links(mesh, L) if L < system.gpus_per_node else sum(mesh[0])
+            intra = int(math.floor(links * total / sum(mesh[0]) / speed + eps))
+        elif system.intra_kind == "nvlink" and system.gpus_per_node > 2:
+            pair = total / (system.gpus_per_node - 1)
+            intra = (L - 1 if L > 2 else 1) * int(math.floor(pair / speed + eps))
+        else:
+            share = total * (L / (L - 1) if D > 1 else 1.0)
+            intra = int(math.floor(share / speed + eps))
+        cap = min(cap, intra)
+    return max(0, cap)
+
+
+def ring_graph(system: System, scale: Scale) -> RingGraph:
+    """The ring graph of ncclTopoCompute (src/graph/search.cc, v2.21.5-1 lines 860-1030, the same
+    structure 2.18-2.30) on the link speeds NCCL's topology gives (:func:`topo_speeds`):
+
+    - pass 1 starts at the first speed of the array (:func:`search_speeds_intra` on one node,
+      :func:`search_speeds_inter` across nodes) not above the best path (``while
+      (speedArray[speedIndex] > maxBw || speedArray[speedIndex]*graph->minChannels > totalBw)``:
+      maxBw the GPU-GPU path on one node, the NIC across nodes; totalBw a GPU's NVLinks or PCIe
+      link) and walks down while ``speedArray[speedIndex+1]/graph->bwInter > .49``, keeping the
+      most channels x speed (ncclTopoCompareGraphs; a tie keeps the faster, fewer-hop graph) and
+      stopping at maxChannels ("PERFECT") or at ``nChannels*bwInter >= totalBw``;
+    - ncclTopoDupChannels (v2.21.5-1 lines 835-848, unchanged 2.18-2.30) doubles the channels and
+      halves their speed, except ``if (graph->bwIntra < 25.0) return`` and ``if (ccMin > 80 &&
+      graph->bwIntra < 50.0 && graph->nChannels > 4) return``: 8 H100 channels of 48 GB/s (one
+      per 400 Gb/s NIC) stay 8;
+    - pass 2 (``increase bw for Ring``) tries each faster speed with at least those channels.
+    """
+    speeds = topo_speeds(system)
+    most = max_channels(system.nccl_version) // 2
+    L, D = scale.local, scale.domains
+    ci, version = system.compcap_index, system.nccl_version
+    array = search_speeds_inter(ci, version) if D > 1 else search_speeds_intra(ci, version)
+    total_bw = speeds.intra_GBps
+    if D > 1:
+        max_bw = speeds.nic_GBps
+    elif system.intra_kind == "nvlink" and system.gpus_per_node > 2 and NVLINK_MESHES.get(system.name) is None:
+        max_bw = speeds.intra_GBps / (system.gpus_per_node - 1)  # one GPU pair's links
+    elif system.intra_kind == "nvlink" and NVLINK_MESHES.get(system.name) is not None:
+        mesh = NVLINK_MESHES[system.name]
+        max_bw = max(max(r) for r in mesh) * speeds.intra_GBps / sum(mesh[0])
+    else:
+        max_bw = speeds.intra_GBps
+    idx = 0
+    while (array[idx] > max_bw or array[idx] > total_bw) and idx < len(array) - 1:
+        idx += 1
+    best_c, best_s = 0, 0.0
+    while True:
+        s = array[idx]
+        c = _ring_capacity(system, scale, speeds, s, most)
+        if c > 0 and c * s > best_c * best_s:
+            best_c, best_s = c, s
+        if c == most or (best_c and best_c * best_s >= total_bw):
+            break
+        if idx < len(array) - 1 and (best_c == 0 or array[idx + 1] / best_s > 0.49):
+            idx += 1
+            continue
+        break
+    if best_c == 0:  # "Could not find a path ... falling back to simple order"
+        return RingGraph(1, 0.1, 0.1, 1, False)
+    searched, channels, bw = best_c, best_c, best_s
+    dup = not (bw < 25.0 or (ci >= 2 and bw < 50.0 and channels > 4))
+    if dup:
+        doubled = min(2 * channels, most)
+        bw /= -(-doubled // channels)
+        channels = doubled
+    for s in sorted((x for x in array if x > bw), reverse=False):
+        c = _ring_capacity(system, scale, speeds, s, most)
+        if c >= channels and c * s > channels * bw:
+            channels, bw = c, s
+    return RingGraph(channels, bw, bw, searched, dup)
 
 
 # src/include/device.h NCCL_MAX_NVLS_ARITY: at most this many NVLS heads (graph channels).
@@ -304,13 +457,12 @@ def search_speed(compcap_index: int, version: str, available_GBps: float) -> flo
 def search_top_speed(compcap_index: int, version: str, inter: bool) -> float:
     """The first (fastest) entry of the speed array ncclTopoCompute searches with (src/graph/search.cc
     sm90SpeedArrayIntra/Inter, sm100SpeedArrayIntra/Inter): no graph channel runs faster. Hopper
-    60 (one node) / 48 (across nodes); Blackwell 90 one node from 2.27, across nodes the
+    60 (one node) / 48 (across nodes); Blackwell 90 one node from 2.25 (sm100SpeedArrayIntra,
+    v2.25.1-1 line 940; before, the SM90 array's 60), across nodes the
     release's sm100SpeedArrayInter (:func:`search_speeds_inter`: 47.9 in 2.27.3, 96 from 2.27.6)."""
     if inter:
         return search_speeds_inter(compcap_index, version)[0]
-    if compcap_index >= 3 and _version_tuple(version) >= (2, 27):
-        return 90.0
-    return 60.0
+    return search_speeds_intra(compcap_index, version)[0]
 
 
 def nccl_nvlink_bw(compcap_index: int, version: str) -> float:
@@ -430,18 +582,21 @@ def nccl_estimate_us(kind: str, algorithm: str, protocol: str, sizes, system: Sy
     n, D, L = scale.ranks, scale.domains, scale.local
     ci = system.compcap_index
     idx2 = min(D, 3) - 1
-    C = nccl_channels(system, scale)
-    n_ch = C  # graphs[a]->nChannels: the ring's (and tree's) unless the algorithm has its own graph
-    # Graph speeds per channel (search.cc ncclTopoCompute): across nodes a ring's search raises
-    # bwIntra and bwInter together, so both stop at the NICs; a tree's (and CollNet's) bwIntra
-    # may grow to twice bwInter ("increase bwIntra for trees (2 nodes or collnet)").
+    graph = ring_graph(system, scale)
+    # graphs[a]->nChannels: the ring search's channels (the tree's and CollNet's graphs are searched
+    # for exactly as many, init.cc), not the doubled comm->nChannels a collective runs on, which
+    # only the plateau below reads
+    C = graph.channels
+    n_ch = C
+    # Graph speeds per channel (search.cc ncclTopoCompute): a ring's search raises bwIntra and
+    # bwInter together (across nodes both stop at the NICs); a tree's (and CollNet's) bwIntra may
+    # grow to twice bwInter ("increase bwIntra for trees (2 nodes or collnet)").
     speeds = topo_speeds(system)
     node_intra = speeds.intra_GBps if L > 1 else math.inf
     if D == 1:
-        bw_intra = bw_inter = node_intra / C
+        bw_intra = bw_inter = graph.bw_intra
     else:
-        nic = search_speed(ci, system.nccl_version, speeds.nic_GBps)
-        bw_inter = min(node_intra, nic * scale.nics) / C
+        bw_inter = graph.bw_inter
         bw_intra = bw_inter if a in ("ring", "pat") else min(node_intra / C, 2 * bw_inter)
     nsteps = 2 * (n - 1) if kind == "all_reduce" else n - 1
     ppn = n / D
@@ -511,7 +666,8 @@ def nccl_estimate_us(kind: str, algorithm: str, protocol: str, sizes, system: Sy
         bw_s = bw_s * _tree_correction(t, protocol, S)
     lat_s = np.full_like(S, lat)
     if a == "ring" and protocol == SIMPLE and D > 1 and kind == "all_reduce":
-        plateau = S / (C * n) >= 64
+        # enqueue.cc: ``info->nBytes/(info->comm->nChannels*info->comm->nRanks) >= 64``
+        plateau = S / (nccl_channels(system, scale) * n) >= 64
         lat_s = np.where(plateau, lat * (1.9 if ci < 1 else 1.4), lat)
     with np.errstate(divide="ignore"):
         return np.where(bw_s > 0, lat_s + S / (1000.0 * bw_s), np.inf)
@@ -590,7 +746,8 @@ def physical_time_us(kind: str, algorithm: str, protocol: str, sizes, system: Sy
     physical Simple-ring latency times NCCL's ratio for (algorithm, protocol);
     bandwidth = the slowest level for the algorithm's traffic, times the protocol's payload
     fraction, at most (channels used) x (the protocol's per-channel ceiling); network levels
-    drive min(channels used, NICs) NICs, shared by the fabric's oversubscription.
+    drive min(channels used, the NICs the ring search put channels on: :func:`nics_driven`) NICs,
+    shared by the fabric's oversubscription; channels are the ones that run (:func:`nccl_channels`).
     """
     t = _physical_table(system.nccl_version)
     S = np.asarray(sizes, dtype=float)
@@ -602,7 +759,9 @@ def physical_time_us(kind: str, algorithm: str, protocol: str, sizes, system: Sy
     eff = PROTO_EFFICIENCY[protocol]
     ch = {LL: system.ll_ch_GBps, LL128: system.ll128_ch_GBps, SIMPLE: system.simple_ch_GBps}[protocol]
     nic = system.nic_bw_GBps * system.fabric_factor(D)
-    nics = np.minimum(nc, float(scale.nics))
+    # a channel drives the NIC its graph channel was searched on; ncclTopoDupChannels and the
+    # postset doubling copy channels onto the same NICs, so the distinct NICs are the searched ones
+    nics = np.minimum(nc, float(nics_driven(system, scale)))
     net_bw = nics * nic  # GB/s the domain's NICs in use can carry each way
     inf = np.full(S.shape, np.inf)
     factor = bus_factor(kind, n)

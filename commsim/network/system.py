@@ -120,6 +120,9 @@ class System:
     nvlink_domain_nodes: int = 1
     cpu_vendor: str = "intel"
     nccl_version: str = "2.30"
+    # Not read by the NCCL model any more: the channel count comes from NCCL's ring search on the
+    # link speeds (collectives.nccl_tuner.ring_graph / nccl_channels). Kept so that the system
+    # descriptions calibration files hold (System.describe writes every field) still read back.
     intra_channels: int = 16
     # The best GPU-NIC PCIe path (NIC_PATHS): NCCL's inter-node graphs take it as typeInter,
     # which gates LL128 across nodes (tuning.cc); "pxb" (GPU and NIC under PCIe switches) is
@@ -308,7 +311,7 @@ def nominal_system(
     intra_bw = intra_line_GBps * ACHIEVABLE_FRACTION[intra_kind]
     nic_bw = nic_line_Gbps / 8.0 * ACHIEVABLE_FRACTION[transport]
     if intra_channels is None:
-        # NCCL's ring search: many channels on NVLink, few on PCIe (2 per NIC across nodes)
+        # a description field only (see System.intra_channels): the NCCL model searches its own
         intra_channels = 16 if intra_kind in ("nvswitch", "nvlink") else 2
     prior = "nominal: NCCL tuning.cc v2.30 prior for " + gpu_arch
     sources = {

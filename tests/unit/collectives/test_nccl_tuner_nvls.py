@@ -42,9 +42,9 @@ def test_heads_are_capped_by_the_nvls_arity():
 
 def test_across_nodes_one_head_per_nic_stopped_by_the_nic():
     s = _sys(nic_bw_GBps=40.0)
-    g = _graph(s, 10, 2)                   # 2 GPUs, 2 NICs near them: 2 heads (not the ring's 4 channels)
-    assert (g.channels, g.bw_intra, g.bw_inter) == (2, 40.0, 40.0)
-    assert nt.nccl_channels(s, nt.Scale.of(s, 10, 2)) == 4
+    g = _graph(s, 10, 2)                   # 2 GPUs, 2 NICs near them: 2 heads (not the ring's 8 channels:
+    assert (g.channels, g.bw_intra, g.bw_inter) == (2, 40.0, 40.0)   # 2 searched, duplicated, doubled)
+    assert nt.nccl_channels(s, nt.Scale.of(s, 10, 2)) == 8
     g8 = _graph(s, 10, 8)
     assert g8.channels == 8 and g8.bw_intra == pytest.approx(40.0)
     # fewer NICs than GPUs: heads = NICs; NVLink-bound bwIntra, pass 2 raises bwInter to <= 2 bwIntra
@@ -62,7 +62,7 @@ def test_no_graph_channel_faster_than_the_search_speed_array():
     g = _graph(_sys(nic_bw_GBps=50.0), 10, 2)
     assert (g.bw_intra, g.bw_inter) == (48.0, 48.0)
     assert nt.search_top_speed(3, "2.27", inter=True) == 96.0
-    assert nt.search_top_speed(3, "2.26", inter=False) == 60.0   # Blackwell on the sm90 arrays before 2.27
+    assert nt.search_top_speed(3, "2.26", inter=False) == 90.0   # sm100SpeedArrayIntra from v2.25.1-1 (line 1002 in 2.26.2-1)
 
 
 def test_h100_one_node_four_gpus_large_all_reduce_runs_ring():
