@@ -143,14 +143,15 @@ def table(report: dict) -> str:
         if b:
             layouts.setdefault((tuple(b["built_bytes"]), tuple(b["nominal_bytes"])), []).append(r["case"])
     for (built, nominal), names in layouts.items():
+        mb = (lambda sizes: ", ".join(f"{x / 1e6:.2f}" for x in sizes))
         lines.append(f"DDP's buckets as built (the prediction's ddp.bucket_sizes), {len(names)} cases: "
-                     f"{', '.join(f'{x / 1e6:.2f}' for x in built)} MB; nominal {', '.join(f'{x / 1e6:.2f}' for x in nominal)} MB")
+                     f"{mb(built)} MB; nominal {mb(nominal)} MB")
     c = report["ddp_costs"]
     u = c["used"]
     lines.append(f"DDP's own costs (measured once, every case): bucket_overhead {u['bucket_overhead'] * 1e3:.2f} ms, "
                  f"memory_bandwidth {u['memory_bandwidth'] / 1e9:.1f} GB/s, overlap_slowdown "
-                 f"{u['overlap_slowdown']:.2f}, compute jitter cv {c['jitter_cv']:.3f} (ranks about each other, MAD; "
-                 f"{len(c['measured'][0]['samples']['nosync'])} rounds among the cases); the bucket's all-reduce measured {c['allreduce_measured_s'] * 1e3:.1f} "
+                 f"{u['overlap_slowdown']:.2f}, compute jitter cv {c['jitter_cv']:.3f} (ranks about each other, "
+                 f"MAD; {len(c['measured'][0]['samples']['nosync'])} rounds among the cases); the bucket's all-reduce measured {c['allreduce_measured_s'] * 1e3:.1f} "
                  f"ms, calibrated {c['allreduce_calibrated_s'] * 1e3:.1f} ms")
     lines.append(f"median |error| {report['median_abs_error'] * 100:.1f}% over {len(report['cases'])} cases")
     return "\n".join(lines)

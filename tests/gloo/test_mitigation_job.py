@@ -34,7 +34,7 @@ def report(calibration):
     cases = [Case("none"), Case("fp16"), Case("powersgd", r=1), Case("powersgd", r=4), Case("localsgd", H=2),
              Case("powersgd", r=1, slow=True)]
     out = run_cases(sc, calibration, cases, 2, slow_stall=0.02, warmup_steps=3, compute_iters=3, timeout_s=120,
-                    machine_rounds=3)
+                    machine_rounds=7)  # one round before each of the 6 cases and after the last
     return dict(out, calibration_used=calibration)
 
 
@@ -134,7 +134,8 @@ def test_slow_rank_costs_time_and_the_prediction_is_in_range(report):
     assert slow_pred["step_time_s"] == pytest.approx(fast_pred["step_time_s"] + 0.02, rel=1e-9)
     # generous: on shared cores the load swings between the cases and the measurements
     for name in ("baseline", "powersgd:r=1 +slow rank"):
-        assert 1 / 3 < rows[name]["predicted_s"] / rows[name]["measured_s"] < 3, name
+        assert 1 / 3 < rows[name]["predicted_s"] / rows[name]["measured_s"] < 3, (
+            name, rows[name]["predicted_s"], rows[name]["measured_s"], report["ddp_costs"]["jitter_cv"])
 
 
 def test_ddp_costs_measured_once_and_in_every_prediction(report):
@@ -255,11 +256,11 @@ def test_slot_rounds_spread_the_machine_rounds_over_the_cases():
 
 
 def test_machine_rounds_interleaved_with_the_cases_and_pooled(report):
-    # every once-per-machine figure holds all machine_rounds (3) rounds, over both ranks
+    # every once-per-machine figure holds all machine_rounds (7) rounds, over both ranks
     for m in report["ddp_costs"]["measured"]:
         assert {k: len(v) for k, v in m["samples"].items() if k not in ("during", "during_nosync")} == {
-            "synced": 3, "nosync": 3, "allreduce": 3, "copy": 3}
-        assert len(m["samples"]["during"]) == len(m["samples"]["during_nosync"]) <= 3
+            "synced": 7, "nosync": 7, "allreduce": 7, "copy": 7}
+        assert len(m["samples"]["during"]) == len(m["samples"]["during_nosync"]) <= 7
 
 
 def test_with_built_buckets_replaces_the_nominal_layout():
