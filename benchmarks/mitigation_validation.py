@@ -148,7 +148,7 @@ def table(report: dict) -> str:
                      f"{mb(built)} MB; nominal {mb(nominal)} MB")
     c = report["ddp_costs"]
     u = c["used"]
-    lines.append(f"DDP's own costs (measured once, every case): bucket_overhead {u['bucket_overhead'] * 1e3:.2f} ms, "
+    lines.append(f"DDP's own costs (once for the machine, every case): bucket_overhead {u['bucket_overhead'] * 1e3:.2f} ms, "
                  f"memory_bandwidth {u['memory_bandwidth'] / 1e9:.1f} GB/s, overlap_slowdown "
                  f"{u['overlap_slowdown']:.2f}, compute jitter cv {c['jitter_cv']:.3f} (ranks about each other, "
                  f"MAD; {len(c['measured'][0]['samples']['nosync'])} rounds among the cases); the bucket's all-reduce measured {c['allreduce_measured_s'] * 1e3:.1f} "
