@@ -2,22 +2,24 @@
 
     python benchmarks/mitigation_validation.py [--nprocs 2] [--calibration CAL.yaml] [--steps 12]
         [--parameters 4.2e6] [--bucket-cap 32MB] [--slow-stall 30ms] [--no-bf16]
-        [--cal-repeats 3] [--cal-iters 20] [--machine-rounds 9] [--json OUT.json]
+        [--cal-repeats 3] [--cal-iters 20] [--machine-rounds 44] [--json OUT.json]
 
 Runs validate.mitigation_job's cases (no hook, fp16_compress_hook, bf16_compress_hook,
 powerSGD_hook at rank 1 and 4, post-local SGD with H=4; each without and with a slow rank, rank 1
 stalled before every forward) on `--nprocs` local gloo ranks, one rank per node (so post-local
 SGD's subgroup is the rank itself), and prints measured vs predicted mean step time per case and
 the median |error|. The prediction is commsim's hook model with the hardware measured by the job
-(compute, cast bandwidth, the rate of PowerSGD's products at their shape, small-op cost), DDP's
-own costs measured once by the job before the cases (validate.mitigation_job.measure_ddp_costs),
-powerSGD_hook's chained all-reduces against sequential ones measured once too (the PowerSGD
-remedy's ``chain_overhead``: validate.mitigation_job.measure_chain_overhead; those rows also print
-the prediction without it), the rate of post-local SGD's flatten and divide measured once too
-(the post-local SGD remedy's ``mem_bw``: validate.mitigation_job.measure_flatten_rate),
-the backend's 16-bit all-reduce against fp32's measured once too (the fp16 remedy's
-``reduce_bytes``: validate.mitigation_job.measure_reduce_dtypes; the fp16 rows also print the
-prediction without it)
+(compute, cast bandwidth, the rate of PowerSGD's products at their shape, small-op cost), the
+buckets each case's DDP built (``ddp.bucket_sizes``), and the job's once-per-machine figures,
+whose `--machine-rounds` rounds in all are interleaved with the cases (a share before each and
+after the last: a burst of load falls on both) and summarized by medians: DDP's own costs and
+the ranks' compute jitter about each other (validate.mitigation_job.DDPCostProbe,
+compute_jitter_cv), powerSGD_hook's chained all-reduces against sequential ones (the PowerSGD
+remedy's ``chain_overhead``: validate.mitigation_job.ChainProbe; those rows also print the
+prediction without it), the rate of post-local SGD's flatten and divide (the post-local SGD
+remedy's ``mem_bw``: validate.mitigation_job.FlattenProbe), the backend's 16-bit all-reduce
+against fp32's (the fp16 remedy's ``reduce_bytes``: validate.mitigation_job.ReduceDtypeProbe; the
+fp16 rows also print the prediction without it)
 and a gloo calibration: `--calibration` (from ``commsim calibrate --backend gloo --level
 inter_node``), else one measured first (:func:`robust_calibration`: `--cal-repeats` sweeps of
 `--cal-iters` iterations, each size's time the median of its in-place and out-of-place times
@@ -43,7 +45,8 @@ from validate import collective_bench  # noqa: E402
 from validate.calibrate import rank_calibrate  # noqa: E402
 from validate.collectives_multi import versions  # noqa: E402
 from validate.launch import launch  # noqa: E402
-from validate.mitigation_job import bf16_hook_supported, default_cases, run_cases, scenario_for  # noqa: E402
+from validate.mitigation_job import (MACHINE_ROUNDS, bf16_hook_supported, default_cases, run_cases,  # noqa: E402
+                                     scenario_for)
 
 DISAGREE = 0.25  # in-place vs out-of-place: a size whose two medians differ by more is reported
 
@@ -134,11 +137,21 @@ def table(report: dict) -> str:
             if on and off:
                 lines.append(f"  {r['case']}: measured steps with the averaging {sum(on) / len(on) * 1e3:.1f} ms "
                              f"({len(on)}), local {sum(off) / len(off) * 1e3:.1f} ms ({len(off)})")
+    layouts = {}
+    for r in report["cases"]:
+        b = r.get("ddp_buckets")
+        if b:
+            layouts.setdefault((tuple(b["built_bytes"]), tuple(b["nominal_bytes"])), []).append(r["case"])
+    for (built, nominal), names in layouts.items():
+        mb = (lambda sizes: ", ".join(f"{x / 1e6:.2f}" for x in sizes))
+        lines.append(f"DDP's buckets as built (the prediction's ddp.bucket_sizes), {len(names)} cases: "
+                     f"{mb(built)} MB; nominal {mb(nominal)} MB")
     c = report["ddp_costs"]
     u = c["used"]
-    lines.append(f"DDP's own costs (measured once, every case): bucket_overhead {u['bucket_overhead'] * 1e3:.2f} ms, "
+    lines.append(f"DDP's own costs (once for the machine, every case): bucket_overhead {u['bucket_overhead'] * 1e3:.2f} ms, "
                  f"memory_bandwidth {u['memory_bandwidth'] / 1e9:.1f} GB/s, overlap_slowdown "
-                 f"{u['overlap_slowdown']:.2f}, compute jitter cv {c['jitter_cv']:.3f}; the bucket's all-reduce measured {c['allreduce_measured_s'] * 1e3:.1f} "
+                 f"{u['overlap_slowdown']:.2f}, compute jitter cv {c['jitter_cv']:.3f} (ranks about each other, "
+                 f"MAD; {len(c['measured'][0]['samples']['nosync'])} rounds among the cases); the bucket's all-reduce measured {c['allreduce_measured_s'] * 1e3:.1f} "
                  f"ms, calibrated {c['allreduce_calibrated_s'] * 1e3:.1f} ms")
     lines.append(f"median |error| {report['median_abs_error'] * 100:.1f}% over {len(report['cases'])} cases")
     return "\n".join(lines)
@@ -157,7 +170,8 @@ def main(argv=None) -> int:
                     "this torch build cannot run it: it needs CUDA and NCCL 2.10+)")
     ap.add_argument("--cal-repeats", type=int, default=3, help="calibration sweeps (median over them)")
     ap.add_argument("--cal-iters", type=int, default=20, help="timed iterations per size in each sweep")
-    ap.add_argument("--machine-rounds", type=int, default=9, help="rounds of the job's DDP cost measurement")
+    ap.add_argument("--machine-rounds", type=int, default=MACHINE_ROUNDS,
+                    help="rounds in all of the job's once-per-machine measurements, interleaved with the cases")
     ap.add_argument("--timeout", type=float, default=600.0)
     ap.add_argument("--json", dest="json_path")
     args = ap.parse_args(argv)

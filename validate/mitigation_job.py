@@ -18,28 +18,35 @@ compute, and the compute once more after them (medians over both), because on a 
 these drift between cases. (Pairing each timed step with a compute measurement just before it,
 tried first, slowed the synced steps that followed by up to 2x.)
 
-Before the cases, once, the job measures DDP's own costs on this machine
-(:func:`measure_ddp_costs`: the per-step cost of a synced step beyond its compute and its
-all-reduce, the memory bandwidth of a copy, compute slowed by an all-reduce in flight); every
-case's scenario carries them as ``ddp.costs``.
+Once for the machine, never per case, the job measures DDP's own costs
+(:class:`DDPCostProbe`: the per-step cost of a synced step beyond its compute and its all-reduce,
+the memory bandwidth of a copy, compute slowed by an all-reduce in flight, and the ranks' compute
+jitter about each other, :func:`compute_jitter_cv`); every case's scenario carries them as
+``ddp.costs`` and a gamma ``Jitter``. Their rounds (``machine_rounds`` in all) are interleaved with
+the cases (:func:`slot_rounds`: a share before every case and after the last), so that a burst of
+a shared machine's load falls on both, and their figures are medians (a trimmed mean for the
+chain's bimodal hop), which a few stalled rounds do not move. The same rounds measure
 
-Once too, the backend's all-reduce per dtype (:func:`measure_reduce_dtypes`: fp32 and fp16, bf16
-where a case runs it, at the bucket's elements and two smaller counts, side by side): gloo on a
-CPU sums 16-bit elements in software, and its fp16 all-reduce takes about fp32's time, not half.
-The fp16/bf16 cases' remedy carries the measured ratio as ``reduce_bytes``
-(:func:`reduce_bytes_from_ranks`); each such row also reports ``bytes_model_step_time_s``, the
-prediction without it (commsim's default: half the bytes, half the time).
+- the backend's all-reduce per dtype (:class:`ReduceDtypeProbe`: fp32 and fp16, bf16 where a
+  case runs it, at the bucket's elements and two smaller counts, side by side): gloo on a CPU sums
+  16-bit elements in software, and its fp16 all-reduce takes about fp32's time, not half. The
+  fp16/bf16 cases' remedy carries the measured ratio as ``reduce_bytes``
+  (:func:`reduce_bytes_from_ranks`); each such row also reports ``bytes_model_step_time_s``, the
+  prediction without it (commsim's default: half the bytes, half the time);
+- what powerSGD_hook's chaining of its all-reduces costs (:class:`ChainProbe`: the hook starts its
+  P and Q all-reduces inside the callbacks of the all-reduce before them, which then block on
+  them; on gloo each such hop costs milliseconds beyond the all-reduce): the PowerSGD cases'
+  remedy carries it as ``chain_overhead``; each such row also reports ``unchained_step_time_s``,
+  the prediction without it;
+- the rate of post-local SGD's averaging passes (:class:`FlattenProbe`: the averager's
+  ``torch.cat`` of the parameters into a new buffer and its in-place division, as
+  ``average_parameters`` runs them): the post-local SGD cases' remedy carries it as ``mem_bw``;
+  each such row also reports ``cast_rate_step_time_s``, the prediction at the cast's rate.
 
-Once too, what powerSGD_hook's chaining of its all-reduces costs (:func:`measure_chain_overhead`:
-the hook starts its P and Q all-reduces inside the callbacks of the all-reduce before them, which
-then block on them; on gloo each such hop costs milliseconds beyond the all-reduce): the PowerSGD
-cases' remedy carries it as ``chain_overhead``; each such row also reports
-``unchained_step_time_s``, the prediction without it.
-
-Once too, the rate of post-local SGD's averaging passes (:func:`measure_flatten_rate`: the
-averager's ``torch.cat`` of the parameters into a new buffer and its in-place division, as
-``average_parameters`` runs them): the post-local SGD cases' remedy carries it as ``mem_bw``;
-each such row also reports ``cast_rate_step_time_s``, the prediction at the cast's rate.
+Each case predicts with the buckets its DDP built (:func:`validate.ddp_job.ddp_bucket_sizes`
+after the warm-up steps' rebuild, as ``ddp.bucket_sizes``: :func:`with_built_buckets`), not the
+nominal layout of its first bucket and cap: DDP never splits a tensor, so the synthetic model's
+4 MiB layers are a bucket each at a smaller cap. Each row reports both (``ddp_buckets``).
 
 The prediction of a case (:func:`predict`) is commsim's: the scenario with the measured
 compute, those DDP costs and the gloo calibration (``commsim calibrate --backend gloo``), through
@@ -68,9 +75,13 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from validate.compute_timing import layer_shape, synthetic_model
-from validate.ddp_job import bucket_kwargs, compute_step
+from validate.ddp_job import bucket_kwargs, compute_step, ddp_bucket_sizes
 from validate.replay import common_start
 
+# the rounds of the once-per-machine measurements in all (DDP's costs, the 16-bit all-reduce,
+# PowerSGD's chain, the averager's flatten), spread over the cases: 4 before each of the
+# benchmark's 10 cases and after the last
+MACHINE_ROUNDS = 44
 POWERSGD_START = 2  # torch asserts start_powerSGD_iter > 1 with error feedback / warm start
 # powerSGD_hook waits on its P and Q all-reduces inside the callbacks of the previous one; on gloo
 # those callbacks run on the process group's worker threads, and with two buckets in flight the
@@ -174,169 +185,205 @@ def measure_hardware(model: DDP, x, y, width: int, bucket_bytes: float, iters: i
     return out
 
 
-def measure_ddp_costs(ctx, module: nn.Module, x, y, plan: Dict) -> Dict[str, float]:
-    """DDP's own costs on this machine (what ``scenario.ddp.costs`` needs), measured once before
-    the cases, on plain DDP with the cases' one bucket (gradients as bucket views):
+class DDPCostProbe:
+    """DDP's own costs on this machine (what ``scenario.ddp.costs`` needs), one machine figure
+    whose rounds are interleaved with the cases (:func:`slot_rounds`: a share of them before every
+    case and after the last, so that a burst of a shared machine's load falls on both the cases
+    and these rounds, and the figure is still the machine's, never a case's). On plain DDP with
+    the cases' one bucket (gradients as bucket views; the bucket DDP built is checked, since DDP
+    never splits a tensor), each :meth:`round`:
 
-    - ``bucket_overhead``: a synced step minus the same step under ``no_sync`` (forward, backward,
-      optimizer) minus an in-place ``dist.all_reduce`` of the bucket's bytes, the three taken in
-      turn ``machine_rounds`` times after a barrier each (medians: on a shared machine the load
-      drifts, and the same rounds see the same drift). With one bucket its all-reduce starts after
-      the whole backward, so nothing overlaps and the difference is what DDP adds per step: the
-      autograd hooks, the bucket's division by the world size, its future, the reducer's finalize.
-      This rank's figure; the job's is :func:`bucket_overhead_from_ranks`, over every rank's samples;
-    - ``memory_bandwidth``: bytes moved per second (read + write) by a copy of the bucket;
-    - ``overlap_slowdown``: how much slower the no-sync step runs while an all-reduce of four
-      buckets is in flight on gloo's threads (samples where it was still running at the step's
-      end; 0 if none was), over the step alone, minus one.
+    - the step under ``no_sync`` (forward, backward, optimizer), a synced step and an in-place
+      ``dist.all_reduce`` of the bucket's bytes, in turn after a barrier each: with one bucket its
+      all-reduce starts after the whole backward, so nothing overlaps and the synced step minus the
+      other two is what DDP adds per step (the autograd hooks, the bucket's division by the world
+      size, its future, the reducer's finalize; the job's figure is :func:`bucket_overhead_from_ranks`,
+      the median over every round);
+    - a copy of the bucket (``memory_bandwidth``: bytes moved, read + write, per second; median);
+    - the no-sync step while an all-reduce of four buckets is in flight on gloo's threads
+      (``overlap_slowdown``: the median over the rounds where it was still running at the step's
+      end of that step over the round's own no-sync step, minus one; 0 if none was).
 
-    The samples (seconds) come back too."""
-    from commsim.network.costs import ddp_buckets
+    :meth:`result` returns the figures and every round's samples (seconds)."""
 
-    model = DDP(module, gradient_as_bucket_view=True,
-                **bucket_kwargs(plan["bucket_cap_bytes"], plan["bucket_cap_bytes"]))
-    opt = torch.optim.SGD(model.parameters(), lr=1e-6)
-    numel = sum(p.numel() for p in module.parameters())
-    if len(ddp_buckets(4.0 * numel, plan["bucket_cap_bytes"], plan["bucket_cap_bytes"])) != 1:
-        raise ValueError("the DDP cost measurement needs one bucket (a bucket cap of at least the gradient's bytes)")
-    flat, other = torch.zeros(numel), torch.empty(numel)
-    big = torch.zeros(4 * numel)
+    def __init__(self, ctx, module: nn.Module, x, y, plan: Dict):
+        self.ctx, self.x, self.y = ctx, x, y
+        self.model = DDP(module, gradient_as_bucket_view=True,
+                         **bucket_kwargs(plan["first_bucket_bytes"], plan["bucket_cap_bytes"]))
+        self.opt = torch.optim.SGD(self.model.parameters(), lr=1e-6)
+        self.numel = sum(p.numel() for p in module.parameters())
+        self.flat, self.other = torch.zeros(self.numel), torch.empty(self.numel)
+        self.big = torch.zeros(4 * self.numel)
+        for _ in range(plan["warmup_steps"]):  # DDP rebuilds its buckets after the first step
+            self._synced()
+        self.bucket_sizes = ddp_bucket_sizes(self.model)
+        if len(self.bucket_sizes) != 1:
+            raise ValueError(f"the DDP cost measurement needs one bucket (a bucket cap of at least the gradient's "
+                             f"bytes); DDP built {self.bucket_sizes}")
+        self.samples: Dict[str, List[float]] = {"synced": [], "nosync": [], "allreduce": [], "during": [],
+                                                "during_nosync": [], "copy": []}
 
-    def synced() -> float:
-        opt.zero_grad(set_to_none=True)
+    def _synced(self) -> float:
+        self.opt.zero_grad(set_to_none=True)
         t0 = time.perf_counter()
-        nn.functional.mse_loss(model(x), y).backward()
-        opt.step()
+        nn.functional.mse_loss(self.model(self.x), self.y).backward()
+        self.opt.step()
         return time.perf_counter() - t0
 
-    def nosync() -> float:
-        return sum(compute_step(model, x, y, opt).values())
+    def _nosync(self) -> float:
+        return sum(compute_step(self.model, self.x, self.y, self.opt).values())
 
-    def reduce() -> float:
+    def round(self) -> None:
+        """One round of every sample (collective: every rank calls it at the same point)."""
+        s = self.samples
+        nosync = self._nosync()
+        s["nosync"].append(nosync)
+        dist.barrier()
+        s["synced"].append(self._synced())
+        dist.barrier()
         t0 = time.perf_counter()
-        dist.all_reduce(flat)
-        return time.perf_counter() - t0
-
-    for _ in range(plan["warmup_steps"]):
-        synced()
-    samples: Dict[str, List[float]] = {"synced": [], "nosync": [], "allreduce": [], "during": []}
-    for _ in range(plan["machine_rounds"]):
-        ctx.progress()
-        samples["nosync"].append(nosync())
+        dist.all_reduce(self.flat)
+        s["allreduce"].append(time.perf_counter() - t0)
         dist.barrier()
-        samples["synced"].append(synced())
-        dist.barrier()
-        samples["allreduce"].append(reduce())
-        dist.barrier()
-        work = dist.all_reduce(big, async_op=True)
-        t = nosync()
+        work = dist.all_reduce(self.big, async_op=True)
+        t = self._nosync()
         if not work.is_completed():
-            samples["during"].append(t)
+            s["during"].append(t)
+            s["during_nosync"].append(nosync)
         work.wait()
-    med = {k: statistics.median(v) if v else float("nan") for k, v in samples.items()}
-    copy = _median_time(lambda: other.copy_(flat), plan["machine_rounds"])
-    slowdown = med["during"] / med["nosync"] - 1.0 if samples["during"] else 0.0
-    return {"bucket_overhead": max(0.0, med["synced"] - med["nosync"] - med["allreduce"]),
-            "memory_bandwidth": 8.0 * numel / copy, "overlap_slowdown": min(10.0, max(0.0, slowdown)),
-            "synced_s": med["synced"], "compute_s": med["nosync"], "allreduce_s": med["allreduce"],
-            "samples": samples}
+        t0 = time.perf_counter()
+        self.other.copy_(self.flat)
+        s["copy"].append(time.perf_counter() - t0)
+
+    def result(self) -> Dict:
+        s = self.samples
+        med = {k: statistics.median(s[k]) if s[k] else float("nan") for k in ("synced", "nosync", "allreduce")}
+        slowdown = (statistics.median(d / n - 1.0 for d, n in zip(s["during"], s["during_nosync"]))
+                    if s["during"] else 0.0)
+        return {"bucket_overhead": max(0.0, med["synced"] - med["nosync"] - med["allreduce"]),
+                "memory_bandwidth": 8.0 * self.numel / statistics.median(s["copy"]),
+                "overlap_slowdown": min(10.0, max(0.0, slowdown)),
+                "synced_s": med["synced"], "compute_s": med["nosync"], "allreduce_s": med["allreduce"],
+                "bucket_sizes": self.bucket_sizes, "samples": {k: list(v) for k, v in s.items()}}
+
+
+def slot_rounds(total: int, slots: int) -> List[int]:
+    """How many of `total` rounds of the once-per-machine measurements run in each of `slots`
+    slots (before every case and after the last): as even as whole rounds allow, the remainder
+    spread over the slots (floor((k + 1) total / slots) - floor(k total / slots))."""
+    return [(k + 1) * total // slots - k * total // slots for k in range(slots)]
 
 
 REDUCE_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 REDUCE_FRACTIONS = (0.25, 0.5, 1.0)  # of the bucket's elements: the bucket's size and two others
 
 
-def measure_reduce_dtypes(ctx, numel: int, dtypes: Sequence[str], rounds: int) -> Dict:
-    """The backend's all-reduce per dtype on this machine, measured once before the cases: at
+class ReduceDtypeProbe:
+    """The backend's all-reduce per dtype on this machine, one machine figure whose rounds are
+    interleaved with the cases (:class:`DDPCostProbe`): each :meth:`round`, at each of
     :data:`REDUCE_FRACTIONS` of the bucket's `numel` elements, an in-place ``dist.all_reduce`` in
-    fp32 and in each of `dtypes` (fp16, bf16), taken in turn after a barrier each, `rounds` times
-    (medians: the same rounds see the same drift of a shared machine's load). gloo on a CPU sums
-    16-bit elements in software, so its 16-bit all-reduce is not the half of fp32's that its bytes
-    say. Returns {"elements": [...], "fp32_s": [...], "<dtype>_s": [...]} (seconds, per size)."""
-    sizes = [max(1, int(numel * f)) for f in REDUCE_FRACTIONS]
-    out: Dict = {"elements": sizes}
-    kinds = {"fp32": torch.float32, **{d: REDUCE_DTYPES[d] for d in dtypes}}
-    for name, dtype in kinds.items():
-        out[f"{name}_s"] = []
-    for n in sizes:
-        bufs = {name: torch.ones(n, dtype=dtype) for name, dtype in kinds.items()}
-        samples: Dict[str, List[float]] = {name: [] for name in kinds}
-        for name in kinds:  # a first all-reduce of each: gloo's buffers and the pages touched
-            dist.all_reduce(bufs[name])
-        for _ in range(rounds):
-            ctx.progress()
-            for name in kinds:
+    fp32 and in each of `dtypes` (fp16, bf16), in turn after a barrier each (side by side: the
+    same round sees the same load). gloo on a CPU sums 16-bit elements in software, so its 16-bit
+    all-reduce is not the half of fp32's that its bytes say. :meth:`result`: {"elements": [...],
+    "fp32_s": [...], "<dtype>_s": [...]} (seconds, per size, medians over every round)."""
+
+    def __init__(self, numel: int, dtypes: Sequence[str]):
+        self.sizes = [max(1, int(numel * f)) for f in REDUCE_FRACTIONS]
+        self.kinds = {"fp32": torch.float32, **{d: REDUCE_DTYPES[d] for d in dtypes}}
+        self.bufs = [{name: torch.ones(n, dtype=dt) for name, dt in self.kinds.items()} for n in self.sizes]
+        self.samples = [{name: [] for name in self.kinds} for _ in self.sizes]
+        for bufs in self.bufs:  # a first all-reduce of each: gloo's buffers and the pages touched
+            for name in self.kinds:
+                dist.all_reduce(bufs[name])
+
+    def round(self) -> None:
+        for bufs, samples in zip(self.bufs, self.samples):
+            for name in self.kinds:
                 bufs[name].fill_(1.0)  # sums of ones stay finite in fp16
                 dist.barrier()
                 t0 = time.perf_counter()
                 dist.all_reduce(bufs[name])
                 samples[name].append(time.perf_counter() - t0)
-        for name in kinds:
-            out[f"{name}_s"].append(statistics.median(samples[name]))
-    return out
+
+    def result(self) -> Dict:
+        out: Dict = {"elements": list(self.sizes)}
+        for name in self.kinds:
+            out[f"{name}_s"] = [statistics.median(sm[name]) for sm in self.samples]
+        return out
 
 
 def reduce_bytes_from_ranks(per_rank: Sequence[Dict], dtype: str) -> float:
     """The remedy's ``reduce_bytes`` for `dtype` (commsim.mitigations.spec): the bytes per element
     of an fp32 all-reduce taking the 16-bit one's time, 4 x t(dtype) / t(fp32), the median over
-    the ranks and the sizes of :func:`measure_reduce_dtypes` (the bucket's elements and two smaller
+    the ranks and the sizes of :class:`ReduceDtypeProbe` (the bucket's elements and two smaller
     counts: one size's ratio swings by 20% on a shared machine; the ratio itself hardly moves with
     the size where both all-reduces are bound by their elements). A ratio of two all-reduces
     measured side by side, so that the machine's load drift cancels."""
     return 4.0 * statistics.median(t16 / t32 for r in per_rank for t16, t32 in zip(r[f"{dtype}_s"], r["fp32_s"]))
 
 
-def measure_chain_overhead(ctx, sizes: Sequence[Sequence[int]], rounds: int) -> Dict:
-    """What powerSGD_hook's chaining of its all-reduces costs on this machine, measured once before
-    the cases: for each (uncompressed, P, Q) element counts of `sizes` (the hook's three buffers at
-    a case's rank), three in-place all-reduces one after another from the main thread
-    (``sequential``), and the same three chained as the hook chains them (``chained``: the first
-    async, the second started inside its future's callback, which then blocks on it
-    (``.get_future().wait()``), the third likewise inside the next callback; the main thread
-    waits for the last), taken in turn after a barrier each, `rounds` times. Returns
-    {"sizes": [...], "sequential_s": [...], "chained_s": [...] (medians), "hop_s": [...]}: per size,
-    the cost of one hop, the trimmed mean (:func:`trimmed_mean`) over the rounds of (chained -
-    sequential) / 2 (the hook's two chained all-reduces). A mean, not a median: each hop hands
-    the work to another of gloo's threads and wakes a blocked one; on a loaded machine a wake-up
-    now and then waits for a CPU (hops of ~0.1 ms or ~3 ms on a shared 2-core machine, either mode
-    the median in turn), and a step's mean time carries the mean of both."""
-    out: Dict = {"sizes": [list(s) for s in sizes], "sequential_s": [], "chained_s": [], "hop_s": []}
-    for counts in sizes:
-        bufs = [torch.ones(max(1, int(c))) for c in counts]
+class ChainProbe:
+    """What powerSGD_hook's chaining of its all-reduces costs on this machine, one machine figure
+    whose rounds are interleaved with the cases (:class:`DDPCostProbe`): for each (uncompressed,
+    P, Q) element counts of `sizes` (the hook's three buffers at a case's rank), three in-place
+    all-reduces one after another from the main thread (``sequential``), and the same three chained
+    as the hook chains them (``chained``: the first async, the second started inside its future's
+    callback, which then blocks on it (``.get_future().wait()``), the third likewise inside the next
+    callback; the main thread waits for the last), in turn after a barrier each, `reps` times per
+    :meth:`round`. :meth:`result`: {"sizes": [...], "sequential_s": [...], "chained_s": [...]
+    (medians), "hop_s": [...]}: per size, the cost of one hop, the trimmed mean
+    (:func:`trimmed_mean`) over every sample of (chained - sequential) / 2 (the hook's two chained
+    all-reduces). A mean, not a median: each hop hands the work to another of gloo's threads and
+    wakes a blocked one; on a loaded machine a wake-up now and then waits for a CPU (hops of
+    ~0.1 ms or ~3 ms on a shared 2-core machine, either mode the median in turn), and a step's
+    mean time carries the mean of both."""
 
-        def sequential():
-            for b in bufs:
-                dist.all_reduce(b)
+    def __init__(self, sizes: Sequence[Sequence[int]], reps: int):
+        self.sizes = [list(s) for s in sizes]
+        self.reps = reps
+        self.bufs = [[torch.ones(max(1, int(c))) for c in counts] for counts in sizes]
+        self.samples = [{"sequential": [], "chained": []} for _ in sizes]
+        for bufs in self.bufs:  # gloo's buffers and the pages, once
+            self._sequential(bufs), self._chained(bufs)
 
-        def chained():
-            def then_reduce(buf):
-                return lambda fut: dist.all_reduce(buf, async_op=True).get_future().wait()[0]
+    @staticmethod
+    def _sequential(bufs) -> None:
+        for b in bufs:
+            dist.all_reduce(b)
 
-            fut = dist.all_reduce(bufs[0], async_op=True).get_future()
-            for b in bufs[1:]:
-                fut = fut.then(then_reduce(b))
-            fut.wait()
+    @staticmethod
+    def _chained(bufs) -> None:
+        def then_reduce(buf):
+            return lambda fut: dist.all_reduce(buf, async_op=True).get_future().wait()[0]
 
-        sequential(), chained()  # gloo's buffers and the pages, once
-        samples: Dict[str, List[float]] = {"sequential": [], "chained": []}
-        for _ in range(rounds):
-            ctx.progress()
-            for name, fn in (("sequential", sequential), ("chained", chained)):
-                dist.barrier()
-                t0 = time.perf_counter()
-                fn()
-                samples[name].append(time.perf_counter() - t0)
-        out["sequential_s"].append(statistics.median(samples["sequential"]))
-        out["chained_s"].append(statistics.median(samples["chained"]))
-        out["hop_s"].append(trimmed_mean([(c - q) / (len(bufs) - 1)
-                                          for c, q in zip(samples["chained"], samples["sequential"])]))
-    return out
+        fut = dist.all_reduce(bufs[0], async_op=True).get_future()
+        for b in bufs[1:]:
+            fut = fut.then(then_reduce(b))
+        fut.wait()
+
+    def round(self) -> None:
+        for bufs, samples in zip(self.bufs, self.samples):
+            for _ in range(self.reps):
+                for name, fn in (("sequential", self._sequential), ("chained", self._chained)):
+                    dist.barrier()
+                    t0 = time.perf_counter()
+                    fn(bufs)
+                    samples[name].append(time.perf_counter() - t0)
+
+    def result(self) -> Dict:
+        out: Dict = {"sizes": self.sizes, "sequential_s": [], "chained_s": [], "hop_s": []}
+        for bufs, samples in zip(self.bufs, self.samples):
+            out["sequential_s"].append(statistics.median(samples["sequential"]))
+            out["chained_s"].append(statistics.median(samples["chained"]))
+            out["hop_s"].append(trimmed_mean([(c - q) / (len(bufs) - 1)
+                                              for c, q in zip(samples["chained"], samples["sequential"])]))
+        return out
 
 
 TRIM = 0.1  # of the samples, each side
 
 
-CHAIN_ROUNDS = 4  # x machine_rounds: a mean of a bimodal cost needs more samples than a median
+CHAIN_ROUNDS = 4  # samples per round: a mean of a bimodal cost needs more samples than a median
 
 
 def trimmed_mean(values: Sequence[float], trim: float = TRIM) -> float:
@@ -350,35 +397,55 @@ def trimmed_mean(values: Sequence[float], trim: float = TRIM) -> float:
 
 def chain_overhead_from_ranks(per_rank: Sequence[Dict]) -> float:
     """PowerSGD's ``chain_overhead`` (commsim.mitigations.spec): the median over the ranks and the
-    sizes of :func:`measure_chain_overhead`'s hop cost, never below 0 (a hop's cost is the
+    sizes of :class:`ChainProbe`'s hop cost, never below 0 (a hop's cost is the
     backend's dispatch, not the data's: one figure for the machine)."""
     return max(0.0, statistics.median(h for r in per_rank for h in r["hop_s"]))
 
 
-def measure_flatten_rate(module: nn.Module, world_size: int, rounds: int) -> Dict:
-    """The rate of post-local SGD's averaging passes on this machine, measured once before the
-    cases: what ``model_averaging.utils.average_parameters`` does before and after its
-    all-reduce, as it does it, on `module`'s parameters (a spare model's): ``torch.cat`` of the
-    parameters into a new buffer, the buffer divided by the world size in place, the parameters
-    then made views of it (the previous buffer freed once the next holds them), `rounds` times.
-    Returns {"seconds": median, "bytes_per_s": 4 e bytes per element moved over it}: the cat's
-    buffer is new memory each time, its pages faulted in and zeroed as the cat first writes them,
-    which on a CPU VM makes this several times slower than a copy between mapped buffers."""
-    params = list(module.parameters())
-    numel = sum(p.numel() for p in params)
-    size = params[0].element_size()
-    times = []
-    for _ in range(rounds + 1):
+class FlattenProbe:
+    """The rate of post-local SGD's averaging passes on this machine, one machine figure whose
+    rounds are interleaved with the cases (:class:`DDPCostProbe`): what
+    ``model_averaging.utils.average_parameters`` does before and after its all-reduce, as it does
+    it, on `module`'s parameters (a spare model's): ``torch.cat`` of the parameters into a new
+    buffer, the buffer divided by the world size in place, the parameters then made views of it
+    (the previous buffer freed once the next holds them), once per :meth:`round` (one unmeasured
+    pass first: the parameters' own first buffer). :meth:`result`: {"seconds": median over the
+    rounds, "bytes_per_s": 4 e bytes per element moved over it}: the cat's buffer is new memory
+    each time, its pages faulted in and zeroed as the cat first writes them, which on a CPU VM
+    makes this several times slower than a copy between mapped buffers."""
+
+    def __init__(self, module: nn.Module, world_size: int):
+        self.params = list(module.parameters())
+        self.world_size = world_size
+        self.numel = sum(p.numel() for p in self.params)
+        self.times: List[float] = []
+        self._pass()
+
+    def _pass(self) -> float:
         t0 = time.perf_counter()
-        flat = torch.cat([p.data.reshape(-1) for p in params])
-        flat /= world_size
-        times.append(time.perf_counter() - t0)
+        flat = torch.cat([p.data.reshape(-1) for p in self.params])
+        flat /= self.world_size
+        t = time.perf_counter() - t0
         offset = 0
-        for p in params:
+        for p in self.params:
             p.data = flat[offset:offset + p.numel()].view_as(p)
             offset += p.numel()
-    med = statistics.median(times[1:])  # the first: the parameters' own first buffer
-    return {"seconds": med, "bytes_per_s": 4.0 * size * numel / med}
+        return t
+
+    def round(self) -> None:
+        self.times.append(self._pass())
+
+    def result(self) -> Dict:
+        med = statistics.median(self.times)
+        return {"seconds": med, "bytes_per_s": 4.0 * self.params[0].element_size() * self.numel / med}
+
+
+def measure_flatten_rate(module: nn.Module, world_size: int, rounds: int) -> Dict:
+    """:class:`FlattenProbe`'s figures after `rounds` rounds in a row (no collective: one rank)."""
+    probe = FlattenProbe(module, world_size)
+    for _ in range(rounds):
+        probe.round()
+    return probe.result()
 
 
 def powersgd_buffers(module: nn.Module, r: int) -> List[int]:
@@ -456,6 +523,9 @@ def _run_case(ctx, module: nn.Module, x, y, case: Case, plan: Dict, stall: Seque
     for _ in range(plan["warmup_steps"]):
         ctx.progress()
         step(0.0)
+    # the buckets DDP built (after the first step's rebuild; it never splits a tensor, so at a cap
+    # below a layer's bytes they are not the nominal layout): the case's prediction uses them
+    built = ddp_bucket_sizes(model)
     ctx.progress()
     start = common_start()
     ends = []
@@ -482,13 +552,14 @@ def _run_case(ctx, module: nn.Module, x, y, case: Case, plan: Dict, stall: Seque
     paired = [compute_step(model, x, y, opt) for _ in range(plan["compute_iters"])]
     for k in paired[0]:
         hardware[k] = statistics.median(hardware.pop(f"{k}_samples") + [p[k] for p in paired])
-    return {"start": start, "ends": ends, "evidence": evidence, "hardware": hardware}
+    return {"start": start, "ends": ends, "evidence": evidence, "hardware": hardware, "bucket_sizes": built}
 
 
 def rank_mitigations(ctx, plan: Dict) -> Dict:
     """validate.launch entry point. plan: parameters, batch_size, first_bucket_bytes, bucket_cap_bytes,
-    gpus_per_node, steps, warmup_steps, compute_iters, machine_rounds (:func:`measure_ddp_costs`),
-    cases (Case fields as dicts), stall (cases x steps x n)."""
+    gpus_per_node, steps, warmup_steps, compute_iters, machine_rounds (the rounds of the
+    once-per-machine measurements in all, :class:`DDPCostProbe` and the others, spread over the
+    cases by :func:`slot_rounds`), cases (Case fields as dicts), stall (cases x steps x n)."""
     torch.manual_seed(0)
     module = synthetic_model(plan["parameters"])
     width = module[0].in_features
@@ -496,31 +567,41 @@ def rank_mitigations(ctx, plan: Dict) -> Dict:
     x = torch.randn(plan["batch_size"], width, generator=g)
     y = torch.randn(plan["batch_size"], width, generator=g)
     ctx.progress()
-    # DDP's own costs: once, before every case, on a model of its own
-    ddp_costs = measure_ddp_costs(ctx, synthetic_model(plan["parameters"]), x, y, plan)
-    ctx.progress()
-    # the backend's 16-bit all-reduce against fp32's: once, for every fp16/bf16 case
+    # the once-per-machine measurements, each on buffers or a model of its own: DDP's own costs;
+    # the backend's 16-bit all-reduce against fp32's (for every fp16/bf16 case); powerSGD_hook's
+    # chained all-reduces against sequential ones (at every PowerSGD case's sizes); post-local
+    # SGD's flatten and divide (for every post-local SGD case)
+    probes: Dict[str, object] = {"ddp_costs": DDPCostProbe(ctx, synthetic_model(plan["parameters"]), x, y, plan)}
     dtypes = sorted({c["hook"] for c in plan["cases"] if c["hook"] in REDUCE_DTYPES})
-    numel = sum(p.numel() for p in module.parameters())
-    reduce_dtypes = measure_reduce_dtypes(ctx, numel, dtypes, plan["machine_rounds"]) if dtypes else None
-    ctx.progress()
-    # powerSGD_hook's chained all-reduces against sequential ones: once, at every PowerSGD case's sizes
+    if dtypes:
+        probes["reduce_dtypes"] = ReduceDtypeProbe(sum(p.numel() for p in module.parameters()), dtypes)
     ranks = sorted({c["r"] for c in plan["cases"] if c["hook"] == "powersgd"})
-    chain = (measure_chain_overhead(ctx, [powersgd_buffers(module, r) for r in ranks],
-                                    CHAIN_ROUNDS * plan["machine_rounds"]) if ranks else None)
-    ctx.progress()
-    # post-local SGD's flatten and divide: once, on a spare model, for every post-local SGD case
-    flatten = (measure_flatten_rate(synthetic_model(plan["parameters"]), ctx.world_size, plan["machine_rounds"])
-               if any(c["hook"] == "localsgd" for c in plan["cases"]) else None)
-    ctx.progress()
+    if ranks:
+        probes["chain"] = ChainProbe([powersgd_buffers(module, r) for r in ranks], CHAIN_ROUNDS)
+    if any(c["hook"] == "localsgd" for c in plan["cases"]):
+        probes["flatten"] = FlattenProbe(synthetic_model(plan["parameters"]), ctx.world_size)
+    # their rounds interleaved with the cases: a share before every case and after the last
+    slots = slot_rounds(plan["machine_rounds"], len(plan["cases"]) + 1)
+
+    def machine_rounds(k: int) -> None:
+        for _ in range(k):
+            ctx.progress()
+            for probe in probes.values():
+                probe.round()
+
     cases = []
     for i, fields in enumerate(plan["cases"]):
+        machine_rounds(slots[i])
         case = Case(**fields)
         stall = [row[ctx.rank] for row in plan["stall"][i]]
         module = synthetic_model(plan["parameters"])  # a fresh model per case, the same on every rank
         out = _run_case(ctx, module, x, y, case, plan, stall)
         ctx.progress({"case": i, "hardware": out["hardware"]} if ctx.rank == 0 else None)
         cases.append(out)
+    machine_rounds(slots[-1])
+    figures = {name: probe.result() for name, probe in probes.items()}
+    ddp_costs = figures["ddp_costs"]
+    reduce_dtypes, chain, flatten = (figures.get(k) for k in ("reduce_dtypes", "chain", "flatten"))
     return {"rank": ctx.rank, "cases": cases, "width": width, "ddp_costs": ddp_costs, "reduce_dtypes": reduce_dtypes,
             "chain": chain, "flatten": flatten, "parameters": sum(p.numel() for p in module.parameters())}
 
@@ -539,7 +620,7 @@ def scenario_for(nprocs: int, parameters: float, bucket_cap: float, steps: int):
 
     sc = load_scenario(SCENARIO, [f"cluster.nodes={nprocs}", "cluster.gpus_per_node=1",
                                   f"model.parameters={parameters:.0f}", f"ddp.bucket_cap={bucket_cap:.0f}",
-                                  # one bucket (POWERSGD_ONE_BUCKET, measure_ddp_costs): the first
+                                  # one bucket (POWERSGD_ONE_BUCKET, DDPCostProbe): the first
                                   # is the cap too, and the job builds torch's buckets from both
                                   f"ddp.first_bucket={bucket_cap:.0f}"], steps)
     return replace(sc, name="mitigation_validation")
@@ -557,7 +638,7 @@ def case_scenario(scenario, case: Case, slow_stall: float, jitter_cv: float = 0.
 
 
 def plan_for(scenario, cases: Sequence[Case], slow_stall: float, warmup_steps: int, compute_iters: int,
-             machine_rounds: int = 9) -> Dict:
+             machine_rounds: int = MACHINE_ROUNDS) -> Dict:
     """The ranks' plan (see :func:`rank_mitigations`); stalls from the simulator's own draws."""
     from commsim.sim.stragglers import perturbations
 
@@ -567,7 +648,7 @@ def plan_for(scenario, cases: Sequence[Case], slow_stall: float, warmup_steps: i
         raise ValueError(f"powerSGD_hook on gloo needs one bucket (POWERSGD_ONE_BUCKET): a bucket cap of at least "
                          f"{scenario.model.grad_bytes:.0f} B, got {scenario.ddp.bucket_cap:.0f} B")
     if scenario.ddp.bucket_cap < scenario.model.grad_bytes:
-        raise ValueError(f"the DDP cost measurement (measure_ddp_costs) needs one bucket: a bucket cap of at least "
+        raise ValueError(f"the DDP cost measurement (DDPCostProbe) needs one bucket: a bucket cap of at least "
                          f"{scenario.model.grad_bytes:.0f} B, got {scenario.ddp.bucket_cap:.0f} B")
     return {"parameters": int(scenario.model.parameters), "batch_size": scenario.compute.batch_size,
             "first_bucket_bytes": float(scenario.ddp.first_bucket),
@@ -595,6 +676,20 @@ def remedy_text(case: Case, hardware: Dict[str, float], width: int) -> Optional[
         bw = hardware.get("flatten_bw", hardware["mem_bw"])
         return f"localsgd:H={case.H}:mem_bw={bw:.0f}B/s"
     return None
+
+
+def with_built_buckets(scenario, sizes: Sequence[float]):
+    """The scenario with the bucket layout a case's DDP built (``ddp.bucket_sizes``, bytes in
+    all-reduce order; each bucket ready at its bytes' share of the backward, as the synthetic
+    model's equal layers make it: ``bucket_ready`` unset), in place of the nominal first bucket
+    and caps: DDP never splits a tensor. The sizes must total the model's gradient bytes within
+    the scenario schema's tolerance for ``ddp.bucket_sizes``, else ValueError."""
+    from commsim.scenario.schema_training import BUCKET_TOTAL_TOLERANCE
+
+    total, grad = float(sum(sizes)), float(scenario.model.grad_bytes)
+    if not sizes or abs(total - grad) > BUCKET_TOTAL_TOLERANCE * grad:
+        raise ValueError(f"DDP built buckets {list(sizes)} ({total:.0f} B), not the model's {grad:.0f} gradient bytes")
+    return replace(scenario, ddp=replace(scenario.ddp, bucket_sizes=tuple(float(b) for b in sizes), bucket_ready=None))
 
 
 PREDICTED_STEPS = 10  # the prediction runs this many times the case's steps: a jittered mean that settles
@@ -645,7 +740,7 @@ def measured_step_time(start: float, rank_end: np.ndarray) -> float:
 
 
 def bucket_overhead_from_ranks(per_rank: Sequence[Dict]) -> float:
-    """DDP's own per-step cost from every rank's :func:`measure_ddp_costs` samples: per round, a
+    """DDP's own per-step cost from every rank's :class:`DDPCostProbe` samples: per round, a
     rank's synced step minus the *slowest* rank's no-sync compute of that round minus the rank's
     all-reduce (a synced step starts after a barrier and waits for the slowest rank's gradients:
     that wait is the ranks' compute jitter, modeled as such by :func:`compute_jitter_cv`, not
@@ -660,22 +755,28 @@ def bucket_overhead_from_ranks(per_rank: Sequence[Dict]) -> float:
 
 
 def compute_jitter_cv(per_rank: Sequence[Dict]) -> float:
-    """The coefficient of variation of one rank's step compute from one step to the next (the
-    no-sync steps of :func:`measure_ddp_costs`; median over ranks): from successive differences,
-    sigma = median |x[i+1] - x[i]| / (sqrt(2) x 0.6745) (a normal's MAD of a difference of two
-    draws), so that the machine's slow drift between rounds is not counted as jitter."""
-    cvs = []
-    for r in per_rank:
-        x = r["samples"]["nosync"]
-        if len(x) < 3:
-            return 0.0
-        diffs = [abs(b - a) for a, b in zip(x, x[1:])]
-        cvs.append(statistics.median(diffs) / (2 ** 0.5 * 0.6745) / statistics.median(x))
-    return float(statistics.median(cvs))
+    """The coefficient of variation of a rank's step compute about the other ranks' in the same
+    step, as commsim's ``Jitter`` straggler draws it (independently per rank and step), from the
+    no-sync steps of :class:`DDPCostProbe`: per round, each rank's deviation from the round's mean
+    over the ranks, relative to that mean; sigma from the median absolute deviation over every
+    round and rank, 1.4826 MAD (a normal's) / sqrt(1 - 1/n) (a deviation from the mean of n
+    draws). Within a round, so that the machine's drift between rounds (the rounds are spread over
+    the whole job) is not counted; a median, so that a round one burst of load stalled is not
+    either. 0 with one rank (nothing to compare; one rank waits for nobody)."""
+    n = len(per_rank)
+    if n < 2:
+        return 0.0
+    dev = []
+    for xs in zip(*(r["samples"]["nosync"] for r in per_rank)):
+        mean = sum(xs) / n
+        dev += [abs(x / mean - 1.0) for x in xs]
+    if not dev:
+        return 0.0
+    return float(1.4826 * statistics.median(dev) / (1.0 - 1.0 / n) ** 0.5)
 
 
 def ddp_costs_from_ranks(per_rank: Sequence[Dict]) -> "DDPCosts":
-    """The scenario's ``ddp.costs`` from every rank's :func:`measure_ddp_costs`: the per-bucket
+    """The scenario's ``ddp.costs`` from every rank's :class:`DDPCostProbe`: the per-bucket
     cost of :func:`bucket_overhead_from_ranks` (the job runs one bucket), the memory bandwidth and
     overlap slowdown as medians over the ranks; gradients as bucket views, as the job's DDP runs."""
     from commsim.scenario.spec import DDPCosts
@@ -687,16 +788,16 @@ def ddp_costs_from_ranks(per_rank: Sequence[Dict]) -> "DDPCosts":
 
 def run_cases(scenario, calibration, cases: Sequence[Case], nprocs: int, slow_stall: float,
               warmup_steps: int = 3, compute_iters: int = 5, timeout_s: float = 300.0, echo=print,
-              machine_rounds: int = 9, ddp_costs=None) -> Dict:
+              machine_rounds: int = MACHINE_ROUNDS, ddp_costs=None) -> Dict:
     """Run every case on `nprocs` local gloo ranks and compare with commsim's prediction.
 
-    DDP's own costs are those the job measures once before the cases (:func:`measure_ddp_costs`),
+    DDP's own costs are those the job measures once for the machine (:class:`DDPCostProbe`),
     unless `ddp_costs` (a :class:`commsim.scenario.spec.DDPCosts`, say from ``commsim calibrate
     --ddp-fit``) is given; either way the same for every case.
 
     Returns {"width", "parameters", "slow_stall_s", "ddp_costs" (the costs every prediction used,
     and what the job measured: per rank, with the all-reduce it timed and the calibration's time for
-    it), "reduce_dtypes" ({"measured": per rank, :func:`measure_reduce_dtypes`; "reduce_bytes":
+    it), "reduce_dtypes" ({"measured": per rank, :class:`ReduceDtypeProbe`; "reduce_bytes":
     {dtype: the remedy's reduce_bytes}}), "cases": [{case, remedy, slow_rank, measured_s,
     predicted_s, error, evidence (per rank), predicted, hardware}], "median_abs_error"}. Raises validate.launch.LaunchError if a rank dies
     or hangs."""
@@ -734,9 +835,14 @@ def run_cases(scenario, calibration, cases: Sequence[Case], nprocs: int, slow_st
     flatten_bw = statistics.median(f["bytes_per_s"] for f in flattens) if flattens[0] else None
     flatten_report = {"measured": flattens, "bytes_per_s": flatten_bw}
     rows = []
+    base = sc
     for i, case in enumerate(cases):
         per_rank = [r["cases"][i] for r in results]
         hardware = {k: statistics.median(c["hardware"][k] for c in per_rank) for k in per_rank[0]["hardware"]}
+        built = [c["bucket_sizes"] for c in per_rank]
+        if any(b != built[0] for b in built):
+            raise ValueError(f"case {case.name}: the ranks' DDP built different buckets: {built}")
+        sc = with_built_buckets(base, built[0])  # the case's prediction: the buckets its DDP built
         rank_end = np.array([c["ends"] for c in per_rank]).T
         measured = measured_step_time(per_rank[0]["start"], rank_end)
         if case.hook in reduce_bytes:  # measured once for the machine, the same in every case
@@ -760,7 +866,9 @@ def run_cases(scenario, calibration, cases: Sequence[Case], nprocs: int, slow_st
                      "slow_rank": case.slow, "measured_s": measured, "predicted_s": pred["step_time_s"],
                      "error": (pred["step_time_s"] - measured) / measured,
                      "measured_steps_s": measured_steps(per_rank[0]["start"], rank_end),
-                     "evidence": [c["evidence"] for c in per_rank], "predicted": pred, "hardware": hardware})
+                     "evidence": [c["evidence"] for c in per_rank], "predicted": pred, "hardware": hardware,
+                     "ddp_buckets": {"built_bytes": built[0], "predicted_with": list(sc.gradient_buckets()),
+                                     "nominal_bytes": list(base.gradient_buckets())}})
     return {"width": width, "parameters": parameters, "slow_stall_s": slow_stall, "ddp_costs": costs_report,
             "reduce_dtypes": reduce_report, "chain": chain_report,
             "flatten": flatten_report, "cases": rows, "median_abs_error": float(np.median([abs(r["error"]) for r in rows]))}
