@@ -42,7 +42,7 @@ _EXPORTS: Dict[str, str] = {
 
 __all__ = ["ALGORITHMS", "ALL_REDUCE", "COST_MODELS", "KINDS", "REGISTRY", "Algorithm", "Fabric", "Kernel", "flat",
            "get", "make_kernel", "uniform_time", "finish_times", "table", "algorithms_for", "algbw", "busbw",
-           "busbw_factor"]
+           "busbw_factor", "check_model", "selection"]
 
 
 def __getattr__(name: str) -> Any:
