@@ -266,3 +266,21 @@ def test_package_names_load_on_first_use_and_match_the_imports_written_for_reade
     assert package.busbw is function  # the function, not its submodule of the same name
     with pytest.raises(AttributeError, match="no_such_name"):
         package.no_such_name
+
+
+@pytest.mark.parametrize("model", ["alpha-beta", "nccl-2.19"])
+def test_finish_times_returns_a_new_array_later_calls_never_write(model):
+    """The contract's promise the FSDP step relies on: it keeps a result while the same kernel
+    is evaluated again."""
+    rng = np.random.default_rng(5)
+    for name in algorithms_for(model):
+        k = make_kernel(name, F, 4 * MB, model)
+        first_launch = rng.uniform(0, 1e-3, F.world_size)
+        first = k.finish_times(first_launch)
+        kept = first.copy()
+        assert not np.shares_memory(first, first_launch), name
+        for launch in (rng.uniform(0, 1e-3, F.world_size), np.zeros(F.world_size), first_launch + 1.0):
+            again = k.finish_times(launch)
+            assert not np.shares_memory(again, first), name
+        first_launch[:] = 7.0  # nor does the caller's launch vector, written afterwards
+        assert np.array_equal(first, kept), name
