@@ -128,8 +128,9 @@ def run(scenario, steps, seed, overrides, calibration, json_path, csv_path, trac
         check_plot_output(plot_path)
     stdout_taken = check_outputs({"--json": json_path, "--csv": csv_path, "--trace": trace_path, "--plot": plot_path})
     # a bad scenario is an InputError: one line, exit 2 (as load_or_fail, which would not hand
-    # back the document)
-    sc, document = load_scenario_document(scenario, overrides, steps, seed, calibration, force)
+    # back the document); `force` passed only when set, as load_or_fail does
+    sc, document = load_scenario_document(scenario, overrides, steps, seed, calibration,
+                                          **({"force": True} if force else {}))
     # a `mitigation:` section is compare's and sweep's: refused here (a MitigationError, one
     # line, exit 2) rather than ignored; read from the document the loader parsed, not the file again
     refuse_section(scenario, overrides, document=document)
