@@ -13,7 +13,7 @@ from typing import Optional, Sequence
 import click
 
 from commsim import __version__
-from commsim.cli.common import FORCE_HELP, POSITIVE_INT, Group, command, load_or_fail
+from commsim.cli.common import FORCE_HELP, POSITIVE_INT, Group, command
 from commsim.cli.outputs import check_outputs, check_plot_output, write_output
 from commsim.errors import EXIT_INPUT, EXIT_INTERRUPTED, EXIT_RUN_FAILED
 
@@ -121,15 +121,19 @@ def run(scenario, steps, seed, overrides, calibration, json_path, csv_path, trac
     from commsim.analysis.report import late_ranks, summarize
     from commsim.output.text import print_summary, text_console
     from commsim.mitigations.section import refuse_section
+    from commsim.scenario.loader import load_scenario_document
 
     # every output is checked before the simulation runs, not after
     if plot_path:
         check_plot_output(plot_path)
     stdout_taken = check_outputs({"--json": json_path, "--csv": csv_path, "--trace": trace_path, "--plot": plot_path})
-    sc = load_or_fail(scenario, overrides, steps, seed, calibration, force=force)
+    # a bad scenario is an InputError: one line, exit 2 (as load_or_fail, which would not hand
+    # back the document); `force` passed only when set, as load_or_fail does
+    sc, document = load_scenario_document(scenario, overrides, steps, seed, calibration,
+                                          **({"force": True} if force else {}))
     # a `mitigation:` section is compare's and sweep's: refused here (a MitigationError, one
-    # line, exit 2) rather than ignored
-    refuse_section(scenario, overrides)
+    # line, exit 2) rather than ignored; read from the document the loader parsed, not the file again
+    refuse_section(scenario, overrides, document=document)
     # per-rank records only for what an output reads (memory O(ranks + steps)): the plot
     # reads every rank's waiting time, the trace its first --trace-ranks ranks; the summary and
     # the CSV read per-step aggregates only

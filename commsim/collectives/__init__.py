@@ -13,70 +13,66 @@ dependency structure), ``uniform_time()`` (all ranks launching together), ``kind
     >>> t = make_kernel("tree", f, 256 * 2**20).uniform_time()
 
 Sizes are bytes, times seconds, bandwidths bytes/s (per direction).
+
+The names below are loaded on first use (PEP 562 ``__getattr__``): the engine imports
+``commsim.collectives.contract`` and ``.kernels``, and importing the package on the way must not
+cost it every algorithm (the registry itself loads an algorithm's module when it is first asked
+for). ``algbw``/``busbw``/``busbw_factor`` are bound here at once: ``busbw`` is also the name of
+their submodule, which would otherwise shadow the function once anything imported it.
 """
 
 from __future__ import annotations
 
-import numpy as np
+import importlib
+from typing import TYPE_CHECKING, Any, Dict, List
 
 from commsim.collectives.busbw import algbw, busbw, busbw_factor
-from commsim.collectives.contract import KINDS, Algorithm, Kernel
-from commsim.collectives.kernels import (ALGORITHMS, ALL_REDUCE, COST_MODELS, REGISTRY, algorithms_for, check_model,
-                                         make_kernel, selection)
-from commsim.network.fabric import Fabric, flat
 
-
-def get(name: str) -> Algorithm:
-    """The registered algorithm a user-facing name runs (the ring for reduce_scatter and
-    all_gather); ValueError naming the choices otherwise."""
-    return selection(name)[0]
-
-
-def uniform_time(name: str, fabric: Fabric, size: float) -> float:
-    """Closed-form time of algorithm ``name`` when every rank launches together."""
-    return make_kernel(name, fabric, size).uniform_time()
-
-
-def finish_times(name: str, fabric: Fabric, launch, size: float) -> np.ndarray:
-    """Per-rank finish times of algorithm ``name`` for per-rank launch times ``launch``."""
-    launch = np.asarray(launch, dtype=float)
-    if launch.shape != (fabric.world_size,):
-        raise ValueError(f"launch must have shape ({fabric.world_size},), got {launch.shape}")
-    return make_kernel(name, fabric, size).finish_times(launch)
-
-
-def table(names, fabric: Fabric, sizes, model: str = "alpha-beta") -> list[dict]:
-    """nccl-tests-style rows, one per (size, algorithm): ``size`` (bytes), ``algorithm``,
-    ``time_s``, ``algbw`` and ``busbw`` (bytes/s, nccl-tests convention for the algorithm's
-    collective), ``chosen`` (what runs: auto's pick, or NCCL's algorithm/protocol under an NCCL
-    model) and ``fastest`` (True on the quickest all-reduce of each size). For
-    ``commsim collective --algorithm NAME|all``."""
-    check_model(model)
-    names = list(names)
-    covered = algorithms_for(model)
-    for name in names:
-        selection(name)
-        if name not in covered:
-            raise ValueError(f"collective model {model} covers algorithms {', '.join(covered)}; got {name!r}")
-    rows = []
-    for size in sizes:
-        group = []
-        for name in names:
-            k = make_kernel(name, fabric, size, model)
-            t = k.uniform_time()
-            # the name itself, unless something else runs (auto's pick, NCCL's algorithm/protocol)
-            chosen = name if k.chosen == selection(name)[0].name else k.chosen
-            group.append({"size": int(size), "algorithm": name, "time_s": t, "algbw": algbw(size, t),
-                          "busbw": busbw(k.kind, size, t, fabric.world_size), "chosen": chosen,
-                          "_kind": k.kind})
-        reducing = [r["time_s"] for r in group if r["_kind"] == "all_reduce"]
-        best = min(reducing) if reducing else None
-        for r in group:
-            r["fastest"] = r.pop("_kind") == "all_reduce" and r["time_s"] == best
-        rows.extend(group)
-    return rows
-
+# public name -> the module that defines it (a submodule of this package, or network.fabric)
+_EXPORTS: Dict[str, str] = {
+    "KINDS": "commsim.collectives.contract",
+    "Algorithm": "commsim.collectives.contract",
+    "Kernel": "commsim.collectives.contract",
+    **dict.fromkeys(("ALGORITHMS", "ALL_REDUCE", "COST_MODELS", "REGISTRY", "algorithms_for", "check_model",
+                     "finish_times", "get", "make_kernel", "selection", "table", "uniform_time"),
+                    "commsim.collectives.kernels"),
+    "Fabric": "commsim.network.fabric",
+    "flat": "commsim.network.fabric",
+}
 
 __all__ = ["ALGORITHMS", "ALL_REDUCE", "COST_MODELS", "KINDS", "REGISTRY", "Algorithm", "Fabric", "Kernel", "flat",
            "get", "make_kernel", "uniform_time", "finish_times", "table", "algorithms_for", "algbw", "busbw",
-           "busbw_factor"]
+           "busbw_factor", "check_model", "selection"]
+
+
+def __getattr__(name: str) -> Any:
+    """Import the module that defines `name` on first access, then keep the name here."""
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> List[str]:
+    return sorted(set(globals()) | set(_EXPORTS))
+
+
+if TYPE_CHECKING:  # the same names, for type checkers and readers
+    from commsim.collectives.contract import KINDS, Algorithm, Kernel  # noqa: F401
+    from commsim.collectives.kernels import (  # noqa: F401
+        ALGORITHMS,
+        ALL_REDUCE,
+        COST_MODELS,
+        REGISTRY,
+        algorithms_for,
+        check_model,
+        finish_times,
+        get,
+        make_kernel,
+        selection,
+        table,
+        uniform_time,
+    )
+    from commsim.network.fabric import Fabric, flat  # noqa: F401

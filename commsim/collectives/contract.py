@@ -30,7 +30,10 @@ class Kernel(Protocol):
     """One collective, planned for one (kind, size, fabric).
 
     ``finish_times(launch)``: per-rank finish times (seconds) for per-rank launch times, shape
-    (n,) in and out; a rank never finishes before it launched. ``uniform_time()``: seconds from
+    (n,) in and out; a rank never finishes before it launched. It returns a new array, sharing
+    no memory with ``launch`` or any buffer of the kernel, that later calls never write: a
+    caller may keep it (the FSDP step keeps each bucket's finish times while the kernel of the
+    same bucket is evaluated again), and a kernel must not reuse an output buffer across calls. ``uniform_time()``: seconds from
     a simultaneous launch to the last finish. ``kind``: all_reduce, reduce_scatter or
     all_gather (``size`` is the whole buffer, as nccl-tests' size column). ``chosen``: what runs
     (the algorithm's name; auto's pick; NCCL's ``Algorithm/Protocol`` under an NCCL model).

@@ -7,15 +7,22 @@ the document after the same ``--set`` / grid overrides the loader applied, and h
 ``commsim sweep`` adds their rows to each point (``--grid 'mitigation[0].r=1,4'``: the section is a
 list, so a remedy's parameter is swept by its index), and ``commsim run``, which simulates the
 scenario as it is, refuses a file that has one (:func:`refuse_section`).
+
+``commsim run`` hands :func:`refuse_section` the document its loader already read
+(:func:`commsim.scenario.loader.load_scenario_document`), and imports this module only for
+that: the remedies' parser and models (:mod:`commsim.mitigations.spec`, ``.compare``) are
+imported where a section is parsed or a refusal raised, not with the module.
 """
 
 from __future__ import annotations
 
-from typing import Any, Dict, Iterable, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Iterable, Mapping, Optional, Tuple
 
-from commsim.mitigations.spec import Mitigation, MitigationError, parse_section
 from commsim.scenario.loader import apply_overrides, load_document
 from commsim.scenario.schema import MITIGATION_KEY
+
+if TYPE_CHECKING:
+    from commsim.mitigations.spec import Mitigation
 
 RUN_REFUSAL = ("this command simulates the scenario as it is, without remedies; compare them with "
                "`commsim compare SCENARIO` or sweep them with `commsim sweep SCENARIO --grid "
@@ -25,22 +32,31 @@ RUN_REFUSAL = ("this command simulates the scenario as it is, without remedies; 
 _ABSENT = object()
 
 
-def _raw(path, overrides: Iterable[str]) -> Any:
-    """The section's value after `overrides`, or _ABSENT. Raises the loader's ScenarioError for a
-    file or an override it cannot read."""
-    doc = apply_overrides(load_document(path), list(overrides))
-    return doc.get(MITIGATION_KEY, _ABSENT) if isinstance(doc, dict) else _ABSENT
+def _raw(path, overrides: Iterable[str], document: Optional[Mapping[Any, Any]] = None) -> Any:
+    """The section's value after `overrides`, or _ABSENT: from `document` (the file after the
+    overrides, as the loader read it) when given, else read and parsed here. Raises the loader's
+    ScenarioError for a file or an override it cannot read."""
+    doc = apply_overrides(load_document(path), list(overrides)) if document is None else document
+    return doc.get(MITIGATION_KEY, _ABSENT) if isinstance(doc, Mapping) else _ABSENT
 
 
 def mitigation_section(path, overrides: Iterable[str] = ()) -> Optional[Tuple[Mitigation, ...]]:
     """The parsed section (:func:`commsim.mitigations.spec.parse_section`), or None without one."""
     section = _raw(path, overrides)
-    return None if section is _ABSENT else parse_section(section, str(path))
+    if section is _ABSENT:
+        return None
+    from commsim.mitigations.spec import parse_section
+
+    return parse_section(section, str(path))
 
 
-def refuse_section(path, overrides: Iterable[str] = ()) -> None:
-    """Raise a one-line MitigationError if the scenario (after `overrides`) has a section."""
-    if _raw(path, overrides) is not _ABSENT:
+def refuse_section(path, overrides: Iterable[str] = (), document: Optional[Mapping[Any, Any]] = None) -> None:
+    """Raise a one-line MitigationError if the scenario (after `overrides`) has a section.
+    `document`: the mapping the loader validated (``load_scenario_document``), which spares a
+    second read and parse of the file; without it the file and `overrides` are read here."""
+    if _raw(path, overrides, document) is not _ABSENT:
+        from commsim.mitigations.spec import MitigationError
+
         raise MitigationError(str(path), MITIGATION_KEY, RUN_REFUSAL)
 
 

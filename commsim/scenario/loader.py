@@ -12,6 +12,7 @@ Public API::
     apply_overrides(doc, ["a.b.c=VALUE", ...])   # --set, VALUE parsed as YAML; returns a new dict
     parse_scenario(doc, source) -> Scenario      # validate a mapping; source names it in errors
     load_scenario(path, overrides=(), steps=None, seed=None, calibration=None, force=False) -> Scenario
+    load_scenario_document(path, ...) -> (Scenario, dict)   # the same, with the mapping it was read from
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ __all__ = [
     "apply_overrides",
     "parse_scenario",
     "load_scenario",
+    "load_scenario_document",
     "ALGORITHMS",
     "GRAD_DTYPES",
     "JITTER_DISTRIBUTIONS",
@@ -186,6 +188,20 @@ def load_scenario(
     A bad value that came from the command line is reported against the file with the flag
     named, e.g. ``run.yaml (after --set 'ddp.bucket_cap=0'): ddp.bucket_cap: ...``.
     """
+    return load_scenario_document(path, overrides, steps, seed, calibration, force)[0]
+
+
+def load_scenario_document(
+    path: Union[str, Path],
+    overrides: Iterable[str] = (),
+    steps: Optional[int] = None,
+    seed: Optional[int] = None,
+    calibration: Optional[Union[str, Path]] = None,
+    force: bool = False,
+) -> Tuple[spec.Scenario, Dict[Any, Any]]:
+    """:func:`load_scenario`, and the mapping the scenario was validated from (the file after
+    the overrides and flags), so that a caller reading a key the scenario leaves out (the
+    ``mitigation:`` section) needs no second read and parse of the file."""
     source = str(path)
     overrides = list(overrides)
     doc = apply_overrides(load_document(path), overrides)
@@ -207,7 +223,7 @@ def load_scenario(
         scenario = parse_scenario(doc, source)
         if not force:
             budget.check(scenario, source)
-        return scenario
+        return scenario, doc
     except ScenarioError as err:
         flag = _origin(err.path, origins)
         if flag is None:

@@ -226,22 +226,22 @@ def test_a_full_disk_names_the_output_path(monkeypatch, tmp_path, capsys):
     assert str(out) in err and "No space left on device" in err and len(err.strip().splitlines()) == 1
 
 
-@pytest.mark.parametrize("args", [
-    ["run", SCENARIO, "-q", "--steps", "2"],
-    ["algorithms", SCENARIO, "--algorithm", "ring", "--steps", "2"],
-    ["collective", SCENARIO, "--algorithm", "ring", "--sizes", "1M:2M"],
+@pytest.mark.parametrize("args, entry", [
+    (["run", SCENARIO, "-q", "--steps", "2"], "load_scenario_document"),  # run also reads the document
+    (["algorithms", SCENARIO, "--algorithm", "ring", "--steps", "2"], "load_scenario"),
+    (["collective", SCENARIO, "--algorithm", "ring", "--sizes", "1M:2M"], "load_scenario"),
 ])
-def test_force_reaches_the_loader_only_when_given(args, monkeypatch):
+def test_force_reaches_the_loader_only_when_given(args, entry, monkeypatch):
     import commsim.scenario.loader as loader
 
     seen = []
-    real = loader.load_scenario
+    real = getattr(loader, entry)
 
     def load_scenario(*a, **kwargs):
         seen.append(kwargs.pop("force", None))
         return real(*a, **kwargs)
 
-    monkeypatch.setattr(loader, "load_scenario", load_scenario)
+    monkeypatch.setattr(loader, entry, load_scenario)
     assert run_cli(args) == 0
     assert run_cli(args + ["--force"]) == 0
     # without --force the keyword is not passed at all, so a loader without the limit still works

@@ -41,10 +41,26 @@ HEAVY = (
     "commsim.calibration.nccl_log",
     "commsim.calibration.from_logs",
     "commsim.mitigations.compare",
+    "commsim.mitigations.spec",  # the remedies' parser: a run only checks the section is absent
     "commsim.output.plots",
     "rich",
     "matplotlib",
 ) + tuple(SUBCOMMAND_MODULES) + ("commsim.cli.compare",)
+
+
+# A ring run plans rings only: not the other algorithms, auto's candidates or NCCL's models and
+# tuner (the registry loads an algorithm's module on first use).
+NOT_FOR_A_RING = (
+    "commsim.collectives.auto",
+    "commsim.collectives.halving_doubling",
+    "commsim.collectives.hierarchical",
+    "commsim.collectives.nccl_constants",
+    "commsim.collectives.nccl_model",
+    "commsim.collectives.nccl_tuner",
+    "commsim.collectives.reduce_broadcast",
+    "commsim.collectives.reference",
+    "commsim.collectives.tree",
+)
 
 
 def _probe(code: str, *args) -> dict:
@@ -63,6 +79,55 @@ def test_plain_run_imports_none_of_the_heavy_modules():
     assert got["code"] == 0
     assert "commsim.sim.engine" in got["modules"]  # the probe sees the run's imports
     assert _under(got["modules"], HEAVY) == []
+
+
+def test_a_ring_run_imports_the_ring_and_no_other_algorithm():
+    got = _probe(PROBE, "run", SCENARIO, "-q")
+    assert got["code"] == 0
+    assert {"commsim.collectives.ring", "commsim.collectives.ring_closed_form"} <= set(got["modules"])
+    assert _under(got["modules"], NOT_FOR_A_RING) == []
+
+
+def test_a_tree_run_imports_the_tree_and_not_the_others():
+    got = _probe(PROBE, "run", SCENARIO, "-q", "--steps", "2", "--set", "collective.algorithm=tree")
+    assert got["code"] == 0
+    assert _under(got["modules"], NOT_FOR_A_RING) == ["commsim.collectives.tree"]
+
+
+# Counts the YAML parses of a run (the file, and each --set value) in-process.
+PARSES = """
+import json, sys
+import commsim.yamlio, commsim.scenario.loader as loader
+texts = []
+original = loader.parse_yaml
+def counting(text, *args, **kwargs):
+    texts.append(text)
+    return original(text, *args, **kwargs)
+loader.parse_yaml = counting
+from commsim.cli.main import run_cli
+code = run_cli(sys.argv[1:])
+print(json.dumps({"code": code, "parses": len(texts)}))
+"""
+
+
+def test_run_parses_the_scenario_file_once():
+    # the loader's document also answers whether a `mitigation:` section is there
+    assert _probe(PARSES, "run", SCENARIO, "-q", "--steps", "2") == {"code": 0, "parses": 1}
+    # one more for the --set value (parsed as YAML), none for a second read of the file
+    assert _probe(PARSES, "run", SCENARIO, "-q", "--steps", "2", "--set", "seed=4") == {"code": 0, "parses": 2}
+
+
+def test_run_still_refuses_a_mitigation_section_set_on_the_command_line():
+    code = """
+import sys
+from commsim.cli.main import main
+main.main(args=sys.argv[1:], prog_name="commsim")
+"""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    out = subprocess.run([sys.executable, "-c", code, "run", SCENARIO, "-q", "--steps", "2", "--set",
+                          "mitigation=[fp16]"], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.count("\n") == 1 and "mitigation" in out.stderr and "commsim compare" in out.stderr
 
 
 def test_run_with_json_and_csv_still_imports_none_of_them(tmp_path):

@@ -1,5 +1,7 @@
 """The registry and the kernel contract: every algorithm, every kind, every cost model."""
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -165,3 +167,120 @@ def test_a_plan_reused_returns_new_arrays_its_later_calls_leave_alone(name, node
     for launch, out in zip(launches, got):
         np.testing.assert_array_equal(out, make_kernel(name, f, 4 * MB).finish_times(launch))
     assert len({id(out) for out in got}) == len(got) and not any(np.shares_memory(got[0], o) for o in got[1:])
+
+
+# --- the static table of the lazy registry ---------------------------------------------------
+
+def test_static_table_is_what_the_modules_declare():
+    """TABLE (name -> module, kinds) and COST_MODELS are constants so that nothing is imported to
+    know them; each entry must say what its module's ALGORITHM says."""
+    import ast
+    import importlib
+    import pkgutil
+
+    import commsim.collectives as package
+    from commsim.collectives import nccl_model
+    from commsim.collectives.kernels import COST_MODELS, TABLE
+
+    for name, (module, kinds) in TABLE.items():
+        alg = importlib.import_module(f"commsim.collectives.{module}").ALGORITHM
+        assert (alg.name, alg.kinds) == (name, kinds), module
+        assert REGISTRY[name] is alg
+    assert COST_MODELS == ("alpha-beta",) + tuple(nccl_model.MODELS)
+    # every module of the package that declares an ALGORITHM is registered
+    declaring = set()
+    for info in pkgutil.iter_modules(package.__path__):
+        tree = ast.parse(Path(package.__path__[0], f"{info.name}.py").read_text())
+        if any(isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "ALGORITHM" for t in node.targets)
+               for node in tree.body):
+            declaring.add(info.name)
+    assert declaring == {module for module, _ in TABLE.values()}
+
+
+def test_registry_is_a_read_only_mapping_over_the_table():
+    from commsim.collectives.kernels import TABLE
+
+    assert len(REGISTRY) == len(TABLE) and list(REGISTRY.keys()) == list(TABLE)
+    assert "tree" in REGISTRY and "bogus" not in REGISTRY
+    with pytest.raises(KeyError):
+        REGISTRY["bogus"]
+    with pytest.raises(TypeError):
+        REGISTRY["tree"] = REGISTRY["ring"]
+    with pytest.raises(ValueError, match="unknown collective algorithm 'bogus'"):
+        selection("bogus")
+
+
+# Imports the given module, touches the given kernels names, prints the collectives modules loaded.
+_PROBE = """
+import json, sys, importlib
+from commsim.collectives import kernels
+for expr in sys.argv[1:]:
+    eval(expr, {"kernels": kernels})
+print(json.dumps(sorted(m for m in sys.modules if m.startswith("commsim.collectives.") or m == "commsim.network.system")))
+"""
+
+_ALGORITHM_MODULES = ["commsim.collectives.auto", "commsim.collectives.halving_doubling",
+                      "commsim.collectives.hierarchical", "commsim.collectives.nccl_constants",
+                      "commsim.collectives.nccl_model", "commsim.collectives.nccl_tuner",
+                      "commsim.collectives.reduce_broadcast", "commsim.collectives.ring",
+                      "commsim.collectives.tree", "commsim.network.system"]
+
+
+def _loaded(*exprs):
+    import json
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[3]
+    out = subprocess.run([sys.executable, "-c", _PROBE, *exprs], cwd=root, env=dict(os.environ, PYTHONPATH=str(root)),
+                         capture_output=True, text=True, check=True)
+    return [m for m in json.loads(out.stdout) if m in _ALGORITHM_MODULES]
+
+
+def test_the_registry_imports_an_algorithm_on_first_use_only():
+    # the constants, the model check and the alpha-beta coverage need no algorithm module
+    assert _loaded("kernels.ALGORITHMS", "kernels.ALL_REDUCE", "kernels.COST_MODELS", "list(kernels.REGISTRY)",
+                   "kernels.check_model('nccl-2.19')", "kernels.algorithms_for('alpha-beta')") == []
+    assert _loaded("kernels.REGISTRY['tree']") == ["commsim.collectives.tree"]
+    assert _loaded("kernels.selection('all_gather')") == ["commsim.collectives.ring"]
+    assert _loaded("kernels.algorithms_for('nccl-2.7')") == ["commsim.collectives.nccl_constants",
+                                                             "commsim.collectives.nccl_model"]
+
+
+def test_package_names_load_on_first_use_and_match_the_imports_written_for_readers():
+    import ast
+
+    import commsim.collectives as package
+
+    tree = ast.parse(Path(package.__file__).read_text())
+    guarded = next(node for node in tree.body if isinstance(node, ast.If))  # if TYPE_CHECKING:
+    written = {alias.asname or alias.name: node.module for node in ast.walk(guarded)
+               if isinstance(node, ast.ImportFrom) for alias in node.names}
+    assert written == package._EXPORTS
+    assert set(package.__all__) == set(package._EXPORTS) | {"algbw", "busbw", "busbw_factor"}
+    for name in package.__all__:
+        assert getattr(package, name) is not None
+    from commsim.collectives.busbw import busbw as function
+
+    assert package.busbw is function  # the function, not its submodule of the same name
+    with pytest.raises(AttributeError, match="no_such_name"):
+        package.no_such_name
+
+
+@pytest.mark.parametrize("model", ["alpha-beta", "nccl-2.19"])
+def test_finish_times_returns_a_new_array_later_calls_never_write(model):
+    """The contract's promise the FSDP step relies on: it keeps a result while the same kernel
+    is evaluated again."""
+    rng = np.random.default_rng(5)
+    for name in algorithms_for(model):
+        k = make_kernel(name, F, 4 * MB, model)
+        first_launch = rng.uniform(0, 1e-3, F.world_size)
+        first = k.finish_times(first_launch)
+        kept = first.copy()
+        assert not np.shares_memory(first, first_launch), name
+        for launch in (rng.uniform(0, 1e-3, F.world_size), np.zeros(F.world_size), first_launch + 1.0):
+            again = k.finish_times(launch)
+            assert not np.shares_memory(again, first), name
+        first_launch[:] = 7.0  # nor does the caller's launch vector, written afterwards
+        assert np.array_equal(first, kept), name

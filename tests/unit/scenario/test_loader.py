@@ -23,6 +23,7 @@ from commsim.scenario.loader import (
     apply_overrides,
     load_document,
     load_scenario,
+    load_scenario_document,
     parse_scenario,
 )
 
@@ -254,6 +255,18 @@ def test_later_overrides_win():
 def test_steps_and_seed_arguments(tmp_path):
     scenario = load_scenario(write(tmp_path, FULL_YAML), ["steps=5"], steps=9, seed=11)
     assert (scenario.steps, scenario.seed) == (9, 11)
+
+
+def test_load_scenario_document_hands_back_what_it_validated(tmp_path):
+    """The document the loader parsed (after --set and the flags): what `commsim run` reads the
+    `mitigation:` section from instead of parsing the file a second time."""
+    path = write(tmp_path, FULL_YAML + "mitigation: [fp16]\n")
+    scenario, doc = load_scenario_document(path, ["ddp.overlap=true", "mitigation[0]=fp32"], steps=9, seed=11)
+    assert scenario == load_scenario(path, ["ddp.overlap=true", "mitigation[0]=fp32"], steps=9, seed=11)
+    assert (doc["steps"], doc["seed"], doc["ddp"]["overlap"], doc["mitigation"]) == (9, 11, True, ["fp32"])
+    assert parse_scenario(doc, str(path)) == scenario
+    with pytest.raises(ScenarioError, match=r"\(after --set 'ddp.overlap=3'\)"):
+        load_scenario_document(path, ["ddp.overlap=3"])
 
 
 @pytest.mark.parametrize(
