@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 import re
-import secrets
 import stat
 from contextlib import suppress
 from typing import Optional, Union
@@ -35,7 +34,9 @@ _CREATE_ATTEMPTS = 100
 
 
 def _temp_name(base: str) -> str:
-    return f".{base}.{''.join(secrets.choice(_ALPHABET) for _ in range(_RANDOM_CHARS))}.tmp"
+    # os.urandom rather than the secrets module, whose import (hmac, hashlib, random) costs every
+    # command's start-up a few ms; a name needs to be unlikely to collide, not secret
+    return f".{base}.{''.join(_ALPHABET[b % len(_ALPHABET)] for b in os.urandom(_RANDOM_CHARS))}.tmp"
 
 
 def _is_our_temp(name: str, base: str) -> bool:

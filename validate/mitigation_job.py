@@ -66,7 +66,7 @@ import os
 import statistics
 import time
 from dataclasses import dataclass, replace
-from typing import Dict, List, Optional, Sequence
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence
 
 import numpy as np
 import torch
@@ -77,6 +77,9 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from validate.compute_timing import layer_shape, synthetic_model
 from validate.ddp_job import bucket_kwargs, compute_step, ddp_bucket_sizes
 from validate.replay import common_start
+
+if TYPE_CHECKING:
+    from commsim.scenario.spec import DDPCosts
 
 # the rounds of the once-per-machine measurements in all (DDP's costs, the 16-bit all-reduce,
 # PowerSGD's chain, the averager's flatten), spread over the cases: 4 before each of the

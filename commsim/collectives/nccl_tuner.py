@@ -375,7 +375,7 @@ def ring_graph(system: System, scale: Scale) -> RingGraph:
     """
     speeds = topo_speeds(system)
     most = max_channels(system.nccl_version) // 2
-    L, D = scale.local, scale.domains
+    D = scale.domains
     ci, version = system.compcap_index, system.nccl_version
     array = search_speeds_inter(ci, version) if D > 1 else search_speeds_intra(ci, version)
     total_bw = speeds.intra_GBps

@@ -5,7 +5,6 @@ import gzip
 import json
 import os
 import pickle
-import shutil
 import subprocess
 import sys
 from pathlib import Path

@@ -1,7 +1,6 @@
 """Joint fit of physical constants: recovery on synthetic logs, provenance, composition,
 refusals, and one real system (Snellius H100: 1 node predicting 2 nodes)."""
 
-import math
 import os
 from dataclasses import replace
 

@@ -1,6 +1,5 @@
 """NCCL-structured cost model: closed forms per algorithm, NCCL's choice, overrides, errors."""
 
-import math
 from dataclasses import replace
 
 import numpy as np

@@ -2,7 +2,6 @@
 ncclTopoCompute for the NVLS pattern, src/graph/tuning.cc ncclTopoTuneModel's NVLS rows)."""
 
 import math
-from dataclasses import replace
 
 import numpy as np
 import pytest
