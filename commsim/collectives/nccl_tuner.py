@@ -730,6 +730,35 @@ def channels_used(algorithm: str, protocol: str, sizes, channels: int, ranks: in
     return np.clip(np.floor(S / per_channel), 1.0, float(channels))
 
 
+def protocol_ceiling_GBps(algorithm: str, protocol: str, system: System, scale: Scale, channels_launched,
+                          channels: int) -> np.ndarray:
+    """The protocol's bus-bandwidth ceiling (GB/s) with `channels_launched` of the `channels`
+    (comm->nChannels, :func:`nccl_channels`) running, as ncclTopoTuneModel applies NCCL's
+    ceilings (src/graph/tuning.cc, the same rules v2.18.5-1 .. v2.29.2-1):
+
+    - LL: ``busBw = std::min(llMaxBw, busBw * ...)`` (Ring) and ``std::min(busBw*1.0/3.8,
+      llMaxBw)`` (Tree): a *total* ceiling, whatever the channel count
+      (:attr:`System.ll_ch_GBps` holds it);
+    - LL128 (``graphs[a]->nChannels*perChMaxRingLL128Bw``, ``...*perChMaxTreeLL128Bw``) and
+      Tree/Simple (``graphs[a]->nChannels*perChMaxTreeBw``): *per channel* of the graph, times
+      ``graphs[a]->nChannels``, the ring search's channels (:func:`ring_graph`; the tree graph is
+      searched for as many), not the comm->nChannels ncclTopoPostset doubles them into.
+
+    A launch on fewer channels (small sizes, :func:`channels_used`) scales those figures by the
+    fraction launched, as ncclTopoGetAlgoTime does: ``bw = bw / comm->nChannels *
+    info->nChannels``. NCCL caps Ring/Simple (and PAT) with nothing; the model keeps its own
+    per-launched-channel Simple throughput there (:attr:`System.simple_ch_GBps` x channels
+    launched: one channel's threads move at most that), which binds only on few channels."""
+    nc = np.asarray(channels_launched, dtype=float)
+    frac = nc / float(channels)
+    if protocol == LL:
+        return system.ll_ch_GBps * frac
+    if protocol == SIMPLE and algorithm != "tree":
+        return system.simple_ch_GBps * nc
+    per_channel = system.ll128_ch_GBps if protocol == LL128 else system.simple_ch_GBps
+    return per_channel * ring_graph(system, scale).channels * frac
+
+
 def _hop_us(system: System, hw: str, algorithm: str, protocol: str, table: dict, nominal_ring_simple: float,
             physical_simple: float) -> float:
     """A hop's latency for (algorithm, protocol): the level's physical Simple-ring hop latency
@@ -745,7 +774,8 @@ def physical_time_us(kind: str, algorithm: str, protocol: str, sizes, system: Sy
     latency = baseLat[algorithm][protocol] + launch_us + hops, each hop's latency the level's
     physical Simple-ring latency times NCCL's ratio for (algorithm, protocol);
     bandwidth = the slowest level for the algorithm's traffic, times the protocol's payload
-    fraction, at most (channels used) x (the protocol's per-channel ceiling); network levels
+    fraction, at most the protocol's ceiling (:func:`protocol_ceiling_GBps`: LL's total, the
+    per-graph-channel LL128/Simple ones, scaled by the channels launched); network levels
     drive min(channels used, the NICs the ring search put channels on: :func:`nics_driven`) NICs,
     shared by the fabric's oversubscription; channels are the ones that run (:func:`nccl_channels`).
     """
@@ -757,7 +787,7 @@ def physical_time_us(kind: str, algorithm: str, protocol: str, sizes, system: Sy
     C = nccl_channels(system, scale)
     nc = channels_used(a, protocol, S, C, n)
     eff = PROTO_EFFICIENCY[protocol]
-    ch = {LL: system.ll_ch_GBps, LL128: system.ll128_ch_GBps, SIMPLE: system.simple_ch_GBps}[protocol]
+    ceiling = protocol_ceiling_GBps(a, protocol, system, scale, nc, C)
     nic = system.nic_bw_GBps * system.fabric_factor(D)
     # a channel drives the NIC its graph channel was searched on; ncclTopoDupChannels and the
     # postset doubling copy channels onto the same NICs, so the distinct NICs are the searched ones
@@ -784,7 +814,7 @@ def physical_time_us(kind: str, algorithm: str, protocol: str, sizes, system: Sy
             link = np.minimum(link, system.intra_bw_GBps)
         if D > 1:
             link = np.minimum(link, net_bw)
-        bus = np.minimum(link * eff, nc * ch)
+        bus = np.minimum(link * eff, ceiling)
         alg_bw = bus / factor
         nsteps = 2 * (n - 1) if kind == "all_reduce" else n - 1
         n_inter = 0 if D == 1 else (2 * (D - 1) if kind == "all_reduce" else D - 1)
@@ -798,7 +828,9 @@ def physical_time_us(kind: str, algorithm: str, protocol: str, sizes, system: Sy
             alg_link = np.minimum(alg_link, system.intra_bw_GBps * eta / 2.0)
         if D > 1:
             alg_link = np.minimum(alg_link, net_bw * eta / (1.0 if D == 2 else 2.0))
-        alg_bw = np.minimum(alg_link * eff, nc * ch * eta / 2.0) * _tree_correction(t, protocol, S)
+        # tuning.cc ``busBw = std::min(busBw*.92, nChannels*perChMaxTreeBw)``: the .92 is the
+        # links' share, the ceiling is not scaled by it; bus -> algorithm bandwidth x .5
+        alg_bw = np.minimum(alg_link * eff, ceiling / 2.0) * _tree_correction(t, protocol, S)
         # a tree's network hop is one proxy step too: at least the per-step floor of a ring
         h_tree_net = max(h_net, system.net_step_us * (3 if protocol == SIMPLE else 1)) if D > 1 else h_net
         lat_s = lat + 2 * ((L - 1) * h_intra + _log2i(D) * h_tree_net)
@@ -826,7 +858,7 @@ def physical_time_us(kind: str, algorithm: str, protocol: str, sizes, system: Sy
             lat_s = lat + 2 * (L - 1) * h_intra + h_net
     elif a == "pat":
         link = net_bw if L == 1 else np.minimum(net_bw, system.intra_bw_GBps)
-        alg_bw = np.minimum(link * eff, nc * ch) * 0.75 / factor
+        alg_bw = np.minimum(link * eff, ceiling) * 0.75 / factor
         lat_s = lat + _log2i(D) * (h_net / 3.5) + n * 2.8
     else:  # pragma: no cover - guarded by ALGORITHMS
         raise ValueError(a)

@@ -140,9 +140,13 @@ class System:
     nvls_efficiency: float = 0.85      # nvlsEfficiency[arch] (Hopper .85, Blackwell .74)
     tree_efficiency: float = 0.92      # tree busBw x .92 (tuning.cc "Tree ... busBw * .92")
     launch_us: float = 4.0             # host launch + completion per collective, beyond NCCL's baseLat
+    # per graph channel (the ring search's, before ncclTopoPostset doubles them), as tuning.cc
+    # applies perChMax*Bws (collectives.nccl_tuner.protocol_ceiling_GBps):
     simple_ch_GBps: float = 40.0       # one channel's Simple throughput (perChMaxTreeBws-like)
     ll128_ch_GBps: float = 36.7        # perChMaxRingLL128Bws[arch]
-    ll_ch_GBps: float = 10.0           # one channel's LL throughput (llMaxBws / channels)
+    # LL's whole-GPU ceiling, not per channel despite the name (kept: calibration files hold it):
+    # tuning.cc caps LL's total busBw at llMaxBws[arch][N1]
+    ll_ch_GBps: float = 141.0
     # Line rates (per direction, GB/s) of one GPU's intra-node links and of one NIC, from the
     # datasheet; None where the description does not say. A fitted bandwidth never exceeds them.
     intra_line_GBps: Optional[float] = None
@@ -284,9 +288,9 @@ class System:
 _LL128_CH = {"volta": 20.0, "ampere": 20.0, "hopper": 36.7, "blackwell": 40.0}
 # perChMaxTreeBws[arch][N1]: one channel's Simple ceiling, Volta 26.5, Ampere 24, Hopper 38.7, Blackwell 70.
 _SIMPLE_CH = {"volta": 26.5, "ampere": 24.0, "hopper": 38.7, "blackwell": 70.0}
-# llMaxBws[arch][N1] over 16 channels: LL's whole-GPU ceiling spread over a typical channel count
-# (Volta 39, Ampere 87.7, Hopper 141, Blackwell 282 GB/s).
-_LL_CH = {"volta": 39.0 / 16, "ampere": 87.7 / 16, "hopper": 141.0 / 16, "blackwell": 282.0 / 16}
+# llMaxBws[arch][N1]: LL's whole-GPU bus-bandwidth ceiling (tuning.cc caps Ring/LL and Tree/LL
+# busBw at llMaxBw itself, not per channel), Volta 39, Ampere 87.7, Hopper 141, Blackwell 282 GB/s.
+_LL_CH = {"volta": 39.0, "ampere": 87.7, "hopper": 141.0, "blackwell": 282.0}
 # nvlsEfficiency[arch] (Volta/Ampere have no NVLS; the value is unused there).
 _NVLS_EFF = {"volta": 0.85, "ampere": 0.85, "hopper": 0.85, "blackwell": 0.74}
 
@@ -326,7 +330,7 @@ def nominal_system(
         "launch_us": "nominal: typical CUDA launch + completion (a few us)",
         "simple_ch_GBps": prior + " (perChMaxTreeBws[N1])",
         "ll128_ch_GBps": prior + " (perChMaxRingLL128Bws)",
-        "ll_ch_GBps": prior + " (llMaxBws[N1] / 16 channels)",
+        "ll_ch_GBps": prior + " (llMaxBws[N1], a total LL ceiling)",
         "net_step_us": f"nominal: NCCL tuning.cc getNetOverhead ({kw.get('cpu_vendor', 'intel')})",
     }
     if transport == "socket":

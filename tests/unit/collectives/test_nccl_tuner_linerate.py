@@ -101,7 +101,9 @@ def test_physical_pricing_stays_on_achievable_rates():
     faster_line = replace(s, nic_line_GBps=100.0, intra_line_GBps=900.0)
     sc = nt.Scale.of(s, 10, 8)
     sizes = np.array([1 << 20, 1 << 30], dtype=float)
-    for a in ("ring", "tree", "nvls_tree"):
+    # tree is left out: its Simple ceiling is per graph channel (tuning.cc nChannels*perChMaxTreeBw),
+    # and the graph's channels are what NCCL's search finds on the line rates
+    for a in ("ring", "nvls_tree"):
         np.testing.assert_array_equal(nt.physical_time_us("all_reduce", a, "Simple", sizes, faster_line, sc),
                                       nt.physical_time_us("all_reduce", a, "Simple", sizes, s, sc))
 
