@@ -175,11 +175,13 @@ def test_snellius_one_node_predicts_two_node_all_gather():
 
 def test_snellius_two_node_tree_cannot_push_the_nic_past_its_line_rate():
     """Real data: the 2x4 all_reduce runs a 2-node tree, which cannot separate NIC bandwidth
-    from tree efficiency; unbounded, the fit put the NIC at 38.7 GB/s, above NDR200's 25 GB/s."""
+    from tree efficiency; unbounded, the fit put the NIC at 38.7 GB/s, above NDR200's 25 GB/s.
+    With the tree's Simple ceiling per graph channel (as tuning.cc has it) the log may leave the
+    NIC undetermined instead: either way it never lands above the line."""
     nominal = replace(preset("hgx-h100-4gpu"), nccl_version="2.22")
     ms = measurements_from_log(os.path.join(DATA, "Snellius-H100_2x4_odissei-allreduce.txt"), 2, 4)
     nic = fit_physical(ms, nominal).constants["nic_bw_GBps"]
-    assert nic.value <= 25.0 and nic.at_line_rate
+    assert nic.value <= 25.0 and (nic.at_line_rate or not nic.determined)
     # all_gather / reduce_scatter rings see the NIC directly: well determined, below the line
     ms = [m for k in ("allgather", "reducescatter")
           for m in measurements_from_log(os.path.join(DATA, f"Snellius-H100_2x4_odissei-{k}.txt"), 2, 4)]
