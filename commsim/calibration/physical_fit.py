@@ -57,10 +57,10 @@ LEVEL = {
     "intra_bw_GBps": "intra", "intra_hop_us": "intra", "nvls_efficiency": "intra",
     "nic_bw_GBps": "network", "net_hop_us": "network", "tree_efficiency": "any",
     "launch_us": "any", "simple_ch_GBps": "any", "ll128_ch_GBps": "any", "ll_ch_GBps": "any",
-    "net_step_us": "network",
+    "net_step_us": "network", "net_ll_ch_GBps": "network",
 }
 INTRA_NAMES = ("intra_bw_GBps", "intra_hop_us", "nvls_efficiency")
-NETWORK_NAMES = ("nic_bw_GBps", "net_hop_us", "net_step_us")
+NETWORK_NAMES = ("nic_bw_GBps", "net_hop_us", "net_step_us", "net_ll_ch_GBps")
 
 
 class PhysicalFitError(CalibrationError):

@@ -759,6 +759,17 @@ def protocol_ceiling_GBps(algorithm: str, protocol: str, system: System, scale: 
     return per_channel * ring_graph(system, scale).channels * frac
 
 
+def net_ll_GBps(system: System, channels_launched) -> np.ndarray:
+    """LL's payload rate (GB/s) across the network with `channels_launched` channels running:
+    :attr:`System.net_ll_ch_GBps` per channel. NCCL's network transport puts LL buffers in host
+    memory (src/transport/net.cc, v2.18.5-1 line 620) and its send proxy polls both flags of
+    every 16-byte line of a step before posting it (line 978-986), so each channel's LL stream
+    across nodes moves at a rate of its own, whatever the NIC or the total llMaxBw allow. Only
+    LL hops across nodes: inside a node LL runs GPU to GPU, and LL128/Simple use GPU memory
+    with GDR."""
+    return system.net_ll_ch_GBps * np.asarray(channels_launched, dtype=float)
+
+
 def _hop_us(system: System, hw: str, algorithm: str, protocol: str, table: dict, nominal_ring_simple: float,
             physical_simple: float) -> float:
     """A hop's latency for (algorithm, protocol): the level's physical Simple-ring hop latency
@@ -815,6 +826,9 @@ def physical_time_us(kind: str, algorithm: str, protocol: str, sizes, system: Sy
         if D > 1:
             link = np.minimum(link, net_bw)
         bus = np.minimum(link * eff, ceiling)
+        if D > 1 and protocol == LL:
+            # every launched channel's ring crosses the network through host-memory LL buffers
+            bus = np.minimum(bus, net_ll_GBps(system, nc))
         alg_bw = bus / factor
         nsteps = 2 * (n - 1) if kind == "all_reduce" else n - 1
         n_inter = 0 if D == 1 else (2 * (D - 1) if kind == "all_reduce" else D - 1)
@@ -830,6 +844,10 @@ def physical_time_us(kind: str, algorithm: str, protocol: str, sizes, system: Sy
             alg_link = np.minimum(alg_link, net_bw * eta / (1.0 if D == 2 else 2.0))
         # tuning.cc ``busBw = std::min(busBw*.92, nChannels*perChMaxTreeBw)``: the .92 is the
         # links' share, the ceiling is not scaled by it; bus -> algorithm bandwidth x .5
+        if D > 1 and protocol == LL:
+            # a node's tree traffic across the network (S at D = 2, 2S beyond) through host-memory
+            # LL buffers, one FIFO per launched channel
+            alg_link = np.minimum(alg_link, net_ll_GBps(system, nc) / eff / (1.0 if D == 2 else 2.0))
         alg_bw = np.minimum(alg_link * eff, ceiling / 2.0) * _tree_correction(t, protocol, S)
         # a tree's network hop is one proxy step too: at least the per-step floor of a ring
         h_tree_net = max(h_net, system.net_step_us * (3 if protocol == SIMPLE else 1)) if D > 1 else h_net
@@ -880,6 +898,8 @@ def priced_by(algorithm: str, protocol: str, scale: Scale) -> Tuple[str, ...]:
             names.update(("intra_bw_GBps", "intra_hop_us"))
         if D > 1:
             names.update(("nic_bw_GBps", "net_hop_us", "net_step_us"))
+            if protocol == LL:
+                names.add("net_ll_ch_GBps")
         if a == "tree":
             names.add("tree_efficiency")
     elif a in ("nvls", "nvls_tree"):

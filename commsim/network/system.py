@@ -147,6 +147,15 @@ class System:
     # LL's whole-GPU ceiling, not per channel despite the name (kept: calibration files hold it):
     # tuning.cc caps LL's total busBw at llMaxBws[arch][N1]
     ll_ch_GBps: float = 141.0
+    # One channel's LL rate across nodes (GB/s of payload, per launched channel): the network
+    # transport keeps LL's buffers in host memory (src/transport/net.cc v2.18.5-1 line 620,
+    # ``NCCL_NET_MAP_ADD_POINTER(map, 0, 0 /*p == NCCL_PROTO_LL*/, ...)``: never device memory,
+    # whatever GDR allows), so every LL line crosses PCIe into host memory and the send proxy
+    # checks both flags of every line of a step before it posts it (net.cc line 978-986,
+    # ``for (int i=0; i<nFifoLines; i++) if (f1[0] != flag || f2[0] != flag)``). That is a rate
+    # per channel (one FIFO per channel), which the total llMaxBw does not represent. None: the
+    # per-architecture prior (:data:`_NET_LL_CH`); a calibration from a multi-node log fits it.
+    net_ll_ch_GBps: Optional[float] = None
     # Line rates (per direction, GB/s) of one GPU's intra-node links and of one NIC, from the
     # datasheet; None where the description does not say. A fitted bandwidth never exceeds them.
     intra_line_GBps: Optional[float] = None
@@ -157,7 +166,7 @@ class System:
     FIT_NAMES = (
         "net_step_us", "intra_bw_GBps", "intra_hop_us", "nvls_efficiency",
         "nic_bw_GBps", "net_hop_us", "tree_efficiency",
-        "launch_us", "simple_ch_GBps", "ll128_ch_GBps", "ll_ch_GBps",
+        "launch_us", "simple_ch_GBps", "ll128_ch_GBps", "ll_ch_GBps", "net_ll_ch_GBps",
     )
 
     def __post_init__(self) -> None:
@@ -174,6 +183,10 @@ class System:
             raise InputError(src, "cpu_vendor", f"expected one of {', '.join(CPU_VENDORS)}, got {self.cpu_vendor!r}")
         if self.net_step_us is None and self.cpu_vendor in CPU_VENDORS:
             object.__setattr__(self, "net_step_us", NET_STEP_US_BY_CPU[self.cpu_vendor])
+        if self.net_ll_ch_GBps is None and self.gpu_arch in ARCHS:
+            # a description from before the constant existed (an older calibration file) reads it
+            # as the nominal prior
+            object.__setattr__(self, "net_ll_ch_GBps", _NET_LL_CH[self.gpu_arch])
         for name in ("gpus_per_node", "nics_per_node", "nvlink_domain_nodes", "intra_channels"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
@@ -291,6 +304,11 @@ _SIMPLE_CH = {"volta": 26.5, "ampere": 24.0, "hopper": 38.7, "blackwell": 70.0}
 # llMaxBws[arch][N1]: LL's whole-GPU bus-bandwidth ceiling (tuning.cc caps Ring/LL and Tree/LL
 # busBw at llMaxBw itself, not per channel), Volta 39, Ampere 87.7, Hopper 141, Blackwell 282 GB/s.
 _LL_CH = {"volta": 39.0, "ampere": 87.7, "hopper": 141.0, "blackwell": 282.0}
+# One channel's LL rate across nodes (System.net_ll_ch_GBps): NCCL publishes no figure for it
+# (its tuner caps LL's total only). The prior is the per-channel share of llMaxBws[arch][N1] over
+# 16 channels (2.4, 5.5, 8.8, 17.6 GB/s), the per-channel LL figure this model used before LL's
+# cap became a total: a guess, marked as such in the sources, that a multi-node log replaces.
+_NET_LL_CH = {k: v / 16.0 for k, v in _LL_CH.items()}
 # nvlsEfficiency[arch] (Volta/Ampere have no NVLS; the value is unused there).
 _NVLS_EFF = {"volta": 0.85, "ampere": 0.85, "hopper": 0.85, "blackwell": 0.74}
 
@@ -331,6 +349,8 @@ def nominal_system(
         "simple_ch_GBps": prior + " (perChMaxTreeBws[N1])",
         "ll128_ch_GBps": prior + " (perChMaxRingLL128Bws)",
         "ll_ch_GBps": prior + " (llMaxBws[N1], a total LL ceiling)",
+        "net_ll_ch_GBps": prior + " (llMaxBws[N1] / 16 channels) [guess: NCCL publishes no per-channel LL "
+                          "rate across nodes (host-memory LL buffers, src/transport/net.cc)]",
         "net_step_us": f"nominal: NCCL tuning.cc getNetOverhead ({kw.get('cpu_vendor', 'intel')})",
     }
     if transport == "socket":
@@ -340,6 +360,7 @@ def nominal_system(
         simple_ch_GBps=_SIMPLE_CH[gpu_arch],
         ll128_ch_GBps=_LL128_CH[gpu_arch],
         ll_ch_GBps=_LL_CH[gpu_arch],
+        net_ll_ch_GBps=_NET_LL_CH[gpu_arch],
     )
     defaults.update(kw)
     return System(
@@ -615,7 +636,8 @@ def system_of_fabric(fabric: Fabric, gpu_arch: str = "hopper") -> System:
     intra_kind = FABRIC_INTRA_KIND.get(fabric.intra_kind, "nvswitch")
     src = "from the scenario's links"
     defaults = dict(nvls_efficiency=_NVLS_EFF[gpu_arch], simple_ch_GBps=_SIMPLE_CH[gpu_arch],
-                    ll128_ch_GBps=_LL128_CH[gpu_arch], ll_ch_GBps=_LL_CH[gpu_arch])
+                    ll128_ch_GBps=_LL128_CH[gpu_arch], ll_ch_GBps=_LL_CH[gpu_arch],
+                    net_ll_ch_GBps=_NET_LL_CH[gpu_arch])
     return System(
         name="fabric", gpu_arch=gpu_arch, gpus_per_node=fabric.gpus_per_node, intra_kind=intra_kind,
         intra_bw_GBps=fabric.intra_bandwidth / 1e9, intra_hop_us=max(fabric.intra_latency * 1e6, 1e-3),
