@@ -195,6 +195,15 @@ def _through_chains_float(start: float, work: float, begin, end, slowdown: float
     return t + left + slow, slow + late
 
 
+def _one_chain_float(start: float, work: float, begin: float, end: float, slowdown: float) -> Tuple[float, float]:
+    """:func:`_through_chains_float` with one chain: the same operations in the same order
+    (bit-identical), without building the chain lists (the partial path's common case)."""
+    rate = 1.0 / (1.0 + slowdown)
+    free = max(begin - start, 0.0)
+    slow = max(min((end - start - free) * rate, work - free), 0.0) * slowdown
+    return start + work + slow, slow + 0.0
+
+
 class InFlight:
     """One step's collectives in flight on each rank's communication stream, and compute slowed
     by them: :func:`stretched_finish` over rank vectors.
@@ -534,7 +543,9 @@ class PartialRanks:
         stretch = flight.stretch
         self.state = []
         for r in self.ranks:
-            chains = [[b, e] for b, e in zip(flight.begin[:, r].tolist(), flight.end[:, r].tolist())]
+            # [begin, end, begin in work units, end in work units]: the units (a throttled rank's
+            # clock) computed once per chain end, not once per bucket (None: not yet)
+            chains = [[b, e, None, None] for b, e in zip(flight.begin[:, r].tolist(), flight.end[:, r].tolist())]
             self.state.append([float(charged.t[r]), float(charged.backward_end[r]), float(charged.issued[r]),
                                chains, float(flight.last[r]),
                                float(stretch[r]) if isinstance(stretch, np.ndarray) else float(stretch),
@@ -553,11 +564,26 @@ class PartialRanks:
                 w = st[7] * share
                 chains, clock = st[3], st[6]
                 if clock is None:
-                    t, extra = _through_chains_float(t, w, [c[0] for c in chains], [c[1] for c in chains], slowdown)
+                    if len(chains) == 1:
+                        c = chains[0]
+                        t, extra = _one_chain_float(t, w, c[0], c[1], slowdown)
+                    else:
+                        t, extra = _through_chains_float(t, w, [c[0] for c in chains], [c[1] for c in chains],
+                                                         slowdown)
                 else:
-                    units = clock.work_done_float(t)
-                    done, _ = _through_chains_float(units, w, [clock.work_done_float(c[0]) for c in chains],
-                                                    [clock.work_done_float(c[1]) for c in chains], slowdown)
+                    wd = clock.work_done_float
+                    units = wd(t)
+                    for c in chains:
+                        if c[2] is None:
+                            c[2] = wd(c[0])
+                        if c[3] is None:
+                            c[3] = wd(c[1])
+                    if len(chains) == 1:
+                        c = chains[0]
+                        done, _ = _one_chain_float(units, w, c[2], c[3], slowdown)
+                    else:
+                        done, _ = _through_chains_float(units, w, [c[2] for c in chains], [c[3] for c in chains],
+                                                        slowdown)
                     t = clock.time_for_work_float(done)
                     extra = t - clock.time_for_work_float(units + w)
                 st[5] += extra
@@ -581,9 +607,10 @@ class PartialRanks:
             b = b if b > p else p  # its launch
             if b > st[4]:  # a new chain: the stream was idle before this launch
                 floor = st[0]
-                st[3] = [c for c in st[3] if c[1] > floor] + [[b, e]]
+                st[3] = [c for c in st[3] if c[1] > floor] + [[b, e, None, None]]
             else:
-                st[3][-1][1] = e
+                c = st[3][-1]
+                c[1], c[3] = e, None  # its end in work units is stale
             st[4] = e
         self.rows += 1
 

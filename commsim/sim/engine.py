@@ -501,9 +501,26 @@ class Engine:
             if i and values is None and (row > previous).any():
                 done = i
                 break
-            row[ranks] = partial.bucket(self.ops[self._op].bucket) if values is None else values
-            finish = yield from self._collective(s, row, previous)
-            partial.ran(row, previous, finish)
+            if values is None:
+                values = partial.bucket(self.ops[self._op].bucket)
+            row[ranks] = values
+            if fast:
+                # the row's issue statistics from the block's (the other ranks') and the late
+                # ranks' values: scalars, where argmax and min over the row cost two numpy calls
+                # (argmax's tie rule kept: the lowest rank among equal maxima)
+                last, high, low = others_last[i], others_high[i], others_low[i]
+                for r, v in zip(ranks, values):
+                    if v > high or (v == high and r < last):
+                        last, high = r, v
+                    if v < low:
+                        low = v
+                self._last_rank[s, self._op] = last
+                self._launch_spread[s, self._op] = high - low
+                finish = yield from self._launch(s, row, previous)
+                partial.ran_values(values, [previous.item(r) for r in ranks], [finish.item(r) for r in ranks])
+            else:
+                finish = yield from self._collective(s, row, previous)
+                partial.ran(row, previous, finish)
             stream.set(finish, self.kernels[self._op - 1], None)
         if decided is not None:
             self._decided_stream = (stream.value(), decided)
