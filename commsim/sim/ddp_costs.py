@@ -442,8 +442,12 @@ class ChargedBackward:
         done = np.multiply.outer(np.cumsum(share) * rate, self.backward)  # (rows, n) compute ends
         done += self.t
         done += before[:, None]
-        extra = []  # per throttled rank: the slowdown's seconds after each row
+        extra = []  # per throttled rank: the slowdown's seconds after each row (None: a late rank)
+        skip = () if self._late is None else set(self._late.tolist())
         for r, clock in self._clocks:
+            if r in skip:  # a late rank's rows are :meth:`partial`'s: not stepped here
+                extra.append(None)
+                continue
             t, work, late, lates = float(self.t[r]), float(self.backward[r]), 0.0, []
             for i in range(len(share)):
                 if share[i] > 0:  # InFlight.compute's closed form inside the last chain, in work units
@@ -504,7 +508,8 @@ class ChargedBackward:
         if self.costs.overlap_slowdown > 0:
             stretch = (self.costs.overlap_slowdown * float(share.sum())) * self.backward
             for (r, _), lates in zip(self._clocks, extra):
-                stretch[r] = lates[last]
+                if lates is not None:  # else a late rank: PartialRanks.write_back sets it
+                    stretch[r] = lates[last]
             flight.stretch = flight.stretch + stretch
             flight.end[-1] = finish
             flight.last = finish
