@@ -444,24 +444,27 @@ class ChargedBackward:
         done += before[:, None]
         extra = []  # per throttled rank: the slowdown's seconds after each row (None: a late rank)
         skip = () if self._late is None else set(self._late.tolist())
+        share_list, copy_list = share.tolist(), copy.tolist()  # Python floats: no numpy scalar per row
         for r, clock in self._clocks:
             if r in skip:  # a late rank's rows are :meth:`partial`'s: not stepped here
                 extra.append(None)
                 continue
-            t, work, late, lates = float(self.t[r]), float(self.backward[r]), 0.0, []
-            for i in range(len(share)):
-                if share[i] > 0:  # InFlight.compute's closed form inside the last chain, in work units
-                    w = work * float(share[i])
-                    units = clock.work_done_float(t)
+            t, work, late, lates, column = float(self.t[r]), float(self.backward[r]), 0.0, [], []
+            work_done, time_for_work = clock.work_done_float, clock.time_for_work_float
+            for part, c in zip(share_list, copy_list):
+                if part > 0:  # InFlight.compute's closed form inside the last chain, in work units
+                    w = work * part
+                    units = work_done(t)
                     if slowdown > 0:
-                        t_end = clock.time_for_work_float(units + w + slowdown * w)
-                        late += t_end - clock.time_for_work_float(units + w)
+                        t_end = time_for_work(units + w + slowdown * w)
+                        late += t_end - time_for_work(units + w)
                     else:
-                        t_end = clock.time_for_work_float(units + w)
+                        t_end = time_for_work(units + w)
                     t = t_end
-                done[i, r] = t
+                column.append(t)
                 lates.append(late)
-                t = t + float(copy[i])
+                t = t + c
+            done[:, r] = column
             extra.append(lates)
         # bucket_launch_time row after row: issue_i = max(issue_{i-1}, done_i + copy_i) + overhead,
         # i.e. (i + 1) overhead + max(issued before, max over l <= i of done_l + copy_l - l overhead)
@@ -556,11 +559,12 @@ class PartialRanks:
                                float(stretch[r]) if isinstance(stretch, np.ndarray) else float(stretch),
                                clocks.get(r), float(charged.backward[r])])
         self.rows = 0
+        self._share = charged.share.tolist()  # Python floats: a numpy scalar per bucket costs more
 
     def bucket(self, j: int) -> list:
         """:meth:`ChargedBackward.bucket` j on these ranks: their issue times."""
         ch = self.charged
-        share, copy = float(ch.share[j]), ch.copy_in[j]
+        share, copy = self._share[j], ch.copy_in[j]
         overhead, slowdown = ch.costs.bucket_overhead, ch.costs.overlap_slowdown
         out = []
         for st in self.state:
