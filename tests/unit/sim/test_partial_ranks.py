@@ -119,3 +119,40 @@ def test_one_chain_closed_form_is_the_chain_loop_bit_for_bit(monkeypatch):
     monkeypatch.setattr(ddp_costs, "_through_chains_float", lambda *a: loops.append(a) or _through_chains_float(*a))
     partial.bucket(1)
     assert loops == []
+
+
+class _CountedMaximum:
+    """np.maximum counting its direct calls (its methods, accumulate included, pass through)."""
+
+    def __init__(self, ufunc):
+        self.ufunc, self.calls = ufunc, 0
+
+    def __call__(self, *args, **kwargs):
+        self.calls += 1
+        return self.ufunc(*args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self.ufunc, name)
+
+
+def _ahead_issues(n: int, rows: int, seed: int):
+    rng = np.random.default_rng(seed)
+    charged = ChargedBackward(rng.uniform(1e5, 1e6, rows + 1), True, DDPCosts(), {})
+    charged.begin(rng.uniform(0.01, 0.02, n), np.zeros(n))
+    charged.bucket(0)
+    begin = charged.t - 1e-4  # every rank's chain began: ahead applies
+    charged.ran(begin, begin + 1.0)
+    issue, binding = charged.ahead(1, rows)
+    assert binding
+    return issue
+
+
+@pytest.mark.parametrize("n", [8, 32, 64, 65, 128])
+def test_ahead_running_maximum_is_the_row_by_row_loop(n, monkeypatch):
+    # the issues' running maximum over the rows: one accumulate call at a few ranks, the same values
+    counted = _CountedMaximum(np.maximum)
+    monkeypatch.setattr(np, "maximum", counted)
+    got = _ahead_issues(n, 40, n)
+    assert (counted.calls < 10) == (n <= 64), counted.calls  # 39 rows after the first: 39 calls in the loop
+    monkeypatch.setattr(ddp_costs, "ACCUMULATE_MAX_RANKS", 0)
+    np.testing.assert_array_equal(got, _ahead_issues(n, 40, n))
