@@ -489,8 +489,12 @@ class Engine:
             decided = carried[1]
         self._decided_stream = None
         done = len(issues)
+        # the loop's lookups once (a few attribute reads per bucket add up at small n)
+        kernels, ops, finish_times = self.kernels, self.ops, self._finish_times
+        last_rank, launch_spread = self._last_rank[s], self._launch_spread[s]
+        bucket, ran_values = partial.bucket, partial.ran_values
         for i in range(len(issues)):
-            kernel = self.kernels[self._op]
+            kernel = kernels[self._op]
             values = None  # the late ranks' issues of this row, once computed
             if fast and getattr(kernel, "maxplus_linear", False):
                 decided, values = self._decided_by_one(s, i, kernel, partial, stream, decided,
@@ -504,7 +508,7 @@ class Engine:
                 done = i
                 break
             if values is None:
-                values = partial.bucket(self.ops[self._op].bucket)
+                values = bucket(ops[self._op].bucket)
             if fast:
                 for r, v in zip(ranks, values):  # a few scalar stores: cheaper than a fancy-index store
                     row[r] = v
@@ -518,18 +522,18 @@ class Engine:
                     if v < low:
                         low = v
                 k = self._op
-                self._last_rank[s, k] = last
-                self._launch_spread[s, k] = high - low
+                last_rank[k] = last
+                launch_spread[k] = high - low
                 # _launch inline (no generator per bucket): the shortcut runs only without an
                 # event log or collective records, and `fast` only where comm_time is not recorded
                 self._op = k + 1
-                finish = self._finish_times(kernel, np.maximum(row, previous))
-                partial.ran_values(values, [previous.item(r) for r in ranks], [finish.item(r) for r in ranks])
+                finish = finish_times(kernel, np.maximum(row, previous))
+                ran_values(values, [previous.item(r) for r in ranks], [finish.item(r) for r in ranks])
             else:
                 row[ranks] = values
                 finish = yield from self._collective(s, row, previous)
                 partial.ran(row, previous, finish)
-            stream.set(finish, self.kernels[self._op - 1], None)
+            stream.set(finish, kernel, None)
         if decided is not None:
             self._decided_stream = (stream.value(), decided)
         return done
