@@ -59,6 +59,9 @@ NEG_INF = -np.inf
 _max = np.maximum.reduce
 _min = np.minimum.reduce
 REGULAR_MIN_SEGMENTS = 16
+# at most this many segments (a few nodes): the simple path's per-segment work on Python floats
+# (RingAllReduce._simple_small); measured faster than its numpy form up to a few dozen
+SMALL_SEGMENTS = 32
 
 
 def hop_times(size_bytes: float, alpha: np.ndarray, bandwidth: np.ndarray) -> np.ndarray:
@@ -117,6 +120,9 @@ class _AllReduceClass(_Class):
     # then (prefix minima, suffix minima) of const_min, and the first rank of each window
     simple: Optional[tuple] = None
     regular: Optional[tuple] = None  # (first cut, last cut, spacing) when the cuts are evenly spaced
+    # simple with at most SMALL_SEGMENTS segments: (-D, prefix minima, suffix minima, const_min)
+    # as Python floats, for :meth:`RingAllReduce._simple_small`
+    small: Optional[tuple] = None
     # general path: prefix/suffix maxima over a whole period
     l0: Optional[np.ndarray] = None
     r0: Optional[np.ndarray] = None
@@ -297,6 +303,9 @@ class RingAllReduce(_RingClosedForm):
                 and np.array_equal(cls.suf_seg, np.arange(W) + 1) and np.all(cls.off_pre == 0)
                 and np.all(cls.off_suf == cls.off_suf[0])):
             cls.simple = (np.minimum.accumulate(cls.const_min), np.minimum.accumulate(cls.const_min[::-1])[::-1])
+            if len(cuts) <= SMALL_SEGMENTS:
+                cls.small = (float(cls.off_suf[0]), cls.simple[0].tolist(), cls.simple[1].tolist(),
+                             cls.const_min.tolist())
 
     def _prepare_general(self, cls: _AllReduceClass, q, lo, D) -> None:
         """Exact maximum of h over the unwrapped range [lo, q] (length n-1 .. 2n-2)."""
@@ -319,6 +328,8 @@ class RingAllReduce(_RingClosedForm):
             f += cls.const
             return f, None
         if cls.simple is not None:
+            if cls.small is not None:
+                return self._simple_small(cls, h, want_min)
             return self._simple(cls, h, want_min)
         per_window = self._fast(cls, h)
         # the minimum over ranks, per window: min(pw + const) = pw + min(const) exactly
@@ -367,6 +378,45 @@ class RingAllReduce(_RingClosedForm):
             np.add(cls.const[j * b:], M, out=f[j * b:])
             if want_min:
                 tail = float(M + suf_min[j])
+                bound = tail if bound is None else min(bound, tail)
+        return f, bound
+
+    @staticmethod
+    def _simple_small(cls: _AllReduceClass, h: np.ndarray, want_min: bool):
+        """:meth:`_simple` with few segments (a few nodes): the per-segment work on Python floats.
+
+        numpy's per-call overhead (~0.5 us) dwarfs a pass over a handful of segment maxima, and
+        :meth:`_simple` makes about ten such calls. The same operations in the same order on the
+        same float64 values, so bit-identical: max and min are exact, and ``x if x >= y else y``
+        is ``np.maximum(x, y)`` for non-NaN values (signed zeros included)."""
+        seg = _segment_max(h, cls.seg_starts, cls.regular).tolist()
+        M = max(seg)
+        j = seg.index(M)  # argmax: the first occurrence
+        off, pre_min, suf_min, const_min = cls.small
+        c = M + off  # M - D
+        b = cls.block
+        W = len(pre_min)
+        f = np.empty(W * b)
+        bound = None
+        if j and max(seg[:j]) > c:  # an early segment beats M - D: its prefix maxima count
+            head = seg[:j]
+            if not (head[0] > c and all(y >= x for x, y in zip(head, head[1:]))):
+                top, out = head[0], []
+                for x in head:  # np.maximum(np.maximum.accumulate(head), c)
+                    top = top if top >= x else x
+                    out.append(top if top >= c else c)
+                head = out
+            np.add(np.array(head).repeat(b), cls.const[: j * b], out=f[: j * b])  # (np.repeat of a list: ~1 us more)
+            if want_min:
+                bound = min([x + y for x, y in zip(head, const_min)])
+        else:
+            np.add(cls.const[: j * b], c, out=f[: j * b])
+            if want_min and j:
+                bound = c + pre_min[j - 1]
+        if j < W:
+            np.add(cls.const[j * b:], M, out=f[j * b:])
+            if want_min:
+                tail = M + suf_min[j]
                 bound = tail if bound is None else min(bound, tail)
         return f, bound
 

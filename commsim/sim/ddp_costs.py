@@ -195,6 +195,15 @@ def _through_chains_float(start: float, work: float, begin, end, slowdown: float
     return t + left + slow, slow + late
 
 
+def _one_chain_float(start: float, work: float, begin: float, end: float, slowdown: float) -> Tuple[float, float]:
+    """:func:`_through_chains_float` with one chain: the same operations in the same order
+    (bit-identical), without building the chain lists (the partial path's common case)."""
+    rate = 1.0 / (1.0 + slowdown)
+    free = max(begin - start, 0.0)
+    slow = max(min((end - start - free) * rate, work - free), 0.0) * slowdown
+    return start + work + slow, slow + 0.0
+
+
 class InFlight:
     """One step's collectives in flight on each rank's communication stream, and compute slowed
     by them: :func:`stretched_finish` over rank vectors.
@@ -327,6 +336,11 @@ class InFlight:
         return t
 
 
+# ChargedBackward.ahead's running maximum over rows: np.maximum.accumulate along the rows up to
+# this many ranks, a row-by-row loop beyond (measured on 56 rows: 7 against 36 us at 32 ranks,
+# 14 against 37 at 64, 50 against 36 at 128; 475 against 16 at 4 x 16,384)
+ACCUMULATE_MAX_RANKS = 64
+
 # at most this many ranks go bucket by bucket beside a block (ChargedBackward.partial): a few
 # stragglers; beyond that the per-rank Python costs more than the vector path
 PARTIAL_RANKS = 8
@@ -433,22 +447,29 @@ class ChargedBackward:
         done = np.multiply.outer(np.cumsum(share) * rate, self.backward)  # (rows, n) compute ends
         done += self.t
         done += before[:, None]
-        extra = []  # per throttled rank: the slowdown's seconds after each row
+        extra = []  # per throttled rank: the slowdown's seconds after each row (None: a late rank)
+        skip = () if self._late is None else set(self._late.tolist())
+        share_list, copy_list = share.tolist(), copy.tolist()  # Python floats: no numpy scalar per row
         for r, clock in self._clocks:
-            t, work, late, lates = float(self.t[r]), float(self.backward[r]), 0.0, []
-            for i in range(len(share)):
-                if share[i] > 0:  # InFlight.compute's closed form inside the last chain, in work units
-                    w = work * float(share[i])
-                    units = clock.work_done_float(t)
+            if r in skip:  # a late rank's rows are :meth:`partial`'s: not stepped here
+                extra.append(None)
+                continue
+            t, work, late, lates, column = float(self.t[r]), float(self.backward[r]), 0.0, [], []
+            work_done, time_for_work = clock.work_done_float, clock.time_for_work_float
+            for part, c in zip(share_list, copy_list):
+                if part > 0:  # InFlight.compute's closed form inside the last chain, in work units
+                    w = work * part
+                    units = work_done(t)
                     if slowdown > 0:
-                        t_end = clock.time_for_work_float(units + w + slowdown * w)
-                        late += t_end - clock.time_for_work_float(units + w)
+                        t_end = time_for_work(units + w + slowdown * w)
+                        late += t_end - time_for_work(units + w)
                     else:
-                        t_end = clock.time_for_work_float(units + w)
+                        t_end = time_for_work(units + w)
                     t = t_end
-                done[i, r] = t
+                column.append(t)
                 lates.append(late)
-                t = t + float(copy[i])
+                t = t + c
+            done[:, r] = column
             extra.append(lates)
         # bucket_launch_time row after row: issue_i = max(issue_{i-1}, done_i + copy_i) + overhead,
         # i.e. (i + 1) overhead + max(issued before, max over l <= i of done_l + copy_l - l overhead)
@@ -458,8 +479,11 @@ class ChargedBackward:
         issue -= steps[:, None]
         if self.issued is not None:
             np.maximum(issue[0], self.issued, out=issue[0])
-        for i in range(1, len(issue)):  # row by row: np.maximum.accumulate in place is 50x slower
-            np.maximum(issue[i], issue[i - 1], out=issue[i])
+        if issue.shape[1] <= ACCUMULATE_MAX_RANKS:  # a few ranks: one call, not a numpy call per row
+            np.maximum.accumulate(issue, axis=0, out=issue)
+        else:
+            for i in range(1, len(issue)):  # row by row: np.maximum.accumulate in place is 50x slower
+                np.maximum(issue[i], issue[i - 1], out=issue[i])
         issue += (steps + overhead)[:, None]
         self._ahead = (j, done, issue, extra)
         self._partial = None
@@ -495,7 +519,8 @@ class ChargedBackward:
         if self.costs.overlap_slowdown > 0:
             stretch = (self.costs.overlap_slowdown * float(share.sum())) * self.backward
             for (r, _), lates in zip(self._clocks, extra):
-                stretch[r] = lates[last]
+                if lates is not None:  # else a late rank: PartialRanks.write_back sets it
+                    stretch[r] = lates[last]
             flight.stretch = flight.stretch + stretch
             flight.end[-1] = finish
             flight.last = finish
@@ -534,17 +559,20 @@ class PartialRanks:
         stretch = flight.stretch
         self.state = []
         for r in self.ranks:
-            chains = [[b, e] for b, e in zip(flight.begin[:, r].tolist(), flight.end[:, r].tolist())]
+            # [begin, end, begin in work units, end in work units]: the units (a throttled rank's
+            # clock) computed once per chain end, not once per bucket (None: not yet)
+            chains = [[b, e, None, None] for b, e in zip(flight.begin[:, r].tolist(), flight.end[:, r].tolist())]
             self.state.append([float(charged.t[r]), float(charged.backward_end[r]), float(charged.issued[r]),
                                chains, float(flight.last[r]),
                                float(stretch[r]) if isinstance(stretch, np.ndarray) else float(stretch),
                                clocks.get(r), float(charged.backward[r])])
         self.rows = 0
+        self._share = charged.share.tolist()  # Python floats: a numpy scalar per bucket costs more
 
     def bucket(self, j: int) -> list:
         """:meth:`ChargedBackward.bucket` j on these ranks: their issue times."""
         ch = self.charged
-        share, copy = float(ch.share[j]), ch.copy_in[j]
+        share, copy = self._share[j], ch.copy_in[j]
         overhead, slowdown = ch.costs.bucket_overhead, ch.costs.overlap_slowdown
         out = []
         for st in self.state:
@@ -553,11 +581,26 @@ class PartialRanks:
                 w = st[7] * share
                 chains, clock = st[3], st[6]
                 if clock is None:
-                    t, extra = _through_chains_float(t, w, [c[0] for c in chains], [c[1] for c in chains], slowdown)
+                    if len(chains) == 1:
+                        c = chains[0]
+                        t, extra = _one_chain_float(t, w, c[0], c[1], slowdown)
+                    else:
+                        t, extra = _through_chains_float(t, w, [c[0] for c in chains], [c[1] for c in chains],
+                                                         slowdown)
                 else:
-                    units = clock.work_done_float(t)
-                    done, _ = _through_chains_float(units, w, [clock.work_done_float(c[0]) for c in chains],
-                                                    [clock.work_done_float(c[1]) for c in chains], slowdown)
+                    wd = clock.work_done_float
+                    units = wd(t)
+                    for c in chains:
+                        if c[2] is None:
+                            c[2] = wd(c[0])
+                        if c[3] is None:
+                            c[3] = wd(c[1])
+                    if len(chains) == 1:
+                        c = chains[0]
+                        done, _ = _one_chain_float(units, w, c[2], c[3], slowdown)
+                    else:
+                        done, _ = _through_chains_float(units, w, [c[2] for c in chains], [c[3] for c in chains],
+                                                        slowdown)
                     t = clock.time_for_work_float(done)
                     extra = t - clock.time_for_work_float(units + w)
                 st[5] += extra
@@ -581,9 +624,10 @@ class PartialRanks:
             b = b if b > p else p  # its launch
             if b > st[4]:  # a new chain: the stream was idle before this launch
                 floor = st[0]
-                st[3] = [c for c in st[3] if c[1] > floor] + [[b, e]]
+                st[3] = [c for c in st[3] if c[1] > floor] + [[b, e, None, None]]
             else:
-                st[3][-1][1] = e
+                c = st[3][-1]
+                c[1], c[3] = e, None  # its end in work units is stale
             st[4] = e
         self.rows += 1
 

@@ -134,6 +134,8 @@ READY_BLOCK_MIN_ROWS = 4
 
 # the tolerance of Engine._finish_times's shift test: 8 ulps (np.finfo per call costs ~1 us)
 _SHIFT_ULPS = 8 * float(np.finfo(float).eps)
+# the reductions ndarray.min/max call, without their Python wrapper (~0.2 us of ~0.8 at small n)
+_min, _max = np.minimum.reduce, np.maximum.reduce
 
 
 def _block_rows(n: int) -> int:
@@ -487,8 +489,12 @@ class Engine:
             decided = carried[1]
         self._decided_stream = None
         done = len(issues)
+        # the loop's lookups once (a few attribute reads per bucket add up at small n)
+        kernels, ops, finish_times = self.kernels, self.ops, self._finish_times
+        last_rank, launch_spread = self._last_rank[s], self._launch_spread[s]
+        bucket, ran_values = partial.bucket, partial.ran_values
         for i in range(len(issues)):
-            kernel = self.kernels[self._op]
+            kernel = kernels[self._op]
             values = None  # the late ranks' issues of this row, once computed
             if fast and getattr(kernel, "maxplus_linear", False):
                 decided, values = self._decided_by_one(s, i, kernel, partial, stream, decided,
@@ -501,10 +507,33 @@ class Engine:
             if i and values is None and (row > previous).any():
                 done = i
                 break
-            row[ranks] = partial.bucket(self.ops[self._op].bucket) if values is None else values
-            finish = yield from self._collective(s, row, previous)
-            partial.ran(row, previous, finish)
-            stream.set(finish, self.kernels[self._op - 1], None)
+            if values is None:
+                values = bucket(ops[self._op].bucket)
+            if fast:
+                for r, v in zip(ranks, values):  # a few scalar stores: cheaper than a fancy-index store
+                    row[r] = v
+                # the row's issue statistics from the block's (the other ranks') and the late
+                # ranks' values: scalars, where argmax and min over the row cost two numpy calls
+                # (argmax's tie rule kept: the lowest rank among equal maxima)
+                last, high, low = others_last[i], others_high[i], others_low[i]
+                for r, v in zip(ranks, values):
+                    if v > high or (v == high and r < last):
+                        last, high = r, v
+                    if v < low:
+                        low = v
+                k = self._op
+                last_rank[k] = last
+                launch_spread[k] = high - low
+                # _launch inline (no generator per bucket): the shortcut runs only without an
+                # event log or collective records, and `fast` only where comm_time is not recorded
+                self._op = k + 1
+                finish = finish_times(kernel, np.maximum(row, previous))
+                ran_values(values, [previous.item(r) for r in ranks], [finish.item(r) for r in ranks])
+            else:
+                row[ranks] = values
+                finish = yield from self._collective(s, row, previous)
+                partial.ran(row, previous, finish)
+            stream.set(finish, kernel, None)
         if decided is not None:
             self._decided_stream = (stream.value(), decided)
         return done
@@ -685,7 +714,7 @@ class Engine:
             return finish
         if seen is not None and seen[2] < 2:
             d = launch - seen[0]
-            lo, hi = float(d.min()), float(d.max())
+            lo, hi = float(_min(d)), float(_max(d))  # the ufuncs' reduce: ndarray.min's wrapper costs ~0.2 us
             # a few ulps of the times: the error a shift by c adds (the kernels are 1-Lipschitz
             # in the max norm, so these errors add up, to < 1e-10 relative over a run)
             if hi - lo <= _SHIFT_ULPS * max(abs(float(launch[0])), 1.0):

@@ -323,3 +323,37 @@ def test_half_simple_path_equals_the_prefix_suffix_path_exactly(nodes, g):
     for launch in cases:
         np.testing.assert_array_equal(fast.finish_times(launch), plain.finish_times(launch))
         np.testing.assert_allclose(fast.finish_times(launch), _recurrence(launch, t, n - 1), rtol=1e-9)
+
+
+@pytest.mark.parametrize("nodes,g", [(2, 2), (4, 8), (5, 3), (16, 4), (31, 2)])
+def test_small_simple_path_equals_the_numpy_simple_path_bit_for_bit(nodes, g):
+    # a few nodes: the simple path's per-segment work on Python floats must give the very
+    # same finish times and minimum bound as its numpy form, whichever segment is largest
+    from commsim.network.fabric import Fabric
+
+    f = Fabric(nodes=nodes, gpus_per_node=g, intra_latency=2e-6, intra_bandwidth=240e9,
+               inter_latency=5e-6, inter_bandwidth=25e9)
+    alpha, bandwidth = f.ring_links()
+    small = RingAllReduce(hop_times(25e6, alpha, bandwidth))
+    numpy_form = RingAllReduce(hop_times(25e6, alpha, bandwidth))
+    cls = small._classes[0]
+    assert cls.simple is not None and cls.small is not None
+    for c in numpy_form._classes:
+        c.small = None
+    rng = np.random.default_rng(nodes * g)
+    n = nodes * g
+    cases = [rng.random(n) * spread for spread in (0.0, 1e-7, 1e-5, 1e-3, 1.0) for _ in range(5)]
+    for k in (0, n // 2, n - 1):  # one late rank: the largest segment first, inside, last
+        launch = np.zeros(n)
+        launch[k] = 1e-3
+        cases.append(launch)
+    cases += chained_launches(small, n, rng)
+    for launch in cases:
+        np.testing.assert_array_equal(small.finish_times(launch), numpy_form.finish_times(launch))
+        h = np.maximum(launch, np.roll(launch, 1)) + cls.base
+        got, bound = RingAllReduce._simple_small(cls, h, True)
+        want, want_bound = RingAllReduce._simple(cls, h, True)
+        np.testing.assert_array_equal(got, want)
+        assert bound == want_bound
+    np.testing.assert_allclose(small.finish_times(launch), _recurrence(launch, small.hop_time, 2 * (n - 1)),
+                               rtol=1e-9)
