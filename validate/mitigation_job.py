@@ -188,6 +188,9 @@ class HardwareSampler:
             self.p = torch.empty(width * r).view(1, width, r)
             self.q = torch.randn(width * r).view(1, width, r)
         self.width = width
+        # (start, end) of each sample's products, on the local ranks' one monotonic clock: whether
+        # the ranks ran them at the same moments, as the hook's run in a step (products_overlap)
+        self.windows: List[List[float]] = []
         self.samples: Dict[str, List[float]] = {k: [] for k in ("forward_s", "backward_s", "optimizer_s", "cast_s",
                                                                  "small_s", "mq_s", "mtp_s", "pqt_s")}
 
@@ -200,14 +203,17 @@ class HardwareSampler:
         s["small_s"].append(_median_time(lambda: [self.tiny.add_(1.0) for _ in range(100)], 1) / 100)
         if self.r:
             m, p, q = self.m, self.p, self.q
+            self.windows.append([time.monotonic(), 0.0])
             s["mq_s"].append(_median_time(lambda: torch.bmm(m, q, out=p), 1))
             s["mtp_s"].append(_median_time(lambda: torch.bmm(m.transpose(1, 2), p, out=q), 1))
             s["pqt_s"].append(_median_time(lambda: torch.bmm(p, q.transpose(1, 2), out=m), 1))
+            self.windows[-1][1] = time.monotonic()
 
     def reset(self) -> None:
         """Forget the samples so far (a warm-up's)."""
         for v in self.samples.values():
             del v[:]
+        del self.windows[:]
 
     def result(self) -> Dict[str, float]:
         """Means over the samples (of times; rates as work over the mean time): a case's measured
@@ -619,7 +625,8 @@ def _run_case(ctx, module: nn.Module, x, y, case: Case, plan: Dict, stall: Seque
         evidence["checksum"] = checksum
     dist.barrier()
     return {"blocks": blocks, "evidence": evidence, "hardware": sampler.result(), "bucket_sizes": built,
-            "compute_samples": {k: list(sampler.samples[k]) for k in ("forward_s", "backward_s", "optimizer_s")}}
+            "compute_samples": {k: list(sampler.samples[k]) for k in ("forward_s", "backward_s", "optimizer_s")},
+            "products_windows": [list(w) for w in sampler.windows]}
 
 
 def rank_mitigations(ctx, plan: Dict) -> Dict:
@@ -809,6 +816,20 @@ def measured_step_time(blocks: Sequence[Sequence[Dict]]) -> float:
     return float(np.mean(measured_steps(blocks)))
 
 
+def products_overlap(windows: Sequence[Sequence[Sequence[float]]]) -> Optional[float]:
+    """How much of the ranks' :class:`HardwareSampler` products ran with every rank in them at
+    once: over the samples, the time all ranks' (start, end) windows overlap over the mean
+    window's length (1: side by side, as powerSGD_hook's products run in a step without a slow
+    rank; 0: one rank at a time). None without samples."""
+    if not windows or not windows[0]:
+        return None
+    both = total = 0.0
+    for ws in zip(*windows):
+        both += max(0.0, min(w[1] for w in ws) - max(w[0] for w in ws))
+        total += sum(w[1] - w[0] for w in ws) / len(ws)
+    return both / total if total > 0 else None
+
+
 def bucket_overhead_from_ranks(per_rank: Sequence[Dict]) -> float:
     """DDP's own per-step cost from every rank's :class:`DDPCostProbe` samples: per round, a
     rank's synced step minus the *slowest* rank's no-sync compute of that round minus the rank's
@@ -938,6 +959,7 @@ def run_cases(scenario, calibration, cases: Sequence[Case], nprocs: int, slow_st
                      "measured_steps_s": measured_steps(blocks),
                      "evidence": [c["evidence"] for c in per_rank], "predicted": pred, "hardware": hardware,
                      "compute_samples_s": [c["compute_samples"] for c in per_rank],
+                     "products_overlap": products_overlap([c["products_windows"] for c in per_rank]),
                      "ddp_buckets": {"built_bytes": built[0], "predicted_with": list(sc.gradient_buckets()),
                                      "nominal_bytes": list(base.gradient_buckets())}})
     return {"width": width, "parameters": parameters, "slow_stall_s": slow_stall, "ddp_costs": costs_report,

@@ -386,3 +386,21 @@ def test_case_compute_sampled_in_its_steps_window(report):
         for k in ("forward_s", "backward_s", "optimizer_s"):
             assert row["hardware"][k] == pytest.approx(float(np.median([np.mean(r[k]) for r in per_rank])), rel=1e-12)
         assert len(row["measured_steps_s"]) == 4
+
+
+def test_products_overlap_is_the_time_every_rank_ran_them_at_once():
+    from validate.mitigation_job import products_overlap
+
+    side_by_side = [[[0.0, 1.0], [5.0, 6.0]], [[0.0, 1.0], [5.0, 6.0]]]
+    assert products_overlap(side_by_side) == 1.0
+    assert products_overlap([[[0.0, 1.0]], [[1.0, 2.0]]]) == 0.0  # one rank after the other
+    assert products_overlap([[[0.0, 2.0]], [[1.0, 2.0]]]) == pytest.approx(1.0 / 1.5)
+    assert products_overlap([[], []]) is None
+
+
+def test_powersgd_products_sampled_with_both_ranks_at_once(report):
+    # the rate of PowerSGD's products is sampled as its steps run them: the ranks side by side
+    rows = by_name(report)
+    for r in (1, 4):
+        assert 0.0 <= rows[f"powersgd:r={r}"]["products_overlap"] <= 1.0
+    assert rows["baseline"]["products_overlap"] is None
