@@ -171,8 +171,7 @@ class HardwareSampler:
     cast of a bucket (its memory bandwidth: bytes read + written per second); 100 small ops (the
     cost of one: PowerSGD runs many); with `r`, powerSGD_hook's three products at rank r, as the
     hook calls them (:func:`powersgd_products_rate`). The square matmul rate (``flops``, shown, not
-    used by the predictions) once, at construction. :meth:`result`: the means, in the keys of
-    :func:`measure_hardware`."""
+    used by the predictions) once, at construction. :meth:`result`: their means."""
 
     def __init__(self, model: DDP, x, y, width: int, bucket_bytes: float, iters: int, r: int = 0):
         self.model, self.x, self.y, self.r = model, x, y, r
@@ -195,14 +194,23 @@ class HardwareSampler:
                                                                  "small_s", "mq_s", "mtp_s", "pqt_s")}
 
     def sample(self) -> None:
-        """One sample of each (about one no-sync step's time plus a few ms)."""
+        """One sample of each (about one no-sync step's time plus a few ms). Collective: every rank
+        calls it at the same point, and each part starts after a barrier, so that the ranks run
+        it side by side, as they run a step's compute and powerSGD_hook's products without a slow
+        rank (the P all-reduce lines them up before Q = M^T P and P Q^T). On a loaded 2-core
+        machine two ranks computing at once each get about half the rate of one alone (PowerSGD's
+        products at rank 4: ~2.7 vs ~5 GFLOP/s at load 2.5); without the barriers the ranks
+        drifted apart over the sample and ran the products side by side only 12-32% of the time
+        (``products_overlap``), and the rate was one rank's alone."""
         s = self.samples
+        dist.barrier()
         for k, v in compute_step(self.model, self.x, self.y, self.opt).items():
             s[k].append(v)
         s["cast_s"].append(_median_time(lambda: self.half.copy_(self.buf), 1))
         s["small_s"].append(_median_time(lambda: [self.tiny.add_(1.0) for _ in range(100)], 1) / 100)
         if self.r:
             m, p, q = self.m, self.p, self.q
+            dist.barrier()
             self.windows.append([time.monotonic(), 0.0])
             s["mq_s"].append(_median_time(lambda: torch.bmm(m, q, out=p), 1))
             s["mtp_s"].append(_median_time(lambda: torch.bmm(m.transpose(1, 2), p, out=q), 1))
@@ -228,16 +236,6 @@ class HardwareSampler:
         if self.r:  # as powersgd_products_rate: 3 x 2 w^2 r FLOP over the sum of the products' medians
             out["powersgd_flops"] = 3 * 2.0 * self.width**2 * self.r / (mean["mq_s"] + mean["mtp_s"] + mean["pqt_s"])
         return out
-
-
-def measure_hardware(model: DDP, x, y, width: int, bucket_bytes: float, iters: int, r: int = 0) -> Dict[str, float]:
-    """:class:`HardwareSampler`'s figures after `iters` samples in a row on this rank (means),
-    and the samples of the compute (``forward_s_samples``, ...)."""
-    sampler = HardwareSampler(model, x, y, width, bucket_bytes, iters, r)
-    for _ in range(iters):
-        sampler.sample()
-    return dict(sampler.result(), **{f"{k}_samples": list(sampler.samples[k])
-                                      for k in ("forward_s", "backward_s", "optimizer_s")})
 
 
 def step_blocks(steps: int, case: Case) -> List[int]:
