@@ -183,9 +183,10 @@ class HardwareSampler:
         self.flops = 2.0 * width**3 / _median_time(lambda: torch.mm(a, b), iters)
         self.tiny = torch.zeros(1)
         if r:
-            self.m = torch.randn(width * width).view(1, width, width)
-            self.p = torch.empty(width * r).view(1, width, r)
-            self.q = torch.randn(width * r).view(1, width, r)
+            # one (M, P, Q) per w x w matrix of the model, as the hook holds them for its bucket
+            k = sum(1 for t in model.parameters() if t.dim() == 2)
+            self.mpq = [(torch.randn(width * width).view(1, width, width), torch.empty(width * r).view(1, width, r),
+                         torch.randn(width * r).view(1, width, r)) for _ in range(max(1, k))]
         self.width = width
         # (start, end) of each sample's products, on the local ranks' one monotonic clock: whether
         # the ranks ran them at the same moments, as the hook's run in a step (products_overlap)
@@ -199,9 +200,14 @@ class HardwareSampler:
         it side by side, as they run a step's compute and powerSGD_hook's products without a slow
         rank (the P all-reduce lines them up before Q = M^T P and P Q^T). On a loaded 2-core
         machine two ranks computing at once each get about half the rate of one alone (PowerSGD's
-        products at rank 4: ~2.7 vs ~5 GFLOP/s at load 2.5); without the barriers the ranks
-        drifted apart over the sample and ran the products side by side only 12-32% of the time
-        (``products_overlap``), and the rate was one rank's alone."""
+        products at rank 4: ~2.7 vs ~5 GFLOP/s at load 2.5; it is the transposed product M^T P,
+        a strided read of M, that slows: 3.7 ms alone, 7-8 ms with both ranks in it, inside the
+        hook too, while M Q and P Q^T stay at ~0.9 ms); without the barriers the ranks drifted
+        apart over the sample and ran the products side by side only 12-32% of the time
+        (``products_overlap``), and the rate was mostly one rank's alone. A barrier before each
+        product, each over every matrix of the model as the hook runs it (one product of one
+        matrix is shorter than the ranks' skew leaving a barrier): the transposed one, which is
+        the contended one, lines up too."""
         s = self.samples
         dist.barrier()
         for k, v in compute_step(self.model, self.x, self.y, self.opt).items():
@@ -209,13 +215,18 @@ class HardwareSampler:
         s["cast_s"].append(_median_time(lambda: self.half.copy_(self.buf), 1))
         s["small_s"].append(_median_time(lambda: [self.tiny.add_(1.0) for _ in range(100)], 1) / 100)
         if self.r:
-            m, p, q = self.m, self.p, self.q
-            dist.barrier()
-            self.windows.append([time.monotonic(), 0.0])
-            s["mq_s"].append(_median_time(lambda: torch.bmm(m, q, out=p), 1))
-            s["mtp_s"].append(_median_time(lambda: torch.bmm(m.transpose(1, 2), p, out=q), 1))
-            s["pqt_s"].append(_median_time(lambda: torch.bmm(p, q.transpose(1, 2), out=m), 1))
-            self.windows[-1][1] = time.monotonic()
+            # as the hook runs them: each product over every matrix back to back (a run of
+            # milliseconds: the ranks' skew leaving a barrier on loaded cores is ~1-3 ms)
+            for key, product in (("mq_s", lambda m, p, q: torch.bmm(m, q, out=p)),
+                                 ("mtp_s", lambda m, p, q: torch.bmm(m.transpose(1, 2), p, out=q)),
+                                 ("pqt_s", lambda m, p, q: torch.bmm(p, q.transpose(1, 2), out=m))):
+                dist.barrier()  # each product side by side: the transposed one is the contended one
+                t0 = time.monotonic()
+                for m, p, q in self.mpq:
+                    product(m, p, q)
+                t1 = time.monotonic()
+                s[key].append((t1 - t0) / len(self.mpq))
+                self.windows.append([t0, t1])
 
     def reset(self) -> None:
         """Forget the samples so far (a warm-up's)."""
