@@ -244,7 +244,7 @@ class HardwareSampler:
         out = {"forward_s": mean["forward_s"], "backward_s": mean["backward_s"], "optimizer_s": mean["optimizer_s"],
                "mem_bw": self.buf.numel() * 6 / mean["cast_s"],
                "flops": self.flops, "kernel_overhead": mean["small_s"]}
-        if self.r:  # as powersgd_products_rate: 3 x 2 w^2 r FLOP over the sum of the products' medians
+        if self.r:  # as powersgd_products_rate: 3 x 2 w^2 r FLOP over the sum of the products' mean times
             out["powersgd_flops"] = 3 * 2.0 * self.width**2 * self.r / (mean["mq_s"] + mean["mtp_s"] + mean["pqt_s"])
         return out
 
