@@ -129,6 +129,9 @@ def table(report: dict) -> str:
             b = r["predicted"]["unchained_step_time_s"]
             lines.append(f"  {r['case']}: without chain_overhead {b * 1e3:.1f} ms, "
                          f"{(b - r['measured_s']) / r['measured_s'] * 100:+.1f}%")
+        if r.get("products_overlap") is not None:
+            lines.append(f"  {r['case']}: PowerSGD's products sampled at {r['hardware']['powersgd_flops'] / 1e9:.2f} "
+                         f"GFLOP/s, {r['products_overlap'] * 100:.0f}% of it with both ranks at once")
         avg = r["evidence"][0].get("averaged")
         if avg and "measured_steps_s" in r:
             steps = r["measured_steps_s"]

@@ -11,12 +11,14 @@ layers: exactly commsim's ``shapes: square`` PowerSGD shape model at ``width: w`
   and ``PeriodicModelAverager(period=H).average_parameters`` after every optimizer step;
 
 with or without an injected slow rank (a stall before the forward, the simulator's ``stall``
-straggler). All cases run in one launch (one process group); before each case's timed steps the
-hardware is measured (forward, backward under ``no_sync``, optimizer; the memory bandwidth of a
-cast, the matmul rate, the cost of a small op), as ``commsim validate --mode ddp`` measures its
-compute, and the compute once more after them (medians over both), because on a shared machine
-these drift between cases. (Pairing each timed step with a compute measurement just before it,
-tried first, slowed the synced steps that followed by up to 2x.)
+straggler). All cases run in one launch (one process group). Each case's hardware (forward,
+backward under ``no_sync``, optimizer; the memory bandwidth of a cast, the rate of PowerSGD's
+products, the cost of a small op: :class:`HardwareSampler`) is sampled in the time window of its
+own timed steps: the steps run in blocks (:func:`step_blocks`: one step, or one period of
+post-local SGD's H), each block after one sample per step and a common start, and the figures are
+the medians over the case's samples. On a shared machine the rates come in modes (no-sync steps
+of ~12 or ~24 ms, in bursts of load), and samples taken before and after the steps landed in the
+other mode than the steps now and then; within the steps' window a burst falls on both.
 
 Once for the machine, never per case, the job measures DDP's own costs
 (:class:`DDPCostProbe`: the per-step cost of a synced step beyond its compute and its all-reduce,
@@ -161,31 +163,101 @@ def powersgd_products_rate(width: int, r: int, iters: int) -> float:
     return 3 * 2.0 * width * width * r / t
 
 
-def measure_hardware(model: DDP, x, y, width: int, bucket_bytes: float, iters: int, r: int = 0) -> Dict[str, float]:
-    """What commsim's compute and hook models need, measured on this rank (medians): forward,
-    backward without all-reduce (DDP's no_sync) and optimizer seconds; the memory bandwidth of an
-    fp32 -> fp16 cast of a bucket (bytes read + written per second); the fp32 matmul rate of a
-    w x w product; the cost of one small op (PowerSGD runs many); with `r`, the rate of
-    PowerSGD's products at rank r (:func:`powersgd_products_rate`, ``powersgd_flops``). The
-    compute samples themselves too (``forward_s_samples``, ...)."""
-    opt = torch.optim.SGD(model.parameters(), lr=1e-6)
-    steps = [compute_step(model, x, y, opt) for _ in range(iters)]
-    fwd, bwd, step = ([st[k] for st in steps] for k in ("forward_s", "backward_s", "optimizer_s"))
-    buf = torch.randn(max(1, int(bucket_bytes) // 4))
-    half = torch.empty(buf.numel(), dtype=torch.float16)
-    half.copy_(buf)  # touch the pages once: the rate of the cast itself, not of the first page faults
-    cast = _median_time(lambda: half.copy_(buf), iters)
-    a, b = torch.randn(width, width), torch.randn(width, width)
-    matmul = _median_time(lambda: torch.mm(a, b), iters)
-    tiny = torch.zeros(1)
-    small = _median_time(lambda: [tiny.add_(1.0) for _ in range(100)], iters) / 100
-    out = {"forward_s": statistics.median(fwd), "backward_s": statistics.median(bwd),
-           "optimizer_s": statistics.median(step), "forward_s_samples": fwd, "backward_s_samples": bwd,
-           "optimizer_s_samples": step, "mem_bw": buf.numel() * 6 / cast,
-           "flops": 2.0 * width**3 / matmul, "kernel_overhead": small}
-    if r:
-        out["powersgd_flops"] = powersgd_products_rate(width, r, iters)
-    return out
+class HardwareSampler:
+    """What commsim's compute and hook models need, sampled on this rank one :meth:`sample` at a
+    time, so that a case can take its samples in the time window of its own timed steps
+    (:func:`_run_case`: one before each step) and a burst of a shared machine's load falls on both:
+    a forward, backward without all-reduce (DDP's ``no_sync``) and optimizer step; an fp32 -> fp16
+    cast of a bucket (its memory bandwidth: bytes read + written per second); 100 small ops (the
+    cost of one: PowerSGD runs many); with `r`, powerSGD_hook's three products at rank r, as the
+    hook calls them (:func:`powersgd_products_rate`). The square matmul rate (``flops``, shown, not
+    used by the predictions) once, at construction. :meth:`result`: their means."""
+
+    def __init__(self, model: DDP, x, y, width: int, bucket_bytes: float, iters: int, r: int = 0):
+        self.model, self.x, self.y, self.r = model, x, y, r
+        self.opt = torch.optim.SGD(model.parameters(), lr=1e-6)
+        self.buf = torch.randn(max(1, int(bucket_bytes) // 4))
+        self.half = torch.empty(self.buf.numel(), dtype=torch.float16)
+        self.half.copy_(self.buf)  # touch the pages once: the rate of the cast itself, not of the first page faults
+        a, b = torch.randn(width, width), torch.randn(width, width)
+        self.flops = 2.0 * width**3 / _median_time(lambda: torch.mm(a, b), iters)
+        self.tiny = torch.zeros(1)
+        if r:
+            # one (M, P, Q) per w x w matrix of the model, as the hook holds them for its bucket
+            k = sum(1 for t in model.parameters() if t.dim() == 2)
+            self.mpq = [(torch.randn(width * width).view(1, width, width), torch.empty(width * r).view(1, width, r),
+                         torch.randn(width * r).view(1, width, r)) for _ in range(max(1, k))]
+        self.width = width
+        # (start, end) of each sample's products, on the local ranks' one monotonic clock: whether
+        # the ranks ran them at the same moments, as the hook's run in a step (products_overlap)
+        self.windows: List[List[float]] = []
+        self.samples: Dict[str, List[float]] = {k: [] for k in ("forward_s", "backward_s", "optimizer_s", "cast_s",
+                                                                 "small_s", "mq_s", "mtp_s", "pqt_s")}
+
+    def sample(self) -> None:
+        """One sample of each (about one no-sync step's time plus a few ms). Collective: every rank
+        calls it at the same point, and each part starts after a barrier, so that the ranks run
+        it side by side, as they run a step's compute and powerSGD_hook's products without a slow
+        rank (the P all-reduce lines them up before Q = M^T P and P Q^T). On a loaded 2-core
+        machine two ranks computing at once each get about half the rate of one alone (PowerSGD's
+        products at rank 4: ~2.7 vs ~5 GFLOP/s at load 2.5; it is the transposed product M^T P,
+        a strided read of M, that slows: 3.7 ms alone, 7-8 ms with both ranks in it, inside the
+        hook too, while M Q and P Q^T stay at ~0.9 ms); without the barriers the ranks drifted
+        apart over the sample and ran the products side by side only 12-32% of the time
+        (``products_overlap``), and the rate was mostly one rank's alone. A barrier before each
+        product, each over every matrix of the model as the hook runs it (one product of one
+        matrix is shorter than the ranks' skew leaving a barrier): the transposed one, which is
+        the contended one, lines up too."""
+        s = self.samples
+        dist.barrier()
+        for k, v in compute_step(self.model, self.x, self.y, self.opt).items():
+            s[k].append(v)
+        s["cast_s"].append(_median_time(lambda: self.half.copy_(self.buf), 1))
+        s["small_s"].append(_median_time(lambda: [self.tiny.add_(1.0) for _ in range(100)], 1) / 100)
+        if self.r:
+            # as the hook runs them: each product over every matrix back to back (a run of
+            # milliseconds: the ranks' skew leaving a barrier on loaded cores is ~1-3 ms)
+            for key, product in (("mq_s", lambda m, p, q: torch.bmm(m, q, out=p)),
+                                 ("mtp_s", lambda m, p, q: torch.bmm(m.transpose(1, 2), p, out=q)),
+                                 ("pqt_s", lambda m, p, q: torch.bmm(p, q.transpose(1, 2), out=m))):
+                dist.barrier()  # each product side by side: the transposed one is the contended one
+                t0 = time.monotonic()
+                for m, p, q in self.mpq:
+                    product(m, p, q)
+                t1 = time.monotonic()
+                s[key].append((t1 - t0) / len(self.mpq))
+                self.windows.append([t0, t1])
+
+    def reset(self) -> None:
+        """Forget the samples so far (a warm-up's)."""
+        for v in self.samples.values():
+            del v[:]
+        del self.windows[:]
+
+    def result(self) -> Dict[str, float]:
+        """Means over the samples (of times; rates as work over the mean time): a case's measured
+        step time is a mean over its steps, bursts of load included, and each step has its sample,
+        so the samples' mean is the compute and rates its steps ran at (a median would drop the
+        bursts that the steps' mean carries)."""
+        s = self.samples
+        mean = {k: statistics.fmean(v) for k, v in s.items() if v}
+        out = {"forward_s": mean["forward_s"], "backward_s": mean["backward_s"], "optimizer_s": mean["optimizer_s"],
+               "mem_bw": self.buf.numel() * 6 / mean["cast_s"],
+               "flops": self.flops, "kernel_overhead": mean["small_s"]}
+        if self.r:  # as powersgd_products_rate: 3 x 2 w^2 r FLOP over the sum of the products' mean times
+            out["powersgd_flops"] = 3 * 2.0 * self.width**2 * self.r / (mean["mq_s"] + mean["mtp_s"] + mean["pqt_s"])
+        return out
+
+
+def step_blocks(steps: int, case: Case) -> List[int]:
+    """How a case's `steps` timed steps run between common starts (:func:`_run_case`): one at a
+    time, each after one :class:`HardwareSampler` sample per rank, so the case's rates come from
+    the steps' own time window; post-local SGD's in runs of H (a period: its local steps do not
+    wait for each other, and a common start before each would make them), after H samples."""
+    block = case.H if case.hook == "localsgd" else 1
+    if steps % block:
+        raise ValueError(f"{case.name}: {steps} timed steps are not whole periods of H={block}")
+    return [block] * (steps // block)
 
 
 class DDPCostProbe:
@@ -502,9 +574,11 @@ def _run_case(ctx, module: nn.Module, x, y, case: Case, plan: Dict, stall: Seque
     # buffers, a cost commsim's hook model does not carry
     model = DDP(module, gradient_as_bucket_view=True,
                 **bucket_kwargs(plan["first_bucket_bytes"], plan["bucket_cap_bytes"]))
-    # measured right before the case's steps: on a shared machine the rates drift between cases
-    hardware = measure_hardware(model, x, y, module[0].in_features, plan["bucket_cap_bytes"], plan["compute_iters"],
-                                r=case.r if case.hook == "powersgd" else 0)
+    r = case.r if case.hook == "powersgd" else 0
+    sampler = HardwareSampler(model, x, y, module[0].in_features, plan["bucket_cap_bytes"], plan["compute_iters"], r)
+    for _ in range(plan["compute_iters"]):  # unkept: the pages', the allocator's and the caches' first touch
+        sampler.sample()
+    sampler.reset()
     state, averager = _register(model, case, plan["gpus_per_node"])
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     evidence: Dict = {}
@@ -529,15 +603,24 @@ def _run_case(ctx, module: nn.Module, x, y, case: Case, plan: Dict, stall: Seque
     # the buckets DDP built (after the first step's rebuild; it never splits a tensor, so at a cap
     # below a layer's bytes they are not the nominal layout): the case's prediction uses them
     built = ddp_bucket_sizes(model)
-    ctx.progress()
-    start = common_start()
-    ends = []
     del averaged[:]
-    for s in range(plan["steps"]):
+    # the timed steps in blocks (step_blocks), each after as many hardware samples as it has
+    # steps and a common start: the case's compute and rates come from the steps' own time window
+    # (on a shared machine no-sync steps of ~12 or ~24 ms, in bursts: samples taken before and
+    # after the steps landed in the other mode than the steps now and then)
+    blocks = []
+    s = 0
+    for n in step_blocks(plan["steps"], case):
         ctx.progress()
-        ends.append(step(stall[s]))
-        if averager is not None:
-            checksum.append(float(module[0].weight.detach().view(-1)[:64].double().sum()))
+        for _ in range(n):
+            sampler.sample()
+        start, ends = common_start(), []
+        for _ in range(n):
+            ends.append(step(stall[s]))
+            s += 1
+            if averager is not None:
+                checksum.append(float(module[0].weight.detach().view(-1)[:64].double().sum()))
+        blocks.append({"start": start, "ends": ends})
     ctx.progress()
     if case.hook in ("fp16", "bf16", "none"):
         evidence["grads_in_fp16"] = _representable(module, torch.float16)
@@ -550,12 +633,9 @@ def _run_case(ctx, module: nn.Module, x, y, case: Case, plan: Dict, stall: Seque
         evidence["averaged"] = averaged
         evidence["checksum"] = checksum
     dist.barrier()
-    # the compute once more after the timed steps (after the evidence, which reads the gradients):
-    # the medians of both sets bracket the load the steps ran under on a shared machine
-    paired = [compute_step(model, x, y, opt) for _ in range(plan["compute_iters"])]
-    for k in paired[0]:
-        hardware[k] = statistics.median(hardware.pop(f"{k}_samples") + [p[k] for p in paired])
-    return {"start": start, "ends": ends, "evidence": evidence, "hardware": hardware, "bucket_sizes": built}
+    return {"blocks": blocks, "evidence": evidence, "hardware": sampler.result(), "bucket_sizes": built,
+            "compute_samples": {k: list(sampler.samples[k]) for k in ("forward_s", "backward_s", "optimizer_s")},
+            "products_windows": [list(w) for w in sampler.windows]}
 
 
 def rank_mitigations(ctx, plan: Dict) -> Dict:
@@ -727,19 +807,36 @@ def predict(scenario, case: Case, hardware: Dict[str, float], width: int, parame
     return out
 
 
-def measured_steps(start: float, rank_end: np.ndarray) -> List[float]:
-    """Each step's time of one case (steps, ranks), from the previous step's last end to this
-    one's (the steps whose mean :func:`measured_step_time` is)."""
-    ends = rank_end.max(axis=1)
-    return np.diff(np.concatenate(([start], ends))).tolist()
+def measured_steps(blocks: Sequence[Sequence[Dict]]) -> List[float]:
+    """Each timed step's time of one case, from every rank's blocks (per rank: [{"start", "ends"}]
+    as :func:`_run_case` returns them): within a block, as
+    commsim.analysis.validation.measured_summary defines it (from the previous step's last end,
+    the block's common start for its first, to this one's last end), the blocks one after another."""
+    out: List[float] = []
+    for i, block in enumerate(blocks[0]):
+        rank_end = np.array([rank[i]["ends"] for rank in blocks]).T  # (steps, ranks)
+        ends = rank_end.max(axis=1)
+        out += np.diff(np.concatenate(([block["start"]], ends))).tolist()
+    return out
 
 
-def measured_step_time(start: float, rank_end: np.ndarray) -> float:
-    """Mean step time of one case (steps, ranks): the definition of
-    commsim.analysis.validation.measured_summary (from the previous step's last end to this one's)."""
-    from commsim.analysis.validation import measured_summary
+def measured_step_time(blocks: Sequence[Sequence[Dict]]) -> float:
+    """Mean step time of one case: the mean of :func:`measured_steps`."""
+    return float(np.mean(measured_steps(blocks)))
 
-    return measured_summary(start, rank_end)["step_time_s"]["mean"]
+
+def products_overlap(windows: Sequence[Sequence[Sequence[float]]]) -> Optional[float]:
+    """How much of the ranks' :class:`HardwareSampler` products ran with every rank in them at
+    once: over the samples, the time all ranks' (start, end) windows overlap over the mean
+    window's length (1: side by side, as powerSGD_hook's products run in a step without a slow
+    rank; 0: one rank at a time). None without samples."""
+    if not windows or not windows[0]:
+        return None
+    both = total = 0.0
+    for ws in zip(*windows):
+        both += max(0.0, min(w[1] for w in ws) - max(w[0] for w in ws))
+        total += sum(w[1] - w[0] for w in ws) / len(ws)
+    return both / total if total > 0 else None
 
 
 def bucket_overhead_from_ranks(per_rank: Sequence[Dict]) -> float:
@@ -846,8 +943,8 @@ def run_cases(scenario, calibration, cases: Sequence[Case], nprocs: int, slow_st
         if any(b != built[0] for b in built):
             raise ValueError(f"case {case.name}: the ranks' DDP built different buckets: {built}")
         sc = with_built_buckets(base, built[0])  # the case's prediction: the buckets its DDP built
-        rank_end = np.array([c["ends"] for c in per_rank]).T
-        measured = measured_step_time(per_rank[0]["start"], rank_end)
+        blocks = [c["blocks"] for c in per_rank]
+        measured = measured_step_time(blocks)
         if case.hook in reduce_bytes:  # measured once for the machine, the same in every case
             bytes_model = predict(sc, case, hardware, width, parameters, slow_stall, jitter)  # without the rate
             hardware = dict(hardware, reduce_bytes=reduce_bytes[case.hook])
@@ -868,8 +965,10 @@ def run_cases(scenario, calibration, cases: Sequence[Case], nprocs: int, slow_st
         rows.append({"case": case.name, "remedy": remedy_text(case, hardware, width) or "baseline",
                      "slow_rank": case.slow, "measured_s": measured, "predicted_s": pred["step_time_s"],
                      "error": (pred["step_time_s"] - measured) / measured,
-                     "measured_steps_s": measured_steps(per_rank[0]["start"], rank_end),
+                     "measured_steps_s": measured_steps(blocks),
                      "evidence": [c["evidence"] for c in per_rank], "predicted": pred, "hardware": hardware,
+                     "compute_samples_s": [c["compute_samples"] for c in per_rank],
+                     "products_overlap": products_overlap([c["products_windows"] for c in per_rank]),
                      "ddp_buckets": {"built_bytes": built[0], "predicted_with": list(sc.gradient_buckets()),
                                      "nominal_bytes": list(base.gradient_buckets())}})
     return {"width": width, "parameters": parameters, "slow_stall_s": slow_stall, "ddp_costs": costs_report,

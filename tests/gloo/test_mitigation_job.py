@@ -355,3 +355,52 @@ def test_post_local_sgd_flatten_rate_measured_once_and_in_its_prediction(report)
     row = by_name(report)["localsgd:H=2"]
     assert row["remedy"] == f"localsgd:H=2:mem_bw={fl['bytes_per_s']:.0f}B/s"
     assert "cast_rate_step_time_s" in row["predicted"]
+
+
+def test_step_blocks_one_step_or_one_period():
+    from validate.mitigation_job import step_blocks
+
+    assert step_blocks(4, Case("none")) == [1, 1, 1, 1]
+    assert step_blocks(4, Case("powersgd", r=4, slow=True)) == [1, 1, 1, 1]
+    assert step_blocks(12, Case("localsgd", H=4)) == [4, 4, 4]  # local steps never wait for a common start
+    with pytest.raises(ValueError, match="whole periods"):
+        step_blocks(6, Case("localsgd", H=4))
+
+
+def test_measured_steps_start_each_block_at_its_common_start():
+    from validate.mitigation_job import measured_step_time, measured_steps
+
+    # two ranks, two blocks of two steps: within a block from the previous step's last end
+    blocks = [[{"start": 10.0, "ends": [10.5, 11.0]}, {"start": 20.0, "ends": [20.25, 21.0]}],
+              [{"start": 10.0, "ends": [10.75, 11.5]}, {"start": 20.0, "ends": [20.5, 20.75]}]]
+    assert measured_steps(blocks) == [0.75, 0.75, 0.5, 0.5]
+    assert measured_step_time(blocks) == 0.625  # not the 20 - 11.5 s between the blocks
+
+
+def test_case_compute_sampled_in_its_steps_window(report):
+    # one hardware sample per timed step (4) on every rank, and the case's compute is their mean
+    # (per rank), the median over the ranks: nothing from before or after the steps
+    for row in report["cases"]:
+        per_rank = row["compute_samples_s"]
+        assert len(per_rank) == 2 and all(len(r[k]) == 4 for r in per_rank for k in r)
+        for k in ("forward_s", "backward_s", "optimizer_s"):
+            assert row["hardware"][k] == pytest.approx(float(np.median([np.mean(r[k]) for r in per_rank])), rel=1e-12)
+        assert len(row["measured_steps_s"]) == 4
+
+
+def test_products_overlap_is_the_time_every_rank_ran_them_at_once():
+    from validate.mitigation_job import products_overlap
+
+    side_by_side = [[[0.0, 1.0], [5.0, 6.0]], [[0.0, 1.0], [5.0, 6.0]]]
+    assert products_overlap(side_by_side) == 1.0
+    assert products_overlap([[[0.0, 1.0]], [[1.0, 2.0]]]) == 0.0  # one rank after the other
+    assert products_overlap([[[0.0, 2.0]], [[1.0, 2.0]]]) == pytest.approx(1.0 / 1.5)
+    assert products_overlap([[], []]) is None
+
+
+def test_powersgd_products_sampled_with_both_ranks_at_once(report):
+    # the rate of PowerSGD's products is sampled as its steps run them: the ranks side by side
+    rows = by_name(report)
+    for r in (1, 4):
+        assert 0.0 <= rows[f"powersgd:r={r}"]["products_overlap"] <= 1.0
+    assert rows["baseline"]["products_overlap"] is None
