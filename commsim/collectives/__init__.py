@@ -23,10 +23,10 @@ their submodule, which would otherwise shadow the function once anything importe
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any, Dict, List
+from typing import TYPE_CHECKING, Dict
 
 from commsim.collectives.busbw import algbw, busbw, busbw_factor
+from commsim.lazy import lazy_names
 
 # public name -> the module that defines it (a submodule of this package, or network.fabric)
 _EXPORTS: Dict[str, str] = {
@@ -45,18 +45,7 @@ __all__ = ["ALGORITHMS", "ALL_REDUCE", "COST_MODELS", "KINDS", "REGISTRY", "Algo
            "busbw_factor", "check_model", "selection"]
 
 
-def __getattr__(name: str) -> Any:
-    """Import the module that defines `name` on first access, then keep the name here."""
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> List[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
+__getattr__, __dir__ = lazy_names(__name__, _EXPORTS, globals())
 
 
 if TYPE_CHECKING:  # the same names, for type checkers and readers

@@ -17,8 +17,9 @@ not cost it the readers, the matching and the blame analysis.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any, List
+from typing import TYPE_CHECKING
+
+from commsim.lazy import lazy_names
 
 # public name -> the submodule that defines it
 _EXPORTS = {"blame_traces": "blaming", "TraceError": "errors", "import_traces": "importer"}
@@ -26,18 +27,7 @@ _EXPORTS = {"blame_traces": "blaming", "TraceError": "errors", "import_traces": 
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    """Import the submodule that defines `name` on first access, then keep the name here."""
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> List[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
+__getattr__, __dir__ = lazy_names(__name__, _EXPORTS, globals())
 
 
 if TYPE_CHECKING:  # the same names, for type checkers and readers
