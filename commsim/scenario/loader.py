@@ -167,7 +167,6 @@ def apply_overrides(doc: Dict[Any, Any], overrides: Iterable[str]) -> Dict[Any, 
     return result
 
 
-
 def load_scenario(
     path: Union[str, Path],
     overrides: Iterable[str] = (),
