@@ -681,16 +681,9 @@ class Engine:
                 shift: Optional[float] = None):
         """:meth:`_collective` once its issue statistics are recorded (`shift`: :meth:`_finish_times`'s)."""
         k = self._op
-        self._op += 1
         if launch is None:
             launch = issue if stream is None else np.maximum(issue, stream)
-        finish = self._finish_times(self.kernels[k], launch, shift)
-        if self._record:
-            self._comm_time[k] = finish.max() - launch.max()
-        if self.collectives:
-            self._coll["issue"][s, k] = self._keep(issue)
-            self._coll["start"][s, k] = self._keep(launch)
-            self._coll["finish"][s, k] = self._keep(finish)
+        finish = self._launch_now(s, issue, launch, shift)
         if self.log is not None:  # the clock stops at every collective only when someone watches it
             yield self.env.timeout(max(finish.max() - self.env.now, 0.0))
             self.log.append((self.env.now, s, f"{self.ops[k].kind} {k}"))
@@ -901,11 +894,11 @@ class Engine:
                     shift = latest - float(seen_map[kid][0][last])
                 else:
                     shift = origin[1] - known_origin[0][1]
-            if lean:  # _sharded_launch where it records nothing (no comm_time this step, no per-collective times)
+            if lean:  # _launch_now where it records nothing (no comm_time this step, no per-collective times)
                 self._op = k + 1
                 finish = self._finish_times(kernels[k], launch, shift)
             else:
-                finish = self._sharded_launch(s, issued, launch, shift)
+                finish = self._launch_now(s, issued, launch, shift)
             last_shift = self._last_shift
             if last_shift is not None and known_origin is not None:  # finish = the kernel's previous finish + c
                 stream_origin = (known_origin[1][0], known_origin[1][1] + last_shift[1])
@@ -981,10 +974,11 @@ class Engine:
         busy += end - optimizer_start - in_flight.stretch  # the slowdown counts as waiting, not compute
         return end, backward_end, backward_end if stream is None else stream, busy
 
-    def _sharded_launch(self, s: int, issue: np.ndarray, launch: np.ndarray, shift: Optional[float]) -> np.ndarray:
-        """FSDP's charged step's :meth:`_launch` without the clock (:meth:`_sharded_logged` advances
-        it where an event log is kept): the step's next collective, launched at `launch`, its
-        finish times (`shift`: :meth:`_finish_times`')."""
+    def _launch_now(self, s: int, issue: np.ndarray, launch: np.ndarray, shift: Optional[float]) -> np.ndarray:
+        """:meth:`_launch` without the clock (FSDP's charged step calls it directly;
+        :meth:`_sharded_logged` advances the clock where an event log is kept): the step's next
+        collective, launched at `launch`, its finish times (`shift`: :meth:`_finish_times`'),
+        recorded where they are asked for."""
         k = self._op
         self._op += 1
         finish = self._finish_times(self.kernels[k], launch, shift)
