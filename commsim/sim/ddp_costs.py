@@ -204,6 +204,15 @@ def _one_chain_float(start: float, work: float, begin: float, end: float, slowdo
     return start + work + slow, slow + 0.0
 
 
+def _through_chain_list_float(t: float, w: float, chains, begin: int, end: int, slowdown: float):
+    """:func:`_through_chains_float` over `chains` (rows holding each chain's begin and end at
+    indices `begin` and `end`), by :func:`_one_chain_float` where there is one chain."""
+    if len(chains) == 1:
+        c = chains[0]
+        return _one_chain_float(t, w, c[begin], c[end], slowdown)
+    return _through_chains_float(t, w, [c[begin] for c in chains], [c[end] for c in chains], slowdown)
+
+
 class InFlight:
     """One step's collectives in flight on each rank's communication stream, and compute slowed
     by them: :func:`stretched_finish` over rank vectors.
@@ -581,12 +590,7 @@ class PartialRanks:
                 w = st[7] * share
                 chains, clock = st[3], st[6]
                 if clock is None:
-                    if len(chains) == 1:
-                        c = chains[0]
-                        t, extra = _one_chain_float(t, w, c[0], c[1], slowdown)
-                    else:
-                        t, extra = _through_chains_float(t, w, [c[0] for c in chains], [c[1] for c in chains],
-                                                         slowdown)
+                    t, extra = _through_chain_list_float(t, w, chains, 0, 1, slowdown)
                 else:
                     wd = clock.work_done_float
                     units = wd(t)
@@ -595,12 +599,7 @@ class PartialRanks:
                             c[2] = wd(c[0])
                         if c[3] is None:
                             c[3] = wd(c[1])
-                    if len(chains) == 1:
-                        c = chains[0]
-                        done, _ = _one_chain_float(units, w, c[2], c[3], slowdown)
-                    else:
-                        done, _ = _through_chains_float(units, w, [c[2] for c in chains], [c[3] for c in chains],
-                                                        slowdown)
+                    done, _ = _through_chain_list_float(units, w, chains, 2, 3, slowdown)
                     t = clock.time_for_work_float(done)
                     extra = t - clock.time_for_work_float(units + w)
                 st[5] += extra

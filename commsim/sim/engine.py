@@ -196,6 +196,18 @@ class _Ranks:
         return np.stack([self.clocks[r].finish(start[r], work[r] * fractions) for r in self.throttled])
 
 
+def _with_late_issues(last, high, low, ranks, values):
+    """(latest rank, latest issue, earliest issue) of a row from the other ranks' (`last`,
+    `high`, `low`) and the late `ranks`' issue `values`, as argmax and min over the whole row
+    give them (argmax's tie rule: the lowest rank among equal maxima), on scalars."""
+    for r, v in zip(ranks, values):
+        if v > high or (v == high and r < last):
+            last, high = r, v
+        if v < low:
+            low = v
+    return last, high, low
+
+
 class Engine:
     """Simulates one scenario. Use :func:`simulate` unless you need the SimPy environment."""
 
@@ -515,12 +527,7 @@ class Engine:
                 # the row's issue statistics from the block's (the other ranks') and the late
                 # ranks' values: scalars, where argmax and min over the row cost two numpy calls
                 # (argmax's tie rule kept: the lowest rank among equal maxima)
-                last, high, low = others_last[i], others_high[i], others_low[i]
-                for r, v in zip(ranks, values):
-                    if v > high or (v == high and r < last):
-                        last, high = r, v
-                    if v < low:
-                        low = v
+                last, high, low = _with_late_issues(others_last[i], others_high[i], others_low[i], ranks, values)
                 k = self._op
                 last_rank[k] = last
                 launch_spread[k] = high - low
@@ -621,11 +628,7 @@ class Engine:
             elif float((finish - responses.uniform(kernel)).min()) < top_other:
                 return None, values
         # the row's issue statistics: its latest issue (the lowest rank among ties, as argmax) and spread
-        for r, v in zip(ranks, values):
-            if v > high or (v == high and r < last):
-                last, high = r, v
-            if v < low:
-                low = v
+        last, high, low = _with_late_issues(last, high, low, ranks, values)
         k = self._op
         self._last_rank[s, k] = last
         self._launch_spread[s, k] = high - low
