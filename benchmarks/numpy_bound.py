@@ -293,21 +293,27 @@ def bound_run_charged(sc: Scenario) -> np.ndarray:
     return step_end
 
 
+def fsdp_plan(sc: Scenario):
+    """(collective times in stream order, compute work per segment (forward units in reverse,
+    then backward), optimizer time, perturbations, throttled ranks) of an FSDP step."""
+    c = sc.compute
+    buckets = np.asarray(sc.gradient_buckets(), dtype=float)
+    nb = len(buckets)
+    share = unit_shares(buckets)
+    work = [c.forward * share[nb - 1 - x] for x in range(nb)] + [c.backward * share[j] for j in range(nb)]
+    p = perturbations(sc)
+    return (collective_times(sc, buckets), work, optimizer_time(c.optimizer, "fsdp", sc.world_size), p,
+            sorted(p.clocks))
+
+
 def bound_run_fsdp(sc: Scenario) -> np.ndarray:
     """FSDP's step end times with uniform links: the engine's segment loop, each collective one
     scalar (every rank finishes at the last launch plus its uniform time)."""
     if charges(sc.ddp.costs, sc.world_size):
         return bound_run_fsdp_charged(sc)
     n, steps = sc.world_size, sc.steps
-    c = sc.compute
-    buckets = np.asarray(sc.gradient_buckets(), dtype=float)
-    nb = len(buckets)
-    T = collective_times(sc, buckets)
-    share = unit_shares(buckets)
-    work = [c.forward * share[nb - 1 - x] for x in range(nb)] + [c.backward * share[j] for j in range(nb)]
-    optimizer = optimizer_time(c.optimizer, "fsdp", n)
-    p = perturbations(sc)
-    throttled = sorted(p.clocks)
+    T, work, optimizer, p, throttled = fsdp_plan(sc)
+    nb = len(work) // 2
 
     def finish(start, w, f):
         end = start + f * w
@@ -348,16 +354,10 @@ def bound_run_fsdp_charged(sc: Scenario) -> np.ndarray:
     previous finish, every compute segment (forward and backward) slowed inside the rank's own
     collectives (:class:`Busy`); no gradient copies."""
     n, steps = sc.world_size, sc.steps
-    c, costs = sc.compute, sc.ddp.costs
+    costs = sc.ddp.costs
     overhead = costs.bucket_overhead
-    buckets = np.asarray(sc.gradient_buckets(), dtype=float)
-    nb = len(buckets)
-    T = collective_times(sc, buckets)
-    share = unit_shares(buckets)
-    work = [c.forward * share[nb - 1 - x] for x in range(nb)] + [c.backward * share[j] for j in range(nb)]
-    optimizer = optimizer_time(c.optimizer, "fsdp", n)
-    p = perturbations(sc)
-    throttled = sorted(p.clocks)
+    T, work, optimizer, p, throttled = fsdp_plan(sc)
+    nb = len(work) // 2
     start = np.zeros(n)
     step_end = np.empty(steps)
     for s in range(steps):
