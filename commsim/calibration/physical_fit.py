@@ -42,6 +42,7 @@ import numpy as np
 
 from commsim.calibration.errors import CalibrationError
 from commsim.calibration.nccl_tables import LogTables, load_tables
+from commsim.calibration.residuals import residual_correction
 from commsim.collectives.nccl_tuner import KINDS, Scale, bus_factor, plan
 from commsim.errors import InputError
 from commsim.network.system import System
@@ -146,7 +147,9 @@ class PhysicalFit:
                 use_measured: bool = True, pick: str = "nccl", **kw) -> Prediction:
         """Times with a 95% interval (fit covariance and residual scatter), busbw, and a note.
         At a measured (kind, scale) the physical curve is corrected by the measured residuals
-        interpolated in log size inside the measured range; at other scales it is not."""
+        interpolated in log size inside the measured range, each only within the model's own
+        (algorithm, protocol) regime (:func:`~commsim.calibration.residuals.residual_correction`);
+        at other scales it is not."""
         S = np.atleast_1d(np.asarray(sizes, dtype=float))
         p = self.plan(kind, nodes, gpus_per_node, pick=pick, **kw)
         t = p.time_us(S)
@@ -170,12 +173,14 @@ class PhysicalFit:
                     r = self.residuals.get(m.label)
                     if r is None:
                         continue
-                    inside = (S >= m.sizes.min()) & (S <= m.sizes.max())
-                    order = np.argsort(m.sizes)
-                    corr = np.interp(np.log(S), np.log(m.sizes[order]), r[order])
-                    t = np.where(inside, t * np.exp(corr), t)
-                    corrected = inside
+                    # only within the model's own (algorithm, protocol) regime: see residuals.py
+                    corr, corrected = residual_correction(S, p.choose(S), m.sizes, r, p.choose(m.sizes))
+                    t = np.where(corrected, t * np.exp(corr), t)
                     notes.append(f"measured scale: corrected by the residuals of {m.label}")
+                    inside = (S >= m.sizes.min()) & (S <= m.sizes.max())
+                    if np.any(inside & ~corrected):
+                        notes.append(f"{int(np.sum(inside & ~corrected))} size(s) in a regime no adjacent measured "
+                                     "size ran under the model: physical price alone")
                     break
         if nodes > self.max_nodes:
             notes.append(f"extrapolating: {nodes} nodes is {nodes / self.max_nodes:g}x the largest calibrated ({self.max_nodes})")
