@@ -241,8 +241,50 @@ def run_interpolation(series_list: Sequence[Series], pick: str) -> List[dict]:
                 loglog = np.exp(np.interp(np.log(S[test]), np.log(S[keep]), np.log(T[keep])))
                 out.append({"log": m.source, "kind": m.kind, "scale": f"{m.nodes}x{m.gpus_per_node}",
                             "model": busbw_error(pred, T[test]).tolist(),
-                            "loglog": busbw_error(loglog, T[test]).tolist()})
+                            "loglog": busbw_error(loglog, T[test]).tolist(),
+                            "rows": _interp_rows(fit, m, S, T, keep, pred, pick)})
     return out
+
+
+def _interp_rows(fit, m, S, T, keep, pred, pick) -> List[dict]:
+    """Per left-out size: measured and predicted time, the model's pick, its uncorrected price,
+    and each kept neighbour's size, time, residual and pick (for the --interp-detail listing)."""
+    p = fit.plan(m.kind, m.nodes, m.gpus_per_node, pick=pick)
+    picks = ["/".join(c) for c in p.choose(S)]
+    raw = p.time_us(S)
+    need = np.log(T / raw)  # the residual each size would need (known only because it was measured)
+    ki = np.flatnonzero(keep)
+    rows = []
+    for j, i in enumerate(np.flatnonzero(~keep)):
+        a = int(np.searchsorted(ki, i)) - 1
+        nb = [{"size_bytes": int(S[k]), "time_us": float(T[k]), "residual": float(need[k]), "pick": picks[k]}
+              for k in (ki[a], ki[a + 1])]
+        rows.append({"size_bytes": int(S[i]), "measured_us": float(T[i]), "predicted_us": float(pred[j]),
+                     "uncorrected_us": float(raw[i]), "needed_residual": float(need[i]), "pick": picks[i],
+                     "error_pct": float(busbw_error(pred[j:j + 1], T[i:i + 1])[0]), "neighbours": nb,
+                     "tags": _interp_tags(T, picks, ki, a, i)})
+    return rows
+
+
+def _interp_tags(T, picks, ki, a, i) -> List[str]:
+    """Which of three causes a left-out size shows (diagnostic; the correction does not read it).
+    A time is out of order when it is not between its neighbours' times (slower than a larger
+    size or faster than a smaller one): no model monotone in size within a regime follows it.
+    'spike' the left-out size's own time is out of order against its kept neighbours (nothing
+    smooth predicts it); 'neighbour-spike' a kept neighbour's time is out of order against its
+    own kept neighbours, and its residual is interpolated into this size; 'switch' the model's
+    pick here differs from a kept neighbour's (a regime change between kept sizes)."""
+    def out_of_order(k, lo, hi):
+        return not (T[lo] <= T[k] <= T[hi])
+    lo, hi = ki[a], ki[a + 1]
+    tags = []
+    if out_of_order(i, lo, hi):
+        tags.append("spike")
+    if (a >= 1 and out_of_order(lo, ki[a - 1], hi)) or (a + 2 < ki.size and out_of_order(hi, lo, ki[a + 2])):
+        tags.append("neighbour-spike")
+    if picks[lo] != picks[i] or picks[hi] != picks[i]:
+        tags.append("switch")
+    return tags
 
 
 def _fmt(b) -> str:
@@ -277,16 +319,42 @@ def print_report(results: List[dict], single: List[dict], interp: List[dict], fi
     p(f"  log-log interpolation of neighbours: median {np.median(loglog):.1f}%  max {np.max(loglog):.1f}%")
 
 
+def _kb(s: int) -> str:
+    return f"{s / KB:.0f}K" if s < MB else f"{s / MB:.0f}M"
+
+
+def print_interp_detail(interp: List[dict], above: float = 15.0, file=sys.stdout) -> None:
+    """Every left-out size with |busbw error| above `above` %: measured and predicted time, the
+    model's pick, the residual it would have needed, and its kept neighbours' residuals."""
+    p = lambda *a: print(*a, file=file)
+    p("")
+    p(f"Interpolation, left-out sizes with |busbw error| > {above:g}% (residual r = log(measured / physical); "
+      "need = the left-out size's own)")
+    p(f"{'log':46} {'kind':14} {'size':>5} {'meas us':>9} {'pred us':>9} {'err %':>6} {'pick':13} {'need':>6}  "
+      "kept neighbours (size r pick)                    tags")
+    for q in interp:
+        for r in q["rows"]:
+            if r["error_pct"] <= above:
+                continue
+            nb = "  ".join(f"{_kb(n['size_bytes']):>5} {n['residual']:+.2f} {n['pick']:13}" for n in r["neighbours"])
+            p(f"{q['log'][:46]:46} {q['kind']:14} {_kb(r['size_bytes']):>5} {r['measured_us']:9.1f} {r['predicted_us']:9.1f} "
+              f"{r['error_pct']:6.1f} {r['pick']:13} {r['needed_residual']:+6.2f}  {nb}  {','.join(r['tags']) or '-'}")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", help="write every figure (and each predicted row) to this file")
     ap.add_argument("--pick", choices=("nccl", "fastest"), default="nccl",
                     help="choose (algorithm, protocol) by NCCL's own estimate (default) or by the physical time")
+    ap.add_argument("--interp-detail", action="store_true",
+                    help="also list every interpolation left-out size off by more than 15%%, with its neighbours")
     args = ap.parse_args(argv)
     results = [run_series(s, args.pick) for s in SERIES]
     single = run_single(args.pick)
     interp = run_interpolation(SERIES, args.pick)
     print_report(results, single, interp)
+    if args.interp_detail:
+        print_interp_detail(interp)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
             json.dump({"series": results, "single_scale_nominal": single, "interpolation": interp}, fh, indent=1, sort_keys=True)
