@@ -26,7 +26,8 @@ Calibrations compose: :func:`compose` takes the intra-node constants of one fit 
 network constants of another. Predictions (:meth:`PhysicalFit.predict`) carry a 95%
 interval from the fit's covariance and residual scatter, and an extrapolation note (how many
 times the calibrated node count). At a scale that was measured, the physical prediction is
-corrected by the measured residuals, interpolated in log size between the measured sizes;
+corrected by the measured residuals, interpolated in log size between the measured sizes
+within the model's own (algorithm, protocol) regime (:mod:`commsim.calibration.residuals`);
 at a scale that was not, never.
 
 The optimiser is a small Levenberg-Marquardt in numpy (scipy is not a dependency).
