@@ -35,7 +35,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 
 from commsim.calibration.nccl_tables import load_tables  # noqa: E402
 from commsim.calibration.physical_fit import Measurement, fit_physical  # noqa: E402
-from commsim.collectives.nccl_tuner import bus_factor, plan  # noqa: E402
+from commsim.collectives.nccl_tuner import bus_factor, clique_splits, nvls_heads, plan  # noqa: E402
 from commsim.network.system import PRESETS, System  # noqa: E402
 
 DATA = os.path.join(os.path.dirname(HERE), "tests", "data")
@@ -169,6 +169,17 @@ def series_nccl_version(series: Series) -> str:
     return found.pop() if len(found) == 1 else series.nccl
 
 
+def clique_placements(system: System, nodes: int, gpus: int) -> Optional[List[dict]]:
+    """Multi-host NVLink domains (GB200 NVL72) only: every placement of the job's hosts in the
+    fewest racks and the NVLS heads NCCL aligns on for it. A log does not say how its hosts were
+    split over racks; the model's NVLS-tree price depends on the split only through the heads,
+    so equal heads over every placement mean one prediction for all of them."""
+    if system.nvlink_domain_nodes < 2 or nodes <= system.nvlink_domain_nodes:
+        return None
+    return [{"trays_per_clique": list(p), "nvls_heads": nvls_heads(system, p, gpus)}
+            for p in clique_splits(nodes, system.nvlink_domain_nodes)]
+
+
 def run_series(series: Series, pick: str) -> dict:
     nominal = nominal_system(series.preset, series_nccl_version(series))
     per_log = [(log, read_log(series.folder, log, series.name)) for log in series.logs]
@@ -204,6 +215,7 @@ def run_series(series: Series, pick: str) -> dict:
                 "log": m.source, "kind": m.kind, "scale": f"{m.nodes}x{m.gpus_per_node}",
                 "node_ratio": m.nodes / cal_nodes, "bands": band_errors(m.sizes, err),
                 "interval_coverage": float(inside.mean()), "note": p.note,
+                "clique_placements": clique_placements(nominal, m.nodes, m.gpus_per_node),
                 "rows": [{"size_bytes": int(s), "measured_busbw_GBps": float(s / (t * 1e3) * bus_factor(m.kind, m.nodes * m.gpus_per_node)),
                           "predicted_busbw_GBps": float(b), "error_pct": float(e), "chosen": c}
                          for s, t, b, e, c in zip(m.sizes, m.time_us, p.busbw_GBps, err, chosen)],

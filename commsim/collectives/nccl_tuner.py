@@ -563,6 +563,58 @@ def nvls_graph(system: System, scale: Scale) -> NvlsGraph:
     return NvlsGraph(heads, bw_intra, min(nic, 2.0 * bw_intra))
 
 
+def clique_splits(nodes: int, domain_nodes: int) -> List[Tuple[int, ...]]:
+    """Every way `nodes` hosts can sit in the fewest NVLink domains (racks) of `domain_nodes`
+    hosts each: the tray counts per MNNVL clique, largest first. A job log does not say how its
+    hosts were placed (16+16 or 18+14 for 32 trays on NVL72 racks), so a prediction that depends
+    on the placement is reported over all of them.
+
+    NCCL forms one clique per fabric cluster UUID and clique id (src/mnnvl.cc ncclMnnvlCheck,
+    v2.27.3-1: ranks whose ``fabricInfo.clusterUuid`` and ``cliqueId`` match), fuses the clique's
+    topologies into one NCCL node (src/graph/topo.cc ncclTopoGetSystem, "MNNVL clique support"),
+    and numbers nodes by their rings' first rank (init.cc "Determine nNodes"), so comm->nNodes is
+    the number of cliques, uneven ones included."""
+    if nodes < 1 or domain_nodes < 1:
+        raise ValueError("nodes and domain_nodes must be >= 1")
+    parts = -(-nodes // domain_nodes)
+    out: List[Tuple[int, ...]] = []
+
+    def rec(left: int, k: int, most: int, acc: Tuple[int, ...]) -> None:
+        if k == 0:
+            if left == 0:
+                out.append(acc)
+            return
+        for first in range(min(most, left - (k - 1)), 0, -1):
+            if first * k < left:
+                break
+            rec(left - first, k - 1, first, acc + (first,))
+
+    rec(nodes, parts, domain_nodes, ())
+    return out
+
+
+def nvls_heads(system: System, split: Sequence[int], gpus_per_node: int) -> int:
+    """NVLS heads (NVLS graph channels) of a job whose cliques hold `split` hosts each: every
+    clique's NVLS search takes one head per NIC with a distinct local GPU, at most
+    NCCL_MAX_NVLS_ARITY (:func:`nvls_graph`), and init.cc aligns every rank on the smallest
+    (``graphs[a]->nChannels = std::min(allGather3Data[i].graphInfo[a].nChannels, ...)``)."""
+    nics = system.nics_used(gpus_per_node)
+    heads = [max(1, min(NVLS_MAX_ARITY, h * gpus_per_node, h * nics)) for h in split]
+    return min(heads)
+
+
+def nvls_tree_nics(system: System, scale: Scale) -> int:
+    """NICs an NVLS tree crosses the network through, per NVLink domain: one per NVLS head. Each
+    head rank sends and receives its share through its own NIC (src/graph/search.cc
+    getNvlsNetDev, v2.27.3-1: the NIC of the NVLS graph channel whose first GPU is the rank), and
+    connect.cc connectNvls gives every head its tree up/down peers, the same head index on the
+    other nodes. Not the ring graph's NICs (:func:`nics_driven`): on an NVL72 clique of 16 hosts
+    that is 32 heads against 16 ring channels."""
+    if scale.domains < 2:
+        return scale.nics
+    return max(1, min(scale.nics, nvls_graph(system, scale).channels))
+
+
 def _intra_hw(system: System) -> str:
     return "NVLINK" if system.intra_kind in ("nvswitch", "nvlink") else "PCI"
 
@@ -858,9 +910,9 @@ def physical_time_us(kind: str, algorithm: str, protocol: str, sizes, system: Sy
             intra = intra / factor  # AG/RS: the ring's traffic through the switch
         alg_bw = np.full(S.shape, intra)
         if D > 1:
-            # the tree's channels each drive one NIC (like a ring's): a multi-host NVLink domain
-            # (GB200 NVL72: 64 NICs) crosses the network through C of them, not all
-            net = net_bw * system.tree_efficiency / (1.0 if (D == 2 or a == "nvls") else 2.0)
+            # each NVLS head drives its own NIC (nvls_tree_nics): a multi-host NVLink domain
+            # (GB200 NVL72: 64 NICs on 16 hosts) crosses the network through its 32 heads' NICs
+            net = nvls_tree_nics(system, scale) * nic * system.tree_efficiency / (1.0 if (D == 2 or a == "nvls") else 2.0)
             alg_bw = np.minimum(alg_bw, net)
         h_nvls = system.intra_hop_us * t["hw"]["NVLINK"][a][2] / intra_nominal
         if a == "nvls":

@@ -64,8 +64,9 @@ def test_tree_at_two_nodes_moves_each_node_s_once_and_beats_the_nic_rate():
 def test_nvls_tree_across_nvlink_domains_crosses_the_network_through_one_nic_per_channel():
     """A multi-host NVLink domain (NVL72-like: 16 hosts x 4 GPUs, 64 NICs): the ring search finds
     21 channels of 48 GB/s (a GPU's 1000 GB/s over the 63/64 of channels that cross it), doubled
-    to 42 that run; NVLS tree sends its inter-domain traffic through the 21 NICs those channels
-    were searched on, not 64 (nor 42: the doubled channels are copies on the same NICs)."""
+    to 42 that run; NVLS tree sends its inter-domain traffic through its NVLS heads' NICs, one per
+    head (search.cc getNvlsNetDev): min(NCCL_MAX_NVLS_ARITY 32, 64 GPU:NIC pairs) = 32, not the
+    ring's 21 nor all 64."""
     s = _sys(gpus_per_node=4, nics_per_node=4, nvls=True, nvlink_domain_nodes=16, intra_bw_GBps=1000.0,
              nvls_efficiency=1.0, tree_efficiency=1.0)
     sc = nt.Scale.of(s, 48, 4)
@@ -73,7 +74,8 @@ def test_nvls_tree_across_nvlink_domains_crosses_the_network_through_one_nic_per
     S = float(1 << 34)
     t = nt.physical_time_us("all_reduce", "nvls_tree", "Simple", [S], s, sc)[0]
     lat = 0.0 + 5.0 + 3.0 * 25 / 3.4 + 2 * 1 * 10.0 * 20.9 / 14.0  # launch, NVLS hop, 2 log2(D) tree net hops
-    alg = 21 * 50.0 / 2.0                                          # D > 2: 2S per domain through 21 NICs
+    assert nt.nvls_tree_nics(s, sc) == 32
+    alg = 32 * 50.0 / 2.0                                          # D > 2: 2S per domain through 32 heads' NICs
     assert t == pytest.approx(lat + S / (1000 * alg))
 
 
