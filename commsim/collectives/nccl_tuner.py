@@ -718,6 +718,36 @@ def _tree_correction(t: dict, protocol: str, S: np.ndarray) -> np.ndarray:
 # --- the physical time ---------------------------------------------------------------------------
 
 
+# Simple's step: the default buffer (NCCL_BUFFSIZE 4 MiB, src/init.cc DEFAULT_BUFFSIZE) over
+# NCCL_STEPS = 8 slots (src/include/device.h): a tree's chunk before enqueue.cc shrinks it.
+SIMPLE_STEP_BYTES = (4 << 20) // 8
+
+
+def tree_depth(scale: Scale) -> int:
+    """NCCL's tree depth (src/graph/connect.cc connectTrees, 2.18-2.29: ``nRanks/nNodes - 1 +
+    log2i(nNodes)``, "not an exact value but a good approximation"): the intra-node chain plus
+    the network levels of the double binary tree."""
+    return scale.local - 1 + _log2i(scale.domains)
+
+
+def tree_simple_chunks(sizes, channels_launched, depth: int) -> np.ndarray:
+    """Chunks each channel's Tree/Simple all-reduce moves (src/enqueue.cc, 2.18-2.29, "Optimize
+    chunkSize / nSteps"): the 512 KiB step halves while a channel has fewer than depth*8 chunks
+    (down to 128 KiB), depth*4 (down to 64 KiB) and depth (down to 32 KiB). A deeper tree gets
+    smaller chunks, so more of them for the same bytes. Not priced by :func:`physical_time_us`
+    yet: a per-chunk proxy cost on it trades rows across systems (see the calibration notes)."""
+    S = np.asarray(sizes, dtype=float)
+    nc = np.broadcast_to(np.asarray(channels_launched, dtype=float), S.shape)
+    out = np.empty(S.shape)
+    for i, (b, c) in enumerate(zip(S.ravel(), nc.ravel())):
+        chunk = SIMPLE_STEP_BYTES
+        for need, floor in ((8, 131072), (4, 65536), (1, 32768)):
+            while b // (c * chunk) < depth * need and chunk > floor:
+                chunk //= 2
+        out.ravel()[i] = max(1.0, math.ceil(b / (c * chunk)))
+    return out
+
+
 def channels_used(algorithm: str, protocol: str, sizes, channels: int, ranks: int) -> np.ndarray:
     """Channels NCCL launches for each size (enqueue.cc topoGetAlgoInfo): while nBytes <
     nc * nThreads * threadThreshold, nc-- (ring LL's threshold is per rank). NVLS/CollNet
