@@ -770,6 +770,36 @@ def _tree_correction(t: dict, protocol: str, S: np.ndarray) -> np.ndarray:
 # --- the physical time ---------------------------------------------------------------------------
 
 
+# Simple's step: the default buffer (NCCL_BUFFSIZE 4 MiB, src/init.cc DEFAULT_BUFFSIZE) over
+# NCCL_STEPS = 8 slots (src/include/device.h): a tree's chunk before enqueue.cc shrinks it.
+SIMPLE_STEP_BYTES = (4 << 20) // 8
+
+
+def tree_depth(scale: Scale) -> int:
+    """NCCL's tree depth (src/graph/connect.cc connectTrees, 2.18-2.29: ``nRanks/nNodes - 1 +
+    log2i(nNodes)``, "not an exact value but a good approximation"): the intra-node chain plus
+    the network levels of the double binary tree."""
+    return scale.local - 1 + _log2i(scale.domains)
+
+
+def tree_simple_chunks(sizes, channels_launched, depth: int) -> np.ndarray:
+    """Chunks each channel's Tree/Simple all-reduce moves (src/enqueue.cc, 2.18-2.29, "Optimize
+    chunkSize / nSteps"): the 512 KiB step halves while a channel has fewer than depth*8 chunks
+    (down to 128 KiB), depth*4 (down to 64 KiB) and depth (down to 32 KiB). A deeper tree gets
+    smaller chunks, so more of them for the same bytes. Not priced by :func:`physical_time_us`
+    yet: a per-chunk proxy cost on it trades rows across systems (see the calibration notes)."""
+    S = np.asarray(sizes, dtype=float)
+    nc = np.broadcast_to(np.asarray(channels_launched, dtype=float), S.shape)
+    out = np.empty(S.shape)
+    for i, (b, c) in enumerate(zip(S.ravel(), nc.ravel())):
+        chunk = SIMPLE_STEP_BYTES
+        for need, floor in ((8, 131072), (4, 65536), (1, 32768)):
+            while b // (c * chunk) < depth * need and chunk > floor:
+                chunk //= 2
+        out.ravel()[i] = max(1.0, math.ceil(b / (c * chunk)))
+    return out
+
+
 def channels_used(algorithm: str, protocol: str, sizes, channels: int, ranks: int) -> np.ndarray:
     """Channels NCCL launches for each size (enqueue.cc topoGetAlgoInfo): while nBytes <
     nc * nThreads * threadThreshold, nc-- (ring LL's threshold is per rank). NVLS/CollNet
@@ -820,6 +850,22 @@ def net_ll_GBps(system: System, channels_launched) -> np.ndarray:
     LL hops across nodes: inside a node LL runs GPU to GPU, and LL128/Simple use GPU memory
     with GDR."""
     return system.net_ll_ch_GBps * np.asarray(channels_launched, dtype=float)
+
+
+def net_step_floor_us(system: System, protocol: str, channels_launched) -> np.ndarray:
+    """Per-step floor (us) of a ring or tree across nodes, per size: NCCL's getNetOverhead
+    (tuning.cc; :attr:`System.net_step_us`, x3 for Simple) as its estimate applies it, once per
+    step whatever the channel count. Where the network plugin's step cost is a per-message CPU
+    cost (:attr:`System.net_step_per_channel`), LL pays it once per launched channel: the rank's
+    one proxy thread (src/proxy.cc progressOps) posts and tests every channel's LL step in turn,
+    so the step takes channels x the per-message cost (Polaris: at 8x4 and 128x4 an LL step
+    across nodes costs ~25-30 us per launched channel at every size from 512 B to 16 KB per
+    channel, and 2, 4 channels take 2x, 4x as long)."""
+    nc = np.asarray(channels_launched, dtype=float)
+    base = system.net_step_us * (3.0 if protocol == SIMPLE else 1.0)
+    if protocol == LL and system.net_step_per_channel:
+        return base * nc
+    return np.full(nc.shape, base)
 
 
 def _hop_us(system: System, hw: str, algorithm: str, protocol: str, table: dict, nominal_ring_simple: float,
@@ -885,7 +931,7 @@ def physical_time_us(kind: str, algorithm: str, protocol: str, sizes, system: Sy
         nsteps = 2 * (n - 1) if kind == "all_reduce" else n - 1
         n_inter = 0 if D == 1 else (2 * (D - 1) if kind == "all_reduce" else D - 1)
         if D > 1:
-            h_intra = max(h_intra, system.net_step_us * (3 if protocol == SIMPLE else 1))
+            h_intra = np.maximum(h_intra, net_step_floor_us(system, protocol, nc))
         lat_s = lat + (nsteps - n_inter) * h_intra + n_inter * h_net
     elif a == "tree":
         eta = system.tree_efficiency
@@ -902,7 +948,7 @@ def physical_time_us(kind: str, algorithm: str, protocol: str, sizes, system: Sy
             alg_link = np.minimum(alg_link, net_ll_GBps(system, nc) / eff / (1.0 if D == 2 else 2.0))
         alg_bw = np.minimum(alg_link * eff, ceiling / 2.0) * _tree_correction(t, protocol, S)
         # a tree's network hop is one proxy step too: at least the per-step floor of a ring
-        h_tree_net = max(h_net, system.net_step_us * (3 if protocol == SIMPLE else 1)) if D > 1 else h_net
+        h_tree_net = np.maximum(h_net, net_step_floor_us(system, protocol, nc)) if D > 1 else h_net
         lat_s = lat + 2 * ((L - 1) * h_intra + _log2i(D) * h_tree_net)
     elif a in ("nvls", "nvls_tree"):
         intra = system.intra_bw_GBps * system.nvls_efficiency

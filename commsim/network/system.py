@@ -131,6 +131,11 @@ class System:
     # Per-step floor (us, LL/LL128; x3 for Simple) of a ring across nodes; None: NCCL's
     # getNetOverhead for the CPU vendor (NET_STEP_US_BY_CPU). A calibration fits it.
     net_step_us: Optional[float] = None
+    # True where that per-step cost is the network plugin's per-message CPU cost, which the rank's
+    # one proxy thread pays for each launched channel's LL step in turn (aws-ofi-nccl over
+    # libfabric CXI with software receive matching, NCCL's socket transport); False for NCCL's
+    # IB verbs transport, whose posts cost far less than getNetOverhead (one floor per step).
+    net_step_per_channel: bool = False
     # The latency (us) the network plugin reports for a NIC (ncclNetProperties_t.latency; NCCL's own
     # IB and socket transports report 0, aws-ofi-nccl its platform's figure, 75 on p5). NCCL adds
     # it to its estimate's network latency (twice for Simple); it picks, it does not price.
@@ -407,12 +412,14 @@ def _presets() -> Dict[str, System]:
     # ALCF's device affinity table (docs.alcf.anl.gov/polaris/hardware-overview/machine-overview):
     # GPU1-NIC1 and GPU3-NIC0 are PHB, every other GPU-NIC pair SYS: the NICs hang off the
     # CPU's root ports, not a PCIe switch shared with a GPU.
+    # The logs' env (NCCL_NET='AWS Libfabric', FI_CXI_RX_MATCH_MODE=software): the plugin's
+    # per-message cost is CPU work in the proxy thread, paid once per launched channel.
     p["polaris"] = nominal_system("polaris", "ampere", 4, "nvlink", 300.0, 2, 200.0, cpu_vendor="amd",
-                                  nic_path="phb",
+                                  nic_path="phb", net_step_per_channel=True,
                                   source="ALCF Polaris system overview (2x Slingshot-11 per node)")
     # The same nodes with NCCL's internal TCP socket transport (no libfabric plugin).
     p["polaris-socket"] = nominal_system("polaris-socket", "ampere", 4, "nvlink", 300.0, 2, 200.0, cpu_vendor="amd",
-                                         transport="socket", nic_path="phb",
+                                         transport="socket", nic_path="phb", net_step_per_channel=True,
                                          source="ALCF Polaris, NCCL socket transport")
     # OCI BM.GPU.GB200.4: 4x B200 per Grace host in an NVL72 rack (18 hosts on one NVLink5
     # domain, 900 GB/s each way per GPU, NVLS), 4x 400 Gb/s InfiniBand between racks.
@@ -579,7 +586,7 @@ def system_from_dict(doc: object, source: str, where: str = "system") -> System:
     for k in ("name", "gpu_arch", "intra_kind", "transport", "cpu_vendor", "nccl_version", "nic_path"):
         if k in kw and not isinstance(kw[k], str):
             raise InputError(source, f"{where}.{k}", f"expected a string, got {kw[k]!r}")
-    for k in ("rails", "nvls", "collnet"):
+    for k in ("rails", "nvls", "collnet", "net_step_per_channel"):
         if k in kw and not isinstance(kw[k], bool):
             raise InputError(source, f"{where}.{k}", f"expected true or false, got {kw[k]!r}")
     for k in System.FIT_NAMES:
