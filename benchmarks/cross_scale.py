@@ -34,7 +34,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
 from commsim.calibration.nccl_tables import load_tables  # noqa: E402
-from commsim.calibration.physical_fit import Measurement, fit_physical  # noqa: E402
+from commsim.calibration.physical_fit import INTRA_NAMES, Measurement, fit_physical  # noqa: E402
 from commsim.collectives.nccl_tuner import bus_factor, plan  # noqa: E402
 from commsim.network.system import PRESETS, System  # noqa: E402
 
@@ -61,6 +61,11 @@ class Series:
     nccl: str
     logs: Tuple[Log, ...]
     folder: str = MULTI
+    # Another series on the same nodes whose calibration supplies the intra-node level (its
+    # INTRA_NAMES the fit determined): calibrations compose, a level's constants come from logs
+    # that exercise it. A socket log cannot tell an NVLink hop from a TCP one; an RDMA log of the
+    # same nodes can.
+    intra_from: Optional[str] = None
 
 
 def _p4dn_log() -> Tuple[Log, ...]:
@@ -92,7 +97,7 @@ SERIES = (
         Log("Polaris-A100-defaultenv_2x4_alcf-nccl2.18-allreduce.txt", 2, 4),
         Log("Polaris-A100-defaultenv_8x4_alcf-nccl2.18-allreduce.txt", 8, 4),
         Log("Polaris-A100-defaultenv_128x4_alcf-nccl2.18-allreduce.txt", 128, 4),
-    )),
+    ), intra_from="Polaris-A100 (NCCL 2.18)"),
     Series("Snellius-H100", "hgx-h100-4gpu", "2.22", tuple(
         Log(f"Snellius-H100_{s}_odissei-{k}.txt", int(s[0]), 4)
         for s in ("1x4", "2x4") for k in ("allreduce", "allgather", "reducescatter"))),
@@ -169,20 +174,41 @@ def series_nccl_version(series: Series) -> str:
     return found.pop() if len(found) == 1 else series.nccl
 
 
+def _calibration_logs(series: Series, per_log):
+    """The logs a series calibrates from: those with at most 2 nodes, or the smallest scale."""
+    if max(log.nodes for log in series.logs) > 2:
+        return [(l, m) for l, m in per_log if l.nodes <= 2]
+    lo = min(l.nodes for l in series.logs)
+    return [(l, m) for l, m in per_log if l.nodes == lo]
+
+
+def _intra_level(series: Series) -> Tuple[Dict[str, float], List[str]]:
+    """The intra-node constants series.intra_from's calibration determined, and its logs."""
+    if series.intra_from is None:
+        return {}, []
+    other = next(s for s in SERIES if s.name == series.intra_from)
+    nominal = nominal_system(other.preset, series_nccl_version(other))
+    cal = _calibration_logs(other, [(log, read_log(other.folder, log, other.name)) for log in other.logs])
+    fit = fit_physical([m for _, mm in cal for m in mm], nominal)
+    return ({n: fit.constants[n].value for n in INTRA_NAMES if fit.constants[n].determined},
+            sorted({l.file for l, _ in cal}))
+
+
 def run_series(series: Series, pick: str) -> dict:
     nominal = nominal_system(series.preset, series_nccl_version(series))
     per_log = [(log, read_log(series.folder, log, series.name)) for log in series.logs]
-    max_nodes = max(log.nodes for log in series.logs)
-    if max_nodes > 2:
-        cal_logs = [(l, m) for l, m in per_log if l.nodes <= 2]
-    else:
-        lo = min(l.nodes for l in series.logs)
-        cal_logs = [(l, m) for l, m in per_log if l.nodes == lo]
+    cal_logs = _calibration_logs(series, per_log)
     cal_nodes = max(l.nodes for l, _ in cal_logs)
     ms = [m for _, mm in cal_logs for m in mm]
-    fit = fit_physical(ms, nominal)
+    intra, intra_logs = _intra_level(series)
+    prior, names = nominal, System.FIT_NAMES
+    if intra:
+        prior = nominal.with_constants(intra, "fit: " + ", ".join(intra_logs))
+        names = tuple(n for n in names if n not in intra)
+    fit = fit_physical(ms, prior, names=names)
     out = {"system": series.name, "preset": series.preset, "nccl": nominal.nccl_version,
            "calibrated_from": sorted({l.file for l, _ in cal_logs}),
+           "intra_level_from": intra_logs,
            "calibrated_nodes": cal_nodes, "fit_rms_log_error": fit.rms_log_error,
            "constants": {k: {"value": c.value, "stderr": c.stderr, "determined": c.determined,
                              "at_line_rate": c.at_line_rate}
