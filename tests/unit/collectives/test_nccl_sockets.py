@@ -1,0 +1,85 @@
+"""NCCL's internal TCP socket transport (src/transport/net_socket.cc) and what NCCL's graphs see
+of it (no GPUDirect RDMA: paths.cc diverts GPU-NIC traffic through the CPU)."""
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from commsim.collectives import nccl_tuner as nt
+from commsim.network.system import preset
+
+MB = 1 << 20
+
+
+def _ll128_allowed(system, nodes, gpus, kind="all_reduce", algorithm="ring"):
+    scale = nt.Scale.of(system, nodes, gpus)
+    return nt.runnable(kind, algorithm, nt.LL128, system, scale) is None
+
+
+@pytest.mark.parametrize("path, seen", [("pix", "phb"), ("pxb", "phb"), ("pxn", "phb"), ("phb", "phb"), ("sys", "sys")])
+def test_a_socket_transport_sees_its_nic_through_the_cpu(path, seen):
+    sock = replace(preset("gh200-alps-socket"), nic_path=path)
+    assert nt.net_path_seen(sock) == seen
+    # an RDMA transport keeps the board's path
+    assert nt.net_path_seen(replace(preset("gh200-alps"), nic_path=path)) == path
+
+
+def test_no_ll128_across_nodes_over_sockets_even_on_a_pxb_hopper_board():
+    rdma, sock = preset("gh200-alps"), preset("gh200-alps-socket")
+    assert rdma.nic_path == sock.nic_path == "pxb"
+    assert _ll128_allowed(rdma, 2, 4) and _ll128_allowed(rdma, 2, 4, algorithm="tree")
+    assert not _ll128_allowed(sock, 2, 4)
+    assert not _ll128_allowed(sock, 2, 4, algorithm="tree")
+    why = nt.runnable("all_reduce", "ring", nt.LL128, sock, nt.Scale.of(sock, 2, 4))
+    assert "PHB" in why and "socket" in why
+    # one node has no network path: LL128 over NVLink stays
+    assert _ll128_allowed(sock, 1, 4)
+    # and NCCL's pick never lands on it
+    chosen = nt.plan("all_reduce", sock, 2, 4).choose([2.0 ** k for k in range(3, 31)])
+    assert all(p != nt.LL128 for _, p in chosen)
+
+
+def test_socket_threads_follow_net_socket_cc_defaults():
+    # every NIC but AWS's and GCP's: no helper thread, no data socket (autoNt=0, autoNs=1)
+    assert nt.socket_threads() == (0, 0)
+    assert nt.socket_threads("0x17db") == (0, 0)  # e.g. an HPE/Cray Slingshot NIC
+    assert nt.socket_threads("0x1d0f") == (2, 16)  # AWS: 2 threads x 8 sockets
+    assert nt.socket_threads("0x1AE0") == (4, 4)   # GCP: 4 threads x 1 socket
+    # NCCL_SOCKET_NTHREADS is capped at MAX_THREADS; sockets at MAX_SOCKETS
+    assert nt.socket_threads(nthreads=20, nsocks_per_thread=2) == (16, 32)
+    assert nt.socket_threads(nthreads=16, nsocks_per_thread=8) == (16, 64)
+    assert nt.socket_threads(nthreads=3, nsocks_per_thread=30) == (3, 63)
+    # one stream (the control socket, driven by the proxy thread) when there is no data socket
+    assert nt.socket_streams() == 1
+    assert nt.socket_streams("0x1d0f") == 16
+
+
+def test_socket_requests_split_into_tasks_of_at_least_64k():
+    assert nt.socket_request_chunks(MB, 8) == (128 * 1024,) * 8
+    assert nt.socket_request_chunks(100 * 1024, 4) == (64 * 1024, 36 * 1024)
+    assert nt.socket_request_chunks(1000, 16) == (1000,)
+    assert nt.socket_request_chunks(MB + 1, 2) == (MB // 2 + 1, MB // 2)
+    assert nt.socket_request_chunks(MB, 0) == (MB,)
+    assert sum(nt.socket_request_chunks(12345678, 7)) == 12345678
+
+
+def test_socket_reported_properties():
+    assert nt.socket_reported_speed_Mbps(200000) == 200000
+    assert nt.socket_reported_speed_Mbps(-1) == 10000
+    assert nt.socket_reported_speed_Mbps(None) == 10000
+    assert nt.SOCKET_REPORTED_LATENCY_US == 0.0
+
+
+def test_nccl_picks_for_sockets_as_for_an_rdma_nic_of_the_same_speed_and_path():
+    # the socket transport reports the interface's line rate and latency 0, like NCCL's IB
+    # transport: NCCL's estimate cannot tell the two apart (same path, same speed)
+    sock = preset("polaris-socket")
+    rdma = replace(preset("polaris"), nic_path=sock.nic_path)
+    assert sock.nic_reported_latency_us == nt.SOCKET_REPORTED_LATENCY_US
+    sizes = np.array([2.0 ** k for k in range(3, 31)])
+    for nodes in (2, 8, 128):
+        scale = nt.Scale.of(sock, nodes, 4)
+        for a, p in (("ring", nt.LL), ("ring", nt.SIMPLE), ("tree", nt.LL), ("tree", nt.SIMPLE)):
+            np.testing.assert_array_equal(nt.nccl_estimate_us("all_reduce", a, p, sizes, sock, scale),
+                                          nt.nccl_estimate_us("all_reduce", a, p, sizes, rdma, scale))
