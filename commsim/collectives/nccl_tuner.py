@@ -239,19 +239,9 @@ def _ll128_net_path(system: System, scale: Scale) -> Optional[str]:
 
 
 # --- NCCL's internal TCP socket transport (src/transport/net_socket.cc) -------------------------
-# The constants and defaults below are the same in v2.18.5-1, v2.21.5-1 and v2.30.7-1.
 
-SOCKET_MAX_SOCKETS = 64          # MAX_SOCKETS: data sockets per connection, all threads together
-SOCKET_MAX_THREADS = 16          # MAX_THREADS: helper threads per connection
-SOCKET_MIN_CHUNK_BYTES = 64 * 1024  # MIN_CHUNKSIZE: the smallest piece a request is cut into
-SOCKET_DEFAULT_SPEED_MBPS = 10000   # "Could not get speed from ... Defaulting to 10 Gbps."
-SOCKET_REPORTED_LATENCY_US = 0.0    # ncclNetSocketGetProperties: ``props->latency = 0; // Not set``
-# ncclNetSocketGetNsockNthread's auto-detection from /sys/class/net/<if>/device/vendor:
-# (NCCL_SOCKET_NTHREADS, NCCL_NSOCKS_PERTHREAD) on AWS (0x1d0f) and GCP (0x1ae0) NICs, and
-# ``int autoNt=0, autoNs=1; // By default, we only use the main thread and do not spawn extra
-# threads`` on every other NIC (Slingshot, Ethernet, IPoIB...).
-SOCKET_AUTO_THREADS = {"0x1d0f": (2, 8), "0x1ae0": (4, 1)}
-SOCKET_DEFAULT_THREADS = (0, 1)
+# ncclNetSocketGetProperties (v2.18.5-1 .. v2.30.7-1): ``props->latency = 0; // Not set``
+SOCKET_REPORTED_LATENCY_US = 0.0
 
 
 def net_path_seen(system: System) -> str:
@@ -263,50 +253,6 @@ def net_path_seen(system: System) -> str:
     if system.transport == "socket" and _PATH_RANK[system.nic_path] < _PATH_RANK["phb"]:
         return "phb"
     return system.nic_path
-
-
-def socket_threads(vendor: Optional[str] = None, nthreads: Optional[int] = None,
-                   nsocks_per_thread: Optional[int] = None) -> Tuple[int, int]:
-    """(helper threads, data sockets) of one socket-transport connection, as
-    ncclNetSocketGetNsockNthread sets them: NCCL_SOCKET_NTHREADS (`nthreads`, at most
-    MAX_THREADS) and NCCL_NSOCKS_PERTHREAD (`nsocks_per_thread`) where given, else the NIC
-    vendor's defaults (:data:`SOCKET_AUTO_THREADS`; (0, 1) elsewhere); sockets = threads x
-    per-thread, cut to MAX_SOCKETS // threads per thread when above MAX_SOCKETS."""
-    auto_nt, auto_ns = SOCKET_AUTO_THREADS.get((vendor or "").lower(), SOCKET_DEFAULT_THREADS)
-    nt = auto_nt if nthreads is None else min(int(nthreads), SOCKET_MAX_THREADS)
-    ns = auto_ns if nsocks_per_thread is None else int(nsocks_per_thread)
-    if ns * nt > SOCKET_MAX_SOCKETS:
-        ns = SOCKET_MAX_SOCKETS // nt
-    return nt, ns * nt
-
-
-def socket_streams(vendor: Optional[str] = None, nthreads: Optional[int] = None,
-                   nsocks_per_thread: Optional[int] = None) -> int:
-    """TCP streams that carry one connection's data: its data sockets, or with none (the default
-    on every NIC but AWS's and GCP's) the one control socket, which the rank's proxy thread
-    progresses itself (ncclNetSocketTest: ``// progress request using main thread``)."""
-    return max(1, socket_threads(vendor, nthreads, nsocks_per_thread)[1])
-
-
-def socket_request_chunks(size: int, n_socks: int) -> Tuple[int, ...]:
-    """The pieces one send/receive of `size` bytes is cut into over `n_socks` data sockets
-    (ncclNetSocketTest: ``taskSize = std::max(MIN_CHUNKSIZE, DIVUP(r->size, r->comm->nSocks))``),
-    one per helper-thread task; with no data socket the request stays whole on the control
-    socket. Each request is preceded by its 4-byte size on the control socket."""
-    size = int(size)
-    if n_socks <= 0 or size <= 0:
-        return (size,) if size > 0 else ()
-    task = max(SOCKET_MIN_CHUNK_BYTES, -(-size // n_socks))
-    return tuple(min(task, size - off) for off in range(0, size, task))
-
-
-def socket_reported_speed_Mbps(sysfs_speed_Mbps: Optional[int]) -> int:
-    """The speed the socket transport reports for an interface (ncclNetProperties_t.speed, what
-    NCCL's topology and tuner see): /sys/class/net/<if>/speed, or 10 Gb/s when it cannot be read
-    or is not positive (virtual and some bonded interfaces report -1)."""
-    if sysfs_speed_Mbps is None or sysfs_speed_Mbps <= 0:
-        return SOCKET_DEFAULT_SPEED_MBPS
-    return int(sysfs_speed_Mbps)
 
 
 def parse_selection(text: Optional[str], names: Sequence[str], key: str, source: str) -> Tuple[str, ...]:

@@ -40,37 +40,6 @@ def test_no_ll128_across_nodes_over_sockets_even_on_a_pxb_hopper_board():
     assert all(p != nt.LL128 for _, p in chosen)
 
 
-def test_socket_threads_follow_net_socket_cc_defaults():
-    # every NIC but AWS's and GCP's: no helper thread, no data socket (autoNt=0, autoNs=1)
-    assert nt.socket_threads() == (0, 0)
-    assert nt.socket_threads("0x17db") == (0, 0)  # e.g. an HPE/Cray Slingshot NIC
-    assert nt.socket_threads("0x1d0f") == (2, 16)  # AWS: 2 threads x 8 sockets
-    assert nt.socket_threads("0x1AE0") == (4, 4)   # GCP: 4 threads x 1 socket
-    # NCCL_SOCKET_NTHREADS is capped at MAX_THREADS; sockets at MAX_SOCKETS
-    assert nt.socket_threads(nthreads=20, nsocks_per_thread=2) == (16, 32)
-    assert nt.socket_threads(nthreads=16, nsocks_per_thread=8) == (16, 64)
-    assert nt.socket_threads(nthreads=3, nsocks_per_thread=30) == (3, 63)
-    # one stream (the control socket, driven by the proxy thread) when there is no data socket
-    assert nt.socket_streams() == 1
-    assert nt.socket_streams("0x1d0f") == 16
-
-
-def test_socket_requests_split_into_tasks_of_at_least_64k():
-    assert nt.socket_request_chunks(MB, 8) == (128 * 1024,) * 8
-    assert nt.socket_request_chunks(100 * 1024, 4) == (64 * 1024, 36 * 1024)
-    assert nt.socket_request_chunks(1000, 16) == (1000,)
-    assert nt.socket_request_chunks(MB + 1, 2) == (MB // 2 + 1, MB // 2)
-    assert nt.socket_request_chunks(MB, 0) == (MB,)
-    assert sum(nt.socket_request_chunks(12345678, 7)) == 12345678
-
-
-def test_socket_reported_properties():
-    assert nt.socket_reported_speed_Mbps(200000) == 200000
-    assert nt.socket_reported_speed_Mbps(-1) == 10000
-    assert nt.socket_reported_speed_Mbps(None) == 10000
-    assert nt.SOCKET_REPORTED_LATENCY_US == 0.0
-
-
 def test_nccl_picks_for_sockets_as_for_an_rdma_nic_of_the_same_speed_and_path():
     # the socket transport reports the interface's line rate and latency 0, like NCCL's IB
     # transport: NCCL's estimate cannot tell the two apart (same path, same speed)
