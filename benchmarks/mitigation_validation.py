@@ -87,6 +87,22 @@ def robust_calibration(nprocs: int, max_size: int, repeats: int, iters: int, war
     echo(f"# fitted: alpha {link.alpha_s * 1e6:.1f} us, beta {link.beta_Bps / 1e9:.3f} GB/s")
     return calib.Calibration((link,), prov, None), figures
 
+PHASES = ("go_skew", "compute", "ready_skew", "sync", "hook_entry", "work_p", "reduce_unc", "unpack", "p_launch_skew", "reduce_p", "work_q",
+          "q_launch_skew", "reduce_q", "tail", "optimizer", "flatten", "avg_launch_skew", "average_reduce")
+
+
+def phase_lines(report: dict) -> list:
+    """Per case, the ranks' stamped phases of its timed steps (validate.mitigation_job.step_phases):
+    mean / median ms."""
+    lines = ["the ranks' stamped phases per case, mean/median ms (validate.mitigation_job.step_phases):"]
+    for r in report["cases"]:
+        ph = r.get("phases") or {}
+        parts = [f"{k} {v['mean_s'] * 1e3:.1f}/{v['median_s'] * 1e3:.1f}" for k in PHASES
+                 if (v := ph.get(k)) is not None]
+        lines.append(f"  {r['case']:26s} " + ", ".join(parts))
+    return lines
+
+
 def table(report: dict) -> str:
     lines = [f"{'case':26s} {'measured':>10s} {'predicted':>10s} {'error':>8s}   measured hardware (fwd/bwd/opt, "
              "cast, matmul, small op)"]
@@ -140,6 +156,7 @@ def table(report: dict) -> str:
             if on and off:
                 lines.append(f"  {r['case']}: measured steps with the averaging {sum(on) / len(on) * 1e3:.1f} ms "
                              f"({len(on)}), local {sum(off) / len(off) * 1e3:.1f} ms ({len(off)})")
+    lines += phase_lines(report)
     layouts = {}
     for r in report["cases"]:
         b = r.get("ddp_buckets")

@@ -540,18 +540,31 @@ def powersgd_buffers(module: nn.Module, r: int) -> List[int]:
     return [unc, p, q]
 
 
-def _register(model: DDP, case: Case, gpus_per_node: int):
-    """Register the case's hook; returns (hook state, model averager or None)."""
+def _entered(hook, on_entry):
+    """`hook`, calling `on_entry()` first (None: `hook` itself)."""
+    if on_entry is None:
+        return hook
+
+    def entered(state, bucket):
+        on_entry()
+        return hook(state, bucket)
+
+    return entered
+
+
+def _register(model: DDP, case: Case, gpus_per_node: int, on_entry=None):
+    """Register the case's hook (calling `on_entry()` as each bucket enters it); returns (hook
+    state, model averager or None)."""
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, post_localSGD_hook, powerSGD_hook
 
     if case.hook == "fp16":
-        model.register_comm_hook(None, default_hooks.fp16_compress_hook)
+        model.register_comm_hook(None, _entered(default_hooks.fp16_compress_hook, on_entry))
     elif case.hook == "bf16":
-        model.register_comm_hook(None, default_hooks.bf16_compress_hook)
+        model.register_comm_hook(None, _entered(default_hooks.bf16_compress_hook, on_entry))
     elif case.hook == "powersgd":
         state = powerSGD_hook.PowerSGDState(process_group=None, matrix_approximation_rank=case.r,
                                             start_powerSGD_iter=POWERSGD_START)
-        model.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
+        model.register_comm_hook(state, _entered(powerSGD_hook.powerSGD_hook, on_entry))
         return state, None
     elif case.hook == "localsgd":
         from torch.distributed.algorithms.model_averaging.averagers import PeriodicModelAverager
@@ -559,9 +572,80 @@ def _register(model: DDP, case: Case, gpus_per_node: int):
         # the rank's node is its subgroup (torch's default, new_subgroups(), sizes it by CUDA devices)
         subgroup, _ = dist.new_subgroups(group_size=gpus_per_node)
         state = post_localSGD_hook.PostLocalSGDState(process_group=None, subgroup=subgroup, start_localSGD_iter=0)
-        model.register_comm_hook(state, post_localSGD_hook.post_localSGD_hook)
+        model.register_comm_hook(state, _entered(post_localSGD_hook.post_localSGD_hook, on_entry))
         return state, PeriodicModelAverager(period=case.H, warmup_steps=0)
     return None, None
+
+
+class _StampedFuture:
+    """A torch future that stamps (time.monotonic) its record when a rank's wait on it returns
+    ("waited") and when a callback chained on it starts ("callback"); everything else is the
+    future's own."""
+
+    def __init__(self, fut, rec: Dict):
+        self._fut, self._rec = fut, rec
+
+    def __getattr__(self, name):
+        return getattr(self._fut, name)
+
+    def wait(self):
+        out = self._fut.wait()
+        self._rec["waited"] = time.monotonic()
+        return out
+
+    def then(self, fn):
+        rec = self._rec
+
+        def stamped(fut):
+            rec["callback"] = time.monotonic()
+            return fn(fut)
+
+        return self._fut.then(stamped)
+
+
+class _StampedWork:
+    def __init__(self, work, rec: Dict):
+        self._work, self._rec = work, rec
+
+    def __getattr__(self, name):
+        return getattr(self._work, name)
+
+    def get_future(self):
+        return _StampedFuture(self._work.get_future(), self._rec)
+
+
+class StampedDist:
+    """``torch.distributed`` as a hook's module sees it, with every ``all_reduce`` stamped: its
+    launch, and (async) when the rank's wait on it returns or the callback chained on it starts,
+    appended to :attr:`log` ({"launch", "waited"?, "callback"?}, time.monotonic: one clock for the
+    local ranks). Installed in place of powerSGD_hook's ``dist`` for a case's timed steps
+    (:func:`stamped_hook_module`): the hook's own phases seen on every rank, as it runs them."""
+
+    def __init__(self, real):
+        self._real = real
+        self.log: List[Dict] = []
+
+    def __getattr__(self, name):
+        return getattr(self._real, name)
+
+    def all_reduce(self, *args, **kwargs):
+        rec = {"launch": time.monotonic()}
+        work = self._real.all_reduce(*args, **kwargs)
+        self.log.append(rec)
+        return _StampedWork(work, rec) if kwargs.get("async_op") else work
+
+
+def stamped_hook_module(case: "Case"):
+    """The torch module whose ``dist`` a case's hook calls (None: nothing to stamp)."""
+    if case.hook == "powersgd":
+        from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
+
+        return powerSGD_hook
+    if case.hook == "localsgd":
+        from torch.distributed.algorithms.model_averaging import utils
+
+        return utils
+    return None
 
 
 def _representable(model: nn.Module, dtype) -> bool:
@@ -579,23 +663,50 @@ def _run_case(ctx, module: nn.Module, x, y, case: Case, plan: Dict, stall: Seque
     for _ in range(plan["compute_iters"]):  # unkept: the pages', the allocator's and the caches' first touch
         sampler.sample()
     sampler.reset()
-    state, averager = _register(model, case, plan["gpus_per_node"])
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     evidence: Dict = {}
 
     averaged: List[bool] = []  # per timed step: did the averager average after it
     checksum: List[float] = []  # per timed step: a few parameters, to see the ranks (dis)agree
+    # per timed step, this rank's time.monotonic stamps (step_phases reads them): "go" (after the
+    # stall), "ready" (the last gradient accumulated: the bucket ready, arrival at the first
+    # sync), "hook" (the comm hook entered), "backward" (backward returned: the hook's future
+    # done), "optimizer", "end" (after the averager), "reduces" (the hook's all-reduces, StampedDist)
+    stamps: List[Dict] = []
+    cur: Dict = {}
+
+    def grad_ready(_param) -> None:
+        cur["ready"] = time.monotonic()
+
+    def hook_entered() -> None:
+        cur.setdefault("hook", time.monotonic())
+
+    state, averager = _register(model, case, plan["gpus_per_node"], hook_entered)
+    handles = [prm.register_post_accumulate_grad_hook(grad_ready) for prm in module.parameters()]
+    hooked_module = stamped_hook_module(case)
+    stamped = StampedDist(dist) if hooked_module is not None else None
 
     def step(pause: float) -> float:
+        cur.clear()
         if pause:
             time.sleep(pause)
+        cur["go"] = time.monotonic()
+        if stamped is not None:
+            del stamped.log[:]
         opt.zero_grad(set_to_none=True)
         nn.functional.mse_loss(model(x), y).backward()  # returns once DDP's hook futures are done
+        cur["backward"] = time.monotonic()
         opt.step()
+        cur["optimizer"] = time.monotonic()
         if averager is not None:
             averaged.append(averager.step % case.H == 0)  # it averages when its count is a multiple of H
             averager.average_parameters(model.parameters())
-        return time.monotonic()
+        end = time.monotonic()
+        cur["end"] = end
+        if stamped is not None:
+            cur["reduces"] = [dict(r) for r in stamped.log]
+        stamps.append(dict(cur))
+        return end
 
     for _ in range(plan["warmup_steps"]):
         ctx.progress()
@@ -608,6 +719,9 @@ def _run_case(ctx, module: nn.Module, x, y, case: Case, plan: Dict, stall: Seque
     # steps and a common start: the case's compute and rates come from the steps' own time window
     # (on a shared machine no-sync steps of ~12 or ~24 ms, in bursts: samples taken before and
     # after the steps landed in the other mode than the steps now and then)
+    del stamps[:]
+    if stamped is not None:
+        hooked_module.dist = stamped
     blocks = []
     s = 0
     for n in step_blocks(plan["steps"], case):
@@ -621,6 +735,10 @@ def _run_case(ctx, module: nn.Module, x, y, case: Case, plan: Dict, stall: Seque
             if averager is not None:
                 checksum.append(float(module[0].weight.detach().view(-1)[:64].double().sum()))
         blocks.append({"start": start, "ends": ends})
+    if stamped is not None:
+        hooked_module.dist = dist
+    for h in handles:
+        h.remove()
     ctx.progress()
     if case.hook in ("fp16", "bf16", "none"):
         evidence["grads_in_fp16"] = _representable(module, torch.float16)
@@ -634,6 +752,7 @@ def _run_case(ctx, module: nn.Module, x, y, case: Case, plan: Dict, stall: Seque
         evidence["checksum"] = checksum
     dist.barrier()
     return {"blocks": blocks, "evidence": evidence, "hardware": sampler.result(), "bucket_sizes": built,
+            "stamps": stamps,
             "compute_samples": {k: list(sampler.samples[k]) for k in ("forward_s", "backward_s", "optimizer_s")},
             "products_windows": [list(w) for w in sampler.windows]}
 
@@ -825,6 +944,71 @@ def measured_step_time(blocks: Sequence[Sequence[Dict]]) -> float:
     return float(np.mean(measured_steps(blocks)))
 
 
+def _stat(xs: Sequence[float]) -> Optional[Dict[str, float]]:
+    if not xs:
+        return None
+    return {"mean_s": float(np.mean(xs)), "median_s": float(np.median(xs)), "n": len(xs)}
+
+
+def step_phases(stamps: Sequence[Sequence[Dict]]) -> Dict[str, Optional[Dict[str, float]]]:
+    """What the per-rank stamps of a case's timed steps (:func:`_run_case`'s "stamps", per rank)
+    say, each as mean and median seconds over steps (and ranks, for a rank's own phase):
+
+    - ``ready_skew``: how far apart the ranks' last gradients were accumulated (the arrival at the
+      step's first sync), max - min over ranks; ``go_skew``: the same for the steps' starts (after
+      the stall: what the previous step's tail left); ``hook_entry``: a rank's bucket-ready to
+      hook entry;
+    - PowerSGD (its three all-reduces stamped: uncompressed, P, Q): ``work_p`` (hook entry to the
+      uncompressed launch: error add, clone, orthogonalize Q, P = M Q), ``reduce_unc`` (the last
+      rank's launch to the rank's callback: the all-reduce and the callback's dispatch),
+      ``unpack`` (the callback to P's launch), ``reduce_p`` (the last launch of P to the rank's
+      wait returning), ``work_q`` (that return to Q's launch: the next callback's dispatch,
+      orthogonalize P, Q = M^T P), ``reduce_q``, ``tail`` (Q's wait to backward's return:
+      decompress, the error, DDP's finalize); ``p_launch_skew``, ``q_launch_skew``: max - min
+      over ranks of those launches;
+    - post-local SGD on its averaging steps: ``flatten`` (optimizer end to the averager's
+      all-reduce launch), ``average_reduce`` (the last launch to the rank's end), ``avg_launch_skew``;
+    - every case: ``optimizer`` (backward's return to the optimizer's end)."""
+    out: Dict[str, List[float]] = {k: [] for k in (
+        "ready_skew", "go_skew", "compute", "sync", "hook_entry", "optimizer", "work_p", "reduce_unc", "unpack", "reduce_p", "work_q",
+        "reduce_q", "tail", "p_launch_skew", "q_launch_skew", "flatten", "average_reduce", "avg_launch_skew")}
+    for steps in zip(*stamps):
+        if all("ready" in st for st in steps):
+            out["ready_skew"].append(max(st["ready"] for st in steps) - min(st["ready"] for st in steps))
+        out["go_skew"].append(max(st["go"] for st in steps) - min(st["go"] for st in steps))
+        for st in steps:
+            out["optimizer"].append(st["optimizer"] - st["backward"])
+            if "ready" in st:
+                out["compute"].append(st["ready"] - st["go"])
+                if not st.get("reduces"):
+                    out["sync"].append(st["backward"] - max(x["ready"] for x in steps))
+            if "hook" in st and "ready" in st:
+                out["hook_entry"].append(st["hook"] - st["ready"])
+        reds = [st.get("reduces") or [] for st in steps]
+        if all(len(r) == 3 for r in reds) and all("hook" in st for st in steps):  # PowerSGD's three
+            last = [max(r[k]["launch"] for r in reds) for k in range(3)]
+            out["p_launch_skew"].append(max(r[1]["launch"] for r in reds) - min(r[1]["launch"] for r in reds))
+            out["q_launch_skew"].append(max(r[2]["launch"] for r in reds) - min(r[2]["launch"] for r in reds))
+            for st, (u, pp, q) in zip(steps, reds):
+                out["work_p"].append(u["launch"] - st["hook"])
+                if "callback" in u:
+                    out["reduce_unc"].append(u["callback"] - last[0])
+                    out["unpack"].append(pp["launch"] - u["callback"])
+                if "waited" in pp:
+                    out["reduce_p"].append(pp["waited"] - last[1])
+                    out["work_q"].append(q["launch"] - pp["waited"])
+                if "waited" in q:
+                    out["reduce_q"].append(q["waited"] - last[2])
+                    out["tail"].append(st["backward"] - q["waited"])
+        elif all(len(r) == 1 for r in reds):  # the averager's one all-reduce
+            last = max(r[0]["launch"] for r in reds)
+            out["avg_launch_skew"].append(last - min(r[0]["launch"] for r in reds))
+            for st, r in zip(steps, reds):
+                out["flatten"].append(r[0]["launch"] - st["optimizer"])
+                out["average_reduce"].append(st["end"] - last)
+    return {k: _stat(v) for k, v in out.items()}
+
+
 def products_overlap(windows: Sequence[Sequence[Sequence[float]]]) -> Optional[float]:
     """How much of the ranks' :class:`HardwareSampler` products ran with every rank in them at
     once: over the samples, the time all ranks' (start, end) windows overlap over the mean
@@ -969,6 +1153,8 @@ def run_cases(scenario, calibration, cases: Sequence[Case], nprocs: int, slow_st
                      "evidence": [c["evidence"] for c in per_rank], "predicted": pred, "hardware": hardware,
                      "compute_samples_s": [c["compute_samples"] for c in per_rank],
                      "products_overlap": products_overlap([c["products_windows"] for c in per_rank]),
+                     "phases": step_phases([c["stamps"] for c in per_rank]),
+                     "stamps": [c["stamps"] for c in per_rank],
                      "ddp_buckets": {"built_bytes": built[0], "predicted_with": list(sc.gradient_buckets()),
                                      "nominal_bytes": list(base.gradient_buckets())}})
     return {"width": width, "parameters": parameters, "slow_stall_s": slow_stall, "ddp_costs": costs_report,
