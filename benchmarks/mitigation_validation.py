@@ -156,6 +156,11 @@ def table(report: dict) -> str:
             if on and off:
                 lines.append(f"  {r['case']}: measured steps with the averaging {sum(on) / len(on) * 1e3:.1f} ms "
                              f"({len(on)}), local {sum(off) / len(off) * 1e3:.1f} ms ({len(off)})")
+    for r in report["cases"]:
+        b = r["predicted"].get("jitter_model_step_time_s")
+        if b is not None:
+            lines.append(f"  {r['case']}: with a gamma jitter (cv {report['ddp_costs']['jitter_cv']:.3f}) in place of the "
+                         f"sampled rows {b * 1e3:.1f} ms, {(b - r['measured_s']) / r['measured_s'] * 100:+.1f}%")
     lines += phase_lines(report)
     layouts = {}
     for r in report["cases"]:

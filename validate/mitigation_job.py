@@ -898,25 +898,43 @@ PREDICTED_STEPS = 10  # the prediction runs this many times the case's steps: a 
 
 
 def predict(scenario, case: Case, hardware: Dict[str, float], width: int, parameters: int,
-            slow_stall: float, jitter_cv: float = 0.0) -> Dict[str, float]:
+            slow_stall: float, jitter_cv: float = 0.0, rows=None) -> Dict[str, float]:
     """commsim's mean step time of the case (and the bytes it all-reduces per step), the scenario
-    fed the measured compute (jittered by `jitter_cv`), the real parameter count and the case's
-    slow rank."""
+    fed the measured compute, the real parameter count and the case's slow rank. The ranks'
+    spread: with `rows` ((samples, ranks) compute factors, :func:`compute_rows`), each simulated
+    step's per-rank compute factor is one measured row drawn with the scenario's seed
+    (commsim.mitigations.sampled); without, a gamma jitter of `jitter_cv`."""
     from commsim.mitigations.compare import hooked_row
-    from commsim.mitigations.hooked import plain_bytes
-    from commsim.mitigations.spec import parse_mitigations
+    from commsim.mitigations.hooked import PlainHook, plain_bytes, run_hooked
+    from commsim.mitigations.localsgd import whole_periods
+    from commsim.mitigations.sampled import sampled_perturbations
+    from commsim.mitigations.spec import LocalSGD, parse_mitigations
     from commsim.sim.engine import simulate
 
     comp = scenario.compute
-    fed = replace(case_scenario(scenario, case, slow_stall, jitter_cv), steps=PREDICTED_STEPS * scenario.steps,
+    fed = replace(case_scenario(scenario, case, slow_stall, 0.0 if rows is not None else jitter_cv),
+                  steps=PREDICTED_STEPS * scenario.steps,
                   compute=replace(comp, forward=hardware["forward_s"], backward=hardware["backward_s"],
                                   optimizer=hardware["optimizer_s"]),
                   model=replace(scenario.model, parameters=parameters))
     text = remedy_text(case, hardware, width)
-    if text is None:
+    remedy = parse_mitigations(text)[0] if text is not None else None
+    if rows is not None:
+        from commsim.mitigations.compare import hook_for
+
+        local = remedy.get(LocalSGD) if remedy is not None else None
+        if local is not None:
+            fed = whole_periods(fed, local.H)
+        run = run_hooked(fed, hook_for(fed, remedy) if remedy is not None else PlainHook(),
+                         sampled_perturbations(fed, rows))
+        out = {"step_time_s": float(run.step_time.mean()), "bytes_per_step": float(run.reduced_bytes.mean())}
+    elif remedy is None:
         return {"step_time_s": float(simulate(fed).step_time.mean()), "bytes_per_step": plain_bytes(fed)}
-    row = hooked_row(fed, parse_mitigations(text)[0])
-    out = {"step_time_s": row["step_time_s"]["mean"], "bytes_per_step": row["bytes_per_step"]}
+    else:
+        row = hooked_row(fed, remedy)
+        out = {"step_time_s": row["step_time_s"]["mean"], "bytes_per_step": row["bytes_per_step"]}
+    if remedy is None:
+        return out
     if case.hook == "powersgd":
         from commsim.mitigations.compression import powersgd_plan_for
         from commsim.mitigations.spec import PowerSGD
@@ -924,6 +942,23 @@ def predict(scenario, case: Case, hardware: Dict[str, float], width: int, parame
         plan = powersgd_plan_for(fed, parse_mitigations(text)[0].get(PowerSGD))
         out.update({"p_elements": plan.p_elements, "q_elements": plan.q_elements})
     return out
+
+
+def compute_rows(per_rank_samples: Sequence[Dict[str, List[float]]]):
+    """A case's measured compute as commsim.mitigations.sampled needs it: (samples, ranks) factors,
+    each rank's forward + backward + optimizer of one :class:`HardwareSampler` sample (taken at the
+    same moment on every rank, one before each timed step) over the mean of all of them; and the
+    means of forward, backward and optimizer over every rank's samples (the compute the factors
+    multiply). Where a rank's core is shared with another process for a run of steps, the ranks'
+    samples are ~12 and ~24-37 ms side by side: a step waits for the slow one, and a mean over the
+    ranks before the max hides it."""
+    from commsim.mitigations.sampled import factor_rows
+
+    totals = [[f + b + o for f, b, o in zip(r["forward_s"], r["backward_s"], r["optimizer_s"])] for r in per_rank_samples]
+    k = min(len(t) for t in totals)
+    means = {key: float(np.mean([x for r in per_rank_samples for x in r[key][:k]]))
+             for key in ("forward_s", "backward_s", "optimizer_s")}
+    return factor_rows([t[:k] for t in totals]), means
 
 
 def measured_steps(blocks: Sequence[Sequence[Dict]]) -> List[float]:
@@ -1123,6 +1158,8 @@ def run_cases(scenario, calibration, cases: Sequence[Case], nprocs: int, slow_st
     for i, case in enumerate(cases):
         per_rank = [r["cases"][i] for r in results]
         hardware = {k: statistics.median(c["hardware"][k] for c in per_rank) for k in per_rank[0]["hardware"]}
+        factors, compute_means = compute_rows([c["compute_samples"] for c in per_rank])
+        hardware.update(compute_means)
         built = [c["bucket_sizes"] for c in per_rank]
         if any(b != built[0] for b in built):
             raise ValueError(f"case {case.name}: the ranks' DDP built different buckets: {built}")
@@ -1130,22 +1167,24 @@ def run_cases(scenario, calibration, cases: Sequence[Case], nprocs: int, slow_st
         blocks = [c["blocks"] for c in per_rank]
         measured = measured_step_time(blocks)
         if case.hook in reduce_bytes:  # measured once for the machine, the same in every case
-            bytes_model = predict(sc, case, hardware, width, parameters, slow_stall, jitter)  # without the rate
+            bytes_model = predict(sc, case, hardware, width, parameters, slow_stall, jitter, factors)  # without the rate
             hardware = dict(hardware, reduce_bytes=reduce_bytes[case.hook])
-            pred = dict(predict(sc, case, hardware, width, parameters, slow_stall, jitter),
+            pred = dict(predict(sc, case, hardware, width, parameters, slow_stall, jitter, factors),
                         bytes_model_step_time_s=bytes_model["step_time_s"])
         elif case.hook == "localsgd" and flatten_bw is not None:  # measured once for the machine too
-            copy_rate = predict(sc, case, hardware, width, parameters, slow_stall, jitter)
+            copy_rate = predict(sc, case, hardware, width, parameters, slow_stall, jitter, factors)
             hardware = dict(hardware, flatten_bw=flatten_bw)
-            pred = dict(predict(sc, case, hardware, width, parameters, slow_stall, jitter),
+            pred = dict(predict(sc, case, hardware, width, parameters, slow_stall, jitter, factors),
                         cast_rate_step_time_s=copy_rate["step_time_s"])
         elif case.hook == "powersgd" and chain is not None:  # measured once for the machine too
-            unchained = predict(sc, case, hardware, width, parameters, slow_stall, jitter)
+            unchained = predict(sc, case, hardware, width, parameters, slow_stall, jitter, factors)
             hardware = dict(hardware, chain_overhead=chain)
-            pred = dict(predict(sc, case, hardware, width, parameters, slow_stall, jitter),
+            pred = dict(predict(sc, case, hardware, width, parameters, slow_stall, jitter, factors),
                         unchained_step_time_s=unchained["step_time_s"])
         else:
-            pred = predict(sc, case, hardware, width, parameters, slow_stall, jitter)
+            pred = predict(sc, case, hardware, width, parameters, slow_stall, jitter, factors)
+        # for comparison, the former parametric spread: a gamma jitter of the machine's cv about the ranks' mean
+        pred["jitter_model_step_time_s"] = predict(sc, case, hardware, width, parameters, slow_stall, jitter)["step_time_s"]
         rows.append({"case": case.name, "remedy": remedy_text(case, hardware, width) or "baseline",
                      "slow_rank": case.slow, "measured_s": measured, "predicted_s": pred["step_time_s"],
                      "error": (pred["step_time_s"] - measured) / measured,
