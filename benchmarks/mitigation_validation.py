@@ -12,9 +12,11 @@ the median |error|. The prediction is commsim's hook model with the hardware mea
 (compute, cast bandwidth, the rate of PowerSGD's products at their shape, small-op cost), the
 buckets each case's DDP built (``ddp.bucket_sizes``), and the job's once-per-machine figures,
 whose `--machine-rounds` rounds in all are interleaved with the cases (a share before each and
-after the last: a burst of load falls on both) and summarized by medians: DDP's own costs and
+after the last: a burst of load falls on both) and summarized by means (a mean step time
+carries the mean of each cost): DDP's own costs and
 the ranks' compute jitter about each other (validate.mitigation_job.DDPCostProbe,
-compute_jitter_cv), powerSGD_hook's chained all-reduces against sequential ones (the PowerSGD
+compute_jitter_cv; the predictions draw the ranks' spread from each case's per-rank samples,
+validate.mitigation_job.compute_rows), powerSGD_hook's chained all-reduces against sequential ones (the PowerSGD
 remedy's ``chain_overhead``: validate.mitigation_job.ChainProbe; those rows also print the
 prediction without it), the rate of post-local SGD's flatten and divide (the post-local SGD
 remedy's ``mem_bw``: validate.mitigation_job.FlattenProbe), the backend's 16-bit all-reduce

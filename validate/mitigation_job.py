@@ -23,11 +23,13 @@ other mode than the steps now and then; within the steps' window a burst falls o
 Once for the machine, never per case, the job measures DDP's own costs
 (:class:`DDPCostProbe`: the per-step cost of a synced step beyond its compute and its all-reduce,
 the memory bandwidth of a copy, compute slowed by an all-reduce in flight, and the ranks' compute
-jitter about each other, :func:`compute_jitter_cv`); every case's scenario carries them as
-``ddp.costs`` and a gamma ``Jitter``. Their rounds (``machine_rounds`` in all) are interleaved with
-the cases (:func:`slot_rounds`: a share before every case and after the last), so that a burst of
-a shared machine's load falls on both, and their figures are medians (a trimmed mean for the
-chain's bimodal hop), which a few stalled rounds do not move. The same rounds measure
+jitter about each other, :func:`compute_jitter_cv`, now only reported: the predictions draw the
+ranks' spread from the case's own per-rank samples, :func:`compute_rows`); every case's scenario
+carries them as ``ddp.costs``. Their rounds (``machine_rounds`` in all) are interleaved with the
+cases (:func:`slot_rounds`: a share before every case and after the last), so that a burst of a
+shared machine's load falls on both, and their figures are means over the rounds (a mean step
+time carries the mean of each cost, its long tail of stalled rounds included: a median or a
+trimmed mean of a skewed or bimodal cost falls short of it). The same rounds measure
 
 - the backend's all-reduce per dtype (:class:`ReduceDtypeProbe`: fp32 and fp16, bf16 where a
   case runs it, at the bucket's elements and two smaller counts, side by side): gloo on a CPU sums
@@ -273,10 +275,10 @@ class DDPCostProbe:
       all-reduce starts after the whole backward, so nothing overlaps and the synced step minus the
       other two is what DDP adds per step (the autograd hooks, the bucket's division by the world
       size, its future, the reducer's finalize; the job's figure is :func:`bucket_overhead_from_ranks`,
-      the median over every round);
-    - a copy of the bucket (``memory_bandwidth``: bytes moved, read + write, per second; median);
+      the mean over every round);
+    - a copy of the bucket (``memory_bandwidth``: bytes moved, read + write, per second; mean time);
     - the no-sync step while an all-reduce of four buckets is in flight on gloo's threads
-      (``overlap_slowdown``: the median over the rounds where it was still running at the step's
+      (``overlap_slowdown``: the mean over the rounds where it was still running at the step's
       end of that step over the round's own no-sync step, minus one; 0 if none was).
 
     :meth:`result` returns the figures and every round's samples (seconds)."""
@@ -332,11 +334,12 @@ class DDPCostProbe:
 
     def result(self) -> Dict:
         s = self.samples
-        med = {k: statistics.median(s[k]) if s[k] else float("nan") for k in ("synced", "nosync", "allreduce")}
-        slowdown = (statistics.median(d / n - 1.0 for d, n in zip(s["during"], s["during_nosync"]))
+        # means: a mean step time carries the mean of each cost, bursts of load included
+        med = {k: statistics.fmean(s[k]) if s[k] else float("nan") for k in ("synced", "nosync", "allreduce")}
+        slowdown = (statistics.fmean(d / n - 1.0 for d, n in zip(s["during"], s["during_nosync"]))
                     if s["during"] else 0.0)
         return {"bucket_overhead": max(0.0, med["synced"] - med["nosync"] - med["allreduce"]),
-                "memory_bandwidth": 8.0 * self.numel / statistics.median(s["copy"]),
+                "memory_bandwidth": 8.0 * self.numel / statistics.fmean(s["copy"]),
                 "overlap_slowdown": min(10.0, max(0.0, slowdown)),
                 "synced_s": med["synced"], "compute_s": med["nosync"], "allreduce_s": med["allreduce"],
                 "bucket_sizes": self.bucket_sizes, "samples": {k: list(v) for k, v in s.items()}}
@@ -360,7 +363,8 @@ class ReduceDtypeProbe:
     fp32 and in each of `dtypes` (fp16, bf16), in turn after a barrier each (side by side: the
     same round sees the same load). gloo on a CPU sums 16-bit elements in software, so its 16-bit
     all-reduce is not the half of fp32's that its bytes say. :meth:`result`: {"elements": [...],
-    "fp32_s": [...], "<dtype>_s": [...]} (seconds, per size, medians over every round)."""
+    "fp32_s": [...], "<dtype>_s": [...]} (seconds, per size, means over every round: the mean
+    step time a case measures carries the mean of its all-reduce)."""
 
     def __init__(self, numel: int, dtypes: Sequence[str]):
         self.sizes = [max(1, int(numel * f)) for f in REDUCE_FRACTIONS]
@@ -383,7 +387,7 @@ class ReduceDtypeProbe:
     def result(self) -> Dict:
         out: Dict = {"elements": list(self.sizes)}
         for name in self.kinds:
-            out[f"{name}_s"] = [statistics.median(sm[name]) for sm in self.samples]
+            out[f"{name}_s"] = [statistics.fmean(sm[name]) for sm in self.samples]
         return out
 
 
@@ -406,12 +410,12 @@ class ChainProbe:
     callback, which then blocks on it (``.get_future().wait()``), the third likewise inside the next
     callback; the main thread waits for the last), in turn after a barrier each, `reps` times per
     :meth:`round`. :meth:`result`: {"sizes": [...], "sequential_s": [...], "chained_s": [...]
-    (medians), "hop_s": [...]}: per size, the cost of one hop, the trimmed mean
-    (:func:`trimmed_mean`) over every sample of (chained - sequential) / 2 (the hook's two chained
-    all-reduces). A mean, not a median: each hop hands the work to another of gloo's threads and
-    wakes a blocked one; on a loaded machine a wake-up now and then waits for a CPU (hops of
-    ~0.1 ms or ~3 ms on a shared 2-core machine, either mode the median in turn), and a step's
-    mean time carries the mean of both."""
+    (medians), "hop_s": [...]}: per size, the cost of one hop, the mean over every sample of
+    (chained - sequential) / 2 (the hook's two chained all-reduces). A mean, not a median, nor a
+    trimmed mean: each hop hands the work to another of gloo's threads and wakes a blocked one; on
+    a loaded machine a wake-up now and then waits for a CPU (hops of ~0.1 ms or ~3 ms on a shared
+    2-core machine, either mode the median in turn; a trimmed mean drops the long tail that a
+    step's mean time carries)."""
 
     def __init__(self, sizes: Sequence[Sequence[int]], reps: int):
         self.sizes = [list(s) for s in sizes]
@@ -450,24 +454,12 @@ class ChainProbe:
         for bufs, samples in zip(self.bufs, self.samples):
             out["sequential_s"].append(statistics.median(samples["sequential"]))
             out["chained_s"].append(statistics.median(samples["chained"]))
-            out["hop_s"].append(trimmed_mean([(c - q) / (len(bufs) - 1)
-                                              for c, q in zip(samples["chained"], samples["sequential"])]))
+            out["hop_s"].append(statistics.fmean([(c - q) / (len(bufs) - 1)
+                                                  for c, q in zip(samples["chained"], samples["sequential"])]))
         return out
 
 
-TRIM = 0.1  # of the samples, each side
-
-
 CHAIN_ROUNDS = 4  # samples per round: a mean of a bimodal cost needs more samples than a median
-
-
-def trimmed_mean(values: Sequence[float], trim: float = TRIM) -> float:
-    """The mean of `values` without the lowest and highest `trim` fraction of them (each side:
-    the odd round that a shared machine's other load stalled, in either of the two timings)."""
-    xs = sorted(values)
-    k = int(len(xs) * trim)
-    kept = xs[k:len(xs) - k] or xs
-    return float(sum(kept) / len(kept))
 
 
 def chain_overhead_from_ranks(per_rank: Sequence[Dict]) -> float:
@@ -485,7 +477,7 @@ class FlattenProbe:
     buffer, the buffer divided by the world size in place, the parameters then made views of it
     (the previous buffer freed once the next holds them), once per :meth:`round` (one unmeasured
     pass first: the parameters' own first buffer). :meth:`result`: {"seconds": median over the
-    rounds, "bytes_per_s": 4 e bytes per element moved over it}: the cat's buffer is new memory
+    rounds, "bytes_per_s": 4 e bytes per element moved over it} ("seconds": the mean over the rounds): the cat's buffer is new memory
     each time, its pages faulted in and zeroed as the cat first writes them, which on a CPU VM
     makes this several times slower than a copy between mapped buffers."""
 
@@ -511,8 +503,8 @@ class FlattenProbe:
         self.times.append(self._pass())
 
     def result(self) -> Dict:
-        med = statistics.median(self.times)
-        return {"seconds": med, "bytes_per_s": 4.0 * self.params[0].element_size() * self.numel / med}
+        mean = statistics.fmean(self.times)  # the mean a mean step time carries
+        return {"seconds": mean, "bytes_per_s": 4.0 * self.params[0].element_size() * self.numel / mean}
 
 
 def measure_flatten_rate(module: nn.Module, world_size: int, rounds: int) -> Dict:
@@ -1063,14 +1055,14 @@ def bucket_overhead_from_ranks(per_rank: Sequence[Dict]) -> float:
     rank's synced step minus the *slowest* rank's no-sync compute of that round minus the rank's
     all-reduce (a synced step starts after a barrier and waits for the slowest rank's gradients:
     that wait is the ranks' compute jitter, modeled as such by :func:`compute_jitter_cv`, not
-    DDP's cost), the median over ranks, then over rounds; never below 0."""
+    DDP's cost), the median over ranks, then the mean over rounds; never below 0."""
     rounds = len(per_rank[0]["samples"]["synced"])
     own = []
     for i in range(rounds):
         slowest = max(r["samples"]["nosync"][i] for r in per_rank)
         own.append(statistics.median(r["samples"]["synced"][i] - slowest - r["samples"]["allreduce"][i]
                                      for r in per_rank))
-    return max(0.0, statistics.median(own))
+    return max(0.0, statistics.fmean(own))  # the mean over rounds: a mean step carries the mean cost
 
 
 def compute_jitter_cv(per_rank: Sequence[Dict]) -> float:
@@ -1193,7 +1185,7 @@ def run_cases(scenario, calibration, cases: Sequence[Case], nprocs: int, slow_st
                      "compute_samples_s": [c["compute_samples"] for c in per_rank],
                      "products_overlap": products_overlap([c["products_windows"] for c in per_rank]),
                      "phases": step_phases([c["stamps"] for c in per_rank]),
-                     "stamps": [c["stamps"] for c in per_rank],
+                     "stamps": [c["stamps"] for c in per_rank], "compute_rows": factors.tolist(),
                      "ddp_buckets": {"built_bytes": built[0], "predicted_with": list(sc.gradient_buckets()),
                                      "nominal_bytes": list(base.gradient_buckets())}})
     return {"width": width, "parameters": parameters, "slow_stall_s": slow_stall, "ddp_costs": costs_report,
