@@ -12,9 +12,11 @@ the median |error|. The prediction is commsim's hook model with the hardware mea
 (compute, cast bandwidth, the rate of PowerSGD's products at their shape, small-op cost), the
 buckets each case's DDP built (``ddp.bucket_sizes``), and the job's once-per-machine figures,
 whose `--machine-rounds` rounds in all are interleaved with the cases (a share before each and
-after the last: a burst of load falls on both) and summarized by medians: DDP's own costs and
+after the last: a burst of load falls on both) and summarized by means (a mean step time
+carries the mean of each cost): DDP's own costs and
 the ranks' compute jitter about each other (validate.mitigation_job.DDPCostProbe,
-compute_jitter_cv), powerSGD_hook's chained all-reduces against sequential ones (the PowerSGD
+compute_jitter_cv; the predictions draw the ranks' spread from each case's per-rank samples,
+validate.mitigation_job.compute_rows), powerSGD_hook's chained all-reduces against sequential ones (the PowerSGD
 remedy's ``chain_overhead``: validate.mitigation_job.ChainProbe; those rows also print the
 prediction without it), the rate of post-local SGD's flatten and divide (the post-local SGD
 remedy's ``mem_bw``: validate.mitigation_job.FlattenProbe), the backend's 16-bit all-reduce
@@ -87,6 +89,22 @@ def robust_calibration(nprocs: int, max_size: int, repeats: int, iters: int, war
     echo(f"# fitted: alpha {link.alpha_s * 1e6:.1f} us, beta {link.beta_Bps / 1e9:.3f} GB/s")
     return calib.Calibration((link,), prov, None), figures
 
+PHASES = ("go_skew", "compute", "ready_skew", "sync", "hook_entry", "work_p", "reduce_unc", "unpack", "p_launch_skew", "reduce_p", "work_q",
+          "q_launch_skew", "reduce_q", "tail", "optimizer", "flatten", "avg_launch_skew", "average_reduce")
+
+
+def phase_lines(report: dict) -> list:
+    """Per case, the ranks' stamped phases of its timed steps (validate.mitigation_job.step_phases):
+    mean / median ms."""
+    lines = ["the ranks' stamped phases per case, mean/median ms (validate.mitigation_job.step_phases):"]
+    for r in report["cases"]:
+        ph = r.get("phases") or {}
+        parts = [f"{k} {v['mean_s'] * 1e3:.1f}/{v['median_s'] * 1e3:.1f}" for k in PHASES
+                 if (v := ph.get(k)) is not None]
+        lines.append(f"  {r['case']:26s} " + ", ".join(parts))
+    return lines
+
+
 def table(report: dict) -> str:
     lines = [f"{'case':26s} {'measured':>10s} {'predicted':>10s} {'error':>8s}   measured hardware (fwd/bwd/opt, "
              "cast, matmul, small op)"]
@@ -140,6 +158,12 @@ def table(report: dict) -> str:
             if on and off:
                 lines.append(f"  {r['case']}: measured steps with the averaging {sum(on) / len(on) * 1e3:.1f} ms "
                              f"({len(on)}), local {sum(off) / len(off) * 1e3:.1f} ms ({len(off)})")
+    for r in report["cases"]:
+        b = r["predicted"].get("jitter_model_step_time_s")
+        if b is not None:
+            lines.append(f"  {r['case']}: with a gamma jitter (cv {report['ddp_costs']['jitter_cv']:.3f}) in place of the "
+                         f"sampled rows {b * 1e3:.1f} ms, {(b - r['measured_s']) / r['measured_s'] * 100:+.1f}%")
+    lines += phase_lines(report)
     layouts = {}
     for r in report["cases"]:
         b = r.get("ddp_buckets")

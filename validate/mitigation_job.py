@@ -23,11 +23,13 @@ other mode than the steps now and then; within the steps' window a burst falls o
 Once for the machine, never per case, the job measures DDP's own costs
 (:class:`DDPCostProbe`: the per-step cost of a synced step beyond its compute and its all-reduce,
 the memory bandwidth of a copy, compute slowed by an all-reduce in flight, and the ranks' compute
-jitter about each other, :func:`compute_jitter_cv`); every case's scenario carries them as
-``ddp.costs`` and a gamma ``Jitter``. Their rounds (``machine_rounds`` in all) are interleaved with
-the cases (:func:`slot_rounds`: a share before every case and after the last), so that a burst of
-a shared machine's load falls on both, and their figures are medians (a trimmed mean for the
-chain's bimodal hop), which a few stalled rounds do not move. The same rounds measure
+jitter about each other, :func:`compute_jitter_cv`, now only reported: the predictions draw the
+ranks' spread from the case's own per-rank samples, :func:`compute_rows`); every case's scenario
+carries them as ``ddp.costs``. Their rounds (``machine_rounds`` in all) are interleaved with the
+cases (:func:`slot_rounds`: a share before every case and after the last), so that a burst of a
+shared machine's load falls on both, and their figures are means over the rounds (a mean step
+time carries the mean of each cost, its long tail of stalled rounds included: a median or a
+trimmed mean of a skewed or bimodal cost falls short of it). The same rounds measure
 
 - the backend's all-reduce per dtype (:class:`ReduceDtypeProbe`: fp32 and fp16, bf16 where a
   case runs it, at the bucket's elements and two smaller counts, side by side): gloo on a CPU sums
@@ -273,10 +275,10 @@ class DDPCostProbe:
       all-reduce starts after the whole backward, so nothing overlaps and the synced step minus the
       other two is what DDP adds per step (the autograd hooks, the bucket's division by the world
       size, its future, the reducer's finalize; the job's figure is :func:`bucket_overhead_from_ranks`,
-      the median over every round);
-    - a copy of the bucket (``memory_bandwidth``: bytes moved, read + write, per second; median);
+      the mean over every round);
+    - a copy of the bucket (``memory_bandwidth``: bytes moved, read + write, per second; mean time);
     - the no-sync step while an all-reduce of four buckets is in flight on gloo's threads
-      (``overlap_slowdown``: the median over the rounds where it was still running at the step's
+      (``overlap_slowdown``: the mean over the rounds where it was still running at the step's
       end of that step over the round's own no-sync step, minus one; 0 if none was).
 
     :meth:`result` returns the figures and every round's samples (seconds)."""
@@ -332,11 +334,12 @@ class DDPCostProbe:
 
     def result(self) -> Dict:
         s = self.samples
-        med = {k: statistics.median(s[k]) if s[k] else float("nan") for k in ("synced", "nosync", "allreduce")}
-        slowdown = (statistics.median(d / n - 1.0 for d, n in zip(s["during"], s["during_nosync"]))
+        # means: a mean step time carries the mean of each cost, bursts of load included
+        med = {k: statistics.fmean(s[k]) if s[k] else float("nan") for k in ("synced", "nosync", "allreduce")}
+        slowdown = (statistics.fmean(d / n - 1.0 for d, n in zip(s["during"], s["during_nosync"]))
                     if s["during"] else 0.0)
         return {"bucket_overhead": max(0.0, med["synced"] - med["nosync"] - med["allreduce"]),
-                "memory_bandwidth": 8.0 * self.numel / statistics.median(s["copy"]),
+                "memory_bandwidth": 8.0 * self.numel / statistics.fmean(s["copy"]),
                 "overlap_slowdown": min(10.0, max(0.0, slowdown)),
                 "synced_s": med["synced"], "compute_s": med["nosync"], "allreduce_s": med["allreduce"],
                 "bucket_sizes": self.bucket_sizes, "samples": {k: list(v) for k, v in s.items()}}
@@ -360,7 +363,8 @@ class ReduceDtypeProbe:
     fp32 and in each of `dtypes` (fp16, bf16), in turn after a barrier each (side by side: the
     same round sees the same load). gloo on a CPU sums 16-bit elements in software, so its 16-bit
     all-reduce is not the half of fp32's that its bytes say. :meth:`result`: {"elements": [...],
-    "fp32_s": [...], "<dtype>_s": [...]} (seconds, per size, medians over every round)."""
+    "fp32_s": [...], "<dtype>_s": [...]} (seconds, per size, means over every round: the mean
+    step time a case measures carries the mean of its all-reduce)."""
 
     def __init__(self, numel: int, dtypes: Sequence[str]):
         self.sizes = [max(1, int(numel * f)) for f in REDUCE_FRACTIONS]
@@ -383,7 +387,7 @@ class ReduceDtypeProbe:
     def result(self) -> Dict:
         out: Dict = {"elements": list(self.sizes)}
         for name in self.kinds:
-            out[f"{name}_s"] = [statistics.median(sm[name]) for sm in self.samples]
+            out[f"{name}_s"] = [statistics.fmean(sm[name]) for sm in self.samples]
         return out
 
 
@@ -406,12 +410,12 @@ class ChainProbe:
     callback, which then blocks on it (``.get_future().wait()``), the third likewise inside the next
     callback; the main thread waits for the last), in turn after a barrier each, `reps` times per
     :meth:`round`. :meth:`result`: {"sizes": [...], "sequential_s": [...], "chained_s": [...]
-    (medians), "hop_s": [...]}: per size, the cost of one hop, the trimmed mean
-    (:func:`trimmed_mean`) over every sample of (chained - sequential) / 2 (the hook's two chained
-    all-reduces). A mean, not a median: each hop hands the work to another of gloo's threads and
-    wakes a blocked one; on a loaded machine a wake-up now and then waits for a CPU (hops of
-    ~0.1 ms or ~3 ms on a shared 2-core machine, either mode the median in turn), and a step's
-    mean time carries the mean of both."""
+    (medians), "hop_s": [...]}: per size, the cost of one hop, the mean over every sample of
+    (chained - sequential) / 2 (the hook's two chained all-reduces). A mean, not a median, nor a
+    trimmed mean: each hop hands the work to another of gloo's threads and wakes a blocked one; on
+    a loaded machine a wake-up now and then waits for a CPU (hops of ~0.1 ms or ~3 ms on a shared
+    2-core machine, either mode the median in turn; a trimmed mean drops the long tail that a
+    step's mean time carries)."""
 
     def __init__(self, sizes: Sequence[Sequence[int]], reps: int):
         self.sizes = [list(s) for s in sizes]
@@ -450,24 +454,12 @@ class ChainProbe:
         for bufs, samples in zip(self.bufs, self.samples):
             out["sequential_s"].append(statistics.median(samples["sequential"]))
             out["chained_s"].append(statistics.median(samples["chained"]))
-            out["hop_s"].append(trimmed_mean([(c - q) / (len(bufs) - 1)
-                                              for c, q in zip(samples["chained"], samples["sequential"])]))
+            out["hop_s"].append(statistics.fmean([(c - q) / (len(bufs) - 1)
+                                                  for c, q in zip(samples["chained"], samples["sequential"])]))
         return out
 
 
-TRIM = 0.1  # of the samples, each side
-
-
 CHAIN_ROUNDS = 4  # samples per round: a mean of a bimodal cost needs more samples than a median
-
-
-def trimmed_mean(values: Sequence[float], trim: float = TRIM) -> float:
-    """The mean of `values` without the lowest and highest `trim` fraction of them (each side:
-    the odd round that a shared machine's other load stalled, in either of the two timings)."""
-    xs = sorted(values)
-    k = int(len(xs) * trim)
-    kept = xs[k:len(xs) - k] or xs
-    return float(sum(kept) / len(kept))
 
 
 def chain_overhead_from_ranks(per_rank: Sequence[Dict]) -> float:
@@ -485,7 +477,7 @@ class FlattenProbe:
     buffer, the buffer divided by the world size in place, the parameters then made views of it
     (the previous buffer freed once the next holds them), once per :meth:`round` (one unmeasured
     pass first: the parameters' own first buffer). :meth:`result`: {"seconds": median over the
-    rounds, "bytes_per_s": 4 e bytes per element moved over it}: the cat's buffer is new memory
+    rounds, "bytes_per_s": 4 e bytes per element moved over it} ("seconds": the mean over the rounds): the cat's buffer is new memory
     each time, its pages faulted in and zeroed as the cat first writes them, which on a CPU VM
     makes this several times slower than a copy between mapped buffers."""
 
@@ -511,8 +503,8 @@ class FlattenProbe:
         self.times.append(self._pass())
 
     def result(self) -> Dict:
-        med = statistics.median(self.times)
-        return {"seconds": med, "bytes_per_s": 4.0 * self.params[0].element_size() * self.numel / med}
+        mean = statistics.fmean(self.times)  # the mean a mean step time carries
+        return {"seconds": mean, "bytes_per_s": 4.0 * self.params[0].element_size() * self.numel / mean}
 
 
 def measure_flatten_rate(module: nn.Module, world_size: int, rounds: int) -> Dict:
@@ -540,18 +532,31 @@ def powersgd_buffers(module: nn.Module, r: int) -> List[int]:
     return [unc, p, q]
 
 
-def _register(model: DDP, case: Case, gpus_per_node: int):
-    """Register the case's hook; returns (hook state, model averager or None)."""
+def _entered(hook, on_entry):
+    """`hook`, calling `on_entry()` first (None: `hook` itself)."""
+    if on_entry is None:
+        return hook
+
+    def entered(state, bucket):
+        on_entry()
+        return hook(state, bucket)
+
+    return entered
+
+
+def _register(model: DDP, case: Case, gpus_per_node: int, on_entry=None):
+    """Register the case's hook (calling `on_entry()` as each bucket enters it); returns (hook
+    state, model averager or None)."""
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, post_localSGD_hook, powerSGD_hook
 
     if case.hook == "fp16":
-        model.register_comm_hook(None, default_hooks.fp16_compress_hook)
+        model.register_comm_hook(None, _entered(default_hooks.fp16_compress_hook, on_entry))
     elif case.hook == "bf16":
-        model.register_comm_hook(None, default_hooks.bf16_compress_hook)
+        model.register_comm_hook(None, _entered(default_hooks.bf16_compress_hook, on_entry))
     elif case.hook == "powersgd":
         state = powerSGD_hook.PowerSGDState(process_group=None, matrix_approximation_rank=case.r,
                                             start_powerSGD_iter=POWERSGD_START)
-        model.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
+        model.register_comm_hook(state, _entered(powerSGD_hook.powerSGD_hook, on_entry))
         return state, None
     elif case.hook == "localsgd":
         from torch.distributed.algorithms.model_averaging.averagers import PeriodicModelAverager
@@ -559,9 +564,80 @@ def _register(model: DDP, case: Case, gpus_per_node: int):
         # the rank's node is its subgroup (torch's default, new_subgroups(), sizes it by CUDA devices)
         subgroup, _ = dist.new_subgroups(group_size=gpus_per_node)
         state = post_localSGD_hook.PostLocalSGDState(process_group=None, subgroup=subgroup, start_localSGD_iter=0)
-        model.register_comm_hook(state, post_localSGD_hook.post_localSGD_hook)
+        model.register_comm_hook(state, _entered(post_localSGD_hook.post_localSGD_hook, on_entry))
         return state, PeriodicModelAverager(period=case.H, warmup_steps=0)
     return None, None
+
+
+class _StampedFuture:
+    """A torch future that stamps (time.monotonic) its record when a rank's wait on it returns
+    ("waited") and when a callback chained on it starts ("callback"); everything else is the
+    future's own."""
+
+    def __init__(self, fut, rec: Dict):
+        self._fut, self._rec = fut, rec
+
+    def __getattr__(self, name):
+        return getattr(self._fut, name)
+
+    def wait(self):
+        out = self._fut.wait()
+        self._rec["waited"] = time.monotonic()
+        return out
+
+    def then(self, fn):
+        rec = self._rec
+
+        def stamped(fut):
+            rec["callback"] = time.monotonic()
+            return fn(fut)
+
+        return self._fut.then(stamped)
+
+
+class _StampedWork:
+    def __init__(self, work, rec: Dict):
+        self._work, self._rec = work, rec
+
+    def __getattr__(self, name):
+        return getattr(self._work, name)
+
+    def get_future(self):
+        return _StampedFuture(self._work.get_future(), self._rec)
+
+
+class StampedDist:
+    """``torch.distributed`` as a hook's module sees it, with every ``all_reduce`` stamped: its
+    launch, and (async) when the rank's wait on it returns or the callback chained on it starts,
+    appended to :attr:`log` ({"launch", "waited"?, "callback"?}, time.monotonic: one clock for the
+    local ranks). Installed in place of powerSGD_hook's ``dist`` for a case's timed steps
+    (:func:`stamped_hook_module`): the hook's own phases seen on every rank, as it runs them."""
+
+    def __init__(self, real):
+        self._real = real
+        self.log: List[Dict] = []
+
+    def __getattr__(self, name):
+        return getattr(self._real, name)
+
+    def all_reduce(self, *args, **kwargs):
+        rec = {"launch": time.monotonic()}
+        work = self._real.all_reduce(*args, **kwargs)
+        self.log.append(rec)
+        return _StampedWork(work, rec) if kwargs.get("async_op") else work
+
+
+def stamped_hook_module(case: "Case"):
+    """The torch module whose ``dist`` a case's hook calls (None: nothing to stamp)."""
+    if case.hook == "powersgd":
+        from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
+
+        return powerSGD_hook
+    if case.hook == "localsgd":
+        from torch.distributed.algorithms.model_averaging import utils
+
+        return utils
+    return None
 
 
 def _representable(model: nn.Module, dtype) -> bool:
@@ -579,23 +655,50 @@ def _run_case(ctx, module: nn.Module, x, y, case: Case, plan: Dict, stall: Seque
     for _ in range(plan["compute_iters"]):  # unkept: the pages', the allocator's and the caches' first touch
         sampler.sample()
     sampler.reset()
-    state, averager = _register(model, case, plan["gpus_per_node"])
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     evidence: Dict = {}
 
     averaged: List[bool] = []  # per timed step: did the averager average after it
     checksum: List[float] = []  # per timed step: a few parameters, to see the ranks (dis)agree
+    # per timed step, this rank's time.monotonic stamps (step_phases reads them): "go" (after the
+    # stall), "ready" (the last gradient accumulated: the bucket ready, arrival at the first
+    # sync), "hook" (the comm hook entered), "backward" (backward returned: the hook's future
+    # done), "optimizer", "end" (after the averager), "reduces" (the hook's all-reduces, StampedDist)
+    stamps: List[Dict] = []
+    cur: Dict = {}
+
+    def grad_ready(_param) -> None:
+        cur["ready"] = time.monotonic()
+
+    def hook_entered() -> None:
+        cur.setdefault("hook", time.monotonic())
+
+    state, averager = _register(model, case, plan["gpus_per_node"], hook_entered)
+    handles = [prm.register_post_accumulate_grad_hook(grad_ready) for prm in module.parameters()]
+    hooked_module = stamped_hook_module(case)
+    stamped = StampedDist(dist) if hooked_module is not None else None
 
     def step(pause: float) -> float:
+        cur.clear()
         if pause:
             time.sleep(pause)
+        cur["go"] = time.monotonic()
+        if stamped is not None:
+            del stamped.log[:]
         opt.zero_grad(set_to_none=True)
         nn.functional.mse_loss(model(x), y).backward()  # returns once DDP's hook futures are done
+        cur["backward"] = time.monotonic()
         opt.step()
+        cur["optimizer"] = time.monotonic()
         if averager is not None:
             averaged.append(averager.step % case.H == 0)  # it averages when its count is a multiple of H
             averager.average_parameters(model.parameters())
-        return time.monotonic()
+        end = time.monotonic()
+        cur["end"] = end
+        if stamped is not None:
+            cur["reduces"] = [dict(r) for r in stamped.log]
+        stamps.append(dict(cur))
+        return end
 
     for _ in range(plan["warmup_steps"]):
         ctx.progress()
@@ -608,6 +711,9 @@ def _run_case(ctx, module: nn.Module, x, y, case: Case, plan: Dict, stall: Seque
     # steps and a common start: the case's compute and rates come from the steps' own time window
     # (on a shared machine no-sync steps of ~12 or ~24 ms, in bursts: samples taken before and
     # after the steps landed in the other mode than the steps now and then)
+    del stamps[:]
+    if stamped is not None:
+        hooked_module.dist = stamped
     blocks = []
     s = 0
     for n in step_blocks(plan["steps"], case):
@@ -621,6 +727,10 @@ def _run_case(ctx, module: nn.Module, x, y, case: Case, plan: Dict, stall: Seque
             if averager is not None:
                 checksum.append(float(module[0].weight.detach().view(-1)[:64].double().sum()))
         blocks.append({"start": start, "ends": ends})
+    if stamped is not None:
+        hooked_module.dist = dist
+    for h in handles:
+        h.remove()
     ctx.progress()
     if case.hook in ("fp16", "bf16", "none"):
         evidence["grads_in_fp16"] = _representable(module, torch.float16)
@@ -634,6 +744,7 @@ def _run_case(ctx, module: nn.Module, x, y, case: Case, plan: Dict, stall: Seque
         evidence["checksum"] = checksum
     dist.barrier()
     return {"blocks": blocks, "evidence": evidence, "hardware": sampler.result(), "bucket_sizes": built,
+            "stamps": stamps,
             "compute_samples": {k: list(sampler.samples[k]) for k in ("forward_s", "backward_s", "optimizer_s")},
             "products_windows": [list(w) for w in sampler.windows]}
 
@@ -779,25 +890,43 @@ PREDICTED_STEPS = 10  # the prediction runs this many times the case's steps: a 
 
 
 def predict(scenario, case: Case, hardware: Dict[str, float], width: int, parameters: int,
-            slow_stall: float, jitter_cv: float = 0.0) -> Dict[str, float]:
+            slow_stall: float, jitter_cv: float = 0.0, rows=None) -> Dict[str, float]:
     """commsim's mean step time of the case (and the bytes it all-reduces per step), the scenario
-    fed the measured compute (jittered by `jitter_cv`), the real parameter count and the case's
-    slow rank."""
+    fed the measured compute, the real parameter count and the case's slow rank. The ranks'
+    spread: with `rows` ((samples, ranks) compute factors, :func:`compute_rows`), each simulated
+    step's per-rank compute factor is one measured row drawn with the scenario's seed
+    (commsim.mitigations.sampled); without, a gamma jitter of `jitter_cv`."""
     from commsim.mitigations.compare import hooked_row
-    from commsim.mitigations.hooked import plain_bytes
-    from commsim.mitigations.spec import parse_mitigations
+    from commsim.mitigations.hooked import PlainHook, plain_bytes, run_hooked
+    from commsim.mitigations.localsgd import whole_periods
+    from commsim.mitigations.sampled import sampled_perturbations
+    from commsim.mitigations.spec import LocalSGD, parse_mitigations
     from commsim.sim.engine import simulate
 
     comp = scenario.compute
-    fed = replace(case_scenario(scenario, case, slow_stall, jitter_cv), steps=PREDICTED_STEPS * scenario.steps,
+    fed = replace(case_scenario(scenario, case, slow_stall, 0.0 if rows is not None else jitter_cv),
+                  steps=PREDICTED_STEPS * scenario.steps,
                   compute=replace(comp, forward=hardware["forward_s"], backward=hardware["backward_s"],
                                   optimizer=hardware["optimizer_s"]),
                   model=replace(scenario.model, parameters=parameters))
     text = remedy_text(case, hardware, width)
-    if text is None:
+    remedy = parse_mitigations(text)[0] if text is not None else None
+    if rows is not None:
+        from commsim.mitigations.compare import hook_for
+
+        local = remedy.get(LocalSGD) if remedy is not None else None
+        if local is not None:
+            fed = whole_periods(fed, local.H)
+        run = run_hooked(fed, hook_for(fed, remedy) if remedy is not None else PlainHook(),
+                         sampled_perturbations(fed, rows))
+        out = {"step_time_s": float(run.step_time.mean()), "bytes_per_step": float(run.reduced_bytes.mean())}
+    elif remedy is None:
         return {"step_time_s": float(simulate(fed).step_time.mean()), "bytes_per_step": plain_bytes(fed)}
-    row = hooked_row(fed, parse_mitigations(text)[0])
-    out = {"step_time_s": row["step_time_s"]["mean"], "bytes_per_step": row["bytes_per_step"]}
+    else:
+        row = hooked_row(fed, remedy)
+        out = {"step_time_s": row["step_time_s"]["mean"], "bytes_per_step": row["bytes_per_step"]}
+    if remedy is None:
+        return out
     if case.hook == "powersgd":
         from commsim.mitigations.compression import powersgd_plan_for
         from commsim.mitigations.spec import PowerSGD
@@ -805,6 +934,23 @@ def predict(scenario, case: Case, hardware: Dict[str, float], width: int, parame
         plan = powersgd_plan_for(fed, parse_mitigations(text)[0].get(PowerSGD))
         out.update({"p_elements": plan.p_elements, "q_elements": plan.q_elements})
     return out
+
+
+def compute_rows(per_rank_samples: Sequence[Dict[str, List[float]]]):
+    """A case's measured compute as commsim.mitigations.sampled needs it: (samples, ranks) factors,
+    each rank's forward + backward + optimizer of one :class:`HardwareSampler` sample (taken at the
+    same moment on every rank, one before each timed step) over the mean of all of them; and the
+    means of forward, backward and optimizer over every rank's samples (the compute the factors
+    multiply). Where a rank's core is shared with another process for a run of steps, the ranks'
+    samples are ~12 and ~24-37 ms side by side: a step waits for the slow one, and a mean over the
+    ranks before the max hides it."""
+    from commsim.mitigations.sampled import factor_rows
+
+    totals = [[f + b + o for f, b, o in zip(r["forward_s"], r["backward_s"], r["optimizer_s"])] for r in per_rank_samples]
+    k = min(len(t) for t in totals)
+    means = {key: float(np.mean([x for r in per_rank_samples for x in r[key][:k]]))
+             for key in ("forward_s", "backward_s", "optimizer_s")}
+    return factor_rows([t[:k] for t in totals]), means
 
 
 def measured_steps(blocks: Sequence[Sequence[Dict]]) -> List[float]:
@@ -823,6 +969,71 @@ def measured_steps(blocks: Sequence[Sequence[Dict]]) -> List[float]:
 def measured_step_time(blocks: Sequence[Sequence[Dict]]) -> float:
     """Mean step time of one case: the mean of :func:`measured_steps`."""
     return float(np.mean(measured_steps(blocks)))
+
+
+def _stat(xs: Sequence[float]) -> Optional[Dict[str, float]]:
+    if not xs:
+        return None
+    return {"mean_s": float(np.mean(xs)), "median_s": float(np.median(xs)), "n": len(xs)}
+
+
+def step_phases(stamps: Sequence[Sequence[Dict]]) -> Dict[str, Optional[Dict[str, float]]]:
+    """What the per-rank stamps of a case's timed steps (:func:`_run_case`'s "stamps", per rank)
+    say, each as mean and median seconds over steps (and ranks, for a rank's own phase):
+
+    - ``ready_skew``: how far apart the ranks' last gradients were accumulated (the arrival at the
+      step's first sync), max - min over ranks; ``go_skew``: the same for the steps' starts (after
+      the stall: what the previous step's tail left); ``hook_entry``: a rank's bucket-ready to
+      hook entry;
+    - PowerSGD (its three all-reduces stamped: uncompressed, P, Q): ``work_p`` (hook entry to the
+      uncompressed launch: error add, clone, orthogonalize Q, P = M Q), ``reduce_unc`` (the last
+      rank's launch to the rank's callback: the all-reduce and the callback's dispatch),
+      ``unpack`` (the callback to P's launch), ``reduce_p`` (the last launch of P to the rank's
+      wait returning), ``work_q`` (that return to Q's launch: the next callback's dispatch,
+      orthogonalize P, Q = M^T P), ``reduce_q``, ``tail`` (Q's wait to backward's return:
+      decompress, the error, DDP's finalize); ``p_launch_skew``, ``q_launch_skew``: max - min
+      over ranks of those launches;
+    - post-local SGD on its averaging steps: ``flatten`` (optimizer end to the averager's
+      all-reduce launch), ``average_reduce`` (the last launch to the rank's end), ``avg_launch_skew``;
+    - every case: ``optimizer`` (backward's return to the optimizer's end)."""
+    out: Dict[str, List[float]] = {k: [] for k in (
+        "ready_skew", "go_skew", "compute", "sync", "hook_entry", "optimizer", "work_p", "reduce_unc", "unpack", "reduce_p", "work_q",
+        "reduce_q", "tail", "p_launch_skew", "q_launch_skew", "flatten", "average_reduce", "avg_launch_skew")}
+    for steps in zip(*stamps):
+        if all("ready" in st for st in steps):
+            out["ready_skew"].append(max(st["ready"] for st in steps) - min(st["ready"] for st in steps))
+        out["go_skew"].append(max(st["go"] for st in steps) - min(st["go"] for st in steps))
+        for st in steps:
+            out["optimizer"].append(st["optimizer"] - st["backward"])
+            if "ready" in st:
+                out["compute"].append(st["ready"] - st["go"])
+                if not st.get("reduces"):
+                    out["sync"].append(st["backward"] - max(x["ready"] for x in steps))
+            if "hook" in st and "ready" in st:
+                out["hook_entry"].append(st["hook"] - st["ready"])
+        reds = [st.get("reduces") or [] for st in steps]
+        if all(len(r) == 3 for r in reds) and all("hook" in st for st in steps):  # PowerSGD's three
+            last = [max(r[k]["launch"] for r in reds) for k in range(3)]
+            out["p_launch_skew"].append(max(r[1]["launch"] for r in reds) - min(r[1]["launch"] for r in reds))
+            out["q_launch_skew"].append(max(r[2]["launch"] for r in reds) - min(r[2]["launch"] for r in reds))
+            for st, (u, pp, q) in zip(steps, reds):
+                out["work_p"].append(u["launch"] - st["hook"])
+                if "callback" in u:
+                    out["reduce_unc"].append(u["callback"] - last[0])
+                    out["unpack"].append(pp["launch"] - u["callback"])
+                if "waited" in pp:
+                    out["reduce_p"].append(pp["waited"] - last[1])
+                    out["work_q"].append(q["launch"] - pp["waited"])
+                if "waited" in q:
+                    out["reduce_q"].append(q["waited"] - last[2])
+                    out["tail"].append(st["backward"] - q["waited"])
+        elif all(len(r) == 1 for r in reds):  # the averager's one all-reduce
+            last = max(r[0]["launch"] for r in reds)
+            out["avg_launch_skew"].append(last - min(r[0]["launch"] for r in reds))
+            for st, r in zip(steps, reds):
+                out["flatten"].append(r[0]["launch"] - st["optimizer"])
+                out["average_reduce"].append(st["end"] - last)
+    return {k: _stat(v) for k, v in out.items()}
 
 
 def products_overlap(windows: Sequence[Sequence[Sequence[float]]]) -> Optional[float]:
@@ -844,14 +1055,14 @@ def bucket_overhead_from_ranks(per_rank: Sequence[Dict]) -> float:
     rank's synced step minus the *slowest* rank's no-sync compute of that round minus the rank's
     all-reduce (a synced step starts after a barrier and waits for the slowest rank's gradients:
     that wait is the ranks' compute jitter, modeled as such by :func:`compute_jitter_cv`, not
-    DDP's cost), the median over ranks, then over rounds; never below 0."""
+    DDP's cost), the median over ranks, then the mean over rounds; never below 0."""
     rounds = len(per_rank[0]["samples"]["synced"])
     own = []
     for i in range(rounds):
         slowest = max(r["samples"]["nosync"][i] for r in per_rank)
         own.append(statistics.median(r["samples"]["synced"][i] - slowest - r["samples"]["allreduce"][i]
                                      for r in per_rank))
-    return max(0.0, statistics.median(own))
+    return max(0.0, statistics.fmean(own))  # the mean over rounds: a mean step carries the mean cost
 
 
 def compute_jitter_cv(per_rank: Sequence[Dict]) -> float:
@@ -939,6 +1150,8 @@ def run_cases(scenario, calibration, cases: Sequence[Case], nprocs: int, slow_st
     for i, case in enumerate(cases):
         per_rank = [r["cases"][i] for r in results]
         hardware = {k: statistics.median(c["hardware"][k] for c in per_rank) for k in per_rank[0]["hardware"]}
+        factors, compute_means = compute_rows([c["compute_samples"] for c in per_rank])
+        hardware.update(compute_means)
         built = [c["bucket_sizes"] for c in per_rank]
         if any(b != built[0] for b in built):
             raise ValueError(f"case {case.name}: the ranks' DDP built different buckets: {built}")
@@ -946,22 +1159,24 @@ def run_cases(scenario, calibration, cases: Sequence[Case], nprocs: int, slow_st
         blocks = [c["blocks"] for c in per_rank]
         measured = measured_step_time(blocks)
         if case.hook in reduce_bytes:  # measured once for the machine, the same in every case
-            bytes_model = predict(sc, case, hardware, width, parameters, slow_stall, jitter)  # without the rate
+            bytes_model = predict(sc, case, hardware, width, parameters, slow_stall, jitter, factors)  # without the rate
             hardware = dict(hardware, reduce_bytes=reduce_bytes[case.hook])
-            pred = dict(predict(sc, case, hardware, width, parameters, slow_stall, jitter),
+            pred = dict(predict(sc, case, hardware, width, parameters, slow_stall, jitter, factors),
                         bytes_model_step_time_s=bytes_model["step_time_s"])
         elif case.hook == "localsgd" and flatten_bw is not None:  # measured once for the machine too
-            copy_rate = predict(sc, case, hardware, width, parameters, slow_stall, jitter)
+            copy_rate = predict(sc, case, hardware, width, parameters, slow_stall, jitter, factors)
             hardware = dict(hardware, flatten_bw=flatten_bw)
-            pred = dict(predict(sc, case, hardware, width, parameters, slow_stall, jitter),
+            pred = dict(predict(sc, case, hardware, width, parameters, slow_stall, jitter, factors),
                         cast_rate_step_time_s=copy_rate["step_time_s"])
         elif case.hook == "powersgd" and chain is not None:  # measured once for the machine too
-            unchained = predict(sc, case, hardware, width, parameters, slow_stall, jitter)
+            unchained = predict(sc, case, hardware, width, parameters, slow_stall, jitter, factors)
             hardware = dict(hardware, chain_overhead=chain)
-            pred = dict(predict(sc, case, hardware, width, parameters, slow_stall, jitter),
+            pred = dict(predict(sc, case, hardware, width, parameters, slow_stall, jitter, factors),
                         unchained_step_time_s=unchained["step_time_s"])
         else:
-            pred = predict(sc, case, hardware, width, parameters, slow_stall, jitter)
+            pred = predict(sc, case, hardware, width, parameters, slow_stall, jitter, factors)
+        # for comparison, the former parametric spread: a gamma jitter of the machine's cv about the ranks' mean
+        pred["jitter_model_step_time_s"] = predict(sc, case, hardware, width, parameters, slow_stall, jitter)["step_time_s"]
         rows.append({"case": case.name, "remedy": remedy_text(case, hardware, width) or "baseline",
                      "slow_rank": case.slow, "measured_s": measured, "predicted_s": pred["step_time_s"],
                      "error": (pred["step_time_s"] - measured) / measured,
@@ -969,6 +1184,8 @@ def run_cases(scenario, calibration, cases: Sequence[Case], nprocs: int, slow_st
                      "evidence": [c["evidence"] for c in per_rank], "predicted": pred, "hardware": hardware,
                      "compute_samples_s": [c["compute_samples"] for c in per_rank],
                      "products_overlap": products_overlap([c["products_windows"] for c in per_rank]),
+                     "phases": step_phases([c["stamps"] for c in per_rank]),
+                     "stamps": [c["stamps"] for c in per_rank], "compute_rows": factors.tolist(),
                      "ddp_buckets": {"built_bytes": built[0], "predicted_with": list(sc.gradient_buckets()),
                                      "nominal_bytes": list(base.gradient_buckets())}})
     return {"width": width, "parameters": parameters, "slow_stall_s": slow_stall, "ddp_costs": costs_report,

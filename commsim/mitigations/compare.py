@@ -77,7 +77,9 @@ def baseline_row(sc: Scenario) -> Dict[str, Any]:
                 _samples(sc, sc.world_size), {"buckets": s["buckets"]}, compute_time(sc))
 
 
-def _hook_for(sc: Scenario, m: Mitigation):
+def hook_for(sc: Scenario, m: Mitigation):
+    """The :func:`commsim.mitigations.hooked.run_hooked` hook of a hooked remedy (PowerSGD,
+    optionally wrapped in fp16/bf16; fp16/bf16; post-local SGD)."""
     psgd, comp, local = m.get(PowerSGD), m.get(Compression), m.get(LocalSGD)
     if psgd is not None:
         return PowerSGDHook(sc, psgd, comp)
@@ -90,9 +92,9 @@ def hooked_row(sc: Scenario, m: Mitigation) -> Dict[str, Any]:
     local = m.get(LocalSGD)
     if local is not None:
         sc = whole_periods(sc, local.H)
-    run, free = run_hooked(sc, _hook_for(sc, m)), run_hooked(sc.without_stragglers(), _hook_for(sc, m))
+    run, free = run_hooked(sc, hook_for(sc, m)), run_hooked(sc.without_stragglers(), hook_for(sc, m))
     details: Dict[str, Any] = {}
-    hook = _hook_for(sc, m)
+    hook = hook_for(sc, m)
     if isinstance(hook, PowerSGDHook):
         psgd = m.get(PowerSGD)
         details.update({"rank": psgd.r, "shapes": psgd.shapes, "compressed_matrices": hook.plan.matrices,

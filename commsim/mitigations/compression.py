@@ -36,7 +36,9 @@ bytes; real buckets hold whole tensors), and the figures are those after
 The P and Q all-reduces are each started from the callback of the all-reduce before them (the
 callback then blocks on it): each such hop costs the remedy's ``chain_overhead`` seconds per
 bucket (a backend's figure, not a per-byte one; commsim.mitigations.spec), a stage of work
-before each of the two all-reduces.
+before each of the two all-reduces. Every Work stage here runs at the rank's compute factor of
+the step (commsim.mitigations.hooked): a slowed rank's products, orthogonalizations and hops are
+slowed with it, and the all-reduce after them waits for the slower rank.
 Wrapped in fp16/bf16 (``fp16_compress_wrapper(powerSGD_hook)``) everything is sent in 2 bytes
 (each all-reduce priced at the wrapper's ``reduce_bytes``, as fp16's).
 """

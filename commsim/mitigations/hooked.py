@@ -5,9 +5,11 @@ A DDP communication hook (``DistributedDataParallel.register_comm_hook``) receiv
 when it is ready and returns a future of the reduced bucket; what it runs in between is here a
 list of stages, run in order on the rank's one communication stream:
 
-- :class:`Work`: seconds of work on the rank (a cast, a matmul), not slowed by stragglers
-  (an approximation: the hooks' kernels are short and memory-bound; a throttled GPU would
-  slow them too);
+- :class:`Work`: seconds of work on the rank (a cast, a matmul) at its nominal rate, times the
+  rank's compute factor of the step (``Perturbations.factor``: slow ranks and jitter, as its
+  forward and backward): the same slowed core runs the hook's kernels, so the sync after them
+  waits for the slower rank (E[max] over the ranks' draws); thermal clocks and stalls are not
+  applied to them (an approximation: the hooks' kernels are short);
 - :class:`Reduce`: an all-reduce of ``size`` bytes over the whole job (``scope="world"``, priced by
   the scenario's collective kernel: :func:`commsim.collectives.kernels.make_kernel` on
   :func:`commsim.sim.links.scenario_fabric`) or within each node (``scope="node"``, the intra-node
@@ -41,7 +43,7 @@ from commsim.sim.stragglers import Perturbations, perturbations
 
 @dataclass(frozen=True)
 class Work:
-    """Seconds of work on every rank (not slowed by stragglers)."""
+    """Seconds of work on every rank at its nominal rate (times the rank's compute factor of the step)."""
 
     seconds: float
 
@@ -170,10 +172,10 @@ def run_hooked(scenario: Scenario, hook=None, perturb: Perturbations = None) -> 
     start = np.zeros(n)
     single = n == 1
 
-    def run_stages(stages, t, s):
+    def run_stages(stages, t, s, f):
         for st in stages:
             if isinstance(st, Work):
-                t = t + st.seconds
+                t = t + st.seconds * f
             else:
                 t = reducer.finish(st, t)
                 if st.scope == "world" or reducer.g > 1:  # a one-GPU node's group sends nothing
@@ -197,12 +199,12 @@ def run_hooked(scenario: Scenario, hook=None, perturb: Perturbations = None) -> 
             for j, size in enumerate(buckets):
                 issue = charged.bucket(j)
                 launch = issue if stream is None else np.maximum(issue, stream)
-                stream = run_stages(hook.stages(s, j, float(size)), launch, s)
+                stream = run_stages(hook.stages(s, j, float(size)), launch, s, f)
                 charged.ran(launch, stream)
             t, _ = charged.end()
             reduced_at = t if stream is None else stream
             end = clock.finish(np.maximum(reduced_at, t) + charged.copy_back, f * c.optimizer)
-            end = run_stages(hook.after_step(s), end, s)
+            end = run_stages(hook.after_step(s), end, s, f)
             rank_end[s] = end
             start = end
             continue
@@ -210,12 +212,12 @@ def run_hooked(scenario: Scenario, hook=None, perturb: Perturbations = None) -> 
             for j, size in enumerate(buckets):
                 ready = clock.ready(backward_start, backward, fractions[j])
                 launch = ready if stream is None else np.maximum(ready, stream)
-                stream = run_stages(hook.stages(s, j, float(size)), launch, s)
+                stream = run_stages(hook.stages(s, j, float(size)), launch, s, f)
         backward_end = clock.finish(backward_start, backward)
         finish = backward_end if stream is None else stream
         end = clock.finish(np.maximum(finish, backward_end), f * c.optimizer)
         if not single:
-            end = run_stages(hook.after_step(s), end, s)
+            end = run_stages(hook.after_step(s), end, s, f)
         rank_end[s] = end
         start = end
     return HookedRun(rank_end=rank_end, step_end=rank_end.max(axis=1), reduced_bytes=reduced, world_bytes=world)

@@ -111,3 +111,43 @@ def test_node_scope_reduce_slow_link_slows_only_its_node():
                        4e6).uniform_time()
     assert slow > fast
     np.testing.assert_allclose(run.rank_end[0], 0.031 + np.array([fast, fast, slow, slow]), rtol=1e-9)
+
+
+class _WorkThenReduce:
+    """A hook of one Work stage of `work` seconds before the bucket's all-reduce."""
+
+    def __init__(self, work):
+        self.work = work
+
+    def stages(self, step, bucket, size):
+        from commsim.mitigations.hooked import Reduce, Work
+
+        return (Work(self.work), Reduce(size))
+
+    def after_step(self, step):
+        return ()
+
+
+def test_work_stages_run_at_the_ranks_compute_factor_and_the_sync_waits_for_the_slower():
+    # one bucket, after the whole backward; rank 1 at twice the compute time: its hook work too,
+    # and the all-reduce after it starts at rank 1's end of that work
+    sc = tiny(nodes=2, gpus=1, params=1_000_000, bucket_cap=1e9, first_bucket=1e9, overlap=True, steps=3,
+              stragglers=[SlowRank(ranks=(1,), factor=2.0)])
+    work = 4e-3
+    run = run_hooked(sc, _WorkThenReduce(work))
+    ring = make_kernel("ring", scenario_fabric(sc), 4e6).uniform_time()
+    # rank 1: forward + backward at 2x, then its work at 2x, the ring, the optimizer at 2x
+    expect = 2 * (0.01 + 0.02) + 2 * work + ring + 2 * 0.001
+    np.testing.assert_allclose(run.step_time, expect, rtol=1e-12)
+
+
+def test_jittered_work_stages_cost_the_expected_max_over_ranks():
+    # the same Work with every rank's compute jittered: the sync after it waits for the slower
+    # rank's work, so more work costs more than its mean (E[max of 2] > the mean)
+    sc = tiny(nodes=2, gpus=1, params=1_000_000, bucket_cap=1e9, first_bucket=1e9, overlap=True, steps=400,
+              fwd=1e-6, bwd=1e-6, opt=1e-6, stragglers=[Jitter(cv=0.3, distribution="gamma")])
+    small = run_hooked(sc, _WorkThenReduce(1e-6)).step_time.mean()
+    big = run_hooked(sc, _WorkThenReduce(0.1)).step_time.mean()
+    extra = big - small
+    # E[max of two gamma(cv 0.3)] ~ 1 + 0.3 / sqrt(pi) ~ 1.17 for a normal; the gamma is close
+    assert 0.1 * 1.10 < extra < 0.1 * 1.25
