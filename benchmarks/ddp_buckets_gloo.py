@@ -1,7 +1,8 @@
 """Small vs large DDP buckets on the gloo validator: does the model, calibrated out of sample, get the sign?
 
     python benchmarks/ddp_buckets_gloo.py [--rounds 12] [--steps 5] [--caps 1MB,25MB]
-        [--fit-caps 2MB,4MB,10MB] [--parameters 5e6] [--width 256] [--batch-size 1] [--calibrations 3] [--json OUT.json]
+        [--fit-caps 2MB,4MB,10MB] [--parameters 5e6] [--width 256] [--batch-size 1] [--calibrations 3]
+        [--gloo-threads N] [--json OUT.json]
 
 One torch job on 2 gloo ranks (validate/ddp_job.py, :func:`rank_ddp_rounds`): a real DDP model of
 ``--parameters`` fp32 parameters in layers ``--width`` wide (5e6 at 256: 20 MB of gradients in
@@ -12,7 +13,11 @@ One torch job on 2 gloo ranks (validate/ddp_job.py, :func:`rank_ddp_rounds`): a 
 out-of-place), and per cap its compute (forward, backward under no_sync, optimizer) and
 ``--steps`` timed DDP steps of every cap, interleaved step by step in the order ``--caps`` then
 ``--fit-caps``, reversed every other step, so the two compared caps always run back to back
-(tens of milliseconds apart) and a drift in the machine's load falls on both. Batch 1 keeps compute short, so that communication and the
+(tens of milliseconds apart) and a drift in the machine's load falls on both. ``--gloo-threads N``
+runs DDP (and the pipelined sweep) on a gloo group of N worker threads
+(:func:`validate.ddp_job.gloo_group`; default torch's, 2): ProcessGroupGloo runs up to that many
+queued all-reduces at once, which the simulator's one collective stream per rank does not
+represent; at 1 its schedule is the simulator's. Batch 1 keeps compute short, so that communication and the
 per-bucket cost show.
 
 Measurement: the pairs are d = T(small) - T(large) of the two caps' s-th steps in a round (run
@@ -120,7 +125,7 @@ def _median_err(values: Sequence[float]) -> tuple:
 
 def run_check(caps: Sequence[str], fit_caps: Sequence[str], rounds: int, steps: int, parameters: float,
               batch_size: int, calibrations: int = 3, width: Optional[int] = 256, warmup_steps: int = 1, compute_iters: int = 3,
-              cal_iters: int = 10, timeout_s: float = 300.0, echo=print) -> Dict:
+              cal_iters: int = 10, timeout_s: float = 300.0, gloo_threads: Optional[int] = None, echo=print) -> Dict:
     """Measure, fit out of sample and predict; the returned dict holds every figure the script prints."""
     from validate import ddp_job
     from validate.launch import launch
@@ -137,7 +142,7 @@ def run_check(caps: Sequence[str], fit_caps: Sequence[str], rounds: int, steps: 
             "caps": [float(scen[c].ddp.bucket_cap) for c in order], "rounds": rounds, "steps": steps,
             "warmup_steps": warmup_steps, "compute_iters": compute_iters, "cal_sizes": sizes,
             "cal_iters": cal_iters, "copy_bytes": COPY_BYTES, "pipeline_bytes": int(4 * parameters),
-            "width": width}
+            "width": width, "gloo_threads": gloo_threads}
     load_before = load()
     echo(f"# load before: {load_before}")
     t0 = time.monotonic()
@@ -221,7 +226,7 @@ def run_check(caps: Sequence[str], fit_caps: Sequence[str], rounds: int, steps: 
         models[tag] = entry
     pred_d = models["pooled"]["predicted_diff_s"]
     per_cal = [models[f"calibration {j + 1}"]["predicted_diff_s"] for j in range(calibrations)]
-    return {"caps": [small, large], "fit_caps": order[2:], "rounds": rounds, "steps": steps, "parameters": nparams,
+    return {"caps": [small, large], "fit_caps": order[2:], "gloo_threads": results[0]["gloo_threads"], "rounds": rounds, "steps": steps, "parameters": nparams,
             "batch_size": batch_size, "width": width, "buckets_nominal": {c: len(buckets[c]) for c in order},
             "buckets": {c: len(scen[c].gradient_buckets()) for c in order},
             "bucket_sizes_bytes": {c: list(real[c]) for c in order},
@@ -251,19 +256,23 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--width", type=int, default=256,
                     help="layer width (4 width^2 bytes per weight: DDP puts a larger one alone in a bucket); 0: 1024-wide layers")
     ap.add_argument("--calibrations", type=int, default=3, help="separately measured calibrations (round groups)")
+    ap.add_argument("--gloo-threads", type=int, default=None,
+                    help="worker threads of DDP's gloo group (default: torch's, 2); 1 runs one all-reduce at a time")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     caps = sorted((c.strip() for c in args.caps.split(",")), key=parse_size)
     fit_caps = [c.strip() for c in args.fit_caps.split(",")]
     if len(caps) != 2 or {parse_size(c) for c in caps} & {parse_size(c) for c in fit_caps}:
         ap.error("--caps: two caps, none of them among --fit-caps (the prediction is out of sample)")
+    if args.gloo_threads is not None and args.gloo_threads < 1:
+        ap.error(f"--gloo-threads: at least 1, got {args.gloo_threads}")
     out = run_check(caps, fit_caps, args.rounds, args.steps, args.parameters, args.batch_size, args.calibrations,
-                    args.width or None)
+                    args.width or None, gloo_threads=args.gloo_threads)
     small, large = caps
     ms = lambda x: f"{x * 1e3:+.2f} ms"  # noqa: E731
     dec = out["decision"]
     print(f"# {out['parameters']:.3g} parameters, buckets as DDP built them {out['buckets']} (the caps alone: {out['buckets_nominal']}), {out['rounds']} rounds x {out['steps']} steps, "
-          f"{out['wall_s']:.0f} s; copy bandwidth {out['copy_bandwidth_Bps'] / 1e9:.2f} GB/s")
+          f"{out['wall_s']:.0f} s; gloo threads {out['gloo_threads']}; copy bandwidth {out['copy_bandwidth_Bps'] / 1e9:.2f} GB/s")
     print(f"# load after: {out['load_after']}")
     print(f"measured  T({small}) - T({large}): median {ms(dec['median_s'])} "
           f"({dec['median_s'] / out['measured_large_s'] * 100:+.1f}% of T({large})), 95% interval "
