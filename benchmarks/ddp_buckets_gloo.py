@@ -117,6 +117,16 @@ def calibration_from_rounds(rounds: Sequence[Dict], world_size: int, pipelined: 
     return Calibration((link,), Provenance(backend="gloo", world_size=world_size)), statistics.median(excess[max(excess)])
 
 
+def per_bucket_slope(buckets: Sequence[int], times: Sequence[float]) -> float:
+    """Seconds a step gains per extra bucket: the least-squares slope of step time on bucket
+    count across the caps. Measured, it is what DDP plus gloo really pay per bucket; from the
+    simulator without DDP costs, what the calibrated collectives alone charge: where the two
+    agree, a fitted ``ddp.bucket_overhead`` stands for nothing DDP adds."""
+    import numpy as np
+
+    return float(np.polyfit(np.asarray(buckets, dtype=float), np.asarray(times, dtype=float), 1)[0])
+
+
 def _median_err(values: Sequence[float]) -> tuple:
     med = statistics.median(values)
     err = 1.2533 * statistics.stdev(values) / len(values) ** 0.5 if len(values) > 1 else abs(med)
@@ -225,6 +235,12 @@ def run_check(caps: Sequence[str], fit_caps: Sequence[str], rounds: int, steps: 
                 entry[f"predicted_diff_{other}_s"] = p[small] - p[large]
         models[tag] = entry
     pred_d = models["pooled"]["predicted_diff_s"]
+    pooled_cal = cals["pooled"][0]
+    counts = [len(scen[c].gradient_buckets()) for c in order]
+    measured_caps = [statistics.median(med[(k, c)] for k in range(rounds)) for c in order]
+    no_cost_caps = [step_time(with_costs(replace(scen[c], model=replace(scen[c].model, parameters=nparams)), compared,
+                                         pooled_cal, bucket_overhead=0.0, overlap_slowdown=0.0,
+                                         gradient_as_bucket_view=True)) for c in order]
     per_cal = [models[f"calibration {j + 1}"]["predicted_diff_s"] for j in range(calibrations)]
     return {"caps": [small, large], "fit_caps": order[2:], "gloo_threads": results[0]["gloo_threads"], "rounds": rounds, "steps": steps, "parameters": nparams,
             "batch_size": batch_size, "width": width, "buckets_nominal": {c: len(buckets[c]) for c in order},
@@ -238,6 +254,8 @@ def run_check(caps: Sequence[str], fit_caps: Sequence[str], rounds: int, steps: 
                          "agreeing": decision.agreeing, "nonzero": decision.nonzero, "p_value": decision.p_value,
                          "decided": decision.decided, "sign": decision.sign},
             "measured_large_s": statistics.median(med[(k, large)] for k in range(rounds)),
+            "per_bucket_s": {"measured": per_bucket_slope(counts, measured_caps),
+                             "predicted_no_costs": per_bucket_slope(counts, no_cost_caps)},
             "models": models, "predicted_diff_s": pred_d,
             "predicted_diff_range_s": [min(per_cal), max(per_cal)],
             "predicted_sign_stable": len({sign(x) for x in per_cal + [pred_d]}) == 1,
@@ -288,6 +306,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     pooled = out["models"]["pooled"]
     print(f"predicted with the scenario's default DDP costs {ms(pooled['predicted_diff_scenario_defaults_s'])}, "
           f"without DDP costs {ms(pooled['predicted_diff_no_costs_s'])}")
+    per = out["per_bucket_s"]
+    print(f"per extra bucket (slope over all caps): measured {per['measured'] * 1e3:+.2f} ms, "
+          f"the calibrated collectives alone (no DDP costs) {per['predicted_no_costs'] * 1e3:+.2f} ms")
     lo, hi = out["predicted_diff_range_s"]
     print(f"predicted difference across the calibrations: {ms(lo)} .. {ms(hi)} "
           f"(sign {'stable' if out['predicted_sign_stable'] else 'NOT stable'})")
