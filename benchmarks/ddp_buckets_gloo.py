@@ -234,9 +234,14 @@ def run_check(caps: Sequence[str], fit_caps: Sequence[str], rounds: int, steps: 
                  "out_of_place_excess_s": disagree,
                  "predicted_s": pred, "predicted_diff_s": pred[small] - pred[large]}
         if tag == "pooled":
+            # shared_core: the fitted per-bucket cost, compute at half rate while an all-reduce is in
+            # flight: a rank's one compute thread and its gloo worker sharing a core (the CPU's
+            # counterpart of NCCL's kernels taking SMs), a bound, not a fitted value
             for other, costs in (("scenario_defaults", {}),
                                  ("no_costs", {"bucket_overhead": 0.0, "overlap_slowdown": 0.0,
-                                               "gradient_as_bucket_view": True})):
+                                               "gradient_as_bucket_view": True}),
+                                 ("shared_core", {"memory_bandwidth": bandwidth, "bucket_overhead": fit.bucket_overhead,
+                                                  "overlap_slowdown": 1.0})):
                 p = {cap: step_time(with_costs(replace(scen[cap], model=replace(scen[cap].model, parameters=nparams)),
                                                compared, cal, **costs)) for cap in (small, large)}
                 entry[f"predicted_diff_{other}_s"] = p[small] - p[large]
@@ -314,7 +319,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
               f"a copy at the measured bandwidth {2 * max(out['calibration_sizes_bytes']) / out['copy_bandwidth_Bps'] * 1e3:.2f} ms]")
     pooled = out["models"]["pooled"]
     print(f"predicted with the scenario's default DDP costs {ms(pooled['predicted_diff_scenario_defaults_s'])}, "
-          f"without DDP costs {ms(pooled['predicted_diff_no_costs_s'])}")
+          f"without DDP costs {ms(pooled['predicted_diff_no_costs_s'])}, with compute at half rate while an "
+          f"all-reduce runs (overlap_slowdown 1) {ms(pooled['predicted_diff_shared_core_s'])}")
     per = out["per_bucket_s"]
     print(f"per extra bucket (slope over all caps): measured {per['measured'] * 1e3:+.2f} ms, "
           f"the calibrated collectives alone (no DDP costs) {per['predicted_no_costs'] * 1e3:+.2f} ms")
