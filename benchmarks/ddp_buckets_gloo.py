@@ -1,7 +1,8 @@
 """Small vs large DDP buckets on the gloo validator: does the model, calibrated out of sample, get the sign?
 
     python benchmarks/ddp_buckets_gloo.py [--rounds 12] [--steps 5] [--caps 1MB,25MB]
-        [--fit-caps 2MB,4MB,10MB] [--parameters 5e6] [--width 256] [--batch-size 1] [--calibrations 3] [--json OUT.json]
+        [--fit-caps 2MB,4MB,10MB] [--parameters 5e6] [--width 256] [--batch-size 1] [--calibrations 3]
+        [--gloo-threads N] [--json OUT.json]
 
 One torch job on 2 gloo ranks (validate/ddp_job.py, :func:`rank_ddp_rounds`): a real DDP model of
 ``--parameters`` fp32 parameters in layers ``--width`` wide (5e6 at 256: 20 MB of gradients in
@@ -12,7 +13,18 @@ One torch job on 2 gloo ranks (validate/ddp_job.py, :func:`rank_ddp_rounds`): a 
 out-of-place), and per cap its compute (forward, backward under no_sync, optimizer) and
 ``--steps`` timed DDP steps of every cap, interleaved step by step in the order ``--caps`` then
 ``--fit-caps``, reversed every other step, so the two compared caps always run back to back
-(tens of milliseconds apart) and a drift in the machine's load falls on both. Batch 1 keeps compute short, so that communication and the
+(tens of milliseconds apart) and a drift in the machine's load falls on both. ``--gloo-threads N``
+runs DDP (and the pipelined sweep) on a gloo group of N worker threads
+(:func:`validate.ddp_job.gloo_group`; default torch's, 2): ProcessGroupGloo runs up to that many
+queued all-reduces at once, which the simulator's one collective stream per rank does not
+represent; at 1 its schedule is the simulator's. Measured (torch 2.13, 2 ranks on 2 shared cores,
+load 6-8): with one thread T(1MB) - T(25MB) = +33.8 ms [+28.0, +40.8] (46/48 pairs), the
+calibrated collectives alone +43.7 ms, with the fitted costs +37.8 ms, per extra bucket +1.6 ms
+measured against +2.5 ms from the collectives; with two, -0.9 ms [-13.1, +4.6] (undecided),
++0.07 ms per extra bucket: the per-bucket cost that a fit on the default group finds is the
+serialised 1 MB all-reduce time that gloo's second thread hides, not host work of DDP's. The
+profiler agrees: at 1 thread no two ``gloo:all_reduce`` spans overlap, at 2 most start before the
+previous one ends. Batch 1 keeps compute short, so that communication and the
 per-bucket cost show.
 
 Measurement: the pairs are d = T(small) - T(large) of the two caps' s-th steps in a round (run
@@ -112,6 +124,16 @@ def calibration_from_rounds(rounds: Sequence[Dict], world_size: int, pipelined: 
     return Calibration((link,), Provenance(backend="gloo", world_size=world_size)), statistics.median(excess[max(excess)])
 
 
+def per_bucket_slope(buckets: Sequence[int], times: Sequence[float]) -> float:
+    """Seconds a step gains per extra bucket: the least-squares slope of step time on bucket
+    count across the caps. Measured, it is what DDP plus gloo really pay per bucket; from the
+    simulator without DDP costs, what the calibrated collectives alone charge: where the two
+    agree, a fitted ``ddp.bucket_overhead`` stands for nothing DDP adds."""
+    import numpy as np
+
+    return float(np.polyfit(np.asarray(buckets, dtype=float), np.asarray(times, dtype=float), 1)[0])
+
+
 def _median_err(values: Sequence[float]) -> tuple:
     med = statistics.median(values)
     err = 1.2533 * statistics.stdev(values) / len(values) ** 0.5 if len(values) > 1 else abs(med)
@@ -120,7 +142,7 @@ def _median_err(values: Sequence[float]) -> tuple:
 
 def run_check(caps: Sequence[str], fit_caps: Sequence[str], rounds: int, steps: int, parameters: float,
               batch_size: int, calibrations: int = 3, width: Optional[int] = 256, warmup_steps: int = 1, compute_iters: int = 3,
-              cal_iters: int = 10, timeout_s: float = 300.0, echo=print) -> Dict:
+              cal_iters: int = 10, timeout_s: float = 300.0, gloo_threads: Optional[int] = None, echo=print) -> Dict:
     """Measure, fit out of sample and predict; the returned dict holds every figure the script prints."""
     from validate import ddp_job
     from validate.launch import launch
@@ -137,7 +159,7 @@ def run_check(caps: Sequence[str], fit_caps: Sequence[str], rounds: int, steps: 
             "caps": [float(scen[c].ddp.bucket_cap) for c in order], "rounds": rounds, "steps": steps,
             "warmup_steps": warmup_steps, "compute_iters": compute_iters, "cal_sizes": sizes,
             "cal_iters": cal_iters, "copy_bytes": COPY_BYTES, "pipeline_bytes": int(4 * parameters),
-            "width": width}
+            "width": width, "gloo_threads": gloo_threads}
     load_before = load()
     echo(f"# load before: {load_before}")
     t0 = time.monotonic()
@@ -212,16 +234,27 @@ def run_check(caps: Sequence[str], fit_caps: Sequence[str], rounds: int, steps: 
                  "out_of_place_excess_s": disagree,
                  "predicted_s": pred, "predicted_diff_s": pred[small] - pred[large]}
         if tag == "pooled":
+            # shared_core: the fitted per-bucket cost, compute at half rate while an all-reduce is in
+            # flight: a rank's one compute thread and its gloo worker sharing a core (the CPU's
+            # counterpart of NCCL's kernels taking SMs), a bound, not a fitted value
             for other, costs in (("scenario_defaults", {}),
                                  ("no_costs", {"bucket_overhead": 0.0, "overlap_slowdown": 0.0,
-                                               "gradient_as_bucket_view": True})):
+                                               "gradient_as_bucket_view": True}),
+                                 ("shared_core", {"memory_bandwidth": bandwidth, "bucket_overhead": fit.bucket_overhead,
+                                                  "overlap_slowdown": 1.0})):
                 p = {cap: step_time(with_costs(replace(scen[cap], model=replace(scen[cap].model, parameters=nparams)),
                                                compared, cal, **costs)) for cap in (small, large)}
                 entry[f"predicted_diff_{other}_s"] = p[small] - p[large]
         models[tag] = entry
     pred_d = models["pooled"]["predicted_diff_s"]
+    pooled_cal = cals["pooled"][0]
+    counts = [len(scen[c].gradient_buckets()) for c in order]
+    measured_caps = [statistics.median(med[(k, c)] for k in range(rounds)) for c in order]
+    no_cost_caps = [step_time(with_costs(replace(scen[c], model=replace(scen[c].model, parameters=nparams)), compared,
+                                         pooled_cal, bucket_overhead=0.0, overlap_slowdown=0.0,
+                                         gradient_as_bucket_view=True)) for c in order]
     per_cal = [models[f"calibration {j + 1}"]["predicted_diff_s"] for j in range(calibrations)]
-    return {"caps": [small, large], "fit_caps": order[2:], "rounds": rounds, "steps": steps, "parameters": nparams,
+    return {"caps": [small, large], "fit_caps": order[2:], "gloo_threads": results[0]["gloo_threads"], "rounds": rounds, "steps": steps, "parameters": nparams,
             "batch_size": batch_size, "width": width, "buckets_nominal": {c: len(buckets[c]) for c in order},
             "buckets": {c: len(scen[c].gradient_buckets()) for c in order},
             "bucket_sizes_bytes": {c: list(real[c]) for c in order},
@@ -233,6 +266,10 @@ def run_check(caps: Sequence[str], fit_caps: Sequence[str], rounds: int, steps: 
                          "agreeing": decision.agreeing, "nonzero": decision.nonzero, "p_value": decision.p_value,
                          "decided": decision.decided, "sign": decision.sign},
             "measured_large_s": statistics.median(med[(k, large)] for k in range(rounds)),
+            "per_bucket_s": {"measured": per_bucket_slope(counts, measured_caps),
+                             "predicted_no_costs": per_bucket_slope(counts, no_cost_caps)},
+            "by_cap": {c: {"buckets": n, "measured_s": m, "predicted_no_costs_s": p}
+                       for c, n, m, p in zip(order, counts, measured_caps, no_cost_caps)},
             "models": models, "predicted_diff_s": pred_d,
             "predicted_diff_range_s": [min(per_cal), max(per_cal)],
             "predicted_sign_stable": len({sign(x) for x in per_cal + [pred_d]}) == 1,
@@ -251,19 +288,23 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--width", type=int, default=256,
                     help="layer width (4 width^2 bytes per weight: DDP puts a larger one alone in a bucket); 0: 1024-wide layers")
     ap.add_argument("--calibrations", type=int, default=3, help="separately measured calibrations (round groups)")
+    ap.add_argument("--gloo-threads", type=int, default=None,
+                    help="worker threads of DDP's gloo group (default: torch's, 2); 1 runs one all-reduce at a time")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     caps = sorted((c.strip() for c in args.caps.split(",")), key=parse_size)
     fit_caps = [c.strip() for c in args.fit_caps.split(",")]
     if len(caps) != 2 or {parse_size(c) for c in caps} & {parse_size(c) for c in fit_caps}:
         ap.error("--caps: two caps, none of them among --fit-caps (the prediction is out of sample)")
+    if args.gloo_threads is not None and args.gloo_threads < 1:
+        ap.error(f"--gloo-threads: at least 1, got {args.gloo_threads}")
     out = run_check(caps, fit_caps, args.rounds, args.steps, args.parameters, args.batch_size, args.calibrations,
-                    args.width or None)
+                    args.width or None, gloo_threads=args.gloo_threads)
     small, large = caps
     ms = lambda x: f"{x * 1e3:+.2f} ms"  # noqa: E731
     dec = out["decision"]
     print(f"# {out['parameters']:.3g} parameters, buckets as DDP built them {out['buckets']} (the caps alone: {out['buckets_nominal']}), {out['rounds']} rounds x {out['steps']} steps, "
-          f"{out['wall_s']:.0f} s; copy bandwidth {out['copy_bandwidth_Bps'] / 1e9:.2f} GB/s")
+          f"{out['wall_s']:.0f} s; gloo threads {out['gloo_threads']}; copy bandwidth {out['copy_bandwidth_Bps'] / 1e9:.2f} GB/s")
     print(f"# load after: {out['load_after']}")
     print(f"measured  T({small}) - T({large}): median {ms(dec['median_s'])} "
           f"({dec['median_s'] / out['measured_large_s'] * 100:+.1f}% of T({large})), 95% interval "
@@ -278,7 +319,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
               f"a copy at the measured bandwidth {2 * max(out['calibration_sizes_bytes']) / out['copy_bandwidth_Bps'] * 1e3:.2f} ms]")
     pooled = out["models"]["pooled"]
     print(f"predicted with the scenario's default DDP costs {ms(pooled['predicted_diff_scenario_defaults_s'])}, "
-          f"without DDP costs {ms(pooled['predicted_diff_no_costs_s'])}")
+          f"without DDP costs {ms(pooled['predicted_diff_no_costs_s'])}, with compute at half rate while an "
+          f"all-reduce runs (overlap_slowdown 1) {ms(pooled['predicted_diff_shared_core_s'])}")
+    per = out["per_bucket_s"]
+    print(f"per extra bucket (slope over all caps): measured {per['measured'] * 1e3:+.2f} ms, "
+          f"the calibrated collectives alone (no DDP costs) {per['predicted_no_costs'] * 1e3:+.2f} ms")
     lo, hi = out["predicted_diff_range_s"]
     print(f"predicted difference across the calibrations: {ms(lo)} .. {ms(hi)} "
           f"(sign {'stable' if out['predicted_sign_stable'] else 'NOT stable'})")

@@ -209,15 +209,47 @@ def copy_bandwidth(nbytes: int = 256 * MIB, iters: int = 5) -> float:
     return 2.0 * src.numel() * 4 / statistics.median(times)
 
 
-def pipelined_all_reduce(size: int, total_bytes: int, iters: int, progress=None) -> float:
+def gloo_group(threads: int, name: str = "") -> "dist.ProcessGroup":
+    """A gloo process group over every rank whose backend runs `threads` worker threads:
+    ProcessGroupGloo serves its queue of collectives with that many threads (torch's default is
+    2), so that many all-reduces issued asynchronously, as DDP issues its buckets, are in flight
+    at once. Built by hand: ``dist.new_group(backend="gloo", pg_options=...)`` ignores the
+    options for gloo (torch 2.13 constructs ProcessGroupGloo with the timeout alone)."""
+    from torch.distributed import distributed_c10d as c10d
+
+    if threads < 1:
+        raise ValueError(f"gloo threads must be >= 1, got {threads}")
+    name = name or f"gloo_threads_{threads}"
+    store = c10d.PrefixStore(f"{name}/", c10d._get_default_store())
+    rank, size = dist.get_rank(), dist.get_world_size()
+    opts = dist.ProcessGroupGloo._Options()
+    opts._threads = threads
+    opts._devices = [dist.ProcessGroupGloo.create_default_device()]
+    opts._timeout = dist.group.WORLD._get_backend(torch.device("cpu")).options._timeout
+    backend = dist.ProcessGroupGloo(store, rank, size, opts)
+    group = c10d.ProcessGroup(store, rank, size)
+    group._register_backend(torch.device("cpu"), c10d.ProcessGroup.BackendType.GLOO, backend)
+    group._set_default_backend(c10d.ProcessGroup.BackendType.GLOO)
+    group._set_group_name(name)
+    return group
+
+
+def gloo_threads(group=None) -> int:
+    """The worker threads of a gloo group's backend (default: the job's own group)."""
+    group = group if group is not None else dist.group.WORLD
+    return int(group._get_backend(torch.device("cpu")).options._threads)
+
+
+def pipelined_all_reduce(size: int, total_bytes: int, iters: int, progress=None, group=None) -> float:
     """Seconds per all-reduce of `size` bytes when they are issued as DDP issues its buckets:
     back to back, asynchronously (``async_op=True``), on distinct buffers, ``total_bytes`` worth
     (2 at least), then all waited for; the median over `iters` bursts of burst time / count.
     gloo works on queued all-reduces while the next is issued, so this is less than one
-    all-reduce timed alone (on a 2-core machine 1 MiB: about 1.5 ms against 2.2 ms)."""
+    all-reduce timed alone (on a 2-core machine 1 MiB: about 1.5 ms against 2.2 ms). On `group`
+    (default the job's): DDP's, whose worker threads (:func:`gloo_group`) set how many run at once."""
     count = max(2, -(-total_bytes // max(size, 1)))
     bufs = [torch.ones(max(size // 4, 1), dtype=torch.float32) for _ in range(count)]
-    works = [dist.all_reduce(b, async_op=True) for b in bufs]  # warm-up burst
+    works = [dist.all_reduce(b, async_op=True, group=group) for b in bufs]  # warm-up burst
     for w in works:
         w.wait()
     times = []
@@ -226,7 +258,7 @@ def pipelined_all_reduce(size: int, total_bytes: int, iters: int, progress=None)
             progress()
         dist.barrier()
         t0 = time.monotonic()
-        works = [dist.all_reduce(b, async_op=True) for b in bufs]
+        works = [dist.all_reduce(b, async_op=True, group=group) for b in bufs]
         for w in works:
             w.wait()
         times.append((time.monotonic() - t0) / count)
@@ -279,12 +311,15 @@ def rank_ddp_rounds(ctx, plan: Dict) -> Dict:
 
     plan: parameters, batch_size, first_bucket_bytes, caps (bytes), rounds, steps, warmup_steps,
     compute_iters, cal_sizes, cal_iters, pipeline_bytes, copy_bytes, width (optional: the
-    layers' width, :func:`narrow_model`). Returns per round the calibration rows and, per cap
+    layers' width, :func:`narrow_model`), gloo_threads (optional: DDP's process group and the
+    pipelined sweep run on a :func:`gloo_group` of that many worker threads; else on the job's
+    group, torch's default). Returns the group's threads and per round the calibration rows and, per cap
     index, {start (of the round's timed steps), ends (of this cap's steps), compute, bucket_sizes
     (as DDP built them)}."""
     from validate.collective_bench import bench_size
 
     caps = plan["caps"]
+    group = gloo_group(plan["gloo_threads"]) if plan.get("gloo_threads") else None
     models = []
     for cap in caps:
         torch.manual_seed(0)
@@ -292,7 +327,7 @@ def rank_ddp_rounds(ctx, plan: Dict) -> Dict:
         module = narrow_model(plan["parameters"], width) if width else synthetic_model(plan["parameters"])
         # the list form even when the first bucket equals the cap: given bucket_cap_mb alone this
         # torch builds its initial buckets otherwise (one bucket of everything, before the rebuild)
-        ddp = DDP(module, bucket_cap_mb_list=[plan["first_bucket_bytes"] / MIB, cap / MIB])
+        ddp = DDP(module, process_group=group, bucket_cap_mb_list=[plan["first_bucket_bytes"] / MIB, cap / MIB])
         models.append((ddp, torch.optim.SGD(ddp.parameters(), lr=1e-6)))
     width = module[0].in_features
     g = torch.Generator().manual_seed(1 + ctx.rank)
@@ -308,7 +343,7 @@ def rank_ddp_rounds(ctx, plan: Dict) -> Dict:
                 for s in plan["cal_sizes"]]
         for row in rows:
             row["pipelined_s"] = pipelined_all_reduce(row["size_bytes"], plan["pipeline_bytes"], plan["cal_iters"],
-                                                      ctx.progress)
+                                                      ctx.progress, group)
         compute = []
         for model, opt in models:
             ctx.progress()
@@ -332,4 +367,4 @@ def rank_ddp_rounds(ctx, plan: Dict) -> Dict:
     ctx.progress()
     dist.barrier()
     return {"rank": ctx.rank, "parameters": sum(p.numel() for p in module.parameters()),
-            "copy_bandwidth_Bps": bandwidth, "rounds": rounds}
+            "copy_bandwidth_Bps": bandwidth, "gloo_threads": gloo_threads(group), "rounds": rounds}
