@@ -442,6 +442,21 @@ def _presets() -> Dict[str, System]:
                                      source="CSCS Alps GH200 node description")
     p["gh200-alps-socket"] = nominal_system("gh200-alps-socket", "hopper", 4, "nvlink", 450.0, 4, 200.0, cpu_vendor="arm",
                                             transport="socket", source="CSCS Alps GH200 node, NCCL socket transport")
+    # A100 80GB x8 per node with 8x 100 Gb/s RoCE NICs (nccl-tests issue 169, the reporter's
+    # description). Intra-node as on HGX A100 8-GPU boards (NVSwitch, NVLink3 300 GB/s each way):
+    # the reported 2-node busbw of ~100 GB/s is beyond what PCIe-attached GPUs could move inside
+    # the node. CPU vendor and GPU-NIC path are not stated: the defaults (Intel, PXB) are kept.
+    p["a100-roce-8x100g"] = nominal_system("a100-roce-8x100g", "ampere", 8, "nvswitch", 300.0, 8, 100.0,
+                                           source="nccl-tests issue 169 (8x 100 Gb/s RoCE per node); "
+                                                  "NVIDIA HGX A100 8-GPU (NVSwitch, 600 GB/s bidirectional)")
+    # Azure NDm A100 v4: 8x A100 80GB SXM4 on NVSwitch (NVLink3, 600 GB/s bidirectional per GPU),
+    # 8x 200 Gb/s HDR InfiniBand (one per GPU), AMD EPYC 7V12 (Rome).
+    p["azure-ndmv4"] = nominal_system("azure-ndmv4", "ampere", 8, "nvswitch", 300.0, 8, 200.0, cpu_vendor="amd",
+                                      source="Azure NDm A100 v4-series page (8x A100 80GB NVLink3, 8x 200 Gb/s HDR IB)")
+    # AWS p3dn.24xlarge: 8x V100 SXM2 32GB in the DGX-1 hybrid cube-mesh (NVLink2, 6 links x 25 GB/s
+    # each way per GPU), one 100 Gb/s EFA/ENA interface for the node, Intel Xeon Platinum 8175M.
+    p["p3dn"] = nominal_system("p3dn", "volta", 8, "nvlink", 150.0, 1, 100.0, cpu_vendor="intel",
+                               source="AWS p3dn.24xlarge instance page (8x V100 32GB NVLink, 100 Gb/s EFA)")
     return p
 
 
