@@ -88,8 +88,8 @@ def test_new_presets_carry_their_line_rates_and_sources():
     assert (s1.nics_per_node, s1.nic_line_GBps, s1.intra_kind, s1.intra_line_GBps) == (8, 12.5, "nvswitch", 300.0)
     assert (s2.nics_per_node, s2.nic_line_GBps, s2.cpu_vendor, s2.gpu_arch) == (8, 25.0, "amd", "ampere")
     assert (s5.nics_per_node, s5.nic_line_GBps, s5.intra_kind, s5.gpu_arch) == (1, 12.5, "nvlink", "volta")
-    for s in (s1, s2, s5):
-        assert "issue 169" in s1.sources["nic_bw_GBps"] and s.sources["nic_bw_GBps"].startswith("nominal: ")
+    for s, cited in ((s1, "issue 169"), (s2, "NDm A100 v4"), (s5, "p3dn.24xlarge")):
+        assert s.sources["nic_bw_GBps"].startswith("nominal: ") and cited in s.sources["nic_bw_GBps"]
 
 
 def _all_rows(result):
