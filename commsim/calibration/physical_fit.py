@@ -53,6 +53,11 @@ DETERMINED_SHRINK = 0.5   # determined: posterior sd of log(value) < 0.5 x prior
 HUBER_DELTA = 0.25        # log-ratio beyond which a row's weight falls off (|r| > ~28%)
 BOUND_TOL = 1e-9          # log distance from a bound at which it counts as active
 DATA_SIGMA = 0.05         # scatter of one nccl-tests row (log), to weigh the data against the prior
+# A constant the fit would move more than this many prior sigmas from nominal (a factor 4**3 = 64)
+# is not a measurement of that constant but the whole misfit of a model that cannot represent
+# the logs (one large-message figure read as an NVLink hop of 868 us): it stays nominal, and the
+# note says where the logs would have put it.
+IMPLAUSIBLE_SIGMAS = 3.0
 
 # Which level each constant belongs to: a log must exercise the level to determine it.
 LEVEL = {
@@ -331,8 +336,14 @@ def fit_physical(
         tx, tr, tJ = _lm(tres, start, max_iter, y.size, upper(trial))
         tpost, _ = _posterior(tJ, tr, y.size, sigma_prior, tx.size)
         ok = all(tpost[j, j] < (DETERMINED_SHRINK * sigma_prior) ** 2 for j in range(tx.size))
-        if ok:
+        far = [j for j in range(tx.size) if abs(tx[j] - tx0[j]) > IMPLAUSIBLE_SIGMAS * sigma_prior]
+        if ok and not far:
             free, system_at, x, r_all, J, post = trial, tsys, tx, tr, tJ, tpost
+        elif ok:
+            moved = ", ".join(f"{trial[j]} {math.exp(tx[j]):.4g} (nominal {math.exp(tx0[j]):.4g})" for j in far)
+            notes.append(f"{name}: with it the logs would put {moved}, beyond a factor "
+                         f"{PRIOR_FACTOR ** IMPLAUSIBLE_SIGMAS:g} of the hardware description: the model cannot "
+                         "represent these logs with it; nominal value kept")
         else:
             notes.append(f"{name}: the logs do not determine it; nominal value kept")
     final = system_at(x)
