@@ -18,7 +18,11 @@ own timed steps: the steps run in blocks (:func:`step_blocks`: one step, or one 
 post-local SGD's H), each block after one sample per step and a common start, and the figures are
 the medians over the case's samples. On a shared machine the rates come in modes (no-sync steps
 of ~12 or ~24 ms, in bursts of load), and samples taken before and after the steps landed in the
-other mode than the steps now and then; within the steps' window a burst falls on both.
+other mode than the steps now and then; within the steps' window a burst falls on both. A slow
+case's samples sleep the slow rank's stall before their compute, as its steps do before their
+forward: on cores the ranks share, a rank computes about twice as fast while the other is stalled
+(no-sync compute ~23 ms side by side, ~11 ms in the slow cases' steps), and samples taken side by
+side priced the slow cases' compute at the contended rate.
 
 Once for the machine, never per case, the job measures DDP's own costs
 (:class:`DDPCostProbe`: the per-step cost of a synced step beyond its compute and its all-reduce,
@@ -206,8 +210,14 @@ class HardwareSampler:
         self.samples: Dict[str, List[float]] = {k: [] for k in ("forward_s", "backward_s", "optimizer_s", "cast_s",
                                                                  "small_s", "mq_s", "mtp_s", "pqt_s")}
 
-    def sample(self) -> None:
-        """One sample of each (about one no-sync step's time plus a few ms). Collective: every rank
+    def sample(self, pause: float = 0.0) -> None:
+        """One sample of each (about one no-sync step's time plus a few ms). `pause`: this rank's
+        stall before the step the sample prices (a slow rank's), slept after the first barrier
+        and before the compute, as the step sleeps it before its forward: on cores the ranks share,
+        a rank computes about twice as fast while the other sleeps (no-sync compute of ~23 ms side
+        by side, ~11 ms with the other rank stalled), so a slow case's compute is sampled with
+        the same overlap as its steps (its optimizer, after the sync in a step, is then sampled
+        alone too: 1-2 ms). Collective: every rank
         calls it at the same point, and each part starts after a barrier, so that the ranks run
         it side by side, as they run a step's compute and powerSGD_hook's products without a slow
         rank (the P all-reduce lines them up before Q = M^T P and P Q^T). On a loaded 2-core
@@ -222,6 +232,8 @@ class HardwareSampler:
         the contended one, lines up too."""
         s = self.samples
         dist.barrier()
+        if pause:
+            time.sleep(pause)
         for k, v in compute_step(self.model, self.x, self.y, self.opt).items():
             s[k].append(v)
         s["cast_s"].append(_median_time(lambda: self.half.copy_(self.buf), 1))
@@ -829,8 +841,8 @@ def _run_case(ctx, module: nn.Module, x, y, case: Case, plan: Dict, stall: Seque
     s = 0
     for n in step_blocks(plan["steps"], case):
         ctx.progress()
-        for _ in range(n):
-            sampler.sample()
+        for k in range(n):  # each with the stall of the step it prices (a slow rank's compute alone, as in it)
+            sampler.sample(stall[s + k])
         start, ends = common_start(), []
         for _ in range(n):
             ends.append(step(stall[s]))
