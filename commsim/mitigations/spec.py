@@ -49,8 +49,11 @@ DEFAULT_WIDTH = 1024
 #   so: 6.1 ms; one after another from the main thread: 0.63 ms; 2 ranks), the slow mode when a
 #   wake-up waits for a CPU; the validator's trimmed means over 36 rounds: 0.8 and 1.5 ms per hop
 #   in two runs. Default 0 (not measured on NCCL); measured by the validator as (chained -
-#   sequential) / 2 over three all-reduces of the hook's own sizes
-#   (validate.mitigation_job.measure_chain_overhead).
+#   sequential) / 2 over three all-reduces of the hook's own sizes, the chain run right after
+#   another chain, as each step's runs after the previous step's (right after sequential
+#   all-reduces gloo runs a chain in a fast mode: 0.8 ms median for three 16 KB all-reduces on 2
+#   ranks, 4.8 ms after a chain; 4.3-6.1 ms stamped in the steps)
+#   (validate.mitigation_job.ChainProbe).
 # - mq_flops, mtp_flops, pqt_flops (powersgd): the rate of each of the hook's three products,
 #   P = M Q, Q = M^T P and M = P Q^T, when they differ (default: `flops` for each). On a CPU the
 #   transposed one reads M across its rows: at width 1024, r = 4 on gloo's 2-core VM, M^T P took

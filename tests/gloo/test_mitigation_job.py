@@ -353,6 +353,20 @@ def test_chain_overhead_is_the_median_over_ranks_and_sizes_of_mean_hops():
     assert chain_overhead_from_ranks([{"hop_s": [-1e-3]}]) == 0.0
 
 
+def test_chain_hop_is_from_the_chain_run_after_a_chain_not_after_sequential_all_reduces():
+    from validate.mitigation_job import ChainProbe
+
+    # a step's chain runs after the previous step's: the hop comes from the "aligned" chain (run
+    # right after another), not from the one right after the sequential all-reduces (a fast mode)
+    probe = object.__new__(ChainProbe)
+    probe.sizes, probe.bufs = [[4, 4, 4]], [[None, None, None]]
+    probe.samples = [{"sequential": [1e-3, 1e-3], "chained": [2e-3, 2e-3],
+                      "aligned": [[10.0, 10.005], [20.0, 20.007]], "skewed": [[30.0, 30.004], [40.0, 40.004]]}]
+    out = probe.result()
+    assert out["hop_s"] == [pytest.approx(((5e-3 - 1e-3) / 2 + (7e-3 - 1e-3) / 2) / 2, rel=1e-9)]
+    assert out["hop_after_sequential_s"] == [pytest.approx(0.5e-3, rel=1e-9)]
+
+
 def test_flatten_rate_runs_the_averagers_passes():
     from validate.compute_timing import synthetic_model
     from validate.mitigation_job import measure_flatten_rate
