@@ -9,7 +9,7 @@ powerSGD_hook at rank 1 and 4, post-local SGD with H=4; each without and with a 
 stalled before every forward) on `--nprocs` local gloo ranks, one rank per node (so post-local
 SGD's subgroup is the rank itself), and prints measured vs predicted mean step time per case and
 the median |error|. The prediction is commsim's hook model with the hardware measured by the job
-(compute, cast bandwidth, the rate of PowerSGD's products at their shape, small-op cost), the
+(compute, cast bandwidth, the rate of each of PowerSGD's three products at its shape, small-op cost), the
 buckets each case's DDP built (``ddp.bucket_sizes``), and the job's once-per-machine figures,
 whose `--machine-rounds` rounds in all are interleaved with the cases (a share before each and
 after the last: a burst of load falls on both) and summarized by means (a mean step time
@@ -19,7 +19,10 @@ compute_jitter_cv; the predictions draw the ranks' spread from each case's per-r
 validate.mitigation_job.compute_rows), powerSGD_hook's chained all-reduces against sequential ones (the PowerSGD
 remedy's ``chain_overhead``: validate.mitigation_job.ChainProbe; those rows also print the
 prediction without it), the rate of post-local SGD's flatten and divide (the post-local SGD
-remedy's ``mem_bw``: validate.mitigation_job.FlattenProbe), the backend's 16-bit all-reduce
+remedy's ``mem_bw``: validate.mitigation_job.FlattenProbe), the call of post-local SGD's
+one-rank subgroup all-reduce on a local step (its ``subgroup_overhead``:
+validate.mitigation_job.SubgroupReduceProbe), the chain again with one rank arriving late (a
+blocked rank's wake-up: PowerSGD's ``wake_overhead``, charged where it shows), the backend's 16-bit all-reduce
 against fp32's (the fp16 remedy's ``reduce_bytes``: validate.mitigation_job.ReduceDtypeProbe; the
 fp16 rows also print the prediction without it)
 and a gloo calibration: `--calibration` (from ``commsim calibrate --backend gloo --level
@@ -128,10 +131,25 @@ def table(report: dict) -> str:
     ch = report.get("chain") or {}
     if ch.get("chain_overhead") is not None:
         m = ch["measured"][0]
-        sizes = ", ".join(f"{'/'.join(str(n) for n in sz)} elements: chained {c * 1e3:.2f} vs sequential {q * 1e3:.2f} ms"
-                          for sz, c, q in zip(m["sizes"], m["chained_s"], m["sequential_s"]))
+        sizes = ", ".join(f"{'/'.join(str(n) for n in sz)} elements: chained after sequential ones {c * 1e3:.2f} "
+                          f"vs sequential {q * 1e3:.2f} ms (medians); hop after a chain {h * 1e3:.2f}, after "
+                          f"sequential ones {hs * 1e3:.2f} ms (means)"
+                          for sz, c, q, h, hs in zip(m["sizes"], m["chained_s"], m["sequential_s"], m["hop_s"],
+                                                     m.get("hop_after_sequential_s", m["hop_s"])))
         lines.append(f"powerSGD_hook's chained all-reduces (measured once, rank 0): {sizes}; "
                      f"chain_overhead {ch['chain_overhead'] * 1e3:.2f} ms per hop")
+    if ch.get("wake"):
+        w = ch["wake"]
+        sizes = ", ".join(f"aligned {a * 1e3:.2f} vs skewed {k * 1e3:.2f} ms" for a, k in zip(w["aligned_s"], w["skewed_s"]))
+        lines.append(f"the chain after its last launch, ranks aligned vs one rank late (a blocked rank's wake-up), "
+                     f"per size: {sizes}; wake_overhead {ch['wake_overhead'] * 1e3:.2f} ms"
+                     + ("" if ch["wake_overhead"] > 0 else " (none shown: not charged)"))
+    sg = report.get("subgroup") or {}
+    if sg.get("subgroup_overhead") is not None:
+        m = sg["measured"][0]
+        lines.append(f"post-local SGD's one-rank subgroup all-reduce call (measured once, rank 0): mean "
+                     f"{m['seconds'] * 1e3:.2f} ms, median {m['median_s'] * 1e3:.2f}, max {m['max_s'] * 1e3:.2f} "
+                     f"({m['samples']} calls); subgroup_overhead {sg['subgroup_overhead'] * 1e3:.2f} ms per bucket")
     fl = report.get("flatten") or {}
     if fl.get("bytes_per_s") is not None:
         m = fl["measured"][0]
@@ -143,6 +161,12 @@ def table(report: dict) -> str:
             lines.append(f"  {r['case']}: with the averaging at the cast's rate {b * 1e3:.1f} ms, "
                          f"{(b - r['measured_s']) / r['measured_s'] * 100:+.1f}%")
     for r in report["cases"]:
+        for key, what in (("no_subgroup_call_step_time_s", "without subgroup_overhead"),
+                          ("equal_products_step_time_s", "with the three products at one rate"),
+                          ("unwoken_step_time_s", "without wake_overhead")):
+            b = r["predicted"].get(key)
+            if b is not None and (key != "unwoken_step_time_s" or ":wake_overhead=" in r["remedy"]):
+                lines.append(f"  {r['case']}: {what} {b * 1e3:.1f} ms, {(b - r['measured_s']) / r['measured_s'] * 100:+.1f}%")
         if "unchained_step_time_s" in r["predicted"]:
             b = r["predicted"]["unchained_step_time_s"]
             lines.append(f"  {r['case']}: without chain_overhead {b * 1e3:.1f} ms, "

@@ -18,7 +18,11 @@ own timed steps: the steps run in blocks (:func:`step_blocks`: one step, or one 
 post-local SGD's H), each block after one sample per step and a common start, and the figures are
 the medians over the case's samples. On a shared machine the rates come in modes (no-sync steps
 of ~12 or ~24 ms, in bursts of load), and samples taken before and after the steps landed in the
-other mode than the steps now and then; within the steps' window a burst falls on both.
+other mode than the steps now and then; within the steps' window a burst falls on both. A slow
+case's samples sleep the slow rank's stall before their compute, as its steps do before their
+forward: on cores the ranks share, a rank computes about twice as fast while the other is stalled
+(no-sync compute ~23 ms side by side, ~11 ms in the slow cases' steps), and samples taken side by
+side priced the slow cases' compute at the contended rate.
 
 Once for the machine, never per case, the job measures DDP's own costs
 (:class:`DDPCostProbe`: the per-step cost of a synced step beyond its compute and its all-reduce,
@@ -41,7 +45,15 @@ trimmed mean of a skewed or bimodal cost falls short of it). The same rounds mea
   P and Q all-reduces inside the callbacks of the all-reduce before them, which then block on
   them; on gloo each such hop costs milliseconds beyond the all-reduce): the PowerSGD cases'
   remedy carries it as ``chain_overhead``; each such row also reports ``unchained_step_time_s``,
-  the prediction without it;
+  the prediction without it; the same probe runs the chain with one rank arriving
+  :data:`WAKE_SKEW_S` late, the others blocked on the first all-reduce meanwhile, against the chain
+  run aligned, both timed from the last rank's launch (the remedy's ``wake_overhead`` where the
+  skewed chain is slower, :func:`wake_overhead_from_ranks`; ``unwoken_step_time_s``: without it);
+- the per-call cost of post-local SGD's subgroup all-reduce on a local step
+  (:class:`SubgroupReduceProbe`: the async all-reduce and callback that ``post_localSGD_hook``
+  issues on the rank's one-rank subgroup, after a short compute): the post-local SGD cases' remedy
+  carries it as ``subgroup_overhead``; each such row also reports
+  ``no_subgroup_call_step_time_s``, the prediction without it;
 - the rate of post-local SGD's averaging passes (:class:`FlattenProbe`: the averager's
   ``torch.cat`` of the parameters into a new buffer and its in-place division, as
   ``average_parameters`` runs them): the post-local SGD cases' remedy carries it as ``mem_bw``;
@@ -55,8 +67,10 @@ nominal layout of its first bucket and cap: DDP never splits a tensor, so the sy
 The prediction of a case (:func:`predict`) is commsim's: the scenario with the measured
 compute, those DDP costs and the gloo calibration (``commsim calibrate --backend gloo``), through
 the same hook model as ``commsim compare`` (:func:`commsim.mitigations.hooked.run_hooked`), the
-remedy given the measured memory bandwidth, the rate of PowerSGD's own products at its rank and
-shape, and the op cost. No number is fitted per case.
+remedy given the measured memory bandwidth, the rate of each of PowerSGD's three products at its
+rank and shape (``mq_flops``, ``mtp_flops``, ``pqt_flops``; the PowerSGD rows also report
+``equal_products_step_time_s``, the prediction with the three at their common rate), and the op
+cost. No number is fitted per case.
 
 Evidence that a hook really ran, per case: fp16/bf16 leave every averaged gradient exactly
 representable in the 16-bit wire dtype (a plain fp32 average almost never is); PowerSGD's P and Q
@@ -196,8 +210,14 @@ class HardwareSampler:
         self.samples: Dict[str, List[float]] = {k: [] for k in ("forward_s", "backward_s", "optimizer_s", "cast_s",
                                                                  "small_s", "mq_s", "mtp_s", "pqt_s")}
 
-    def sample(self) -> None:
-        """One sample of each (about one no-sync step's time plus a few ms). Collective: every rank
+    def sample(self, pause: float = 0.0) -> None:
+        """One sample of each (about one no-sync step's time plus a few ms). `pause`: this rank's
+        stall before the step the sample prices (a slow rank's), slept after the first barrier
+        and before the compute, as the step sleeps it before its forward: on cores the ranks share,
+        a rank computes about twice as fast while the other sleeps (no-sync compute of ~23 ms side
+        by side, ~11 ms with the other rank stalled), so a slow case's compute is sampled with
+        the same overlap as its steps (its optimizer, after the sync in a step, is then sampled
+        alone too: 1-2 ms). Collective: every rank
         calls it at the same point, and each part starts after a barrier, so that the ranks run
         it side by side, as they run a step's compute and powerSGD_hook's products without a slow
         rank (the P all-reduce lines them up before Q = M^T P and P Q^T). On a loaded 2-core
@@ -212,6 +232,8 @@ class HardwareSampler:
         the contended one, lines up too."""
         s = self.samples
         dist.barrier()
+        if pause:
+            time.sleep(pause)
         for k, v in compute_step(self.model, self.x, self.y, self.opt).items():
             s[k].append(v)
         s["cast_s"].append(_median_time(lambda: self.half.copy_(self.buf), 1))
@@ -247,7 +269,11 @@ class HardwareSampler:
                "mem_bw": self.buf.numel() * 6 / mean["cast_s"],
                "flops": self.flops, "kernel_overhead": mean["small_s"]}
         if self.r:  # as powersgd_products_rate: 3 x 2 w^2 r FLOP over the sum of the products' mean times
-            out["powersgd_flops"] = 3 * 2.0 * self.width**2 * self.r / (mean["mq_s"] + mean["mtp_s"] + mean["pqt_s"])
+            work = 2.0 * self.width**2 * self.r
+            out["powersgd_flops"] = 3 * work / (mean["mq_s"] + mean["mtp_s"] + mean["pqt_s"])
+            # and each product's own (the remedy's mq/mtp/pqt_flops): M^T P, a strided read of M,
+            # is several times slower than the other two on a CPU
+            out.update({f"{k}_flops": work / mean[f"{k}_s"] for k in ("mq", "mtp", "pqt")})
         return out
 
 
@@ -409,19 +435,34 @@ class ChainProbe:
     as the hook chains them (``chained``: the first async, the second started inside its future's
     callback, which then blocks on it (``.get_future().wait()``), the third likewise inside the next
     callback; the main thread waits for the last), in turn after a barrier each, `reps` times per
-    :meth:`round`. :meth:`result`: {"sizes": [...], "sequential_s": [...], "chained_s": [...]
-    (medians), "hop_s": [...]}: per size, the cost of one hop, the mean over every sample of
-    (chained - sequential) / 2 (the hook's two chained all-reduces). A mean, not a median, nor a
+    :meth:`round`, each rep then running the chain twice more (below). :meth:`result`: {"sizes":
+    [...], "sequential_s": [...], "chained_s": [...] (medians), "hop_s": [...]}: per size, the
+    cost of one hop, the mean over every sample of (aligned - sequential) / 2 (the hook's two
+    chained all-reduces), where ``aligned`` is the chain run right after another chain, as every
+    training step runs it after the previous step's: a chain right after sequential all-reduces
+    runs in a fast mode (median 0.8 ms for three 16 KB all-reduces on 2 ranks, against 4.8 ms right
+    after a chain, the mode a step's chain runs in: 4.3-6.1 ms stamped in the steps);
+    "hop_after_sequential_s" is the figure from ``chained`` (after the sequential ones),
+    reported, not used. A mean, not a median, nor a
     trimmed mean: each hop hands the work to another of gloo's threads and wakes a blocked one; on
     a loaded machine a wake-up now and then waits for a CPU (hops of ~0.1 ms or ~3 ms on a shared
     2-core machine, either mode the median in turn; a trimmed mean drops the long tail that a
-    step's mean time carries)."""
+    step's mean time carries).
 
-    def __init__(self, sizes: Sequence[Sequence[int]], reps: int):
+    The same chain twice more per rep, its (start, end) on the local ranks' one monotonic clock:
+    ``aligned`` (after a barrier, right after ``chained``), and ``skewed`` (after ``aligned``): one rank in turn (the rep's index modulo the
+    world size) first computes for :data:`WAKE_SKEW_S` while the others launch at once and block
+    on the first all-reduce, as the ranks arrive at powerSGD_hook's uncompressed all-reduce apart
+    (7-26 ms under load): whether a blocked rank's wake-up costs more than the chain's hops
+    (:func:`wake_overhead_from_ranks`). "aligned_windows", "skewed_windows" in the result."""
+
+    def __init__(self, sizes: Sequence[Sequence[int]], reps: int, rank: int = 0, world_size: int = 1):
         self.sizes = [list(s) for s in sizes]
         self.reps = reps
+        self.rank, self.world_size = rank, world_size
         self.bufs = [[torch.ones(max(1, int(c))) for c in counts] for counts in sizes]
-        self.samples = [{"sequential": [], "chained": []} for _ in sizes]
+        self.samples = [{"sequential": [], "chained": [], "aligned": [], "skewed": []} for _ in sizes]
+        self.spin = torch.randn(128, 128)
         for bufs in self.bufs:  # gloo's buffers and the pages, once
             self._sequential(bufs), self._chained(bufs)
 
@@ -440,26 +481,117 @@ class ChainProbe:
             fut = fut.then(then_reduce(b))
         fut.wait()
 
+    def _compute(self, seconds: float) -> None:
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < seconds:
+            torch.mm(self.spin, self.spin)
+
     def round(self) -> None:
         for bufs, samples in zip(self.bufs, self.samples):
-            for _ in range(self.reps):
+            for rep in range(self.reps):
                 for name, fn in (("sequential", self._sequential), ("chained", self._chained)):
                     dist.barrier()
                     t0 = time.perf_counter()
                     fn(bufs)
                     samples[name].append(time.perf_counter() - t0)
+                for name in ("aligned", "skewed"):
+                    dist.barrier()
+                    if name == "skewed" and rep % self.world_size == self.rank:
+                        self._compute(WAKE_SKEW_S)
+                    t0 = time.monotonic()
+                    self._chained(bufs)
+                    samples[name].append([t0, time.monotonic()])
 
     def result(self) -> Dict:
         out: Dict = {"sizes": self.sizes, "sequential_s": [], "chained_s": [], "hop_s": []}
         for bufs, samples in zip(self.bufs, self.samples):
             out["sequential_s"].append(statistics.median(samples["sequential"]))
             out["chained_s"].append(statistics.median(samples["chained"]))
-            out["hop_s"].append(statistics.fmean([(c - q) / (len(bufs) - 1)
-                                                  for c, q in zip(samples["chained"], samples["sequential"])]))
+            hops = len(bufs) - 1
+            out["hop_s"].append(statistics.fmean([((a[1] - a[0]) - q) / hops
+                                                  for a, q in zip(samples["aligned"], samples["sequential"])]))
+            out.setdefault("hop_after_sequential_s", []).append(
+                statistics.fmean([(c - q) / hops for c, q in zip(samples["chained"], samples["sequential"])]))
+        out["aligned_windows"] = [list(sm["aligned"]) for sm in self.samples]
+        out["skewed_windows"] = [list(sm["skewed"]) for sm in self.samples]
         return out
 
 
 CHAIN_ROUNDS = 4  # samples per round: a mean of a bimodal cost needs more samples than a median
+WAKE_SKEW_S = 0.010  # the late rank's compute before the skewed chain: the ranks' 7-26 ms skew at the hook, under load
+
+
+def _spans(windows_per_rank: Sequence[Sequence[Sequence[float]]]) -> List[float]:
+    """Per sample, the last rank's end minus the last rank's start (the ranks' (start, end) windows)."""
+    return [max(w[1] for w in ws) - max(w[0] for w in ws) for ws in zip(*windows_per_rank)]
+
+
+def wake_figures(per_rank: Sequence[Dict]) -> Dict:
+    """From every rank's :class:`ChainProbe` windows, per size: the mean of the chain's time after
+    its last launch, aligned and skewed, and their difference (the blocked rank's wake-up)."""
+    out: Dict = {"aligned_s": [], "skewed_s": [], "wake_s": []}
+    for k in range(len(per_rank[0]["aligned_windows"])):
+        aligned = statistics.fmean(_spans([r["aligned_windows"][k] for r in per_rank]))
+        skewed = statistics.fmean(_spans([r["skewed_windows"][k] for r in per_rank]))
+        out["aligned_s"].append(aligned)
+        out["skewed_s"].append(skewed)
+        out["wake_s"].append(skewed - aligned)
+    return out
+
+
+def wake_overhead_from_ranks(per_rank: Sequence[Dict]) -> float:
+    """PowerSGD's ``wake_overhead`` (commsim.mitigations.spec): the median over the sizes of
+    :func:`wake_figures`' difference, skewed minus aligned means (a mean: the step's mean time
+    carries the mean of its wake-ups), never below 0 (a skew that costs nothing beyond the hops)."""
+    return max(0.0, statistics.median(wake_figures(per_rank)["wake_s"]))
+
+
+class SubgroupReduceProbe:
+    """What post-local SGD's local steps cost in calls on this machine, one machine figure whose
+    rounds are interleaved with the cases (:class:`DDPCostProbe`): on a local step
+    ``post_localSGD_hook`` still runs ``default_hooks._allreduce_fut(subgroup, bucket)``, an async
+    ``all_reduce`` on the rank's subgroup (here the rank alone: one rank per node) with a
+    ``.then`` callback that DDP waits on; nothing is sent, but the call goes through gloo's worker
+    thread. Each :meth:`round`, `reps` times: a short compute (:data:`SUBGROUP_COMPUTE_S`: a
+    step issues it as its backward ends, with the core busy), then that call on a bucket of
+    `numel` elements and its wait, timed (its ``div_`` by the subgroup's size is not: plain DDP
+    divides its bucket too, a cost already in ``ddp.costs``). :meth:`result`: {"seconds": the mean
+    over every sample, "median_s", "max_s"}. The subgroup is made here (``dist.new_subgroups``:
+    collective, every rank constructs the probe at the same point)."""
+
+    def __init__(self, numel: int, group_size: int, reps: int):
+        self.group, _ = dist.new_subgroups(group_size=group_size)
+        self.buf = torch.zeros(max(1, int(numel)))
+        self.reps = reps
+        self.spin = torch.randn(128, 128)
+        self.times: List[float] = []
+        self._call()  # gloo's buffers, once
+
+    def _call(self) -> float:
+        t0 = time.perf_counter()
+        dist.all_reduce(self.buf, group=self.group, async_op=True).get_future().then(lambda f: f.value()[0]).wait()
+        return time.perf_counter() - t0
+
+    def round(self) -> None:
+        for _ in range(self.reps):
+            t0 = time.monotonic()
+            while time.monotonic() - t0 < SUBGROUP_COMPUTE_S:
+                torch.mm(self.spin, self.spin)
+            self.times.append(self._call())
+
+    def result(self) -> Dict:
+        return {"seconds": statistics.fmean(self.times), "median_s": statistics.median(self.times),
+                "max_s": max(self.times), "samples": len(self.times)}
+
+
+SUBGROUP_COMPUTE_S = 0.002
+SUBGROUP_REPS = 4
+
+
+def subgroup_overhead_from_ranks(per_rank: Sequence[Dict]) -> float:
+    """Post-local SGD's ``subgroup_overhead`` (commsim.mitigations.spec): the median over the ranks
+    of :class:`SubgroupReduceProbe`'s mean."""
+    return statistics.median(r["seconds"] for r in per_rank)
 
 
 def chain_overhead_from_ranks(per_rank: Sequence[Dict]) -> float:
@@ -718,8 +850,8 @@ def _run_case(ctx, module: nn.Module, x, y, case: Case, plan: Dict, stall: Seque
     s = 0
     for n in step_blocks(plan["steps"], case):
         ctx.progress()
-        for _ in range(n):
-            sampler.sample()
+        for k in range(n):  # each with the stall of the step it prices (a slow rank's compute alone, as in it)
+            sampler.sample(stall[s + k])
         start, ends = common_start(), []
         for _ in range(n):
             ends.append(step(stall[s]))
@@ -771,9 +903,12 @@ def rank_mitigations(ctx, plan: Dict) -> Dict:
         probes["reduce_dtypes"] = ReduceDtypeProbe(sum(p.numel() for p in module.parameters()), dtypes)
     ranks = sorted({c["r"] for c in plan["cases"] if c["hook"] == "powersgd"})
     if ranks:
-        probes["chain"] = ChainProbe([powersgd_buffers(module, r) for r in ranks], CHAIN_ROUNDS)
+        probes["chain"] = ChainProbe([powersgd_buffers(module, r) for r in ranks], CHAIN_ROUNDS, ctx.rank,
+                                     ctx.world_size)
     if any(c["hook"] == "localsgd" for c in plan["cases"]):
         probes["flatten"] = FlattenProbe(synthetic_model(plan["parameters"]), ctx.world_size)
+        probes["subgroup"] = SubgroupReduceProbe(sum(p.numel() for p in module.parameters()),
+                                                 plan["gpus_per_node"], SUBGROUP_REPS)
     # their rounds interleaved with the cases: a share before every case and after the last
     slots = slot_rounds(plan["machine_rounds"], len(plan["cases"]) + 1)
 
@@ -795,9 +930,10 @@ def rank_mitigations(ctx, plan: Dict) -> Dict:
     machine_rounds(slots[-1])
     figures = {name: probe.result() for name, probe in probes.items()}
     ddp_costs = figures["ddp_costs"]
-    reduce_dtypes, chain, flatten = (figures.get(k) for k in ("reduce_dtypes", "chain", "flatten"))
+    reduce_dtypes, chain, flatten, subgroup = (figures.get(k) for k in ("reduce_dtypes", "chain", "flatten",
+                                                                         "subgroup"))
     return {"rank": ctx.rank, "cases": cases, "width": width, "ddp_costs": ddp_costs, "reduce_dtypes": reduce_dtypes,
-            "chain": chain, "flatten": flatten, "parameters": sum(p.numel() for p in module.parameters())}
+            "chain": chain, "flatten": flatten, "subgroup": subgroup, "parameters": sum(p.numel() for p in module.parameters())}
 
 
 # ---------------------------------------------------------------- the launcher and the prediction
@@ -862,13 +998,19 @@ def remedy_text(case: Case, hardware: Dict[str, float], width: int) -> Optional[
         reduce = f":reduce_bytes={hardware['reduce_bytes']:.4f}" if "reduce_bytes" in hardware else ""
         return f"{case.hook}:{rates}{reduce}"
     if case.hook == "powersgd":
+        # each product at its own measured rate where sampled (else the three at powersgd_flops)
+        products = "".join(f":{k}_flops={hardware[f'{k}_flops']:.0f}" for k in ("mq", "mtp", "pqt")
+                           if f"{k}_flops" in hardware)
         return (f"powersgd:r={case.r}:start=0:shapes=square:width={width}:{rates}:flops={hardware['powersgd_flops']:.0f}"
-                f":kernel_overhead={hardware['kernel_overhead'] * 1e6:.4f}us"
-                + (f":chain_overhead={hardware['chain_overhead'] * 1e6:.4f}us" if "chain_overhead" in hardware else ""))
+                f"{products}:kernel_overhead={hardware['kernel_overhead'] * 1e6:.4f}us"
+                + (f":chain_overhead={hardware['chain_overhead'] * 1e6:.4f}us" if "chain_overhead" in hardware else "")
+                + (f":wake_overhead={hardware['wake_overhead'] * 1e6:.4f}us" if "wake_overhead" in hardware else ""))
     if case.hook == "localsgd":
         # the averager's flatten and divide at their measured rate (else at the cast's)
         bw = hardware.get("flatten_bw", hardware["mem_bw"])
-        return f"localsgd:H={case.H}:mem_bw={bw:.0f}B/s"
+        call = (f":subgroup_overhead={hardware['subgroup_overhead'] * 1e6:.4f}us"
+                if "subgroup_overhead" in hardware else "")
+        return f"localsgd:H={case.H}:mem_bw={bw:.0f}B/s{call}"
     return None
 
 
@@ -1141,10 +1283,15 @@ def run_cases(scenario, calibration, cases: Sequence[Case], nprocs: int, slow_st
     reduce_report = {"measured": reduce_dtypes, "reduce_bytes": reduce_bytes}
     chains = [r["chain"] for r in results]
     chain = chain_overhead_from_ranks(chains) if chains[0] else None
-    chain_report = {"measured": chains, "chain_overhead": chain}
+    wake = wake_overhead_from_ranks(chains) if chains[0] else None
+    chain_report = {"measured": chains, "chain_overhead": chain, "wake_overhead": wake,
+                    "wake": wake_figures(chains) if chains[0] else None}
     flattens = [r["flatten"] for r in results]
     flatten_bw = statistics.median(f["bytes_per_s"] for f in flattens) if flattens[0] else None
     flatten_report = {"measured": flattens, "bytes_per_s": flatten_bw}
+    subgroups = [r["subgroup"] for r in results]
+    subgroup = subgroup_overhead_from_ranks(subgroups) if subgroups[0] else None
+    subgroup_report = {"measured": subgroups, "subgroup_overhead": subgroup}
     rows = []
     base = sc
     for i, case in enumerate(cases):
@@ -1166,13 +1313,25 @@ def run_cases(scenario, calibration, cases: Sequence[Case], nprocs: int, slow_st
         elif case.hook == "localsgd" and flatten_bw is not None:  # measured once for the machine too
             copy_rate = predict(sc, case, hardware, width, parameters, slow_stall, jitter, factors)
             hardware = dict(hardware, flatten_bw=flatten_bw)
+            uncalled = predict(sc, case, hardware, width, parameters, slow_stall, jitter, factors)
+            if subgroup is not None:  # the local steps' subgroup calls, measured once for the machine too
+                hardware = dict(hardware, subgroup_overhead=subgroup)
             pred = dict(predict(sc, case, hardware, width, parameters, slow_stall, jitter, factors),
-                        cast_rate_step_time_s=copy_rate["step_time_s"])
+                        cast_rate_step_time_s=copy_rate["step_time_s"],
+                        no_subgroup_call_step_time_s=uncalled["step_time_s"])
         elif case.hook == "powersgd" and chain is not None:  # measured once for the machine too
             unchained = predict(sc, case, hardware, width, parameters, slow_stall, jitter, factors)
+            equal = {k: v for k, v in hardware.items() if k not in ("mq_flops", "mtp_flops", "pqt_flops")}
             hardware = dict(hardware, chain_overhead=chain)
+            equal_products = predict(sc, case, dict(equal, chain_overhead=chain), width, parameters, slow_stall,
+                                     jitter, factors)
+            unwoken = predict(sc, case, hardware, width, parameters, slow_stall, jitter, factors)
+            if wake:  # the blocked rank's wake-up, measured once for the machine too, where the probe shows one
+                hardware = dict(hardware, wake_overhead=wake)
             pred = dict(predict(sc, case, hardware, width, parameters, slow_stall, jitter, factors),
-                        unchained_step_time_s=unchained["step_time_s"])
+                        unchained_step_time_s=unchained["step_time_s"],
+                        equal_products_step_time_s=equal_products["step_time_s"],
+                        unwoken_step_time_s=unwoken["step_time_s"])
         else:
             pred = predict(sc, case, hardware, width, parameters, slow_stall, jitter, factors)
         # for comparison, the former parametric spread: a gamma jitter of the machine's cv about the ranks' mean
@@ -1189,5 +1348,5 @@ def run_cases(scenario, calibration, cases: Sequence[Case], nprocs: int, slow_st
                      "ddp_buckets": {"built_bytes": built[0], "predicted_with": list(sc.gradient_buckets()),
                                      "nominal_bytes": list(base.gradient_buckets())}})
     return {"width": width, "parameters": parameters, "slow_stall_s": slow_stall, "ddp_costs": costs_report,
-            "reduce_dtypes": reduce_report, "chain": chain_report,
+            "reduce_dtypes": reduce_report, "chain": chain_report, "subgroup": subgroup_report,
             "flatten": flatten_report, "cases": rows, "median_abs_error": float(np.median([abs(r["error"]) for r in rows]))}

@@ -22,9 +22,10 @@ is sent as P = M Q (m r') and Q = M^T P (n r'). The hook's order per bucket, as 
     ->  all-reduce(P)  ->  work: orthogonalize P; Q = M^T P  ->  all-reduce(Q)
     ->  work: M = P Q^T; error = M_in - M
 
-Work time: each matmul max(2 m n r' / flops, 4 m n / mem_bw) (a skinny product is memory-bound;
-``flops`` is the rate of these products, which on a CPU is far below a square matmul's: the
-validator measures it at the products' own shapes), the error feedback's add and new error
+Work time: each matmul max(2 m n r' / rate, 4 m n / mem_bw) (a skinny product is memory-bound;
+the rate is the product's own, ``mq_flops``, ``mtp_flops`` and ``pqt_flops``, each ``flops``
+unless given: on a CPU these run far below a square matmul's rate, the transposed M^T P slowest,
+and the validator measures each at its own shape), the error feedback's add and new error
 (12 bytes moved per element each) and its copy of the input (``input_tensor.detach().clone()``, 8
 bytes) at ``mem_bw``, each orthogonalization (of Q before its product, with warm start, and of P
 after its all-reduce) 2 m r'^2 / flops, and ``kernel_overhead`` per kernel
@@ -36,7 +37,9 @@ bytes; real buckets hold whole tensors), and the figures are those after
 The P and Q all-reduces are each started from the callback of the all-reduce before them (the
 callback then blocks on it): each such hop costs the remedy's ``chain_overhead`` seconds per
 bucket (a backend's figure, not a per-byte one; commsim.mitigations.spec), a stage of work
-before each of the two all-reduces. Every Work stage here runs at the rank's compute factor of
+before each of the two all-reduces; the first of them also carries ``wake_overhead``, once per
+bucket: the rank that arrived first at the uncompressed all-reduce blocked on it, and its
+backend thread's wake-up delays the chain after the last rank's launch (commsim.mitigations.spec). Every Work stage here runs at the rank's compute factor of
 the step (commsim.mitigations.hooked): a slowed rank's products, orthogonalizations and hops are
 slowed with it, and the all-reduce after them waits for the slower rank.
 Wrapped in fp16/bf16 (``fp16_compress_wrapper(powerSGD_hook)``) everything is sent in 2 bytes
@@ -94,8 +97,8 @@ class PowerSGDPlan:
     matrices: int
 
 
-def _matmul(m: int, n: int, r: int, remedy: PowerSGD) -> float:
-    return max(2.0 * m * n * r / remedy.flops, 4.0 * m * n / remedy.mem_bw)
+def _matmul(m: int, n: int, r: int, flops: float, remedy: PowerSGD) -> float:
+    return max(2.0 * m * n * r / flops, 4.0 * m * n / remedy.mem_bw)
 
 
 def plan_powersgd(shapes: GradientShapes, remedy: PowerSGD) -> PowerSGDPlan:
@@ -106,6 +109,7 @@ def plan_powersgd(shapes: GradientShapes, remedy: PowerSGD) -> PowerSGDPlan:
     count = 0
     dims = []
     ovh = remedy.kernel_overhead
+    f_mq, f_mtp, f_pqt = remedy.product_flops()
     for m, n in shapes.matrices:
         r = min(m, n, remedy.r)
         if (m + n) * r * remedy.min_compression_rate >= m * n:  # torch's _should_compress
@@ -118,9 +122,9 @@ def plan_powersgd(shapes: GradientShapes, remedy: PowerSGD) -> PowerSGDPlan:
         comp += m * n
         error_pass = 12.0 * m * n / remedy.mem_bw  # read two, write one: M += error, error = M_in - M
         clone = 8.0 * m * n / remedy.mem_bw  # M_in = M.clone(): read one, write one
-        wp += error_pass + clone + 2.0 * n * r * r / remedy.flops + _matmul(m, n, r, remedy) + 5 * ovh
-        wq += 2.0 * m * r * r / remedy.flops + _matmul(m, n, r, remedy) + 3 * ovh
-        wo += _matmul(m, n, r, remedy) + error_pass + (KERNELS_PER_MATRIX - 8) * ovh
+        wp += error_pass + clone + 2.0 * n * r * r / remedy.flops + _matmul(m, n, r, f_mq, remedy) + 5 * ovh
+        wq += 2.0 * m * r * r / remedy.flops + _matmul(m, n, r, f_mtp, remedy) + 3 * ovh
+        wo += _matmul(m, n, r, f_pqt, remedy) + error_pass + (KERNELS_PER_MATRIX - 8) * ovh
     return PowerSGDPlan(unc, p, q, comp, wp, wq, wo, min(dims) if dims else None, count)
 
 
@@ -144,6 +148,7 @@ class PowerSGDHook(PlainHook):
         self.wrapper = wrapper
         self.total = float(scenario.model.grad_bytes)
         self.chain = remedy.chain_overhead
+        self.wake = remedy.wake_overhead
 
     def _reduce(self, elements: float) -> Reduce:
         if self.wrapper is not None:
@@ -154,7 +159,8 @@ class PowerSGDHook(PlainHook):
         share = size / self.total
         pl = self.plan
         # the chained hops are per bucket (each bucket runs its own chain of callbacks)
-        return (Work(share * pl.work_p), self._reduce(share * pl.uncompressed), Work(self.chain),
+        # the blocked rank's wake-up after the first all-reduce, where the ranks arrive apart
+        return (Work(share * pl.work_p), self._reduce(share * pl.uncompressed), Work(self.wake + self.chain),
                 self._reduce(share * pl.p_elements), Work(share * pl.work_q), Work(self.chain),
                 self._reduce(share * pl.q_elements), Work(share * pl.work_out))
 

@@ -13,6 +13,10 @@ and write e per element) and divides the buffer by the world size in place (read
 buffer is new memory, its pages faulted in as it is written: the validator measures the rate as
 ``average_parameters`` runs, validate.mitigation_job.measure_flatten_rate); after it the
 parameters become views of the buffer (``p.data = flat[...].view_as(p)``): no copy back.
+Every post-local step's bucket all-reduce, a one-rank subgroup's included (where it sends
+nothing), is still a call through the backend (``default_hooks._allreduce_fut``: an async
+``all_reduce`` on the subgroup and a callback DDP waits on): ``subgroup_overhead`` seconds per
+bucket after it (commsim.mitigations.spec; a Work stage at the rank's compute factor).
 
 A :class:`commsim.mitigations.hooked.run_hooked` hook. The figures are those after the warm-up
 (the warm-up steps are plain DDP, at the baseline's step time); the run is extended to a whole
@@ -38,9 +42,11 @@ class LocalSGDHook(PlainHook):
         self.param_bytes = float(scenario.model.grad_bytes)
         # torch.cat of the parameters, then flat /= world size: 4 x the bytes moved (module docstring)
         self.flatten = Work(4.0 * self.param_bytes / remedy.mem_bw)
+        self.subgroup_call = remedy.subgroup_overhead
 
     def stages(self, step: int, bucket: int, size: float) -> Sequence[Stage]:
-        return (Reduce(size, "node"),)
+        # the subgroup all-reduce's call through the backend, issued even where it sends nothing
+        return (Reduce(size, "node"), Work(self.subgroup_call)) if self.subgroup_call else (Reduce(size, "node"),)
 
     def after_step(self, step: int) -> Sequence[Stage]:
         return (self.flatten, Reduce(self.param_bytes)) if (step + 1) % self.H == 0 else ()

@@ -49,8 +49,31 @@ DEFAULT_WIDTH = 1024
 #   so: 6.1 ms; one after another from the main thread: 0.63 ms; 2 ranks), the slow mode when a
 #   wake-up waits for a CPU; the validator's trimmed means over 36 rounds: 0.8 and 1.5 ms per hop
 #   in two runs. Default 0 (not measured on NCCL); measured by the validator as (chained -
-#   sequential) / 2 over three all-reduces of the hook's own sizes
-#   (validate.mitigation_job.measure_chain_overhead).
+#   sequential) / 2 over three all-reduces of the hook's own sizes, the chain run right after
+#   another chain, as each step's runs after the previous step's (right after sequential
+#   all-reduces gloo runs a chain in a fast mode: 0.8 ms median for three 16 KB all-reduces on 2
+#   ranks, 4.8 ms after a chain; 4.3-6.1 ms stamped in the steps)
+#   (validate.mitigation_job.ChainProbe).
+# - mq_flops, mtp_flops, pqt_flops (powersgd): the rate of each of the hook's three products,
+#   P = M Q, Q = M^T P and M = P Q^T, when they differ (default: `flops` for each). On a CPU the
+#   transposed one reads M across its rows: at width 1024, r = 4 on gloo's 2-core VM, M^T P took
+#   3.7 ms alone and 7-8 ms with both ranks in it while M Q and P Q^T took ~0.9 ms each, so one
+#   rate for the three moves most of Q's work before the P all-reduce and after the Q one.
+#   Measured by the validator per product, at the products' shapes (validate.mitigation_job.HardwareSampler).
+# - wake_overhead (powersgd): seconds a rank that arrived first at the hook's first all-reduce
+#   (the uncompressed tensors') and blocked on it loses after the last rank's launch, beyond the
+#   same chain run with the ranks arriving together: the blocked rank's backend thread is woken
+#   from a wait on the network (on a loaded CPU it waits for a core). Once per bucket, after that
+#   all-reduce (the P and Q hops after it are chain_overhead's). Default 0 (not measured on
+#   NCCL); measured by the validator (validate.mitigation_job.ChainProbe, the "skewed" chain).
+# - subgroup_overhead (localsgd): seconds each bucket's subgroup all-reduce costs on every
+#   post-local step beyond its transfer. post_localSGD_hook still calls
+#   ``default_hooks._allreduce_fut(subgroup, bucket)`` on a local step: ``div_`` by the subgroup's
+#   size, an async ``all_reduce`` on the subgroup and a ``.then`` callback that DDP waits on, even
+#   on a one-rank subgroup (one GPU per node), where nothing is sent but the call still goes
+#   through the backend's worker thread (on gloo on a shared 2-core VM: 1-17 ms, mean ~4-5 ms, in a
+#   step). Default 0 (not measured on NCCL: its launch is in the ring's latency); measured by the
+#   validator (validate.mitigation_job.SubgroupReduceProbe).
 REDUCE_BYTES_DOC = "the bytes per element the 16-bit all-reduce costs, in fp32 all-reduce bytes, like 3.9"
 SHAPE_MODELS = ("square", "resnet50")
 
@@ -85,7 +108,17 @@ class PowerSGD:
     kernel_overhead: float = 5e-6  # seconds per small kernel (GPU launch): PowerSGD runs many
     # seconds each of the hook's two chained all-reduces (P, then Q) adds (CHAIN_OVERHEAD_DOC)
     chain_overhead: float = 0.0
+    # per-product rates (P = M Q, Q = M^T P, M = P Q^T), None: `flops` (the notes above)
+    mq_flops: Optional[float] = None
+    mtp_flops: Optional[float] = None
+    pqt_flops: Optional[float] = None
+    # seconds per bucket after the first all-reduce, the blocked rank's wake-up (the notes above)
+    wake_overhead: float = 0.0
     name: str = "powersgd"
+
+    def product_flops(self) -> Tuple[float, float, float]:
+        """The rates of M Q, M^T P and P Q^T (each its own key, else `flops`)."""
+        return tuple(self.flops if f is None else f for f in (self.mq_flops, self.mtp_flops, self.pqt_flops))
 
 
 @dataclass(frozen=True)
@@ -103,6 +136,8 @@ class LocalSGD:
     H: int = 8
     warmup: int = 0
     mem_bw: float = DEFAULT_MEMORY_BANDWIDTH  # the averager's flatten and divide run at it
+    # seconds per bucket of each post-local step's subgroup all-reduce beyond its transfer (the notes above)
+    subgroup_overhead: float = 0.0
     name: str = "localsgd"
 
 
@@ -162,11 +197,16 @@ PARAMETERS: Dict[str, Dict[str, Tuple[Any, str]]] = {
         "flops": (lambda v: float(parse_count(v)), "a matmul rate in FLOP/s like 15e12"),
         "kernel_overhead": (lambda v: parse_time(v, allow_zero=True), "a time like 5us"),
         "chain_overhead": (lambda v: parse_time(v, allow_zero=True), "a time like 2ms"),
+        "mq_flops": (lambda v: float(parse_count(v)), "a matmul rate in FLOP/s like 15e12"),
+        "mtp_flops": (lambda v: float(parse_count(v)), "a matmul rate in FLOP/s like 15e12"),
+        "pqt_flops": (lambda v: float(parse_count(v)), "a matmul rate in FLOP/s like 15e12"),
+        "wake_overhead": (lambda v: parse_time(v, allow_zero=True), "a time like 2ms"),
     },
     "backup": {"b": (parse_count, "a whole number >= 1")},
     "localsgd": {"H": (parse_count, "a whole number >= 1"),
                  "warmup": (lambda v: parse_count(v, allow_zero=True), "a whole number >= 0"),
-                 "mem_bw": (parse_rate, "a memory bandwidth like 900GB/s")},
+                 "mem_bw": (parse_rate, "a memory bandwidth like 900GB/s"),
+                 "subgroup_overhead": (lambda v: parse_time(v, allow_zero=True), "a time like 4ms")},
     "async": {"servers": (parse_count, "a whole number >= 1"),
               "bandwidth": (parse_rate, "a link bandwidth like 25Gbps"),
               "latency": (lambda v: parse_time(v, allow_zero=True), "a time like 10us")},

@@ -174,6 +174,12 @@ def test_powersgd_rate_is_measured_at_its_rank(report):
     for r in (1, 4):
         hw = rows[f"powersgd:r={r}"]["hardware"]
         assert hw["powersgd_flops"] > 0 and f"flops={hw['powersgd_flops']:.0f}" in rows[f"powersgd:r={r}"]["remedy"]
+        # each product's own rate, and the common one their harmonic mean (the same work each)
+        assert 3 / hw["powersgd_flops"] == pytest.approx(sum(1 / hw[f"{k}_flops"] for k in ("mq", "mtp", "pqt")),
+                                                         rel=0.3)  # medians over ranks of each
+        for k in ("mq", "mtp", "pqt"):
+            assert f":{k}_flops={hw[f'{k}_flops']:.0f}" in rows[f"powersgd:r={r}"]["remedy"]
+        assert "equal_products_step_time_s" in rows[f"powersgd:r={r}"]["predicted"]
     assert "powersgd_flops" not in rows["baseline"]["hardware"]
 
 
@@ -195,6 +201,13 @@ def test_plan_and_remedy_text():
         ":kernel_overhead=2.5000us")
     assert remedy_text(Case("powersgd", r=1), dict(hw, chain_overhead=2.5e-3), 256).endswith(
         ":kernel_overhead=2.5000us:chain_overhead=2500.0000us")
+    split = dict(hw, mq_flops=5e9, mtp_flops=1e9, pqt_flops=6e9, chain_overhead=1e-3, wake_overhead=2e-3)
+    assert remedy_text(Case("powersgd", r=1), split, 256) == (
+        "powersgd:r=1:start=0:shapes=square:width=256:mem_bw=3200000000B/s:flops=4000000000"
+        ":mq_flops=5000000000:mtp_flops=1000000000:pqt_flops=6000000000:kernel_overhead=2.5000us"
+        ":chain_overhead=1000.0000us:wake_overhead=2000.0000us")
+    assert remedy_text(Case("localsgd", H=4), dict(hw, subgroup_overhead=4e-3), 256) == (
+        "localsgd:H=4:mem_bw=3200000000B/s:subgroup_overhead=4000.0000us")
     # post-local SGD: the averager's flatten and divide at the measured memory bandwidth
     assert remedy_text(Case("localsgd", H=4), hw, 256) == "localsgd:H=4:mem_bw=3200000000B/s"
     assert remedy_text(Case("localsgd", H=4), dict(hw, flatten_bw=1.5e9), 256) == "localsgd:H=4:mem_bw=1500000000B/s"
@@ -313,7 +326,7 @@ def test_powersgd_chain_measured_once_and_in_every_powersgd_prediction(report):
             assert f":chain_overhead={chain['chain_overhead'] * 1e6:.4f}us" in row["remedy"]
             # one bucket: both hops on every step's critical path, each at a rank's compute factor
             # of the step (a Work stage: commsim.mitigations.hooked), so between the rows' extremes
-            extra = row["predicted_s"] - row["predicted"]["unchained_step_time_s"]
+            extra = row["predicted"]["unwoken_step_time_s"] - row["predicted"]["unchained_step_time_s"]
             rows = np.asarray(row["compute_rows"])
             hops = 2 * chain["chain_overhead"]
             assert hops * rows.min() * (1 - 1e-6) <= extra <= hops * rows.max() * (1 + 1e-6)
@@ -340,6 +353,20 @@ def test_chain_overhead_is_the_median_over_ranks_and_sizes_of_mean_hops():
     assert chain_overhead_from_ranks([{"hop_s": [-1e-3]}]) == 0.0
 
 
+def test_chain_hop_is_from_the_chain_run_after_a_chain_not_after_sequential_all_reduces():
+    from validate.mitigation_job import ChainProbe
+
+    # a step's chain runs after the previous step's: the hop comes from the "aligned" chain (run
+    # right after another), not from the one right after the sequential all-reduces (a fast mode)
+    probe = object.__new__(ChainProbe)
+    probe.sizes, probe.bufs = [[4, 4, 4]], [[None, None, None]]
+    probe.samples = [{"sequential": [1e-3, 1e-3], "chained": [2e-3, 2e-3],
+                      "aligned": [[10.0, 10.005], [20.0, 20.007]], "skewed": [[30.0, 30.004], [40.0, 40.004]]}]
+    out = probe.result()
+    assert out["hop_s"] == [pytest.approx(((5e-3 - 1e-3) / 2 + (7e-3 - 1e-3) / 2) / 2, rel=1e-9)]
+    assert out["hop_after_sequential_s"] == [pytest.approx(0.5e-3, rel=1e-9)]
+
+
 def test_flatten_rate_runs_the_averagers_passes():
     from validate.compute_timing import synthetic_model
     from validate.mitigation_job import measure_flatten_rate
@@ -359,8 +386,48 @@ def test_post_local_sgd_flatten_rate_measured_once_and_in_its_prediction(report)
     fl = report["flatten"]
     assert len(fl["measured"]) == 2 and fl["bytes_per_s"] == np.median([m["bytes_per_s"] for m in fl["measured"]])
     row = by_name(report)["localsgd:H=2"]
-    assert row["remedy"] == f"localsgd:H=2:mem_bw={fl['bytes_per_s']:.0f}B/s"
+    assert row["remedy"].startswith(f"localsgd:H=2:mem_bw={fl['bytes_per_s']:.0f}B/s")
     assert "cast_rate_step_time_s" in row["predicted"]
+
+
+def test_post_local_sgd_subgroup_call_measured_once_and_in_its_prediction(report):
+    sg = report["subgroup"]
+    assert len(sg["measured"]) == 2 and sg["subgroup_overhead"] == np.median([m["seconds"] for m in sg["measured"]])
+    assert sg["subgroup_overhead"] > 0 and all(m["samples"] == 7 * 4 for m in sg["measured"])  # 7 rounds x 4
+    row = by_name(report)["localsgd:H=2"]
+    assert row["remedy"].endswith(f":subgroup_overhead={sg['subgroup_overhead'] * 1e6:.4f}us")
+    # one bucket per step, at a rank's compute factor of the step (a Work stage)
+    extra = row["predicted_s"] - row["predicted"]["no_subgroup_call_step_time_s"]
+    rows = np.asarray(row["compute_rows"])
+    assert sg["subgroup_overhead"] * rows.min() * (1 - 1e-6) <= extra <= sg["subgroup_overhead"] * rows.max() * (1 + 1e-6)
+    assert "subgroup_overhead" not in by_name(report)["baseline"]["remedy"]
+
+
+def test_powersgd_wake_probe_measured_once_and_charged_only_where_it_shows(report):
+    from validate.mitigation_job import wake_overhead_from_ranks
+
+    ch = report["chain"]
+    assert ch["wake_overhead"] == wake_overhead_from_ranks(ch["measured"])
+    assert len(ch["wake"]["wake_s"]) == 2  # both ranks' sizes (r = 1 and r = 4)
+    for m in ch["measured"]:
+        assert [len(w) for w in m["skewed_windows"]] == [7 * 4, 7 * 4]
+    for row in report["cases"]:
+        if row["case"].startswith("powersgd"):
+            assert (":wake_overhead=" in row["remedy"]) == (ch["wake_overhead"] > 0)
+
+
+def test_wake_overhead_is_the_skewed_chains_excess_after_the_last_launch():
+    from validate.mitigation_job import wake_figures, wake_overhead_from_ranks
+
+    # two samples of one size; per sample the span is the last end minus the last start
+    a = {"aligned_windows": [[[0.0, 1.0], [10.0, 11.0]]], "skewed_windows": [[[0.0, 4.0], [10.0, 13.5]]]}
+    b = {"aligned_windows": [[[0.5, 1.5], [10.0, 11.5]]], "skewed_windows": [[[2.0, 4.5], [10.5, 14.0]]]}
+    fig = wake_figures([a, b])
+    assert fig["aligned_s"] == [pytest.approx(1.25)] and fig["skewed_s"] == [pytest.approx(3.0)]
+    assert wake_overhead_from_ranks([a, b]) == pytest.approx(1.75)
+    assert wake_overhead_from_ranks([b, dict(b, skewed_windows=b["aligned_windows"])]) >= 0.0
+    faster = {"aligned_windows": [[[0.0, 2.0]]], "skewed_windows": [[[0.0, 1.0]]]}
+    assert wake_overhead_from_ranks([faster]) == 0.0
 
 
 def test_step_blocks_one_step_or_one_period():

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from commsim.mitigations.compression import PowerSGDHook, plan_powersgd
-from commsim.mitigations.hooked import run_hooked
+from commsim.mitigations.hooked import Work, run_hooked
 from commsim.mitigations.shapes import GradientShapes, resnet50, square
 from commsim.mitigations.spec import PowerSGD
 
@@ -123,3 +123,45 @@ def test_chain_overhead_parses_as_a_time():
 
     m = parse_mitigations("powersgd:r=1:chain_overhead=2.5ms")[0]
     assert m.get(PowerSGD).chain_overhead == pytest.approx(2.5e-3)
+
+
+# ---------------------------------------------------------------- PowerSGD's per-product rates and wake-up
+
+
+def test_each_product_runs_at_its_own_rate():
+    # one 200 x 300 matrix at r = 4, compute-bound; M^T P five times slower than the other two
+    m, n, r = 200, 300, 4
+    common = dict(r=r, flops=1e9, mem_bw=1e12, kernel_overhead=0.0)
+    one = plan_powersgd(GradientShapes(((m, n),), 0), PowerSGD(**common))
+    split = plan_powersgd(GradientShapes(((m, n),), 0),
+                          PowerSGD(**common, mq_flops=2e9, mtp_flops=0.4e9, pqt_flops=4e9))
+    product = 2.0 * m * n * r
+    assert split.work_p - one.work_p == pytest.approx(product / 2e9 - product / 1e9, rel=1e-9)
+    assert split.work_q - one.work_q == pytest.approx(product / 0.4e9 - product / 1e9, rel=1e-9)
+    assert split.work_out - one.work_out == pytest.approx(product / 4e9 - product / 1e9, rel=1e-9)
+
+
+def test_product_rates_default_to_flops_and_parse():
+    from commsim.mitigations.spec import parse_mitigations
+
+    assert PowerSGD(flops=3e9).product_flops() == (3e9, 3e9, 3e9)
+    p = parse_mitigations("powersgd:r=1:flops=3000000000:mtp_flops=1000000000:wake_overhead=1.5ms")[0].get(PowerSGD)
+    assert p.product_flops() == (3e9, 1e9, 3e9) and p.wake_overhead == pytest.approx(1.5e-3)
+
+
+@pytest.mark.parametrize("buckets", [1, 3])
+def test_powersgd_wake_overhead_is_once_per_bucket_after_the_first_all_reduce(buckets):
+    params = 4 * 1024 * 1024 + 10
+    cap = 1e9 if buckets == 1 else 4.0 * params / buckets + 1
+    sc = tiny(nodes=2, gpus=1, params=params, steps=3, bucket_cap=cap, first_bucket=cap)
+    fast = dict(r=2, width=1024, flops=1e30, mem_bw=1e30, kernel_overhead=0.0)
+    without = run_hooked(sc, PowerSGDHook(sc, PowerSGD(**fast)))
+    woken = run_hooked(sc, PowerSGDHook(sc, PowerSGD(**fast, wake_overhead=3e-3)))
+    step = woken.step_time - without.step_time
+    if buckets == 1:
+        np.testing.assert_allclose(step, 3e-3, rtol=1e-9)
+    else:
+        assert np.all(step >= 3e-3 - 1e-12) and np.all(step <= buckets * 3e-3 + 1e-12)
+    stages = PowerSGDHook(sc, PowerSGD(**fast, wake_overhead=3e-3, chain_overhead=1e-3)).stages(0, 0, 1e6)
+    # after the uncompressed all-reduce: the wake-up and the P hop; before Q: the Q hop only
+    assert [st.seconds for st in stages if isinstance(st, Work) and st.seconds > 1e-9] == [4e-3, 1e-3]

@@ -69,6 +69,26 @@ def test_localsgd_one_gpu_nodes_average_every_H_steps():
     np.testing.assert_allclose(run.reduced_bytes, [0, 4e6] * 2)
 
 
+@pytest.mark.parametrize("buckets", [1, 2])
+def test_localsgd_subgroup_call_costs_every_bucket_of_every_step_on_one_gpu_nodes(buckets):
+    # post_localSGD_hook all-reduces each bucket on the rank's one-rank subgroup even on a local
+    # step: nothing is sent, but the call through the backend costs subgroup_overhead per bucket
+    cap = 1e9 if buckets == 1 else 2e6 + 1
+    sc = tiny(nodes=4, gpus=1, params=1_000_000, steps=4, bucket_cap=cap, first_bucket=cap, bwd=1e-6)
+    assert len(sc.gradient_buckets()) == buckets
+    plain = run_hooked(sc, LocalSGDHook(sc, LocalSGD(H=2, mem_bw=1e10)))
+    called = run_hooked(sc, LocalSGDHook(sc, LocalSGD(H=2, mem_bw=1e10, subgroup_overhead=4e-3)))
+    # a near-instant backward: every bucket's call sits on the stream after the last gradient
+    np.testing.assert_allclose(called.step_time - plain.step_time, buckets * 4e-3, atol=2e-6)
+    np.testing.assert_allclose(called.reduced_bytes, plain.reduced_bytes)
+
+
+def test_subgroup_overhead_parses_as_a_time():
+    from commsim.mitigations.spec import parse_mitigations
+
+    assert parse_mitigations("localsgd:H=4:subgroup_overhead=4ms")[0].get(LocalSGD).subgroup_overhead == pytest.approx(4e-3)
+
+
 def test_localsgd_intra_node_reduce_is_the_node_ring():
     sc = tiny(nodes=1, gpus=4, params=1_000_000, bucket_cap=1e9, first_bucket=1e9, steps=2)
     run = run_hooked(sc, LocalSGDHook(sc, LocalSGD(H=100)))
