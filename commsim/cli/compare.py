@@ -83,6 +83,7 @@ def compare_command(scenario, mitigations_text, nodes_text, steps, overrides, js
     else:
         mitigations = parse_mitigations(DEFAULT_MITIGATIONS, "the default mitigations")
         source = "the default mitigations"
+        mitigations = _defaults_that_fit(scenarios, mitigations, source)
     for sc in scenarios:
         check_mitigations(sc, mitigations, source if source != "--mitigations" else f"--mitigations {mitigations_text!r}")
     echo = echo_to(stdout_taken)
@@ -97,6 +98,24 @@ def compare_command(scenario, mitigations_text, nodes_text, steps, overrides, js
         plot_compare(rows, plot_dir, first.name)
     if not quiet:
         echo(format_rows(rows))
+
+
+def _defaults_that_fit(scenarios, mitigations, source):
+    """The default remedies every scenario can take. A default the user did not ask for is left
+    out with a note on stderr (backup:b=2 on a 2-rank job), not turned into an input error."""
+    from commsim.mitigations.compare import check_mitigations
+    from commsim.mitigations.spec import MitigationError
+
+    kept = []
+    for m in mitigations:
+        try:
+            for sc in scenarios:
+                check_mitigations(sc, (m,), source)
+        except MitigationError as exc:
+            click.echo(f"commsim: note: {m.label} left out of the default mitigations ({exc})", err=True)
+            continue
+        kept.append(m)
+    return tuple(kept)
 
 
 def _own(row) -> str:

@@ -452,7 +452,8 @@ class Engine:
                         # a few ranks behind: they go bucket by bucket, the rest as a block
                         behind = np.flatnonzero(issue[0] > stream.value())
                         late = behind if late is None else np.array(sorted({*late.tolist(), *behind.tolist()}), dtype=np.int64)
-                        if len(late) <= PARTIAL_RANKS:
+                        # none behind: the block failed for another reason, so bucket by bucket
+                        if 0 < len(late) <= PARTIAL_RANKS:
                             done = yield from self._run_partial(s, issue, charged.partial(late), stream)
                     if done:
                         charged.keep(done, stream.value())
