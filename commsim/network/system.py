@@ -428,13 +428,16 @@ def _presets() -> Dict[str, System]:
     # CPU's root ports, not a PCIe switch shared with a GPU.
     # The logs' env (NCCL_NET='AWS Libfabric', FI_CXI_RX_MATCH_MODE=software): the plugin's
     # per-message cost is CPU work in the proxy thread, paid once per launched channel.
-    # Rendezvous: aws-ofi-nccl's default SENDRECV protocol (v1.9.1-aws, the build ALCF's runs of
-    # 2024 load, src/nccl_ofi_net.c) sends each NCCL message with one tagged send, so libfabric's
-    # CXI provider picks eager or rendezvous by length: eager up to rdzv_threshold + rdzv_get_min
-    # (fi_cxi(7) FI_CXI_RDZV_GET_MIN; prov/cxi/src/cxip_txc.c max_eager_size), defaults 2048 and
-    # 2049 (prov/cxi/include/cxip.h CXIP_RDZV_THRESHOLD, cxip_info.c "Avoid single packet Gets")
-    # until libfabric v2.3.0 (June 2025, "Adjust cxi environment variable defaults": 16384); the
-    # logs set neither variable, and the two give the same counts on every Simple step they hold.
+    # Rendezvous: the same authors' runs of May 2024 load aws-ofi-nccl v1.9.1-aws and HPE libfabric
+    # 1.15.2.0 (argonne-lcf/alcf-nccl-tests pytests/logs0/2024-05-02-19-06-47/env.dat). The
+    # plugin's default SENDRECV protocol (src/nccl_ofi_net.c) sends each NCCL message with one
+    # tagged send (OFI_NCCL_EAGER_MAX_SIZE is the RDMA protocol's), so libfabric's CXI provider
+    # picks eager or rendezvous by length: eager up to rdzv_threshold + rdzv_get_min (fi_cxi(7)
+    # FI_CXI_RDZV_GET_MIN; prov/cxi/src/cxip_txc.c max_eager_size), defaults 2048 and 2049
+    # (prov/cxi/include/cxip.h CXIP_RDZV_THRESHOLD, cxip_info.c "Avoid single packet Gets") as
+    # upstreamed in February 2024, until libfabric v2.3.0 (June 2025: 16384). The logs set neither
+    # variable (FI_CXI_RDZV_PROTO=alt_read changes how the rest is read, not when), and 4097 and
+    # 18433 give the same counts on every Simple step they hold.
     p["polaris"] = nominal_system("polaris", "ampere", 4, "nvlink", 300.0, 2, 200.0, cpu_vendor="amd",
                                   nic_path="phb", net_step_per_channel=True, net_rdzv_threshold_bytes=2048 + 2049,
                                   source="ALCF Polaris system overview (2x Slingshot-11 per node)")
