@@ -805,8 +805,9 @@ def tree_simple_chunks(sizes, channels_launched, depth: int) -> np.ndarray:
     """Chunks each channel's Tree/Simple all-reduce moves (src/enqueue.cc, 2.18-2.29, "Optimize
     chunkSize / nSteps"): the 512 KiB step halves while a channel has fewer than depth*8 chunks
     (down to 128 KiB), depth*4 (down to 64 KiB) and depth (down to 32 KiB). A deeper tree gets
-    smaller chunks, so more of them for the same bytes. Not priced by :func:`physical_time_us`
-    yet: a per-chunk proxy cost on it trades rows across systems (see the calibration notes)."""
+    smaller chunks, so more of them for the same bytes. :func:`physical_time_us` prices them only
+    where the network plugin has a rendezvous threshold (one rendezvous per chunk): a per-chunk
+    proxy cost on it for every system trades rows across systems (see the calibration notes)."""
     S = np.asarray(sizes, dtype=float)
     nc = np.broadcast_to(np.asarray(channels_launched, dtype=float), S.shape)
     out = np.empty(S.shape)
@@ -1020,6 +1021,11 @@ def physical_time_us(kind: str, algorithm: str, protocol: str, sizes, system: Sy
         # a tree's network hop is one proxy step too: at least the per-step floor of a ring
         h_tree_net = np.maximum(h_net, net_step_floor_us(system, protocol, nc)) if D > 1 else h_net
         lat_s = lat + 2 * ((L - 1) * h_intra + _log2i(D) * h_tree_net)
+        if D > 1 and protocol == SIMPLE and system.net_rdzv_threshold_bytes is not None:
+            # a tree's Simple chunk is one message of at least 32 KiB (ProtoSimple<1, 1>, enqueue.cc's
+            # chunk floor), above any eager limit: each chunk crossing a network hop pays one
+            # rendezvous, one after the other on a channel, as a ring step's slices do
+            lat_s = lat_s + tree_simple_chunks(S, nc, tree_depth(scale)) * system.net_rdzv_us
     elif a in ("nvls", "nvls_tree"):
         intra = system.intra_bw_GBps * system.nvls_efficiency
         if kind != "all_reduce":
@@ -1069,7 +1075,7 @@ def priced_by(algorithm: str, protocol: str, scale: Scale, system: Optional[Syst
             names.update(("nic_bw_GBps", "net_hop_us", "net_step_us"))
             if protocol == LL:
                 names.add("net_ll_ch_GBps")
-            if a == "ring" and protocol == SIMPLE and system is not None and system.net_rdzv_threshold_bytes is not None:
+            if protocol == SIMPLE and system is not None and system.net_rdzv_threshold_bytes is not None:
                 names.add("net_rdzv_us")
         if a == "tree":
             names.add("tree_efficiency")

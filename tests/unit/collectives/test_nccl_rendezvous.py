@@ -1,7 +1,8 @@
 """A Simple ring step's messages and the network plugin's rendezvous cost: the slices NCCL's
 primitives post per step (exact cases and a port of the device loop on random cases), the count
-above the plugin's eager limit, and the per-step floor it sets in the physical price (only
-where the system has a rendezvous threshold, only across nodes, only for Simple rings)."""
+above the plugin's eager limit, the per-step floor it sets in a ring's price and the per-chunk
+cost in a tree's (only where the system has a rendezvous threshold, only across nodes, only for
+Simple)."""
 
 from dataclasses import replace
 
@@ -111,9 +112,9 @@ def test_the_jump_at_64k_per_channel_is_one_rendezvous_per_step():
 @pytest.mark.parametrize("kind,nodes,protocol,algorithm", [
     ("all_gather", 1, "Simple", "ring"),    # inside a node nothing crosses the network
     ("all_gather", 2, "LL", "ring"),        # LL's lines are small eager messages
-    ("all_reduce", 2, "Simple", "tree"),
+    ("all_reduce", 2, "LL", "tree"),
 ])
-def test_no_rendezvous_outside_simple_rings_across_nodes(kind, nodes, protocol, algorithm):
+def test_no_rendezvous_outside_simple_steps_across_nodes(kind, nodes, protocol, algorithm):
     a, b = _polaris(net_rdzv_us=1000.0), _polaris(net_rdzv_us=2000.0)
     assert _t(kind, a, nodes, 8 * MB, protocol, algorithm) == _t(kind, b, nodes, 8 * MB, protocol, algorithm)
 
@@ -137,6 +138,7 @@ def test_priced_by_names_it_for_a_system_with_a_threshold():
     sc = nt.Scale.of(s, 2, 4)
     assert "net_rdzv_us" in nt.priced_by("ring", "Simple", sc, s)
     assert "net_rdzv_us" not in nt.priced_by("ring", "Simple", sc)
+    assert "net_rdzv_us" in nt.priced_by("tree", "Simple", sc, s)
     assert "net_rdzv_us" not in nt.priced_by("ring", "LL", sc, s)
     assert "net_rdzv_us" not in nt.priced_by("ring", "Simple", nt.Scale.of(s, 1, 4), s)
     assert "net_rdzv_us" not in nt.priced_by("ring", "Simple", sc, preset("dgx-h100"))
@@ -161,3 +163,14 @@ def test_the_cost_is_a_fitted_physical_constant():
     assert "net_rdzv_us" in System.FIT_NAMES
     with pytest.raises(InputError):
         replace(preset("polaris"), net_rdzv_us=0.0)
+
+
+@pytest.mark.parametrize("nodes,size", [(2, 256 * KB), (2, 2 * MB), (8, 8 * MB)])
+def test_a_simple_tree_pays_one_rendezvous_per_chunk(nodes, size):
+    a, b = _polaris(net_rdzv_us=1000.0), _polaris(net_rdzv_us=2000.0)
+    sc = nt.Scale.of(a, nodes, 4)
+    nc = nt.channels_used("tree", "Simple", np.array([float(size)]), nt.nccl_channels(a, sc), sc.ranks)
+    chunks = float(nt.tree_simple_chunks(np.array([float(size)]), nc, nt.tree_depth(sc))[0])
+    assert chunks >= 2
+    diff = _t("all_reduce", b, nodes, size, algorithm="tree") - _t("all_reduce", a, nodes, size, algorithm="tree")
+    assert diff == pytest.approx(chunks * 1000.0)
