@@ -37,6 +37,10 @@ Small sizes use fewer channels (enqueue.cc ``topoGetAlgoInfo``: while nBytes < n
 ceilings and to the NICs in use (a channel drives one NIC); NCCL's own estimate does not,
 which is one reason it is too fast at mid sizes across nodes.
 
+Where the network plugin sends long messages by rendezvous (:attr:`System.net_rdzv_threshold_bytes`,
+libfabric CXI), a Simple ring step across nodes lasts at least its slices' rendezvous costs
+(:func:`net_rendezvous_us`) and a Simple tree pays one per chunk; NCCL's estimate knows nothing of it.
+
 Sizes are nccl-tests ``size`` bytes (AG/RS: the whole gathered buffer). Times in us.
 :func:`plan` builds the per-(kind, system, scale) table once; :class:`Plan` evaluates many
 sizes at once with numpy.
