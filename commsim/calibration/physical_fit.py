@@ -64,10 +64,10 @@ LEVEL = {
     "intra_bw_GBps": "intra", "intra_hop_us": "intra", "nvls_efficiency": "intra",
     "nic_bw_GBps": "network", "net_hop_us": "network", "tree_efficiency": "any",
     "launch_us": "any", "simple_ch_GBps": "any", "ll128_ch_GBps": "any", "ll_ch_GBps": "any",
-    "net_step_us": "network", "net_ll_ch_GBps": "network",
+    "net_step_us": "network", "net_ll_ch_GBps": "network", "net_rdzv_us": "network",
 }
 INTRA_NAMES = ("intra_bw_GBps", "intra_hop_us", "nvls_efficiency")
-NETWORK_NAMES = ("nic_bw_GBps", "net_hop_us", "net_step_us", "net_ll_ch_GBps")
+NETWORK_NAMES = ("nic_bw_GBps", "net_hop_us", "net_step_us", "net_ll_ch_GBps", "net_rdzv_us")
 
 
 class PhysicalFitError(CalibrationError):
@@ -296,6 +296,8 @@ def fit_physical(
             continue
         if name == "nvls_efficiency" and not nominal.nvls:
             continue
+        if name == "net_rdzv_us" and nominal.net_rdzv_threshold_bytes is None:
+            continue  # no rendezvous priced: nothing reads it
         candidates.append(name)
     y = np.concatenate([np.log(m.time_us) for m in ms])
     row_log = np.concatenate([[i] * m.sizes.size for i, m in enumerate(ms)])

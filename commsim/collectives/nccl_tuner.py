@@ -37,6 +37,10 @@ Small sizes use fewer channels (enqueue.cc ``topoGetAlgoInfo``: while nBytes < n
 ceilings and to the NICs in use (a channel drives one NIC); NCCL's own estimate does not,
 which is one reason it is too fast at mid sizes across nodes.
 
+Where the network plugin sends long messages by rendezvous (:attr:`System.net_rdzv_threshold_bytes`,
+libfabric CXI), a Simple ring step across nodes lasts at least its slices' rendezvous costs
+(:func:`net_rendezvous_us`) and a Simple tree pays one per chunk; NCCL's estimate knows nothing of it.
+
 Sizes are nccl-tests ``size`` bytes (AG/RS: the whole gathered buffer). Times in us.
 :func:`plan` builds the per-(kind, system, scale) table once; :class:`Plan` evaluates many
 sizes at once with numpy.
@@ -805,8 +809,9 @@ def tree_simple_chunks(sizes, channels_launched, depth: int) -> np.ndarray:
     """Chunks each channel's Tree/Simple all-reduce moves (src/enqueue.cc, 2.18-2.29, "Optimize
     chunkSize / nSteps"): the 512 KiB step halves while a channel has fewer than depth*8 chunks
     (down to 128 KiB), depth*4 (down to 64 KiB) and depth (down to 32 KiB). A deeper tree gets
-    smaller chunks, so more of them for the same bytes. Not priced by :func:`physical_time_us`
-    yet: a per-chunk proxy cost on it trades rows across systems (see the calibration notes)."""
+    smaller chunks, so more of them for the same bytes. :func:`physical_time_us` prices them only
+    where the network plugin has a rendezvous threshold (one rendezvous per chunk): a per-chunk
+    proxy cost on it for every system trades rows across systems (see the calibration notes)."""
     S = np.asarray(sizes, dtype=float)
     nc = np.broadcast_to(np.asarray(channels_launched, dtype=float), S.shape)
     out = np.empty(S.shape)
@@ -817,6 +822,52 @@ def tree_simple_chunks(sizes, channels_launched, depth: int) -> np.ndarray:
                 chunk //= 2
         out.ravel()[i] = max(1.0, math.ceil(b / (c * chunk)))
     return out
+
+
+# A Simple ring step's chunk per channel (src/collectives/device/all_gather.h, all_reduce.h,
+# reduce_scatter.h runRing, v2.18.3-1; the same sizes from the host-side split in 2.21): at most
+# stepSize x CHUNKSTEPS (ALLGATHER/ALLREDUCE/REDUCESCATTER_CHUNKSTEPS = NCCL_STEPS/2 = 4 steps,
+# 2 MiB), else the channel's share of a rank's bytes rounded up to (nthreads - WARP_SIZE) x 8 bytes
+# (enqueue.cc getAlgoInfo: 512 Simple threads plus the ring's sync warp -> 4096 B). The primitives
+# (prims_simple.h) cut the chunk into SlicePerChunk = CHUNKSTEPS/SLICESTEPS = 2 slices of
+# max(chunk/2, stepSize x StepPerSlice / 32 = 32 KiB), and the network proxy posts one message
+# per slice (src/transport/net.cc sendProxyProgress, one isend per sliceSteps).
+SIMPLE_RING_CHUNK_BYTES = 4 * SIMPLE_STEP_BYTES
+SIMPLE_RING_GRAIN_BYTES = MAX_THREADS[SIMPLE] * 8  # (512 + the sync warp - WARP_SIZE) threads x 8 B
+SIMPLE_RING_MIN_SLICE_BYTES = 2 * SIMPLE_STEP_BYTES // 32
+
+
+def simple_ring_slices(sizes, ranks: int, channels_launched) -> np.ndarray:
+    """Bytes of the two slices (messages) a Simple ring channel posts per step, per size: shape
+    ``sizes.shape + (2,)``, a slice NCCL leaves empty being 0 (its proxy still posts a 0-byte
+    message, which any plugin sends eagerly). The channel is the first one, the fullest."""
+    S = np.asarray(sizes, dtype=float)
+    nc = np.broadcast_to(np.asarray(channels_launched, dtype=float), S.shape)
+    share = np.ceil(S / ranks / nc)
+    chunk = np.minimum(SIMPLE_RING_CHUNK_BYTES, np.ceil(share / SIMPLE_RING_GRAIN_BYTES) * SIMPLE_RING_GRAIN_BYTES)
+    chunk = np.minimum(chunk, np.ceil(S / ranks))  # the last (only) channel's chunk holds what is left
+    # divUp(nelem, 16 x SlicePerChunk) x 16 in elements: nccl-tests' float (4 bytes)
+    first = np.minimum(chunk, np.maximum(np.ceil(chunk / 128.0) * 64.0, SIMPLE_RING_MIN_SLICE_BYTES))
+    return np.stack([first, chunk - first], axis=-1)
+
+
+def net_rendezvous_us(system: System, sizes, ranks: int, channels_launched) -> np.ndarray:
+    """The least time (us) a Simple ring step across nodes takes for its rendezvous messages, per
+    size: the plugin's per-message rendezvous cost (:attr:`System.net_rdzv_us`) times the step's
+    slices longer than the largest message it sends eagerly
+    (:attr:`System.net_rdzv_threshold_bytes`), one after the other on a channel; 0 where the
+    system has no threshold. Channels run concurrently, so a step waits for one channel's
+    messages (the fullest's). :func:`physical_time_us` takes it as a floor of every step, like
+    the proxy's per-step overhead (:func:`net_step_floor_us`), which it overlaps. Polaris
+    (libfabric CXI, software receive matching) measures ~25-27 us per step with one such
+    message (32 KiB chunks) and ~44-52 us with two (64 KiB and up) at 8x4 and 128x4, all_gather
+    and all_reduce alike; 38 and 62 at 2x4."""
+    S = np.asarray(sizes, dtype=float)
+    thr = system.net_rdzv_threshold_bytes
+    if thr is None:
+        return np.zeros(S.shape)
+    n_rdzv = np.sum(simple_ring_slices(S, ranks, channels_launched) > thr, axis=-1)
+    return system.net_rdzv_us * n_rdzv
 
 
 def channels_used(algorithm: str, protocol: str, sizes, channels: int, ranks: int) -> np.ndarray:
@@ -951,6 +1002,11 @@ def physical_time_us(kind: str, algorithm: str, protocol: str, sizes, system: Sy
         n_inter = 0 if D == 1 else (2 * (D - 1) if kind == "all_reduce" else D - 1)
         if D > 1:
             h_intra = np.maximum(h_intra, net_step_floor_us(system, protocol, nc))
+            if protocol == SIMPLE:
+                # a step across nodes lasts at least its messages' rendezvous round trips (the
+                # network step that sends them, and every NVLink step of the ring waiting on it)
+                r = net_rendezvous_us(system, S, n, nc)
+                h_intra, h_net = np.maximum(h_intra, r), np.maximum(h_net, r)
         lat_s = lat + (nsteps - n_inter) * h_intra + n_inter * h_net
     elif a == "tree":
         eta = system.tree_efficiency
@@ -969,6 +1025,11 @@ def physical_time_us(kind: str, algorithm: str, protocol: str, sizes, system: Sy
         # a tree's network hop is one proxy step too: at least the per-step floor of a ring
         h_tree_net = np.maximum(h_net, net_step_floor_us(system, protocol, nc)) if D > 1 else h_net
         lat_s = lat + 2 * ((L - 1) * h_intra + _log2i(D) * h_tree_net)
+        if D > 1 and protocol == SIMPLE and system.net_rdzv_threshold_bytes is not None:
+            # a tree's Simple chunk is one message of at least 32 KiB (ProtoSimple<1, 1>, enqueue.cc's
+            # chunk floor), above any eager limit: each chunk crossing a network hop pays one
+            # rendezvous, one after the other on a channel, as a ring step's slices do
+            lat_s = lat_s + tree_simple_chunks(S, nc, tree_depth(scale)) * system.net_rdzv_us
     elif a in ("nvls", "nvls_tree"):
         intra = system.intra_bw_GBps * system.nvls_efficiency
         if kind != "all_reduce":
@@ -1001,11 +1062,12 @@ def physical_time_us(kind: str, algorithm: str, protocol: str, sizes, system: Sy
     return lat_arr + S / (1000.0 * alg_bw)
 
 
-def priced_by(algorithm: str, protocol: str, scale: Scale) -> Tuple[str, ...]:
+def priced_by(algorithm: str, protocol: str, scale: Scale, system: Optional[System] = None) -> Tuple[str, ...]:
     """The physical constants (:attr:`System.FIT_NAMES`) that :func:`physical_time_us` reads for
     (algorithm, protocol) at `scale`: what a prediction hinges on, so that one priced with a
     constant the logs did not determine can say so (NVLS on a system calibrated from ring-only
-    logs rests on the nominal ``nvls_efficiency``)."""
+    logs rests on the nominal ``nvls_efficiency``). ``net_rdzv_us`` only with a `system` that
+    has a rendezvous threshold."""
     a, L, D = algorithm, scale.local, scale.domains
     ch = {LL: "ll_ch_GBps", LL128: "ll128_ch_GBps", SIMPLE: "simple_ch_GBps"}[protocol]
     names = {"launch_us"}
@@ -1017,6 +1079,8 @@ def priced_by(algorithm: str, protocol: str, scale: Scale) -> Tuple[str, ...]:
             names.update(("nic_bw_GBps", "net_hop_us", "net_step_us"))
             if protocol == LL:
                 names.add("net_ll_ch_GBps")
+            if protocol == SIMPLE and system is not None and system.net_rdzv_threshold_bytes is not None:
+                names.add("net_rdzv_us")
         if a == "tree":
             names.add("tree_efficiency")
     elif a in ("nvls", "nvls_tree"):

@@ -165,6 +165,14 @@ class System:
     # datasheet; None where the description does not say. A fitted bandwidth never exceeds them.
     intra_line_GBps: Optional[float] = None
     nic_line_GBps: Optional[float] = None
+    # The largest message (bytes) the network plugin sends eagerly; a longer one goes by
+    # rendezvous (its payload pulled by the receiver once matched), which costs each such
+    # message :attr:`net_rdzv_us` more. None: no rendezvous cost is priced (NCCL's own IB and
+    # socket transports write every message eagerly into a posted receive buffer).
+    net_rdzv_threshold_bytes: Optional[int] = None
+    # Per-message rendezvous cost (us) of a Simple step's message above that threshold; read only
+    # where the threshold is set. Prior: one more network hop (NOMINAL_HOP_US["network"]), a guess.
+    net_rdzv_us: float = 14.0
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
 
     # the physical constants a calibration may fit (all positive)
@@ -172,6 +180,7 @@ class System:
         "net_step_us", "intra_bw_GBps", "intra_hop_us", "nvls_efficiency",
         "nic_bw_GBps", "net_hop_us", "tree_efficiency",
         "launch_us", "simple_ch_GBps", "ll128_ch_GBps", "ll_ch_GBps", "net_ll_ch_GBps",
+        "net_rdzv_us",
     )
 
     def __post_init__(self) -> None:
@@ -204,6 +213,9 @@ class System:
             v = getattr(self, name)
             if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0):
                 raise InputError(src, name, f"expected a positive number or null, got {v!r}")
+        v = self.net_rdzv_threshold_bytes
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
+            raise InputError(src, "net_rdzv_threshold_bytes", f"expected an integer >= 0 or null, got {v!r}")
         v = self.nic_reported_latency_us
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
             raise InputError(src, "nic_reported_latency_us", f"expected a number >= 0, got {v!r}")
@@ -357,6 +369,8 @@ def nominal_system(
         "net_ll_ch_GBps": prior + " (llMaxBws[N1] / 16 channels) [guess: NCCL publishes no per-channel LL "
                           "rate across nodes (host-memory LL buffers, src/transport/net.cc)]",
         "net_step_us": f"nominal: NCCL tuning.cc getNetOverhead ({kw.get('cpu_vendor', 'intel')})",
+        "net_rdzv_us": "nominal: one network hop (NCCL hwLatencies[NET][Ring][Simple]) [guess: no published "
+                       "per-message rendezvous cost; read only where net_rdzv_threshold_bytes is set]",
     }
     if transport == "socket":
         sources["nic_bw_GBps"] += " [guess: no published achievable fraction for NCCL sockets]"
@@ -414,9 +428,23 @@ def _presets() -> Dict[str, System]:
     # CPU's root ports, not a PCIe switch shared with a GPU.
     # The logs' env (NCCL_NET='AWS Libfabric', FI_CXI_RX_MATCH_MODE=software): the plugin's
     # per-message cost is CPU work in the proxy thread, paid once per launched channel.
+    # Rendezvous: the same authors' runs of May 2024 load aws-ofi-nccl v1.9.1-aws and HPE libfabric
+    # 1.15.2.0 (argonne-lcf/alcf-nccl-tests pytests/logs0/2024-05-02-19-06-47/env.dat). The
+    # plugin's default SENDRECV protocol (src/nccl_ofi_net.c) sends each NCCL message with one
+    # tagged send (OFI_NCCL_EAGER_MAX_SIZE is the RDMA protocol's), so libfabric's CXI provider
+    # picks eager or rendezvous by length: eager up to rdzv_threshold + rdzv_get_min (fi_cxi(7)
+    # FI_CXI_RDZV_GET_MIN; prov/cxi/src/cxip_txc.c max_eager_size), defaults 2048 and 2049
+    # (prov/cxi/include/cxip.h CXIP_RDZV_THRESHOLD, cxip_info.c "Avoid single packet Gets") as
+    # upstreamed in February 2024, until libfabric v2.3.0 (June 2025: 16384). The logs set neither
+    # variable (FI_CXI_RDZV_PROTO=alt_read changes how the rest is read, not when), and 4097 and
+    # 18433 give the same counts on every Simple step they hold.
     p["polaris"] = nominal_system("polaris", "ampere", 4, "nvlink", 300.0, 2, 200.0, cpu_vendor="amd",
-                                  nic_path="phb", net_step_per_channel=True,
+                                  nic_path="phb", net_step_per_channel=True, net_rdzv_threshold_bytes=2048 + 2049,
                                   source="ALCF Polaris system overview (2x Slingshot-11 per node)")
+    p["polaris"] = replace(p["polaris"], sources={
+        **p["polaris"].sources,
+        "net_rdzv_threshold_bytes": "libfabric CXI provider defaults before v2.3.0: rdzv_threshold 2048 + "
+                                    "rdzv_get_min 2049 (fi_cxi(7); prov/cxi cxip.h, cxip_info.c)"})
     # The same nodes with NCCL's internal TCP socket transport (no libfabric plugin).
     p["polaris-socket"] = nominal_system("polaris-socket", "ampere", 4, "nvlink", 300.0, 2, 200.0, cpu_vendor="amd",
                                          transport="socket", nic_path="phb", net_step_per_channel=True,
