@@ -142,7 +142,10 @@ def test_ctrl_c_of_a_simulation_is_exit_130_without_a_traceback(tmp_path):
     The simulation is held there (a minute at most) so that the signal always lands inside it,
     however fast the engine has become."""
     flag, out = tmp_path / "started", tmp_path / "s.json"
-    code = ("import sys, time\nimport commsim.sim.engine as e\nreal = e.simulate\n"
+    # Ctrl-C raises KeyboardInterrupt in the child even when pytest runs with SIGINT ignored (a
+    # background job: a shell without job control starts it so, and a child inherits SIG_IGN)
+    code = ("import signal, sys, time\nsignal.signal(signal.SIGINT, signal.default_int_handler)\n"
+            "import commsim.sim.engine as e\nreal = e.simulate\n"
             "def simulate(*a, **k):\n"
             f"    open({str(flag)!r}, 'w').close()\n"
             "    end = time.monotonic() + 60\n"
