@@ -27,7 +27,9 @@ the rate is the product's own, ``mq_flops``, ``mtp_flops`` and ``pqt_flops``, ea
 unless given: on a CPU these run far below a square matmul's rate, the transposed M^T P slowest,
 and the validator measures each at its own shape), the error feedback's add and new error
 (12 bytes moved per element each) and its copy of the input (``input_tensor.detach().clone()``, 8
-bytes) at ``mem_bw``, each orthogonalization (of Q before its product, with warm start, and of P
+bytes): the add in place at ``mem_bw``, the clone and the new error, each a tensor allocated
+anew every step, at ``fresh_bw`` (writes that may page-fault: commsim.mitigations.spec; default
+``mem_bw``), each orthogonalization (of Q before its product, with warm start, and of P
 after its all-reduce) 2 m r'^2 / flops, and ``kernel_overhead`` per kernel
 (:data:`KERNELS_PER_MATRIX` per matrix: the add, the clone, 3 products, the new error, 2 for each
 orthogonalization). Approximations: each bucket holds its byte share of every kind of tensor
@@ -110,6 +112,7 @@ def plan_powersgd(shapes: GradientShapes, remedy: PowerSGD) -> PowerSGDPlan:
     dims = []
     ovh = remedy.kernel_overhead
     f_mq, f_mtp, f_pqt = remedy.product_flops()
+    fresh = remedy.mem_bw if remedy.fresh_bw is None else remedy.fresh_bw  # the writes into new memory
     for m, n in shapes.matrices:
         r = min(m, n, remedy.r)
         if (m + n) * r * remedy.min_compression_rate >= m * n:  # torch's _should_compress
@@ -120,11 +123,12 @@ def plan_powersgd(shapes: GradientShapes, remedy: PowerSGD) -> PowerSGDPlan:
         p += m * r
         q += n * r
         comp += m * n
-        error_pass = 12.0 * m * n / remedy.mem_bw  # read two, write one: M += error, error = M_in - M
-        clone = 8.0 * m * n / remedy.mem_bw  # M_in = M.clone(): read one, write one
-        wp += error_pass + clone + 2.0 * n * r * r / remedy.flops + _matmul(m, n, r, f_mq, remedy) + 5 * ovh
+        add = 12.0 * m * n / remedy.mem_bw  # M += error in place: read two, write one
+        clone = 8.0 * m * n / fresh  # M_in = M.clone() into new memory: read one, write one
+        new_error = 12.0 * m * n / fresh  # error = M_in - M, a new tensor: read two, write one
+        wp += add + clone + 2.0 * n * r * r / remedy.flops + _matmul(m, n, r, f_mq, remedy) + 5 * ovh
         wq += 2.0 * m * r * r / remedy.flops + _matmul(m, n, r, f_mtp, remedy) + 3 * ovh
-        wo += _matmul(m, n, r, f_pqt, remedy) + error_pass + (KERNELS_PER_MATRIX - 8) * ovh
+        wo += _matmul(m, n, r, f_pqt, remedy) + new_error + (KERNELS_PER_MATRIX - 8) * ovh
     return PowerSGDPlan(unc, p, q, comp, wp, wq, wo, min(dims) if dims else None, count)
 
 

@@ -74,6 +74,15 @@ DEFAULT_WIDTH = 1024
 #   through the backend's worker thread (on gloo on a shared 2-core VM: 1-17 ms, mean ~4-5 ms, in a
 #   step). Default 0 (not measured on NCCL: its launch is in the ring's latency); measured by the
 #   validator (validate.mitigation_job.SubgroupReduceProbe).
+# - fresh_bw (powersgd): bytes per second of the hook's two writes into newly allocated memory,
+#   ``input_tensor.detach().clone()`` as it enters and the new error ``input_tensor_cp -
+#   input_tensor`` after the decompression, each a bucket-sized tensor allocated anew every step.
+#   When the allocator hands back memory whose pages are not mapped, each write page-faults the
+#   pages in (zeroed by the kernel) and runs several times below the copy rate of mapped memory
+#   (`mem_bw`): on gloo's 2-core VM the new 16.8 MB error took 1.4-6 ms (medians, runs of 40
+#   steps) in the step, against ~1 ms into a mapped buffer. Default None: `mem_bw` (memory the
+#   allocator keeps mapped, as a caching GPU allocator does); measured by the validator
+#   (validate.mitigation_job.FreshWriteProbe).
 REDUCE_BYTES_DOC = "the bytes per element the 16-bit all-reduce costs, in fp32 all-reduce bytes, like 3.9"
 SHAPE_MODELS = ("square", "resnet50")
 
@@ -114,6 +123,8 @@ class PowerSGD:
     pqt_flops: Optional[float] = None
     # seconds per bucket after the first all-reduce, the blocked rank's wake-up (the notes above)
     wake_overhead: float = 0.0
+    # bytes/s of the clone and the new error, writes into new memory (the notes above); None: mem_bw
+    fresh_bw: Optional[float] = None
     name: str = "powersgd"
 
     def product_flops(self) -> Tuple[float, float, float]:
@@ -201,6 +212,7 @@ PARAMETERS: Dict[str, Dict[str, Tuple[Any, str]]] = {
         "mtp_flops": (lambda v: float(parse_count(v)), "a matmul rate in FLOP/s like 15e12"),
         "pqt_flops": (lambda v: float(parse_count(v)), "a matmul rate in FLOP/s like 15e12"),
         "wake_overhead": (lambda v: parse_time(v, allow_zero=True), "a time like 2ms"),
+        "fresh_bw": (parse_rate, "a memory bandwidth like 5GB/s"),
     },
     "backup": {"b": (parse_count, "a whole number >= 1")},
     "localsgd": {"H": (parse_count, "a whole number >= 1"),

@@ -165,3 +165,39 @@ def test_powersgd_wake_overhead_is_once_per_bucket_after_the_first_all_reduce(bu
     stages = PowerSGDHook(sc, PowerSGD(**fast, wake_overhead=3e-3, chain_overhead=1e-3)).stages(0, 0, 1e6)
     # after the uncompressed all-reduce: the wake-up and the P hop; before Q: the Q hop only
     assert [st.seconds for st in stages if isinstance(st, Work) and st.seconds > 1e-9] == [4e-3, 1e-3]
+
+
+# ---------------------------------------------------------------- PowerSGD's writes into new memory
+
+
+def test_clone_and_new_error_run_at_fresh_bw_and_the_add_at_mem_bw():
+    # one 200 x 300 matrix, products and kernels free: only the memory passes are left
+    m, n = 200, 300
+    common = dict(r=4, flops=1e30, mem_bw=1e10, kernel_overhead=0.0)
+    mapped = plan_powersgd(GradientShapes(((m, n),), 0), PowerSGD(**common))
+    fresh = plan_powersgd(GradientShapes(((m, n),), 0), PowerSGD(**common, fresh_bw=2e9))
+    product = 4.0 * m * n / 1e10  # each product memory-bound here
+    # M += error (12 B) in place at mem_bw; M_in = M.clone() (8 B) into new memory at fresh_bw
+    assert fresh.work_p == pytest.approx(12.0 * m * n / 1e10 + 8.0 * m * n / 2e9 + product, rel=1e-9)
+    # error = M_in - M (12 B), a new tensor, at fresh_bw
+    assert fresh.work_out == pytest.approx(12.0 * m * n / 2e9 + product, rel=1e-9)
+    assert fresh.work_q == mapped.work_q
+    # without fresh_bw, every pass at mem_bw, as before
+    assert mapped.work_p == pytest.approx(20.0 * m * n / 1e10 + product, rel=1e-9)
+    assert mapped.work_out == pytest.approx(12.0 * m * n / 1e10 + product, rel=1e-9)
+
+
+def test_fresh_bw_parses_and_lengthens_the_step():
+    from commsim.mitigations.spec import parse_mitigations
+
+    p = parse_mitigations("powersgd:r=1:fresh_bw=5GB/s")[0].get(PowerSGD)
+    assert p.fresh_bw == pytest.approx(5e9)
+    assert parse_mitigations("powersgd:r=1")[0].get(PowerSGD).fresh_bw is None
+    # one bucket: its hook runs after the whole backward, each pass on the step's critical path
+    sc = tiny(nodes=2, gpus=1, params=4 * 1024 * 1024 + 10, steps=3, bucket_cap=1e9, first_bucket=1e9)
+    base = dict(r=1, width=1024, flops=1e30, mem_bw=1e12, kernel_overhead=0.0)
+    mapped = run_hooked(sc, PowerSGDHook(sc, PowerSGD(**base)))
+    fresh = run_hooked(sc, PowerSGDHook(sc, PowerSGD(**base, fresh_bw=2e9)))
+    elements = 4 * 1024 * 1024  # the four 1024 x 1024 matrices; the clone and the new error, 20 B each
+    np.testing.assert_allclose(fresh.step_time - mapped.step_time,
+                               20.0 * elements * (1 / 2e9 - 1 / 1e12), rtol=1e-6)
