@@ -93,7 +93,7 @@ def robust_calibration(nprocs: int, max_size: int, repeats: int, iters: int, war
     return calib.Calibration((link,), prov, None), figures
 
 PHASES = ("go_skew", "compute", "ready_skew", "sync", "hook_entry", "work_p", "reduce_unc", "unpack", "p_launch_skew", "reduce_p", "work_q",
-          "q_launch_skew", "reduce_q", "tail", "optimizer", "flatten", "avg_launch_skew", "average_reduce")
+          "q_launch_skew", "reduce_q", "tail", "decompress", "finish", "optimizer", "flatten", "avg_launch_skew", "average_reduce")
 
 
 def phase_lines(report: dict) -> list:
@@ -155,6 +155,14 @@ def table(report: dict) -> str:
         m = fl["measured"][0]
         lines.append(f"post-local SGD's flatten + divide (measured once, rank 0): {m['seconds'] * 1e3:.2f} ms, "
                      f"{m['bytes_per_s'] / 1e9:.2f} GB/s; the median over ranks {fl['bytes_per_s'] / 1e9:.2f} GB/s")
+    fr = report.get("fresh") or {}
+    if fr.get("fresh_bw") is not None:
+        for mode, bw in fr["fresh_bw"].items():
+            m = fr["measured"][0][mode]
+            lines.append(f"powerSGD_hook's writes into new memory, the ranks {mode} (measured once, rank 0): clone "
+                         f"{m['clone_s'] * 1e3:.2f} ms, new error {m['error_s'] * 1e3:.2f} ms, add in place "
+                         f"{m['add_s'] * 1e3:.2f} ms ({m['mapped_bytes_per_s'] / 1e9:.2f} GB/s); fresh_bw, the median "
+                         f"over ranks, {bw / 1e9:.2f} GB/s")
     for r in report["cases"]:
         if "cast_rate_step_time_s" in r["predicted"]:
             b = r["predicted"]["cast_rate_step_time_s"]
@@ -163,7 +171,8 @@ def table(report: dict) -> str:
     for r in report["cases"]:
         for key, what in (("no_subgroup_call_step_time_s", "without subgroup_overhead"),
                           ("equal_products_step_time_s", "with the three products at one rate"),
-                          ("unwoken_step_time_s", "without wake_overhead")):
+                          ("unwoken_step_time_s", "without wake_overhead"),
+                          ("mapped_writes_step_time_s", "without fresh_bw")):
             b = r["predicted"].get(key)
             if b is not None and (key != "unwoken_step_time_s" or ":wake_overhead=" in r["remedy"]):
                 lines.append(f"  {r['case']}: {what} {b * 1e3:.1f} ms, {(b - r['measured_s']) / r['measured_s'] * 100:+.1f}%")

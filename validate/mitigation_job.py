@@ -82,9 +82,10 @@ from __future__ import annotations
 
 import os
 import statistics
+import threading
 import time
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Dict, List, Optional, Sequence
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -207,6 +208,9 @@ class HardwareSampler:
         # (start, end) of each sample's products, on the local ranks' one monotonic clock: whether
         # the ranks ran them at the same moments, as the hook's run in a step (products_overlap)
         self.windows: List[List[float]] = []
+        # per callback-run sample (M^T P and P Q^T): did it run off the main thread (on gloo's)
+        self.off_main: List[bool] = []
+        self.handover = torch.zeros(16)  # the all-reduce whose callback runs them, as the hook's do
         self.samples: Dict[str, List[float]] = {k: [] for k in ("forward_s", "backward_s", "optimizer_s", "cast_s",
                                                                  "small_s", "mq_s", "mtp_s", "pqt_s")}
 
@@ -241,22 +245,40 @@ class HardwareSampler:
         if self.r:
             # as the hook runs them: each product over every matrix back to back (a run of
             # milliseconds: the ranks' skew leaving a barrier on loaded cores is ~1-3 ms)
-            for key, product in (("mq_s", lambda m, p, q: torch.bmm(m, q, out=p)),
-                                 ("mtp_s", lambda m, p, q: torch.bmm(m.transpose(1, 2), p, out=q)),
-                                 ("pqt_s", lambda m, p, q: torch.bmm(p, q.transpose(1, 2), out=m))):
+            # on the thread the hook runs each on: P = M Q in the hook's body (the main thread, in
+            # backward); Q = M^T P and P Q^T in callbacks chained on an all-reduce's future, which
+            # run on the backend's worker thread that completes it (inline on the main thread
+            # where it is already complete), whose OpenMP/MKL thread count is its default, not
+            # torch.set_num_threads(1)'s: at rank 4 on the loaded 2-core VM each product took
+            # ~16 ms on a new thread against 0.8-3.9 ms on the main one
+            main = threading.get_ident()
+            for key, product, chained in (("mq_s", lambda m, p, q: torch.bmm(m, q, out=p), False),
+                                          ("mtp_s", lambda m, p, q: torch.bmm(m.transpose(1, 2), p, out=q), True),
+                                          ("pqt_s", lambda m, p, q: torch.bmm(p, q.transpose(1, 2), out=m), True)):
                 dist.barrier()  # each product side by side: the transposed one is the contended one
-                t0 = time.monotonic()
-                for m, p, q in self.mpq:
-                    product(m, p, q)
-                t1 = time.monotonic()
-                s[key].append((t1 - t0) / len(self.mpq))
-                self.windows.append([t0, t1])
+
+                def run(fut, key=key, product=product, chained=chained):
+                    t0 = time.monotonic()
+                    for m, p, q in self.mpq:
+                        product(m, p, q)
+                    t1 = time.monotonic()
+                    s[key].append((t1 - t0) / len(self.mpq))
+                    self.windows.append([t0, t1])
+                    if chained:
+                        self.off_main.append(threading.get_ident() != main)
+                    return fut.value() if fut is not None else None
+
+                if chained:
+                    dist.all_reduce(self.handover, async_op=True).get_future().then(run).wait()
+                else:
+                    run(None)
 
     def reset(self) -> None:
         """Forget the samples so far (a warm-up's)."""
         for v in self.samples.values():
             del v[:]
         del self.windows[:]
+        del self.off_main[:]
 
     def result(self) -> Dict[str, float]:
         """Means over the samples (of times; rates as work over the mean time): a case's measured
@@ -274,6 +296,7 @@ class HardwareSampler:
             # and each product's own (the remedy's mq/mtp/pqt_flops): M^T P, a strided read of M,
             # is several times slower than the other two on a CPU
             out.update({f"{k}_flops": work / mean[f"{k}_s"] for k in ("mq", "mtp", "pqt")})
+            out["products_off_main"] = statistics.fmean(self.off_main) if self.off_main else 0.0
         return out
 
 
@@ -647,6 +670,86 @@ def measure_flatten_rate(module: nn.Module, world_size: int, rounds: int) -> Dic
     return probe.result()
 
 
+class FreshWriteProbe:
+    """The rate of powerSGD_hook's two writes into new memory on this machine, one machine figure
+    whose rounds are interleaved with the cases (:class:`DDPCostProbe`): as the hook enters, the
+    error added in place (``input_tensor.add_(error)``, timed: memory the allocator keeps mapped)
+    and ``input_tensor.detach().clone()``; after the decompression ``input_tensor_cp -
+    input_tensor``, a new tensor that replaces the error (the previous one freed), and the clone
+    freed. Both new tensors are bucket-sized (`numel` elements) and allocated anew every step; a
+    forward and backward of `module` (a spare model's) before each set of passes, as a step's run
+    between the hook's, since the allocator's state after them decides whether the new tensors'
+    pages are mapped or faulted in (measured on gloo's 2-core VM, 16.8 MB: the new error 1.2-1.5
+    ms back to back, 3.2 ms mean with a forward and backward between, 1.4-6 ms in the steps).
+
+    Each :meth:`round` runs the passes twice: "aligned", every rank at once after a barrier, as
+    the ranks run the hook side by side when they arrive together (the writes then contend for
+    the memory and the cores: clone and error 8-11 ms in the steps without a slow rank), and
+    "alone", one rank at a time in turn while the others wait at a barrier, as a slow rank's hook
+    runs after the others' (4-5 ms in the steps with one). Collective: every rank calls it at the
+    same point. :meth:`result`: per mode, {"bytes_per_s": the clone's 2 and the error's 3 reads and
+    writes of e bytes per element over their mean times (PowerSGD's ``fresh_bw``), "clone_s",
+    "error_s", "add_s" (means), "mapped_bytes_per_s" (the add's rate, shown)}."""
+
+    MODES = ("aligned", "alone")
+
+    def __init__(self, module: nn.Module, x, y, numel: int, rank: int = 0, world_size: int = 1):
+        self.module, self.x, self.y = module, x, y
+        self.rank, self.world_size = rank, world_size
+        self.buf = torch.randn(max(1, int(numel)))
+        self.error = torch.zeros_like(self.buf)
+        self.times = {m: {"add_s": [], "clone_s": [], "error_s": []} for m in self.MODES}
+        self._compute()
+        self._passes()  # the first buffers' first touch
+
+    def _compute(self) -> None:
+        self.module.zero_grad(set_to_none=True)
+        nn.functional.mse_loss(self.module(self.x), self.y).backward()
+
+    def _passes(self) -> Tuple[float, float, float]:
+        t0 = time.perf_counter()
+        self.buf.add_(self.error)
+        t1 = time.perf_counter()
+        cp = self.buf.detach().clone()
+        t2 = time.perf_counter()
+        self.error = cp - self.buf
+        t3 = time.perf_counter()
+        del cp
+        return t1 - t0, t2 - t1, t3 - t2
+
+    def _keep(self, mode: str, times) -> None:
+        for k, v in zip(("add_s", "clone_s", "error_s"), times):
+            self.times[mode][k].append(v)
+
+    def round(self) -> None:
+        self._compute()
+        dist.barrier()
+        self._keep("aligned", self._passes())
+        for k in range(self.world_size):
+            if k == self.rank:
+                self._compute()
+            dist.barrier()
+            if k == self.rank:
+                self._keep("alone", self._passes())
+        dist.barrier()
+
+    def result(self) -> Dict:
+        n = self.buf.numel() * self.buf.element_size()
+        out: Dict = {}
+        for mode, times in self.times.items():
+            mean = {k: statistics.fmean(v) for k, v in times.items()}
+            out[mode] = dict(mean, bytes_per_s=5 * n / (mean["clone_s"] + mean["error_s"]),
+                             mapped_bytes_per_s=3 * n / mean["add_s"], samples=len(times["add_s"]))
+        return out
+
+
+def fresh_bw_from_ranks(per_rank: Sequence[Dict], mode: str) -> float:
+    """PowerSGD's ``fresh_bw`` (commsim.mitigations.spec): the median over the ranks of
+    :class:`FreshWriteProbe`'s rate in `mode` ("aligned": the ranks' hooks side by side, a case
+    without a slow rank; "alone": a case with one, whose hooks run apart)."""
+    return statistics.median(r[mode]["bytes_per_s"] for r in per_rank)
+
+
 def powersgd_buffers(module: nn.Module, r: int) -> List[int]:
     """Elements of powerSGD_hook's three all-reduces for `module` at rank `r` (uncompressed, P, Q),
     by torch's rule (a matrix is compressed where (m + n) r' * 2 < m n, r' = min(m, n, r))."""
@@ -699,6 +802,20 @@ def _register(model: DDP, case: Case, gpus_per_node: int, on_entry=None):
         model.register_comm_hook(state, _entered(post_localSGD_hook.post_localSGD_hook, on_entry))
         return state, PeriodicModelAverager(period=case.H, warmup_steps=0)
     return None, None
+
+
+class _StampedDict(dict):
+    """A dict that stamps (time.monotonic) `rec[key]` as an item is set: powerSGD_hook's
+    ``state.error_dict[bucket_index] = input_tensor_cp - input_tensor``, right after the new error
+    is computed."""
+
+    def __init__(self, items, rec: Dict, key: str):
+        super().__init__(items)
+        self._rec, self._key = rec, key
+
+    def __setitem__(self, k, v):
+        self._rec[self._key] = time.monotonic()
+        super().__setitem__(k, v)
 
 
 class _StampedFuture:
@@ -846,6 +963,8 @@ def _run_case(ctx, module: nn.Module, x, y, case: Case, plan: Dict, stall: Seque
     del stamps[:]
     if stamped is not None:
         hooked_module.dist = stamped
+    if case.hook == "powersgd":  # the new error's assignment, decompress's last pass, stamped
+        state.error_dict = _StampedDict(state.error_dict, cur, "error_set")
     blocks = []
     s = 0
     for n in step_blocks(plan["steps"], case):
@@ -905,6 +1024,8 @@ def rank_mitigations(ctx, plan: Dict) -> Dict:
     if ranks:
         probes["chain"] = ChainProbe([powersgd_buffers(module, r) for r in ranks], CHAIN_ROUNDS, ctx.rank,
                                      ctx.world_size)
+        probes["fresh"] = FreshWriteProbe(synthetic_model(plan["parameters"]), x, y,
+                                          sum(p.numel() for p in module.parameters()), ctx.rank, ctx.world_size)
     if any(c["hook"] == "localsgd" for c in plan["cases"]):
         probes["flatten"] = FlattenProbe(synthetic_model(plan["parameters"]), ctx.world_size)
         probes["subgroup"] = SubgroupReduceProbe(sum(p.numel() for p in module.parameters()),
@@ -930,10 +1051,11 @@ def rank_mitigations(ctx, plan: Dict) -> Dict:
     machine_rounds(slots[-1])
     figures = {name: probe.result() for name, probe in probes.items()}
     ddp_costs = figures["ddp_costs"]
-    reduce_dtypes, chain, flatten, subgroup = (figures.get(k) for k in ("reduce_dtypes", "chain", "flatten",
-                                                                         "subgroup"))
+    reduce_dtypes, chain, flatten, subgroup, fresh = (figures.get(k) for k in ("reduce_dtypes", "chain", "flatten",
+                                                                                "subgroup", "fresh"))
     return {"rank": ctx.rank, "cases": cases, "width": width, "ddp_costs": ddp_costs, "reduce_dtypes": reduce_dtypes,
-            "chain": chain, "flatten": flatten, "subgroup": subgroup, "parameters": sum(p.numel() for p in module.parameters())}
+            "chain": chain, "flatten": flatten, "subgroup": subgroup, "fresh": fresh,
+            "parameters": sum(p.numel() for p in module.parameters())}
 
 
 # ---------------------------------------------------------------- the launcher and the prediction
@@ -1004,7 +1126,8 @@ def remedy_text(case: Case, hardware: Dict[str, float], width: int) -> Optional[
         return (f"powersgd:r={case.r}:start=0:shapes=square:width={width}:{rates}:flops={hardware['powersgd_flops']:.0f}"
                 f"{products}:kernel_overhead={hardware['kernel_overhead'] * 1e6:.4f}us"
                 + (f":chain_overhead={hardware['chain_overhead'] * 1e6:.4f}us" if "chain_overhead" in hardware else "")
-                + (f":wake_overhead={hardware['wake_overhead'] * 1e6:.4f}us" if "wake_overhead" in hardware else ""))
+                + (f":wake_overhead={hardware['wake_overhead'] * 1e6:.4f}us" if "wake_overhead" in hardware else "")
+                + (f":fresh_bw={hardware['fresh_bw']:.0f}B/s" if "fresh_bw" in hardware else ""))
     if case.hook == "localsgd":
         # the averager's flatten and divide at their measured rate (else at the cast's)
         bw = hardware.get("flatten_bw", hardware["mem_bw"])
@@ -1133,14 +1256,16 @@ def step_phases(stamps: Sequence[Sequence[Dict]]) -> Dict[str, Optional[Dict[str
       ``unpack`` (the callback to P's launch), ``reduce_p`` (the last launch of P to the rank's
       wait returning), ``work_q`` (that return to Q's launch: the next callback's dispatch,
       orthogonalize P, Q = M^T P), ``reduce_q``, ``tail`` (Q's wait to backward's return:
-      decompress, the error, DDP's finalize); ``p_launch_skew``, ``q_launch_skew``: max - min
+      decompress, the error, DDP's finalize), split at the new error's assignment into
+      ``decompress`` (P Q^T and the new error) and ``finish`` (the callback's return, the main
+      thread's wake in DDP's finalize); ``p_launch_skew``, ``q_launch_skew``: max - min
       over ranks of those launches;
     - post-local SGD on its averaging steps: ``flatten`` (optimizer end to the averager's
       all-reduce launch), ``average_reduce`` (the last launch to the rank's end), ``avg_launch_skew``;
     - every case: ``optimizer`` (backward's return to the optimizer's end)."""
     out: Dict[str, List[float]] = {k: [] for k in (
         "ready_skew", "go_skew", "compute", "sync", "hook_entry", "optimizer", "work_p", "reduce_unc", "unpack", "reduce_p", "work_q",
-        "reduce_q", "tail", "p_launch_skew", "q_launch_skew", "flatten", "average_reduce", "avg_launch_skew")}
+        "reduce_q", "tail", "decompress", "finish", "p_launch_skew", "q_launch_skew", "flatten", "average_reduce", "avg_launch_skew")}
     for steps in zip(*stamps):
         if all("ready" in st for st in steps):
             out["ready_skew"].append(max(st["ready"] for st in steps) - min(st["ready"] for st in steps))
@@ -1169,6 +1294,9 @@ def step_phases(stamps: Sequence[Sequence[Dict]]) -> Dict[str, Optional[Dict[str
                 if "waited" in q:
                     out["reduce_q"].append(q["waited"] - last[2])
                     out["tail"].append(st["backward"] - q["waited"])
+                    if "error_set" in st:
+                        out["decompress"].append(st["error_set"] - q["waited"])
+                        out["finish"].append(st["backward"] - st["error_set"])
         elif all(len(r) == 1 for r in reds):  # the averager's one all-reduce
             last = max(r[0]["launch"] for r in reds)
             out["avg_launch_skew"].append(last - min(r[0]["launch"] for r in reds))
@@ -1292,6 +1420,9 @@ def run_cases(scenario, calibration, cases: Sequence[Case], nprocs: int, slow_st
     subgroups = [r["subgroup"] for r in results]
     subgroup = subgroup_overhead_from_ranks(subgroups) if subgroups[0] else None
     subgroup_report = {"measured": subgroups, "subgroup_overhead": subgroup}
+    freshes = [r["fresh"] for r in results]
+    fresh_bw = {m: fresh_bw_from_ranks(freshes, m) for m in FreshWriteProbe.MODES} if freshes[0] else None
+    fresh_report = {"measured": freshes, "fresh_bw": fresh_bw}
     rows = []
     base = sc
     for i, case in enumerate(cases):
@@ -1328,7 +1459,11 @@ def run_cases(scenario, calibration, cases: Sequence[Case], nprocs: int, slow_st
             unwoken = predict(sc, case, hardware, width, parameters, slow_stall, jitter, factors)
             if wake:  # the blocked rank's wake-up, measured once for the machine too, where the probe shows one
                 hardware = dict(hardware, wake_overhead=wake)
+            mapped = predict(sc, case, hardware, width, parameters, slow_stall, jitter, factors)
+            if fresh_bw is not None:  # the clone and the new error into new memory, once for the machine too
+                hardware = dict(hardware, fresh_bw=fresh_bw["alone" if case.slow else "aligned"])
             pred = dict(predict(sc, case, hardware, width, parameters, slow_stall, jitter, factors),
+                        mapped_writes_step_time_s=mapped["step_time_s"],
                         unchained_step_time_s=unchained["step_time_s"],
                         equal_products_step_time_s=equal_products["step_time_s"],
                         unwoken_step_time_s=unwoken["step_time_s"])
@@ -1349,4 +1484,4 @@ def run_cases(scenario, calibration, cases: Sequence[Case], nprocs: int, slow_st
                                      "nominal_bytes": list(base.gradient_buckets())}})
     return {"width": width, "parameters": parameters, "slow_stall_s": slow_stall, "ddp_costs": costs_report,
             "reduce_dtypes": reduce_report, "chain": chain_report, "subgroup": subgroup_report,
-            "flatten": flatten_report, "cases": rows, "median_abs_error": float(np.median([abs(r["error"]) for r in rows]))}
+            "flatten": flatten_report, "fresh": fresh_report, "cases": rows, "median_abs_error": float(np.median([abs(r["error"]) for r in rows]))}
