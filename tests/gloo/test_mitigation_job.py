@@ -475,7 +475,10 @@ def test_step_phases_from_the_ranks_stamps():
                                  {"launch": 0.027, "waited": 0.030}], 0.033, 0.034, 0.034)
     r1 = st(0.0, 0.015, 0.0151, [{"launch": 0.019, "callback": 0.021}, {"launch": 0.0212, "waited": 0.025},
                                  {"launch": 0.028, "waited": 0.030}], 0.034, 0.035, 0.035)
+    r0["error_set"], r1["error_set"] = 0.032, 0.0325  # the new error assigned in decompress
     ph = step_phases([[r0], [r1]])
+    assert ph["decompress"]["mean_s"] == pytest.approx((0.002 + 0.0025) / 2)
+    assert ph["finish"]["mean_s"] == pytest.approx((0.001 + 0.0015) / 2)
     assert ph["ready_skew"]["mean_s"] == pytest.approx(0.005)
     assert ph["work_p"]["mean_s"] == pytest.approx((0.0019 + 0.0039) / 2)
     assert ph["reduce_unc"]["mean_s"] == pytest.approx(0.002)  # 0.021 - the last launch 0.019
@@ -512,3 +515,21 @@ def test_powersgd_products_sampled_with_both_ranks_at_once(report):
     for r in (1, 4):
         assert 0.0 <= rows[f"powersgd:r={r}"]["products_overlap"] <= 1.0
     assert rows["baseline"]["products_overlap"] is None
+
+
+def test_powersgd_fresh_writes_measured_once_and_in_every_powersgd_prediction(report):
+    from validate.mitigation_job import fresh_bw_from_ranks
+
+    fr = report["fresh"]
+    assert len(fr["measured"]) == 2
+    for mode in ("aligned", "alone"):
+        assert fr["fresh_bw"][mode] == fresh_bw_from_ranks(fr["measured"], mode)
+        assert all(m[mode]["samples"] == 7 for m in fr["measured"])  # one per machine round
+    for row in report["cases"]:
+        if row["case"].startswith("powersgd"):
+            # the ranks' hooks side by side without a slow rank, apart with one
+            bw = fr["fresh_bw"]["alone" if row["slow_rank"] else "aligned"]
+            assert f":fresh_bw={bw:.0f}B/s" in row["remedy"]
+            assert "mapped_writes_step_time_s" in row["predicted"]
+        else:
+            assert "fresh_bw" not in row["remedy"]
