@@ -49,6 +49,12 @@ trimmed mean of a skewed or bimodal cost falls short of it). The same rounds mea
   :data:`WAKE_SKEW_S` late, the others blocked on the first all-reduce meanwhile, against the chain
   run aligned, both timed from the last rank's launch (the remedy's ``wake_overhead`` where the
   skewed chain is slower, :func:`wake_overhead_from_ranks`; ``unwoken_step_time_s``: without it);
+- the rate of powerSGD_hook's two writes into new memory (:class:`FreshWriteProbe`: the clone of
+  the bucket as the hook enters and the new error after the decompression, each a bucket-sized
+  tensor allocated anew every step, after a forward and backward, the ranks side by side and
+  one at a time): the PowerSGD cases' remedy carries it as ``fresh_bw`` (side by side without a
+  slow rank, one at a time with one); each such row also reports ``mapped_writes_step_time_s``,
+  the prediction with those writes at ``mem_bw``;
 - the per-call cost of post-local SGD's subgroup all-reduce on a local step
   (:class:`SubgroupReduceProbe`: the async all-reduce and callback that ``post_localSGD_hook``
   issues on the rank's one-rank subgroup, after a short compute): the post-local SGD cases' remedy
