@@ -172,20 +172,6 @@ def _median_time(fn, iters: int) -> float:
     return statistics.median(times)
 
 
-def powersgd_products_rate(width: int, r: int, iters: int) -> float:
-    """FLOP/s of powerSGD_hook's three products for one w x w gradient at rank r, as the hook calls
-    them (``bmm(M, Q, out=P)``, ``bmm(M^T, P, out=Q)``, ``bmm(P, Q^T, out=M)`` on views of flat
-    buffers): 3 x 2 w^2 r FLOP over the sum of their median times. On a CPU these skinny products
-    run far below a square matmul's rate (the transposed one most: it reads M across its rows)."""
-    m = torch.randn(width * width).view(1, width, width)
-    p = torch.empty(width * r).view(1, width, r)
-    q = torch.randn(width * r).view(1, width, r)
-    t = (_median_time(lambda: torch.bmm(m, q, out=p), iters)
-         + _median_time(lambda: torch.bmm(m.transpose(1, 2), p, out=q), iters)
-         + _median_time(lambda: torch.bmm(p, q.transpose(1, 2), out=m), iters))
-    return 3 * 2.0 * width * width * r / t
-
-
 class HardwareSampler:
     """What commsim's compute and hook models need, sampled on this rank one :meth:`sample` at a
     time, so that a case can take its samples in the time window of its own timed steps
@@ -193,7 +179,9 @@ class HardwareSampler:
     a forward, backward without all-reduce (DDP's ``no_sync``) and optimizer step; an fp32 -> fp16
     cast of a bucket (its memory bandwidth: bytes read + written per second); 100 small ops (the
     cost of one: PowerSGD runs many); with `r`, powerSGD_hook's three products at rank r, as the
-    hook calls them (:func:`powersgd_products_rate`). The square matmul rate (``flops``, shown, not
+    hook calls them (``bmm(M, Q, out=P)``, ``bmm(M^T, P, out=Q)``, ``bmm(P, Q^T, out=M)`` on views of flat
+    buffers; on a CPU these skinny products run far below a square matmul's rate, the transposed
+    one most). The square matmul rate (``flops``, shown, not
     used by the predictions) once, at construction. :meth:`result`: their means."""
 
     def __init__(self, model: DDP, x, y, width: int, bucket_bytes: float, iters: int, r: int = 0):
@@ -296,7 +284,7 @@ class HardwareSampler:
         out = {"forward_s": mean["forward_s"], "backward_s": mean["backward_s"], "optimizer_s": mean["optimizer_s"],
                "mem_bw": self.buf.numel() * 6 / mean["cast_s"],
                "flops": self.flops, "kernel_overhead": mean["small_s"]}
-        if self.r:  # as powersgd_products_rate: 3 x 2 w^2 r FLOP over the sum of the products' mean times
+        if self.r:  # 3 x 2 w^2 r FLOP over the sum of the products' mean times
             work = 2.0 * self.width**2 * self.r
             out["powersgd_flops"] = 3 * work / (mean["mq_s"] + mean["mtp_s"] + mean["pqt_s"])
             # and each product's own (the remedy's mq/mtp/pqt_flops): M^T P, a strided read of M,
