@@ -173,7 +173,8 @@ def _read_bucket_layout(m: Section, model: Optional[spec.Model]):
             if m.has(key):
                 raise ScenarioError(source, f"ddp.{key}",
                                     "expected either ddp.bucket_sizes or ddp.first_bucket/bucket_cap, got both "
-                                    "(bucket_sizes is the whole layout)")
+                                    "(bucket_sizes is the whole layout: remove first_bucket and bucket_cap, "
+                                    "e.g. --set ddp.first_bucket=null --set ddp.bucket_cap=null)")
         if model is not None:
             total, grad = sum(out), float(model.grad_bytes)
             slack = max(BUCKET_TOTAL_TOLERANCE * grad, spec.BYTES_PER_ELEMENT[model.grad_dtype] * len(out))
