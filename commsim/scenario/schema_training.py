@@ -235,7 +235,13 @@ def read_calibration(source: str, value: Any, collective: spec.Collective):
     path = Path(value)
     if not path.is_absolute() and Path(source).parent.is_dir():
         path = Path(source).parent / path
+    from commsim.calibration.records import default_level
+
     try:
-        return load_calibration(path)
+        cal = load_calibration(path)
+        # the ring is priced by a link level: a file with only a physical fit failed later, in
+        # the run, as "calibration has no link level ... (it has )", naming neither file nor key
+        default_level(cal)
+        return cal
     except ScenarioError as err:  # the calibration file's own one-line error, reported at this key
-        raise ScenarioError(source, "calibration", str(err)) from None
+        raise ScenarioError(source, "calibration", str(err) if err.source else f"{path}: {err}") from None
