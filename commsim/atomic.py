@@ -53,18 +53,25 @@ def atomic_write_bytes(path: Union[str, os.PathLike], data: bytes) -> None:
 
     Raises the OSError of the step that failed (a missing folder, a full or read-only
     filesystem); the target is then unchanged and no temporary is left."""
+    # A device, FIFO or socket (/dev/null, /dev/stdout, a named pipe): write into it. A rename
+    # over it would replace the device node with a regular file (as root, /dev/null itself).
+    # Judged and opened by the path as given: /dev/stdout on a pipe is a /proc/self/fd link
+    # that realpath turns into a name that does not exist ('/proc/PID/fd/pipe:[N]'), which
+    # failed as "No such file or directory"; the kernel's own lookup follows it.
+    try:
+        given = os.stat(path)
+    except FileNotFoundError:
+        given = None
+    if given is not None and not (stat.S_ISREG(given.st_mode) or stat.S_ISDIR(given.st_mode)):
+        with open(path, "wb") as fh:
+            fh.write(data)
+        return
     target = os.path.realpath(os.fspath(path))  # through symlinks: replace the file, not the link
     folder, base = os.path.split(target)
     try:
         existing: Optional[os.stat_result] = os.stat(target)
     except FileNotFoundError:
         existing = None
-    if existing is not None and not (stat.S_ISREG(existing.st_mode) or stat.S_ISDIR(existing.st_mode)):
-        # A device, FIFO or socket (/dev/null, /dev/stdout, a named pipe): write into it. A rename
-        # over it would replace the device node with a regular file (as root, /dev/null itself).
-        with open(target, "wb") as fh:
-            fh.write(data)
-        return
     remove_stale_temps(folder, base)
     fd, tmp = _create_locked_temp(folder, base)
     try:

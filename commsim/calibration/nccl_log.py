@@ -312,7 +312,12 @@ def parse_nccl_log(text: str, source: str = "<log>", world_size: Optional[int] =
         raise NcclLogError("no nccl-tests data table found (expected rows like "
                            "'   8   2  float  sum  -1  12.3  0.00  0.00  0 ...')", source)
 
-    kind = collective or collective_of(collective_line or perf_name) or "all_reduce"
+    # A log that names no collective follows all-reduce's bus factor, unless its rows say they are
+    # no reduction (redop 'none', no root: all_gather_perf): judged by all-reduce's factor, its
+    # world size looked contradicted ("busbw/algbw implies 2 ranks") before the caller could say
+    # the log is no all-reduce
+    unreduced = all(r.redop == "none" and r.root in (None, -1) for r in rows)
+    kind = collective or collective_of(collective_line or perf_name) or ("all_gather" if unreduced else "all_reduce")
     n, n_from = _world_size(source, rows, devices, nranks_info, file_nranks, world_size, kind)
     rows = _drop_inconsistent(rows, n, skipped, kind)
     if not rows:

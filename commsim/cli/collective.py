@@ -100,8 +100,13 @@ def calibration_table(cal_path: str, ranks: int, sizes, level: Optional[str]):
     from commsim.calibration import extrapolation_note
     from commsim.calibration.file import load_calibration
 
+    from commsim.calibration import CalibrationError
+
     cal = load_calibration(cal_path)
-    lv = cal.level(level)
+    try:
+        lv = cal.level(level)
+    except CalibrationError as err:  # the record knows no file: name it (and the option) here
+        raise CalibrationError(err.message, source=str(cal_path), key="--level" if level else None) from None
     rows = [nccl_columns(r) for r in calibration_rows(cal, ranks, sizes, lv.level)]
     n_table = sum(r["source"] == "table" for r in rows)
     ranges = "; ".join(f">= {r.min_size_bytes} B: alpha {r.alpha_s * 1e6:.3f} us, beta {r.beta_Bps / 1e9:.3f} GB/s"

@@ -69,8 +69,12 @@ def compare_command(scenario, mitigations_text, nodes_text, steps, overrides, js
 
         from commsim.output.plots import check_plot_folder
 
-        if not os.path.exists(plot_dir) and os.path.isdir(os.path.dirname(os.path.abspath(plot_dir))):
+        parent = os.path.dirname(os.path.abspath(plot_dir))
+        if not os.path.exists(plot_dir) and os.path.isdir(parent):
             os.mkdir(plot_dir)  # the folder itself, as sweep -o makes its own; never its parents
+        elif not os.path.exists(plot_dir):  # name the folder that is missing, not the plot's
+            what = "is not a directory" if os.path.exists(parent) else "does not exist"
+            fail(f"--plot {plot_dir}: cannot create the plot folder: {parent} {what}")
         check_plot_folder(plot_dir)  # a PlotError (exit 2) before any work
     counts = node_counts(nodes_text) if nodes_text else None
     scenarios, section = _load(scenario, overrides, steps, counts, force)

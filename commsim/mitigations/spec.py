@@ -335,12 +335,13 @@ def _unique_labels(mitigations, source):
 
 def check_against(mitigation: Mitigation, world_size: int, source: str, min_dimension: Optional[int] = None) -> None:
     """Refuse parameters the scenario cannot take: b >= n workers, r above a gradient's dimension."""
-    where = mitigation.label
+    # the parameter's path as the parser names it (backup.b, powersgd.r), not the label's
+    # ('backup:b=2.b'), which repeats the value and reads as no key path
     backup = mitigation.get(Backup)
     if backup is not None and backup.b >= world_size:
-        raise MitigationError(source, f"{where}.b", f"expected fewer backup workers than the {world_size} "
+        raise MitigationError(source, "backup.b", f"expected fewer backup workers than the {world_size} "
                               f"workers whose gradients each step needs (b < n), got b={backup.b}")
     psgd = mitigation.get(PowerSGD)
     if psgd is not None and min_dimension is not None and psgd.r > min_dimension:
-        raise MitigationError(source, f"{where}.r", f"expected a rank no larger than the smallest compressed "
+        raise MitigationError(source, "powersgd.r", f"expected a rank no larger than the smallest compressed "
                               f"gradient dimension ({min_dimension} with shapes={psgd.shapes}), got r={psgd.r}")

@@ -126,11 +126,16 @@ def _split_override(override: object) -> Tuple[str, str, List[Union[str, int]]]:
     return key, value, _key_tokens(key)
 
 
+# YAML's spellings of null (the core schema's): an override written so removes its key
+_NULL_WORDS = ("null", "Null", "NULL", "~")
+
+
 def apply_overrides(doc: Dict[Any, Any], overrides: Iterable[str]) -> Dict[Any, Any]:
     """Return a copy of ``doc`` with each ``"a.b.c=VALUE"`` applied in order.
 
     VALUE is parsed as YAML (``stragglers=[]``, ``'ddp.bucket_cap=4 GB'``, ``ddp.overlap=false``);
-    list items are addressed as ``stragglers[0].factor``. Missing intermediate mappings are
+    ``KEY=null`` removes the key (``ddp.first_bucket=null``: its default, or a layout given by
+    ``ddp.bucket_sizes`` instead); list items are addressed as ``stragglers[0].factor``. Missing intermediate mappings are
     created; the result is validated later exactly like the file. Raises ScenarioError for bad
     syntax, invalid YAML in VALUE, or a path through something that is not a mapping or list.
     """
@@ -147,10 +152,17 @@ def apply_overrides(doc: Dict[Any, Any], overrides: Iterable[str]) -> Dict[Any, 
                 if not isinstance(node, dict):
                     parent = _format_path(tokens[:depth])
                     raise ScenarioError(source, here, f"expected {parent} to be a mapping, got {describe(node)}")
-                if last:
+                if last and value is None and text.strip() in _NULL_WORDS:
+                    # KEY=null takes the key out (back to its default): no key accepts null, and
+                    # ddp.bucket_sizes over a file's first_bucket/bucket_cap needs them gone. An
+                    # empty value (KEY=) stays a null, so a forgotten value is an error, not a default
+                    node.pop(tok, None)
+                elif last:
                     node[tok] = value
-                elif node.get(tok) is None:  # missing (or an empty `ddp:`): create the mapping
-                    node[tok] = {}
+                elif node.get(tok) is None:  # missing (or an empty `ddp:`): create the mapping,
+                    # or the list an index goes into (then an empty one: "the list is empty", not
+                    # "expected a list, got {}" for a list the file leaves out)
+                    node[tok] = [] if isinstance(tokens[depth + 1], int) else {}
             else:
                 parent = _format_path(tokens[:depth])
                 if not isinstance(node, list):

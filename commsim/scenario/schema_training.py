@@ -173,7 +173,8 @@ def _read_bucket_layout(m: Section, model: Optional[spec.Model]):
             if m.has(key):
                 raise ScenarioError(source, f"ddp.{key}",
                                     "expected either ddp.bucket_sizes or ddp.first_bucket/bucket_cap, got both "
-                                    "(bucket_sizes is the whole layout)")
+                                    "(bucket_sizes is the whole layout: remove first_bucket and bucket_cap, "
+                                    "e.g. --set ddp.first_bucket=null --set ddp.bucket_cap=null)")
         if model is not None:
             total, grad = sum(out), float(model.grad_bytes)
             slack = max(BUCKET_TOTAL_TOLERANCE * grad, spec.BYTES_PER_ELEMENT[model.grad_dtype] * len(out))
@@ -234,7 +235,13 @@ def read_calibration(source: str, value: Any, collective: spec.Collective):
     path = Path(value)
     if not path.is_absolute() and Path(source).parent.is_dir():
         path = Path(source).parent / path
+    from commsim.calibration.records import default_level
+
     try:
-        return load_calibration(path)
+        cal = load_calibration(path)
+        # the ring is priced by a link level: a file with only a physical fit failed later, in
+        # the run, as "calibration has no link level ... (it has )", naming neither file nor key
+        default_level(cal)
+        return cal
     except ScenarioError as err:  # the calibration file's own one-line error, reported at this key
-        raise ScenarioError(source, "calibration", str(err)) from None
+        raise ScenarioError(source, "calibration", str(err) if err.source else f"{path}: {err}") from None

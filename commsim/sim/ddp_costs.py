@@ -181,6 +181,8 @@ def _through_chains_float(start: float, work: float, begin, end, slowdown: float
     gains nothing from it there, so the vector form's skip is per column here)."""
     t, left, rate, late = start, work, 1.0 / (1.0 + slowdown), 0.0
     for k in range(len(begin) - 1):
+        if left <= 0.0:
+            break  # the work is done: every later chain adds exact zeros (bit-identical to running on)
         if end[k] <= t:
             continue
         free = min(max(begin[k] - t, 0.0), left)
@@ -210,7 +212,27 @@ def _through_chain_list_float(t: float, w: float, chains, begin: int, end: int, 
     if len(chains) == 1:
         c = chains[0]
         return _one_chain_float(t, w, c[begin], c[end], slowdown)
-    return _through_chains_float(t, w, [c[begin] for c in chains], [c[end] for c in chains], slowdown)
+    # _through_chains_float's operations on the rows themselves: copying out the columns cost
+    # O(chains) per bucket, quadratic where launches lag compute (bucket_overhead above the
+    # compute per bucket) and every collective still ahead is a chain of its own
+    left, rate, late = w, 1.0 / (1.0 + slowdown), 0.0
+    for k in range(len(chains) - 1):
+        if left <= 0.0:
+            break  # the work is done: every later chain adds exact zeros
+        c = chains[k]
+        if c[end] <= t:
+            continue
+        free = min(max(c[begin] - t, 0.0), left)
+        t += free
+        left -= free
+        slow = min(max(c[end] - t, 0.0) * rate, left)
+        t += slow / rate
+        left -= slow
+        late += slowdown * slow
+    c = chains[-1]
+    free = max(c[begin] - t, 0.0)
+    slow = max(min((c[end] - t - free) * rate, left - free), 0.0) * slowdown
+    return t + left + slow, slow + late
 
 
 class InFlight:
@@ -594,7 +616,11 @@ class PartialRanks:
                 else:
                     wd = clock.work_done_float
                     units = wd(t)
-                    for c in chains:
+                    # only the newest chains lack their units (ran_values appends chains and
+                    # extends the last one): fill from the end, not over every chain per bucket
+                    for c in reversed(chains):
+                        if c[2] is not None and c[3] is not None:
+                            break
                         if c[2] is None:
                             c[2] = wd(c[0])
                         if c[3] is None:
@@ -622,8 +648,15 @@ class PartialRanks:
         for st, b, p, e in zip(self.state, issue, previous, finish):
             b = b if b > p else p  # its launch
             if b > st[4]:  # a new chain: the stream was idle before this launch
-                floor = st[0]
-                st[3] = [c for c in st[3] if c[1] > floor] + [[b, e, None, None]]
+                # drop the chains ended by the floor: the oldest ones (chains are disjoint, in
+                # order, so their ends increase), in place rather than a new list per bucket
+                floor, chains = st[0], st[3]
+                k = 0
+                while k < len(chains) and chains[k][1] <= floor:
+                    k += 1
+                if k:
+                    del chains[:k]
+                chains.append([b, e, None, None])
             else:
                 c = st[3][-1]
                 c[1], c[3] = e, None  # its end in work units is stale

@@ -173,8 +173,14 @@ def infer(tl: Timeline, hosts: List[Optional[str]]) -> Inferred:
     # -- buckets -----------------------------------------------------------------------------
     dt = tl.grad_dtype
     if dt not in GRAD_DTYPES:
-        raise TraceError("(traces)", None, f"the buckets' gradients are {dt or 'of mixed dtypes'}: commsim models "
-                                           f"fp32, bf16 and fp16 gradients")
+        if not dt:
+            what = "no dtype recorded (profile with record_shapes=True)"
+        elif "+" in dt:
+            what = f"mixed dtypes ({dt.replace('+', ', ')})"
+        else:
+            what = f"{dt} gradients"
+        raise TraceError("(traces)", None, f"expected bucket gradients of one dtype commsim models (fp32, bf16 or "
+                                           f"fp16), got {what}")
     sizes = tl.bucket_bytes.astype(np.int64)
     total = int(sizes.sum())
     first = int(sizes[0])

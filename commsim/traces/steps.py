@@ -186,8 +186,10 @@ def timeline(job: Job) -> Timeline:
     gaps = np.flatnonzero(np.diff(steps) != 1) + 1 if S > 1 else []
     for k in gaps:
         start[k] = fs[k]
-    dtypes = {job.collectives[ci].dtype for s in steps for ci in by_step[s]}
-    grad = dtypes.pop() if len(dtypes) == 1 else ""
+    # a collective whose span was cut (the trace ends inside it) records no dtype: it says
+    # nothing against the others' ("" only when none says one; several: all of them, '+'-joined)
+    dtypes = {job.collectives[ci].dtype for s in steps for ci in by_step[s]} - {""}
+    grad = "+".join(sorted(dtypes))
     other_kinds = Counter(x for s in steps for x in others[s])
     other = [(kind, size) for (kind, size), cnt in sorted(other_kinds.items()) if cnt >= max(1, S // 2)]
     return Timeline(

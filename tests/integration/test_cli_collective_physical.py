@@ -87,3 +87,31 @@ def test_a_calibration_without_a_physical_fit_says_how_to_write_one(tmp_path, ca
     capsys.readouterr()
     assert run_cli(["collective", "--calibration", str(cal), "--nodes", "4"]) == 2
     assert "has no physical fit" in capsys.readouterr().err
+
+
+# an all_gather log among them: no per-level table fit, the file holds the physical fit only
+POLARIS = [f"{D}/Polaris-A100_2x4_alcf-nccl2.18-allreduce.txt", f"{D}/Polaris-A100_8x4_alcf-nccl2.18-allreduce.txt",
+           f"{D}/Polaris-A100_2x4_alcf-nccl2.18-allgather.txt"]
+
+
+def test_a_physical_only_calibration_in_a_scenario_names_the_file_and_key(tmp_path, capsys):
+    # it once failed inside the run as "calibration has no link level 'intra_node' (it has )"
+    cal = tmp_path / "polaris.yaml"
+    assert run_cli(["calibrate", "--from-nccl-tests", *POLARIS, "--physical", "--system", "polaris",
+                    "-o", str(cal)]) == 0
+    assert load_calibration(cal).levels == ()
+    capsys.readouterr()
+    assert run_cli(["run", "scenarios/validate_gloo_2rank.yaml", "-q", "--calibration", str(cal)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"commsim: error: scenarios/validate_gloo_2rank.yaml (after --calibration {str(cal)!r}): "
+                   f"calibration: {cal}: calibration has no link level, only a physical fit: predict with "
+                   "commsim collective --calibration CAL --nodes N --gpus-per-node G"]
+
+
+def test_collective_level_the_calibration_lacks_names_the_file_and_option(tmp_path, capsys):
+    cal = tmp_path / "one_node.yaml"
+    assert run_cli(["calibrate", "--from-nccl-tests", SNELLIUS[0], "-o", str(cal)]) == 0
+    capsys.readouterr()
+    assert run_cli(["collective", "--calibration", str(cal), "--ranks", "4", "--level", "inter_node"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"commsim: error: {cal}: --level: calibration has no link level 'inter_node' (it has intra_node)"]

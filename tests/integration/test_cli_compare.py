@@ -83,3 +83,15 @@ def test_every_shipped_scenario_compares_with_the_default_remedies(tmp_path, sce
         assert "backup:b=2 left out of the default mitigations" in r.stderr
     else:
         assert "backup:b=2" in labels and r.stderr == ""
+
+
+@pytest.mark.parametrize("parent", ["a_file", "missing"])
+def test_plot_folder_under_a_file_or_missing_folder_names_that_folder(tmp_path, parent):
+    # the plot folder's own parent is the problem: no "commsim sweep -o DIR" hint, nothing written
+    (tmp_path / "a_file").write_text("x")
+    target = tmp_path / parent / "fig"
+    out = cli(SCENARIO, "--mitigations", "fp16", "--steps", "2", "-q", "--plot", target)
+    what = "is not a directory" if parent == "a_file" else "does not exist"
+    assert out.returncode == 2
+    assert out.stderr.strip().splitlines() == [
+        f"commsim: error: --plot {target}: cannot create the plot folder: {tmp_path / parent} {what}"]

@@ -234,3 +234,13 @@ def test_a_device_or_fifo_is_written_into_not_replaced(tmp_path):
     link.symlink_to("/dev/null")
     atomic_write_text(link, "gone")
     assert stat.S_ISCHR(os.stat("/dev/null").st_mode) and link.is_symlink()
+
+
+def test_dev_stdout_on_a_pipe_is_written_into():
+    # /dev/stdout -> /proc/self/fd/1 -> 'pipe:[N]': realpath names no file, and the write once
+    # failed as "No such file or directory" ('commsim run S --json /dev/stdout | head')
+    code = ("import sys; from commsim.atomic import atomic_write_text; "
+            "atomic_write_text('/dev/stdout', 'through stdout')")
+    out = subprocess.run([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         cwd=Path(__file__).resolve().parents[2])
+    assert (out.returncode, out.stdout, out.stderr) == (0, "through stdout", "")

@@ -103,8 +103,9 @@ def plot_directory(directory: Path, validations: Sequence[Path] = (), calibratio
     try:
         written: List[Path] = []
         results = directory / "results.json"
-        if results.exists():
-            written += plot_sweep(SweepTable.load(results), directory, threshold, calibration)
+        table = SweepTable.load(results) if results.exists() else None
+        if table is not None:
+            written += plot_sweep(table, directory, threshold, calibration)
         files = list(dict.fromkeys([*validations, *_validation_files(directory)]))
         if files:
             written += plot_validation(load_cases(files), directory)
@@ -114,6 +115,9 @@ def plot_directory(directory: Path, validations: Sequence[Path] = (), calibratio
         raise
     except InputError as exc:  # one error type for the CLI: the file, the key path, the message
         raise PlotError(exc.source, exc.message, exc.path) from None
+    if not written and table is not None and not table.varied():  # one value per key: no axis to draw
+        raise PlotError(str(results), "nothing to plot: expected a sweep with a key of two or more values "
+                                      "(commsim sweep --grid KEY=V1,V2), got one point per key")
     if not written:
         raise PlotError(str(directory), "nothing to plot: expected results.json from commsim sweep, "
                                         "commsim validate JSON files, or --calibration")

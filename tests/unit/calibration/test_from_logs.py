@@ -126,3 +126,14 @@ def test_other_gpus_or_ranks_per_node_are_refused(tmp_path):
         calibration_from_nccl_logs([base, other_layout])
     cal, _ = calibration_from_nccl_logs([base, other_gpu, other_layout], same_system=True)
     assert sorted({m.world_size for m in cal.level().table}) == [8]
+
+
+def test_an_unnamed_all_gather_log_is_refused_as_no_all_reduce_not_by_its_world_size():
+    # Polaris 128 x 4 all_gather: no perf name or collective line, redop 'none'. Judged by
+    # all-reduce's bus factor, its device list's 512 ranks looked contradicted by the rows
+    # ("busbw/algbw implies 2 ranks"); the log's world size is right, the collective is not.
+    path = DATA.parent / "nccl-tests-multiscale" / "Polaris-A100_128x4_alcf-nccl2.18-allgather.txt"
+    log = load_nccl_log(str(path))
+    assert log.world_size == 512 and log.bus_kind == "all_gather" and log.collective is None
+    with pytest.raises(CalibrationError, match=r"rows have redop 'none' \(not an all-reduce\)"):
+        calibration_from_nccl_logs([str(path)])

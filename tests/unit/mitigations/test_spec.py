@@ -73,3 +73,17 @@ def test_section_of_a_scenario_file():
     assert err.value.source == "s.yaml" and err.value.path == "mitigation[0].b"
     with pytest.raises(MitigationError, match="non-empty list"):
         parse_section({"fp16": None}, "s.yaml")
+
+
+def test_parameters_the_scenario_cannot_take_are_named_by_their_parameter_path():
+    # once 'backup:b=2.b' and 'fp16+powersgd:r=4096.r': the label, value included, as a key path
+    from commsim.mitigations.spec import MitigationError, check_against, parse_mitigations
+
+    (backup,) = parse_mitigations("backup:b=2")
+    with pytest.raises(MitigationError) as err:
+        check_against(backup, 2, "--mitigations")
+    assert str(err.value).startswith("--mitigations: backup.b: expected fewer backup workers than the 2 workers")
+    (psgd,) = parse_mitigations("fp16+powersgd:r=4096")
+    with pytest.raises(MitigationError) as err:
+        check_against(psgd, 8, "--mitigations", min_dimension=1024)
+    assert str(err.value).startswith("--mitigations: powersgd.r: expected a rank no larger than")

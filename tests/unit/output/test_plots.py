@@ -473,3 +473,12 @@ def test_cli_sweep_plot_and_plot_command(scenario, tmp_path):
     assert str(out / "step_time_breakdown.svg") in r.output
     r = CliRunner().invoke(main, ["plot", str(tmp_path / "empty")])
     assert r.exit_code == 2 and "commsim: error:" in r.output and "Traceback" not in r.output
+
+
+def test_a_sweep_of_one_point_names_results_json_and_the_missing_axis(scenario, tmp_path):
+    # results.json is there: "expected results.json" would send the user looking for it
+    out = tmp_path / "out"
+    run_sweep(scenario, grid("cluster.nodes=2"), out, jobs=1)
+    with pytest.raises(plots.PlotError, match=r"results\.json: nothing to plot: expected a sweep with a key of "
+                                              r"two or more values .*got one point per key"):
+        plots.plot_directory(out)

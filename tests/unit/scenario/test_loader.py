@@ -777,3 +777,34 @@ def _get(doc, path):
     for tok in path:
         doc = doc[tok]
     return doc
+
+
+def test_set_null_removes_the_key_so_bucket_sizes_can_replace_the_files_caps(tmp_path):
+    # FULL_YAML has bucket_cap and first_bucket: bucket_sizes over them needs them gone, and no
+    # key accepts null, so KEY=null takes the key out (a missing one: nothing to take)
+    path = write(tmp_path, FULL_YAML)
+    sizes = "ddp.bucket_sizes=[1e9, 1e9]"  # 1e9 bf16 gradients = 2e9 bytes
+    with pytest.raises(ScenarioError, match=r"got both .*--set ddp.first_bucket=null --set ddp.bucket_cap=null"):
+        load_scenario(path, [sizes])
+    scenario = load_scenario(path, [sizes, "ddp.first_bucket=null", "ddp.bucket_cap=null", "ddp.nothing=null"])
+    assert scenario.ddp.bucket_sizes == (1e9, 1e9)
+    assert scenario.ddp.overlap is False and scenario.ddp.gradient_accumulation == 2  # the rest of ddp kept
+    doc = apply_overrides(full_doc(), ["compute.optimizer=null"])
+    assert "optimizer" not in doc["compute"] and "optimizer" in full_doc()["compute"]
+    with pytest.raises(ScenarioError, match=r"\(after --set 'cluster.nodes=null'\): cluster.nodes: required key is missing"):
+        load_scenario(path, ["cluster.nodes=null"])
+
+
+def test_an_index_into_a_list_the_file_leaves_out_says_the_list_is_empty():
+    # it once said "expected stragglers to be a list, got {} (a mapping)": a mapping the override made
+    doc = full_doc()
+    del doc["stragglers"]
+    with pytest.raises(ScenarioError) as err:
+        apply_overrides(doc, ["stragglers[0].factor=2"])
+    assert_message(str(err.value), "stragglers[0]", "expected no index (the list is empty)", "got 0")
+
+
+def test_an_empty_override_value_stays_an_error_not_a_removal(tmp_path):
+    # KEY= forgot its value: the key is not silently dropped to its default
+    with pytest.raises(ScenarioError, match=r"\(after --set 'ddp.bucket_cap='\): ddp.bucket_cap: .*got null"):
+        load_scenario(write(tmp_path, FULL_YAML), ["ddp.bucket_cap="])

@@ -131,3 +131,15 @@ def test_ready_points_are_clipped_into_the_unit_interval_and_non_decreasing():
 
     assert ready_points(np.array([-0.01, 0.3, 0.25, np.nan, 1.02])) == [0.0001, 0.3, 0.3, 1.0, 1.0]
     assert ready_points(np.array([0.123456, 0.5])) == [0.1235, 0.5]
+
+
+def test_a_collective_cut_off_by_the_trace_end_does_not_make_the_dtypes_mixed(tmp_path):
+    # rank 0's real trace cut to its first third of events: its last gloo span (cut inside)
+    # records no dtype; import once refused the traces as "of mixed dtypes"
+    data = Path(__file__).resolve().parents[2] / "data" / "traces" / "delay"
+    doc = json.loads(gzip.open(data / "rank0.trace.json.gz").read())
+    doc["traceEvents"] = doc["traceEvents"][: len(doc["traceEvents"]) // 3]
+    cut = tmp_path / "rank0.json"
+    cut.write_text(json.dumps(doc))
+    im = import_traces([str(cut), str(data / "rank1.trace.json.gz")], name="cut", steps=5)
+    assert im.scenario.model.grad_dtype == "fp32" and im.timeline.grad_dtype == "fp32"
