@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 # the README's system labels -> the benchmark's series names
 SYSTEMS = {
-    "H100 cluster, 8 × 400 Gb/s IB (NCCL 2.29)": "H100-cluster01",
+    "H100 cluster, 8 GPUs per node (NCCL 2.29)": "H100-cluster01",
     "Polaris A100, Slingshot (NCCL 2.18)": "Polaris-A100 (NCCL 2.18)",
     "Polaris A100, Slingshot (NCCL 2.21)": "Polaris-A100 (NCCL 2.21)",
     "Polaris A100, TCP sockets": "Polaris-A100 TCP sockets",
