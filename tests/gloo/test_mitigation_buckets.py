@@ -6,7 +6,6 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-import torch.distributed as dist  # noqa: E402
 from torch import nn  # noqa: E402
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks  # noqa: E402
 from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
@@ -15,14 +14,6 @@ from commsim.network.costs import ddp_buckets  # noqa: E402
 from validate.ddp_job import bucket_kwargs  # noqa: E402
 
 MIB = 2**20
-
-
-@pytest.fixture(scope="module")
-def group(tmp_path_factory):
-    store = dist.FileStore(str(tmp_path_factory.mktemp("store") / "store"), 1)
-    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
-    yield
-    dist.destroy_process_group()
 
 
 def torch_buckets(kwargs):

@@ -5,19 +5,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-import torch.distributed as dist  # noqa: E402
 from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
 
 import validate.mitigation_job as job  # noqa: E402
 from validate.compute_timing import synthetic_model  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def group(tmp_path_factory):
-    store = dist.FileStore(str(tmp_path_factory.mktemp("store") / "store"), 1)
-    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
-    yield
-    dist.destroy_process_group()
 
 
 def test_sample_sleeps_the_steps_stall_between_the_barrier_and_the_compute(group, monkeypatch):
