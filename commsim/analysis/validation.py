@@ -64,8 +64,8 @@ def refuse_sharding(scenario: Scenario) -> None:
     a comparison with their prediction would compare different jobs."""
     if scenario.ddp.sharding != "none":
         raise CalibrationError(
-            f"scenario {scenario.name!r}: ddp.sharding {scenario.ddp.sharding} is not replayed (the real job "
-            "all-reduces every bucket); validate with ddp.sharding=none"
+            f"{scenario.ddp.sharding} is not replayed (the real job all-reduces every bucket); "
+            "validate with ddp.sharding=none", key="ddp.sharding"
         )
 
 
@@ -79,13 +79,13 @@ def replay_plan(scenario: Scenario, warmup_steps: int, timeout_s: float) -> Dict
     bad = sorted({type(s).__name__ for s in scenario.stragglers if not isinstance(s, REPLAYABLE)})
     if bad:
         raise CalibrationError(
-            f"scenario {scenario.name!r}: stragglers of kind {', '.join(bad)} cannot be injected into a real run "
-            "(replay supports slow_rank, jitter and stall); remove them with --set"
+            f"stragglers of kind {', '.join(bad)} cannot be injected into a real run "
+            "(replay supports slow_rank, jitter and stall); remove them with --set", key="stragglers"
         )
     if scenario.model.grad_bytes > MAX_REPLAY_GRAD_BYTES:
         raise CalibrationError(
-            f"scenario {scenario.name!r}: {scenario.model.grad_bytes:.3g} bytes of gradients per rank is more than "
-            f"a replay holds ({MAX_REPLAY_GRAD_BYTES:.3g}); use a smaller model.parameters"
+            f"{scenario.model.grad_bytes:.3g} bytes of gradients per rank is more than "
+            f"a replay holds ({MAX_REPLAY_GRAD_BYTES:.3g}); use a smaller model.parameters", key="model.parameters"
         )
     buckets = np.asarray(scenario.gradient_buckets(), dtype=float)
     pert = perturbations(scenario)

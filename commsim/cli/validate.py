@@ -8,6 +8,7 @@ taken so far kept next to --json. Wire into the main group with ``register(main)
 
 from __future__ import annotations
 
+import contextlib
 from typing import Callable, Optional
 
 import click
@@ -146,7 +147,7 @@ def validate_cmd(ctx, scenario, cal_path, backend, nprocs, steps, warmup_steps, 
              f"set cluster.nodes/gpus_per_node with --set to match")
     job = import_validate("replay" if mode == "replay" else "ddp_job")
     check_backend(backend, n)
-    with launched_job(json_path):
+    with launched_job(json_path), _named_after(scenario):
         report = job.validate_scenario(sc, sc.calibration, backend, n, warmup_steps, timeout_s, echo)
     report = {"scenario": sc.name, "mode": mode, "backend": backend, "world_size": n, "steps": sc.steps,
               "calibration": cal_path, **report}
@@ -174,7 +175,9 @@ def _validate_on_hosts(scenario, cal_path, overrides, steps, force, backend, job
     check_backend(backend, len(job.local_ranks()))
     with launched_job(json_path if job.has_rank0 else None):  # only rank 0's host writes next to --json
         try:
-            report = replay.validate_scenario_on_hosts(sc, sc.calibration, backend, job, warmup_steps, timeout_s, echo)
+            with _named_after(scenario):
+                report = replay.validate_scenario_on_hosts(sc, sc.calibration, backend, job, warmup_steps, timeout_s,
+                                                           echo)
         except ValueError as exc:  # the scenario cannot be replayed here (CalibrationError included)
             fail(" ".join(str(exc).splitlines()))
     if report is None:
@@ -187,6 +190,20 @@ def _validate_on_hosts(scenario, cal_path, overrides, steps, force, backend, job
     echo(f"# {sc.name}: {sc.world_size} ranks on {sc.cluster.nodes} hosts, {sc.steps} steps, calibration {cal_path}")
     echo(format_comparison(report))
     echo(f"stragglers seen: {report['stragglers_found_text']}")
+
+
+@contextlib.contextmanager
+def _named_after(scenario_path: str):
+    """Re-raise a job's refusal of the scenario (a CalibrationError naming only a key path, such as
+    ``ddp.sharding``) with the scenario file as its source, so the one line names the file and key."""
+    from commsim.calibration import CalibrationError
+
+    try:
+        yield
+    except CalibrationError as exc:
+        if exc.source:
+            raise
+        raise CalibrationError(exc.message, source=scenario_path, key=exc.path) from None
 
 
 def register(group: click.Group) -> None:

@@ -135,7 +135,7 @@ def test_ddp_mode_refuses_sharding(sharding):
     from tests.conftest import make_scenario
     from validate.ddp_job import _plan
 
-    with pytest.raises(calib.CalibrationError, match=f"ddp.sharding {sharding} is not replayed"):
+    with pytest.raises(calib.CalibrationError, match=f"^ddp.sharding: {sharding} is not replayed"):
         _plan(make_scenario(nodes=1, gpus_per_node=2, sharding=sharding), 1)
 
 
@@ -149,7 +149,8 @@ def test_ddp_mode_refuses_no_overlap(files):
 def test_validate_refuses_sharding_before_launching(files):
     r = CliRunner().invoke(cli, ["validate", str(files / "sc.yaml"), "--calibration", str(files / "cal.yaml"),
                                  "--set", "ddp.sharding=zero2"])
-    assert r.exit_code == 2 and "ddp.sharding zero2 is not replayed" in r.output
+    # the one line names the scenario file and the key, as every input error does
+    assert r.exit_code == 2 and f"{files / 'sc.yaml'}: ddp.sharding: zero2 is not replayed" in r.output
     assert len(r.output.strip().splitlines()) == 1
 
 
