@@ -13,8 +13,11 @@ Protocol, the same for every row (nothing is tuned per table or per row):
 - Per-GPU compute per micro-batch from the table's base row (1 GPU, or 1 node for the
   multi-node table): the compute time for which the simulator reproduces the base row's
   measured step time (for 1 GPU, simply its step time: there is nothing to all-reduce).
-  Backward is twice the forward (the usual 2:1 FLOP ratio); the optimizer is folded into
-  them (its share is not published).
+  Backward is twice the forward (the usual 2:1 FLOP ratio). The optimizer (LAMB in both
+  sources) runs once per optimizer step, after the all-reduce: its time is estimated from the
+  bytes its kernels move per parameter at the GPU's memory bandwidth (:func:`optimizer_time`;
+  its share is not published) and taken out of the base row before the compute is fitted, so a
+  row with fewer accumulation steps is not charged a fraction of it.
 - Gradient bytes: the model's parameter count (:data:`MODELS`, cited) times 2 bytes with
   mixed precision (Apex AMP O2 / the fp16 post-accumulation all-reduce reduce fp16
   gradients), 4 bytes in TF32/FP32.
@@ -199,6 +202,25 @@ HARDWARE = {
 COSTS_OFF = {"bucket_overhead": 0, "overlap_slowdown": 0, "gradient_as_bucket_view": True}
 FWD_SHARE = 1.0 / 3.0  # forward : backward = 1 : 2
 
+# The optimizer step, once per optimizer step (not per micro-batch): both sources train with LAMB
+# (DLE Transformer-XL: jitlamb, DLE BERT: apex FusedLAMB), a memory-bound pass over the parameters.
+# Bytes moved per parameter, counted from the kernels (fp32 master state): stage 1 reads the
+# gradient, parameter and both moments and writes the moments and the update (7 x 4 B); the
+# per-tensor norms of parameter and update (2 x 4 B); stage 2 reads update and parameter and
+# writes the parameter (3 x 4 B); the global gradient norm for clipping reads the gradients (4 B):
+# 52 B. Mixed precision (Apex AMP O2, fp16 model with fp32 master weights) adds the master
+# gradients from the fp16 ones (2 B read + 4 B written) and the fp16 model copy of the master
+# weights (4 B read + 2 B written): 12 B more. At the GPU's datasheet memory bandwidth: a lower
+# bound (achieved bandwidth is below the peak), an estimate, not a measurement.
+LAMB_BYTES_PER_PARAMETER = 52
+AMP_MASTER_BYTES_PER_PARAMETER = 12
+
+
+def optimizer_time(parameters: int, precision: str, memory_GBps: float) -> float:
+    """Seconds of one LAMB step over `parameters` parameters at `memory_GBps` (the bytes above)."""
+    per = LAMB_BYTES_PER_PARAMETER + (AMP_MASTER_BYTES_PER_PARAMETER if precision == "mixed" else 0)
+    return parameters * per / (memory_GBps * 1e9)
+
 
 @dataclass(frozen=True)
 class Row:
@@ -345,10 +367,21 @@ def scenario_doc(row: Row, micro_compute: float, costs: bool, bucket_cap: int = 
         "cluster": hw.cluster(row.nodes, row.gpus),
         "model": {"parameters": model["parameters"], "grad_dtype": "fp16" if row.precision == "mixed" else "fp32"},
         "compute": {"forward": micro_compute * FWD_SHARE, "backward": micro_compute * (1 - FWD_SHARE),
-                    "optimizer": 0, "batch_size": row.micro_batch},
+                    "optimizer": row_optimizer(row), "batch_size": row.micro_batch},
         "ddp": ddp,
         "collective": {"algorithm": "ring"},
     }
+
+
+def row_optimizer(row: Row) -> float:
+    """The row's optimizer seconds per optimizer step (:func:`optimizer_time`)."""
+    model = MODELS["bert-large" if row.model.startswith("bert") else row.model]
+    return optimizer_time(model["parameters"], row.precision, HARDWARE[row.hardware].memory_GBps)
+
+
+def compute_time(row: Row, micro_compute: float) -> float:
+    """A step's compute alone (s): every micro-batch's forward and backward, and the optimizer."""
+    return row.accumulation * micro_compute + row_optimizer(row)
 
 
 def step_time(row: Row, micro_compute: float, costs: bool, bucket_cap: int = 25 * 2**20) -> float:
@@ -366,9 +399,10 @@ def samples_per_step(row: Row) -> float:
 def base_compute(base: Row, costs: bool, iterations: int = 6) -> float:
     """Compute per micro-batch (s) for which the simulated base row takes its measured step time."""
     measured = samples_per_step(base) / base.throughput
-    c = measured / base.accumulation
-    for _ in range(iterations):  # the step time is nearly proportional to compute: converges fast
-        c *= measured / step_time(base, c, costs)
+    opt = row_optimizer(base)
+    c = (measured - opt) / base.accumulation
+    for _ in range(iterations):  # the step time is nearly linear in compute: converges fast
+        c *= (measured - opt) / (step_time(base, c, costs) - opt)
     return c
 
 
