@@ -43,6 +43,13 @@ Protocol, the same for every row (nothing is tuned per table or per row):
   ``ddp.memory_bandwidth``, ``ddp.overlap_slowdown``, their documented defaults) and
   without them (``ddp: {bucket_overhead: 0, overlap_slowdown: 0, gradient_as_bucket_view: true}``).
 
+- ``--breakdown`` (a diagnostic): per row, ms per optimizer step of the model's compute; on top
+  of it what the model adds (exposed communication, DDP's costs) and what the measurement leaves;
+  every all-reduce run after the backward (no overlap) at the model's rate and, where a one-node
+  nccl-tests log of the same box exists (:data:`NCCL_LOGS`), at that log's measured busbw for the
+  same bucket sizes; and what the measurement leaves beyond the larger of the two. A positive
+  "beyond" is time that no overlap or bandwidth assumption about the all-reduce can produce.
+
 Error = predicted / measured throughput - 1, per row; the summary gives the median and max
 |error| over the predicted rows (the base rows are inputs, not predictions).
 """
