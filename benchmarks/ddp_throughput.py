@@ -1,6 +1,6 @@
 """DDP step-time check against published data-parallel training throughput tables.
 
-    python benchmarks/ddp_throughput.py [--json OUT.json] [--txl-overlap off]
+    python benchmarks/ddp_throughput.py [--json OUT.json] [--txl-overlap off] [--breakdown]
 
 Data: tests/data/training-throughput (NVIDIA DeepLearningExamples READMEs, each file's first
 line cites its source): PyTorch Transformer-XL base/large on one DGX A100 (40 GB) and one
@@ -13,8 +13,11 @@ Protocol, the same for every row (nothing is tuned per table or per row):
 - Per-GPU compute per micro-batch from the table's base row (1 GPU, or 1 node for the
   multi-node table): the compute time for which the simulator reproduces the base row's
   measured step time (for 1 GPU, simply its step time: there is nothing to all-reduce).
-  Backward is twice the forward (the usual 2:1 FLOP ratio); the optimizer is folded into
-  them (its share is not published).
+  Backward is twice the forward (the usual 2:1 FLOP ratio). The optimizer (LAMB in both
+  sources) runs once per optimizer step, after the all-reduce: its time is estimated from the
+  bytes its kernels move per parameter at the GPU's memory bandwidth (:func:`optimizer_time`;
+  its share is not published) and taken out of the base row before the compute is fitted, so a
+  row with fewer accumulation steps is not charged a fraction of it.
 - Gradient bytes: the model's parameter count (:data:`MODELS`, cited) times 2 bytes with
   mixed precision (Apex AMP O2 / the fp16 post-accumulation all-reduce reduce fp16
   gradients), 4 bytes in TF32/FP32.
@@ -40,6 +43,13 @@ Protocol, the same for every row (nothing is tuned per table or per row):
   ``ddp.memory_bandwidth``, ``ddp.overlap_slowdown``, their documented defaults) and
   without them (``ddp: {bucket_overhead: 0, overlap_slowdown: 0, gradient_as_bucket_view: true}``).
 
+- ``--breakdown`` (a diagnostic): per row, ms per optimizer step of the model's compute; on top
+  of it what the model adds (exposed communication, DDP's costs) and what the measurement leaves;
+  every all-reduce run after the backward (no overlap) at the model's rate and, where a one-node
+  nccl-tests log of the same box exists (:data:`NCCL_LOGS`), at that log's measured busbw for the
+  same bucket sizes; and what the measurement leaves beyond the larger of the two. A positive
+  "beyond" is time that no overlap or bandwidth assumption about the all-reduce can produce.
+
 Error = predicted / measured throughput - 1, per row; the summary gives the median and max
 |error| over the predicted rows (the base rows are inputs, not predictions).
 """
@@ -60,6 +70,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 
 from commsim.network.system import PRESETS, job_intra_bw_GBps  # noqa: E402
 from commsim.scenario.schema import parse_scenario  # noqa: E402
+from commsim.sim.ddp_costs import step_overhead  # noqa: E402
 from commsim.sim.engine import simulate  # noqa: E402
 
 DATA = os.path.join(os.path.dirname(HERE), "tests", "data", "training-throughput")
@@ -198,6 +209,25 @@ HARDWARE = {
 
 COSTS_OFF = {"bucket_overhead": 0, "overlap_slowdown": 0, "gradient_as_bucket_view": True}
 FWD_SHARE = 1.0 / 3.0  # forward : backward = 1 : 2
+
+# The optimizer step, once per optimizer step (not per micro-batch): both sources train with LAMB
+# (DLE Transformer-XL: jitlamb, DLE BERT: apex FusedLAMB), a memory-bound pass over the parameters.
+# Bytes moved per parameter, counted from the kernels (fp32 master state): stage 1 reads the
+# gradient, parameter and both moments and writes the moments and the update (7 x 4 B); the
+# per-tensor norms of parameter and update (2 x 4 B); stage 2 reads update and parameter and
+# writes the parameter (3 x 4 B); the global gradient norm for clipping reads the gradients (4 B):
+# 52 B. Mixed precision (Apex AMP O2, fp16 model with fp32 master weights) adds the master
+# gradients from the fp16 ones (2 B read + 4 B written) and the fp16 model copy of the master
+# weights (4 B read + 2 B written): 12 B more. At the GPU's datasheet memory bandwidth: a lower
+# bound (achieved bandwidth is below the peak), an estimate, not a measurement.
+LAMB_BYTES_PER_PARAMETER = 52
+AMP_MASTER_BYTES_PER_PARAMETER = 12
+
+
+def optimizer_time(parameters: int, precision: str, memory_GBps: float) -> float:
+    """Seconds of one LAMB step over `parameters` parameters at `memory_GBps` (the bytes above)."""
+    per = LAMB_BYTES_PER_PARAMETER + (AMP_MASTER_BYTES_PER_PARAMETER if precision == "mixed" else 0)
+    return parameters * per / (memory_GBps * 1e9)
 
 
 @dataclass(frozen=True)
@@ -345,16 +375,116 @@ def scenario_doc(row: Row, micro_compute: float, costs: bool, bucket_cap: int = 
         "cluster": hw.cluster(row.nodes, row.gpus),
         "model": {"parameters": model["parameters"], "grad_dtype": "fp16" if row.precision == "mixed" else "fp32"},
         "compute": {"forward": micro_compute * FWD_SHARE, "backward": micro_compute * (1 - FWD_SHARE),
-                    "optimizer": 0, "batch_size": row.micro_batch},
+                    "optimizer": row_optimizer(row), "batch_size": row.micro_batch},
         "ddp": ddp,
         "collective": {"algorithm": "ring"},
     }
+
+
+def row_optimizer(row: Row) -> float:
+    """The row's optimizer seconds per optimizer step (:func:`optimizer_time`)."""
+    model = MODELS["bert-large" if row.model.startswith("bert") else row.model]
+    return optimizer_time(model["parameters"], row.precision, HARDWARE[row.hardware].memory_GBps)
+
+
+def compute_time(row: Row, micro_compute: float) -> float:
+    """A step's compute alone (s): every micro-batch's forward and backward, and the optimizer."""
+    return row.accumulation * micro_compute + row_optimizer(row)
 
 
 def step_time(row: Row, micro_compute: float, costs: bool, bucket_cap: int = 25 * 2**20) -> float:
     """Simulated steady-state step time (s) of the row."""
     sc = parse_scenario(scenario_doc(row, micro_compute, costs, bucket_cap), row.label)
     return float(simulate(sc).step_time[-1])
+
+
+# --- where the time goes ---------------------------------------------------------------------
+
+# One-node nccl-tests all_reduce logs of the same boxes (tests/data/nccl-tests, each file's header
+# cites its source), by (system, GPUs): the measured rate at DDP's bucket sizes, independent of
+# the model's. The A100 log is an 80 GB HGX board: the same NVSwitch fabric as the DGX A100 40GB.
+NCCL_LOGS = {
+    ("DGX-1 V100", 8): "V100-SXM2-16GB-hybridCubeMesh-1node_8ranks_gh-blog-2019.txt",
+    ("DGX A100 40GB", 8): "A100-SXM4-80GB-1node_8ranks_gh-notes-dkh.txt",
+    ("DGX A100 80GB", 8): "A100-SXM4-80GB-1node_8ranks_gh-notes-dkh.txt",
+}
+NCCL_DATA = os.path.join(os.path.dirname(HERE), "tests", "data", "nccl-tests")
+
+
+def measured_busbw(path: str) -> List[Tuple[int, float]]:
+    """(size bytes, busbw bytes/s) of an nccl-tests all_reduce log's rows (the steady column)."""
+    from commsim.calibration.nccl_log import parse_nccl_log
+
+    log = parse_nccl_log(open(path, encoding="utf-8").read(), path, collective="all_reduce")
+    out = []
+    for r in log.rows:
+        t = r.steady()
+        if t is not None and t.busbw_Bps:
+            out.append((r.size_bytes, t.busbw_Bps))
+    return sorted(out)
+
+
+def logged_allreduce_time(sizes: Sequence[float], n: int, busbw: Sequence[Tuple[int, float]]) -> float:
+    """Seconds to all-reduce buckets of `sizes` bytes one after another among `n` ranks at the
+    logged bus bandwidth (busbw = algbw 2(n-1)/n, the nccl-tests definition; interpolated in
+    log size between rows, the end rows' rate outside them)."""
+    import math
+
+    xs = [math.log(s) for s, _ in busbw]
+    total = 0.0
+    for size in sizes:
+        x = math.log(size)
+        if x <= xs[0]:
+            bw = busbw[0][1]
+        elif x >= xs[-1]:
+            bw = busbw[-1][1]
+        else:
+            k = next(i for i in range(1, len(xs)) if xs[i] >= x)
+            w = (x - xs[k - 1]) / (xs[k] - xs[k - 1])
+            bw = busbw[k - 1][1] + w * (busbw[k][1] - busbw[k - 1][1])
+        total += 2.0 * (n - 1) / n * size / bw
+    return total
+
+
+def row_buckets(row: Row, bucket_cap: int = 25 * 2**20) -> List[int]:
+    """The row's all-reduce sizes (bytes) per optimizer step, as :func:`scenario_doc` lays them out."""
+    model = MODELS["bert-large" if row.model.startswith("bert") else row.model]
+    width = 2 if row.precision == "mixed" else 4
+    if row.table.startswith("bert"):
+        return [model["parameters"] * width]
+    return ddp_bucket_layout(txl_gradients(row.model), width, bucket_cap=bucket_cap)[0]
+
+
+def breakdown(row: Row, micro_compute: float, step: float, exposed_all: float) -> dict:
+    """Where a row's step goes, in seconds: the model's compute (micro-batches and optimizer),
+    what it adds on top (exposed communication and DDP's costs), what the measurement leaves on
+    top of the same compute, the most communication could add were nothing overlapped
+    (`exposed_all`: the model's rate; ``logged``: the nccl-tests log's rate at the same bucket
+    sizes, where one exists), and what is left beyond that (positive: no overlap at that rate
+    reaches the measured step; the excess is not communication at that rate)."""
+    measured = samples_per_step(row) / row.throughput
+    compute = compute_time(row, micro_compute)
+    out = {"compute_s": compute, "model_exposed_s": step - compute, "measured_exposed_s": measured - compute,
+           "no_overlap_exposed_s": exposed_all}
+    log = NCCL_LOGS.get((row.hardware, row.gpus)) if row.nodes == 1 else None
+    ceiling = exposed_all
+    if log is not None:
+        buckets = row_buckets(row)
+        costs = parse_scenario(scenario_doc(row, micro_compute, True), row.label).ddp.costs
+        logged = logged_allreduce_time(buckets, row.gpus, measured_busbw(os.path.join(NCCL_DATA, log)))
+        out["no_overlap_logged_s"] = logged + step_overhead(buckets, costs)  # DDP's copies and launches too
+        ceiling = max(ceiling, out["no_overlap_logged_s"])
+    out["beyond_no_overlap_s"] = (measured - compute) - ceiling
+    return out
+
+
+def no_overlap_step(row: Row, micro_compute: float) -> float:
+    """The row's step (s, with DDP's costs) with every all-reduce after the backward."""
+    doc = scenario_doc(row, micro_compute, True)
+    if row.table == "txl":  # the same buckets, all issued after the backward
+        doc["ddp"] = {k: v for k, v in doc["ddp"].items() if k != "bucket_ready"}
+        doc["ddp"]["overlap"] = False
+    return float(simulate(parse_scenario(doc, row.label)).step_time[-1])
 
 
 def samples_per_step(row: Row) -> float:
@@ -366,9 +496,10 @@ def samples_per_step(row: Row) -> float:
 def base_compute(base: Row, costs: bool, iterations: int = 6) -> float:
     """Compute per micro-batch (s) for which the simulated base row takes its measured step time."""
     measured = samples_per_step(base) / base.throughput
-    c = measured / base.accumulation
-    for _ in range(iterations):  # the step time is nearly proportional to compute: converges fast
-        c *= measured / step_time(base, c, costs)
+    opt = row_optimizer(base)
+    c = (measured - opt) / base.accumulation
+    for _ in range(iterations):  # the step time is nearly linear in compute: converges fast
+        c *= (measured - opt) / (step_time(base, c, costs) - opt)
     return c
 
 
@@ -398,6 +529,8 @@ def predict(rows: Sequence[Row]) -> List[dict]:
                 rec[f"step_time_s_{tag}"] = t
                 rec[f"predicted_{tag}"] = pred
                 rec[f"error_pct_{tag}"] = (pred / r.throughput - 1) * 100
+            t_all = no_overlap_step(r, compute[True]) if r.world > 1 else rec["step_time_s_costs"]
+            rec.update(breakdown(r, compute[True], rec["step_time_s_costs"], t_all - compute_time(r, compute[True])))
             if r.table == "txl":  # the same job with 1 MiB buckets: not measured by the source
                 t = step_time(r, compute[True], True, bucket_cap=2**20)
                 rec["step_time_s_1MiB"] = t
@@ -427,6 +560,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--json", help="write the rows and the summary as JSON")
     ap.add_argument("--txl-overlap", choices=("on", "off"), default="on",
                     help="diagnostic: Transformer-XL's all-reduces after the whole backward (off)")
+    ap.add_argument("--breakdown", action="store_true",
+                    help="also print where each row's step goes (compute, exposed time: model, measured, unoverlapped)")
     args = ap.parse_args(argv)
     global TXL_OVERLAP
     TXL_OVERLAP = args.txl_overlap == "on"
@@ -446,6 +581,19 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         c, n = s["costs"], s["no_costs"]
         print(f"{t:16s} {s['rows']:4d} {c['median_abs_pct']:13.1f}% {c['max_abs_pct']:6.1f}% {c['median_signed_pct']:+6.1f}% "
               f"{n['median_abs_pct']:12.1f}% {n['max_abs_pct']:6.1f}% {n['median_signed_pct']:+6.1f}%")
+    if args.breakdown:
+        print()
+        print("ms per optimizer step: the model's compute; on top of it: the model, the measurement, and "
+              "all communication unoverlapped (model rate / nccl-tests log rate); what the measurement leaves beyond that")
+        print(f"{'row':52s} {'compute':>8s} {'model':>7s} {'meas':>7s} {'no-ovl':>7s} {'logged':>7s} {'beyond':>7s}")
+        for r in records:
+            if r["base"]:
+                continue
+            logged = f"{r['no_overlap_logged_s'] * 1e3:7.1f}" if "no_overlap_logged_s" in r else f"{'':7s}"
+            print(f"{r['row']:52s} {r['compute_s'] * 1e3:8.1f} {r['model_exposed_s'] * 1e3:7.1f} "
+                  f"{r['measured_exposed_s'] * 1e3:7.1f} {r['no_overlap_exposed_s'] * 1e3:7.1f} {logged} "
+                  f"{r['beyond_no_overlap_s'] * 1e3:+7.1f}")
+        print()
     notes = sorted({f"{r['row']}: {r['note']}" for r in records if r["note"]})
     notes += sorted({f"{name}: {hw.network_note}" for name, hw in HARDWARE.items() if hw.network_note})
     for n in notes:
