@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import sys
@@ -274,8 +275,37 @@ def _interp_rows(fit, m, S, T, keep, pred, pick) -> List[dict]:
         rows.append({"size_bytes": int(S[i]), "measured_us": float(T[i]), "predicted_us": float(pred[j]),
                      "uncorrected_us": float(raw[i]), "needed_residual": float(need[i]), "pick": picks[i],
                      "error_pct": float(busbw_error(pred[j:j + 1], T[i:i + 1])[0]), "neighbours": nb,
-                     "tags": _interp_tags(T, picks, ki, a, i)})
+                     "tags": _interp_tags(T, picks, ki, a, i), "class": _interp_class(need, picks, ki, a, i)})
     return rows
+
+
+BAND = (math.log(1.15), -math.log(0.85))  # the 15% busbw band in log(measured / predicted): above, below
+
+
+def _beyond(v, a, b) -> bool:
+    """Whether residual `v` lies beyond both `a` and `b` by more than the 15% band, on one side:
+    no value between them predicts it within 15%."""
+    return v > max(a, b) + BAND[0] or v < min(a, b) - BAND[1]
+
+
+def _interp_class(need, picks, ki, a, i) -> str:
+    """The cause of a left-out size's error, from the residuals every size would need
+    (diagnostic; the correction does not read it), first that applies:
+    'a' the size is a spike against both kept neighbours (no residual between theirs gets within
+    15%: nothing smooth predicts it); 'c' a regime change between the kept neighbours (the
+    model's pick here differs from one's); 'b' a kept neighbour's residual is a spike against its
+    own kept neighbours of its pick and is spread into this size; 'd' neither: the residual is not linear
+    in log size between two kept sizes of one regime (the fit's structure)."""
+    lo, hi = ki[a], ki[a + 1]
+    if _beyond(need[i], need[lo], need[hi]):
+        return "a"
+    if picks[lo] != picks[i] or picks[hi] != picks[i]:
+        return "c"
+    def spike(k, below, above):  # a kept size against its kept neighbours of its own pick
+        return picks[below] == picks[k] == picks[above] and _beyond(need[k], need[below], need[above])
+    if (a >= 1 and spike(lo, ki[a - 1], hi)) or (a + 2 < ki.size and spike(hi, lo, ki[a + 2])):
+        return "b"
+    return "d"
 
 
 def _interp_tags(T, picks, ki, a, i) -> List[str]:
@@ -343,14 +373,25 @@ def print_interp_detail(interp: List[dict], above: float = 15.0, file=sys.stdout
     p(f"Interpolation, left-out sizes with |busbw error| > {above:g}% (residual r = log(measured / physical); "
       "need = the left-out size's own)")
     p(f"{'log':46} {'kind':14} {'size':>5} {'meas us':>9} {'pred us':>9} {'err %':>6} {'pick':13} {'need':>6}  "
-      "kept neighbours (size r pick)                    tags")
+      "kept neighbours (size r pick)                    class tags")
     for q in interp:
         for r in q["rows"]:
             if r["error_pct"] <= above:
                 continue
             nb = "  ".join(f"{_kb(n['size_bytes']):>5} {n['residual']:+.2f} {n['pick']:13}" for n in r["neighbours"])
             p(f"{q['log'][:46]:46} {q['kind']:14} {_kb(r['size_bytes']):>5} {r['measured_us']:9.1f} {r['predicted_us']:9.1f} "
-              f"{r['error_pct']:6.1f} {r['pick']:13} {r['needed_residual']:+6.2f}  {nb}  {','.join(r['tags']) or '-'}")
+              f"{r['error_pct']:6.1f} {r['pick']:13} {r['needed_residual']:+6.2f}  {nb}  {r['class']:5} {','.join(r['tags']) or '-'}")
+    _print_interp_classes(interp, above, p)
+
+
+def _print_interp_classes(interp: List[dict], above: float, p) -> None:
+    """Per cause class: how many left-out sizes, their median and max error, and how many over `above`."""
+    names = {"a": "spike at the size", "b": "neighbour's spike spread", "c": "regime change", "d": "fit's structure"}
+    rows = [r for q in interp for r in q["rows"]]
+    for c, name in names.items():
+        e = np.array([r["error_pct"] for r in rows if r["class"] == c])
+        if e.size:
+            p(f"  class {c} ({name}): n={e.size}  median {np.median(e):.1f}%  max {np.max(e):.1f}%  over {above:g}%: {int(np.sum(e > above))}")
 
 
 def main(argv=None) -> int:

@@ -43,7 +43,7 @@ import numpy as np
 
 from commsim.calibration.errors import CalibrationError
 from commsim.calibration.nccl_tables import LogTables, load_tables
-from commsim.calibration.residuals import residual_correction
+from commsim.calibration.residuals import regimes, residual_correction
 from commsim.collectives.nccl_tuner import KINDS, Scale, bus_factor, plan
 from commsim.errors import InputError
 from commsim.network.system import System
@@ -180,7 +180,11 @@ class PhysicalFit:
                     if r is None:
                         continue
                     # only within the model's own (algorithm, protocol) regime: see residuals.py
-                    corr, corrected = residual_correction(S, p.choose(S), m.sizes, r, p.choose(m.sizes))
+                    # (algorithm, protocol) and whether a rendezvous floor prices the size: see residuals.py
+                    price = lambda name, f, X: plan(kind, self.system.with_constants({name: getattr(self.system, name) * f}, "probe"),
+                                                    nodes, gpus_per_node, choice_system=self.nominal, pick=pick).time_us(X)
+                    corr, corrected = residual_correction(S, regimes(p.choose(S), S, price), m.sizes, r,
+                                                          regimes(p.choose(m.sizes), m.sizes, price))
                     t = np.where(corrected, t * np.exp(corr), t)
                     notes.append(f"measured scale: corrected by the residuals of {m.label}")
                     inside = (S >= m.sizes.min()) & (S <= m.sizes.max())
