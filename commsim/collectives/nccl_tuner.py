@@ -38,8 +38,9 @@ ceilings and to the NICs in use (a channel drives one NIC); NCCL's own estimate 
 which is one reason it is too fast at mid sizes across nodes.
 
 Where the network plugin sends long messages by rendezvous (:attr:`System.net_rdzv_threshold_bytes`,
-libfabric CXI), a Simple ring step across nodes lasts at least its slices' rendezvous costs
-(:func:`net_rendezvous_us`) and a Simple tree pays one per chunk; NCCL's estimate knows nothing of it.
+libfabric CXI), a Simple ring step across nodes lasts at least its slices' rendezvous costs, which
+the other slice's transfer overlaps (:func:`net_rendezvous_step_us`), and a Simple tree pays one per
+chunk; NCCL's estimate knows nothing of it.
 
 Sizes are nccl-tests ``size`` bytes (AG/RS: the whole gathered buffer). Times in us.
 :func:`plan` builds the per-(kind, system, scale) table once; :class:`Plan` evaluates many
@@ -857,8 +858,8 @@ def net_rendezvous_us(system: System, sizes, ranks: int, channels_launched) -> n
     slices longer than the largest message it sends eagerly
     (:attr:`System.net_rdzv_threshold_bytes`), one after the other on a channel; 0 where the
     system has no threshold. Channels run concurrently, so a step waits for one channel's
-    messages (the fullest's). :func:`physical_time_us` takes it as a floor of every step, like
-    the proxy's per-step overhead (:func:`net_step_floor_us`), which it overlaps. Polaris
+    messages (the fullest's). The rendezvous work alone, without the transfer it overlaps:
+    :func:`physical_time_us` prices a step with :func:`net_rendezvous_step_us`. Polaris
     (libfabric CXI, software receive matching) measures ~25-27 us per step with one such
     message (32 KiB chunks) and ~44-52 us with two (64 KiB and up) at 8x4 and 128x4, all_gather
     and all_reduce alike; 38 and 62 at 2x4."""
