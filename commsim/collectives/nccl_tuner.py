@@ -38,8 +38,9 @@ ceilings and to the NICs in use (a channel drives one NIC); NCCL's own estimate 
 which is one reason it is too fast at mid sizes across nodes.
 
 Where the network plugin sends long messages by rendezvous (:attr:`System.net_rdzv_threshold_bytes`,
-libfabric CXI), a Simple ring step across nodes lasts at least its slices' rendezvous costs
-(:func:`net_rendezvous_us`) and a Simple tree pays one per chunk; NCCL's estimate knows nothing of it.
+libfabric CXI), a Simple ring step across nodes lasts at least its slices' rendezvous costs, which
+the other slice's transfer overlaps (:func:`net_rendezvous_step_us`), and a Simple tree pays one per
+chunk; NCCL's estimate knows nothing of it.
 
 Sizes are nccl-tests ``size`` bytes (AG/RS: the whole gathered buffer). Times in us.
 :func:`plan` builds the per-(kind, system, scale) table once; :class:`Plan` evaluates many
@@ -857,8 +858,8 @@ def net_rendezvous_us(system: System, sizes, ranks: int, channels_launched) -> n
     slices longer than the largest message it sends eagerly
     (:attr:`System.net_rdzv_threshold_bytes`), one after the other on a channel; 0 where the
     system has no threshold. Channels run concurrently, so a step waits for one channel's
-    messages (the fullest's). :func:`physical_time_us` takes it as a floor of every step, like
-    the proxy's per-step overhead (:func:`net_step_floor_us`), which it overlaps. Polaris
+    messages (the fullest's). The rendezvous work alone, without the transfer it overlaps:
+    :func:`physical_time_us` prices a step with :func:`net_rendezvous_step_us`. Polaris
     (libfabric CXI, software receive matching) measures ~25-27 us per step with one such
     message (32 KiB chunks) and ~44-52 us with two (64 KiB and up) at 8x4 and 128x4, all_gather
     and all_reduce alike; 38 and 62 at 2x4."""
@@ -868,6 +869,56 @@ def net_rendezvous_us(system: System, sizes, ranks: int, channels_launched) -> n
         return np.zeros(S.shape)
     n_rdzv = np.sum(simple_ring_slices(S, ranks, channels_launched) > thr, axis=-1)
     return system.net_rdzv_us * n_rdzv
+
+
+def ring_loops(sizes, ranks: int, channels_launched) -> np.ndarray:
+    """Loops a Simple ring channel runs (runRing: ``loopSize = nChannels x chunkSize``, the chunk at
+    most :data:`SIMPLE_RING_CHUNK_BYTES`): each loop repeats every step of the ring, one chunk per step."""
+    S = np.asarray(sizes, dtype=float)
+    nc = np.broadcast_to(np.asarray(channels_launched, dtype=float), S.shape)
+    return np.maximum(1.0, np.ceil(np.ceil(S / ranks / nc) / SIMPLE_RING_CHUNK_BYTES))
+
+
+def net_rendezvous_step_us(system: System, sizes, ranks: int, channels_launched, floor_us, transfer_us) -> np.ndarray:
+    """A Simple ring step's duration (us) across nodes where the plugin sends long messages by
+    rendezvous, less its transfer `transfer_us` (the step's chunk at the channel's rate), per size:
+    what the step adds to the ring's bandwidth term. `floor_us` is the step's latency otherwise
+    (the hop or the proxy's per-step floor).
+
+    Each of the step's two slices (:func:`simple_ring_slices`) is one message. The rank's one proxy
+    thread handles a channel's messages one after the other, each for at least the per-step floor
+    (on such a plugin the per-message CPU work, :attr:`System.net_step_per_channel`) and, for a
+    rendezvous message, for :attr:`System.net_rdzv_us` (libfabric CXI with software receive
+    matching: the receiver's progress call matches the header and issues the GET):
+    w_k = max(floor, c_k). The GET's payload then moves in the NIC while the proxy handles the
+    next posted message: a Simple connection keeps NCCL_STEPS = 8 slots (4 two-step slices) in
+    flight (src/include/device.h; src/transport/net.cc sendProxyProgress/recvProxyProgress post
+    every slot that is ready), so the data of one slice overlaps the proxy work of the next. In
+    steady state a step lasts the longest of its resources and of each slice's own chain (exact
+    against a per-message event simulation of the ring, tests/unit/collectives):
+
+        max(w_k + t_k for each slice k,  w_1 + w_2 (proxy),  t_1 + t_2 (link))
+
+    With one message a step (chunks up to 32 KiB) that is max(floor, c_1) + t_1, the unpipelined
+    price; with two (64 KiB and up) the proxy work hides behind the transfer once t_1 + t_2
+    exceeds w_1 + w_2. Polaris 8x4 measures ~49-55 us per ring step at 64-256 KiB chunks
+    (t = 7-29 us), ~66 at 512 KiB and ~118 at 1 MiB (t = 58, 115): the transfer plus 3-8 us, where
+    a rendezvous floor in series with the transfer charged ~46 us more. Returns ``floor_us``
+    where the system has no rendezvous threshold."""
+    S = np.asarray(sizes, dtype=float)
+    floor = np.broadcast_to(np.asarray(floor_us, dtype=float), S.shape)
+    thr = system.net_rdzv_threshold_bytes
+    if thr is None:
+        return np.array(floor, dtype=float)
+    T = np.broadcast_to(np.asarray(transfer_us, dtype=float), S.shape)
+    b = simple_ring_slices(S, ranks, channels_launched)
+    total = np.maximum(np.sum(b, axis=-1), 1.0)
+    t = T[..., None] * b / total[..., None]              # each slice's share of the step's transfer
+    c = np.where(b > thr, system.net_rdzv_us, 0.0)       # its rendezvous work
+    w = np.where(b > 0, np.maximum(floor[..., None], c), 0.0)  # the proxy's time on it (0: no message)
+    chain = np.max(np.where(b > 0, w + t, 0.0), axis=-1)
+    step = np.maximum(np.maximum(chain, np.sum(w, axis=-1)), T)
+    return step - T
 
 
 def channels_used(algorithm: str, protocol: str, sizes, channels: int, ranks: int) -> np.ndarray:
@@ -1002,11 +1053,14 @@ def physical_time_us(kind: str, algorithm: str, protocol: str, sizes, system: Sy
         n_inter = 0 if D == 1 else (2 * (D - 1) if kind == "all_reduce" else D - 1)
         if D > 1:
             h_intra = np.maximum(h_intra, net_step_floor_us(system, protocol, nc))
-            if protocol == SIMPLE:
-                # a step across nodes lasts at least its messages' rendezvous round trips (the
-                # network step that sends them, and every NVLink step of the ring waiting on it)
-                r = net_rendezvous_us(system, S, n, nc)
-                h_intra, h_net = np.maximum(h_intra, r), np.maximum(h_net, r)
+            if protocol == SIMPLE and system.net_rdzv_threshold_bytes is not None:
+                # a step across nodes lasts at least its messages' rendezvous work (the network
+                # step that sends them, and every NVLink step of the ring waiting on it), which
+                # the next slice's transfer overlaps (net_rendezvous_step_us)
+                loops = ring_loops(S, n, nc)
+                T = S / (1000.0 * alg_bw) / (nsteps * loops)
+                h_intra = loops * net_rendezvous_step_us(system, S, n, nc, h_intra, T)
+                h_net = loops * net_rendezvous_step_us(system, S, n, nc, h_net, T)
         lat_s = lat + (nsteps - n_inter) * h_intra + n_inter * h_net
     elif a == "tree":
         eta = system.tree_efficiency
