@@ -73,11 +73,11 @@ LOG = "Polaris-A100_8x4_alcf-nccl2.18-allgather.txt"
 
 
 @pytest.mark.skipif(not os.path.exists(os.path.join(DATA, LOG)), reason="Polaris log not in tests/data")
-def test_polaris_8x4_all_gather_4m_does_not_take_the_8m_rendezvous_residual():
+def test_polaris_8x4_all_gather_mb_sizes_interpolate_within_10_percent():
     """Every other size of Polaris 8 x 4 all_gather (NCCL 2.18) kept: the model runs ring/LL at
-    2 MB and ring/Simple from 4 MB; at 4 MB the proxy's per-step floor binds on some steps (one
-    rendezvous message a step), from 8 MB (two) only the rendezvous floor does. 8 MB's residual (+0.12) held into 4 MB priced it
-    1,003 us against 832 measured (17.1%); its own floor's price alone is within 7%."""
+    2 MB and ring/Simple from 4 MB, where the proxy's per-step floor and the rendezvous messages
+    price the steps. Each left-out size from 1 MB on is predicted within 10% (the residuals held
+    within their regime: across the LL -> Simple switch at 2 MB nothing of the LL side carries)."""
     from commsim.calibration.nccl_tables import load_tables
     lt = load_tables(os.path.join(DATA, LOG), world_size=32)
     (tab,) = lt.tables
@@ -90,6 +90,6 @@ def test_polaris_8x4_all_gather_4m_does_not_take_the_8m_rendezvous_residual():
     p = fit.plan(tab.kind, 8, 4)
     k4 = int(np.flatnonzero(S == 2.0 ** 22)[0])
     assert p.choose(S[[k4 - 1, k4, k4 + 1]]) == [("ring", "LL"), ("ring", "Simple"), ("ring", "Simple")]
-    got = fit.predict(tab.kind, 8, 4, S[[k4]]).time_us[0]
-    assert got == pytest.approx(p.time_us(S[[k4]])[0], rel=1e-12)  # no residual of another regime
-    assert abs(T[k4] / got - 1) < 0.08
+    out = ~keep & (S >= 2.0 ** 20)
+    got = fit.predict(tab.kind, 8, 4, S[out]).time_us
+    assert np.all(np.abs(got / T[out] - 1) < 0.10)
