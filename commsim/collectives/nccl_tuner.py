@@ -870,6 +870,45 @@ def net_rendezvous_us(system: System, sizes, ranks: int, channels_launched) -> n
     return system.net_rdzv_us * n_rdzv
 
 
+def simple_ring_loops(sizes, ranks: int, channels_launched) -> np.ndarray:
+    """Loop iterations of a Simple ring kernel, per size: each channel's block walks its share of
+    the buffer ``nranks * chunkSize`` elements at a time (src/device/all_reduce.h runRing,
+    ``for (elemOffset = 0; elemOffset < channelCount; elemOffset += loopCount)``, ``loopCount =
+    nranks * chunkCount``, the same in v2.17.1-1's collectives/device/all_reduce.h with ``loopSize
+    = nChannels*nranks*chunkSize``; all_gather.h and reduce_scatter.h alike), chunkSize =
+    ALLREDUCE_CHUNKSTEPS x stepSize (2 MiB at the default 4 MiB buffer, enqueue.cc
+    calcCollChunking). `sizes` are the collective's full buffer (all_gather's output)."""
+    S = np.asarray(sizes, dtype=float)
+    nc = np.broadcast_to(np.asarray(channels_launched, dtype=float), S.shape)
+    return np.maximum(1.0, np.ceil(S / (nc * ranks * SIMPLE_RING_CHUNK_BYTES)))
+
+
+def ring_loop_bubble_us(system: System, sizes, ranks: int, channels_launched) -> np.ndarray:
+    """Time (us) a Simple ring across nodes leaves its NICs idle at its loop boundaries, per size.
+
+    A channel's block runs its loop's steps one after the other (send, recvReduceSend ...,
+    recv: src/device/all_reduce.h runRing) and starts the next loop's send only when its last
+    recv is done (:func:`simple_ring_loops`). Across the network a slice is stored and
+    forwarded: the proxy hands a received slice to the GPU only once it has arrived whole, and
+    posts a send only once the block has written the whole slice into the send FIFO
+    (prims_simple.h ``postPeer`` once per slice). Within a loop those copies overlap other
+    slices' transfers; at each loop boundary they do not: the NIC waits while the block copies
+    the loop's last received slice out and writes the next loop's first slice in, two slices at
+    one channel's Simple copy rate (:attr:`System.simple_ch_GBps`), the wire's one-way latency
+    overlapping the peer's last slice. Channels run the same partition in step, so their gaps
+    coincide.
+
+    A loop holds 2(n-1) sends of all_reduce and n-1 of all_gather/reduce_scatter, so the idle
+    share falls as 1/n: at 2 ranks (one GPU per node on 2 nodes) it is about a quarter of
+    all_reduce's transfer and half of all_gather's. That is the Azure NDmv4 2x1 pair (NCCL
+    2.17.1: 18.65 and 15.84 GB/s per NIC where 2x8 drives each NIC at ~23 GB/s and MSCCL++
+    drives the same 2x1 at 23.3); at 2x8 it is 1-3%. On NVLink the sender's copy is the
+    transfer (direct writes into the peer's buffer), so rings inside a node have no such gap."""
+    loops = simple_ring_loops(sizes, ranks, channels_launched)
+    first_slice = simple_ring_slices(sizes, ranks, channels_launched)[..., 0]
+    return (loops - 1.0) * 2.0 * first_slice / (1000.0 * system.simple_ch_GBps)
+
+
 def channels_used(algorithm: str, protocol: str, sizes, channels: int, ranks: int) -> np.ndarray:
     """Channels NCCL launches for each size (enqueue.cc topoGetAlgoInfo): while nBytes <
     nc * nThreads * threadThreshold, nc-- (ring LL's threshold is per rank). NVLS/CollNet
@@ -1008,6 +1047,9 @@ def physical_time_us(kind: str, algorithm: str, protocol: str, sizes, system: Sy
                 r = net_rendezvous_us(system, S, n, nc)
                 h_intra, h_net = np.maximum(h_intra, r), np.maximum(h_net, r)
         lat_s = lat + (nsteps - n_inter) * h_intra + n_inter * h_net
+        if D > 1 and protocol == SIMPLE:
+            # the block's loops run one after the other: every loop boundary idles the NICs
+            lat_s = lat_s + ring_loop_bubble_us(system, S, n, nc)
     elif a == "tree":
         eta = system.tree_efficiency
         alg_link = inf.copy()
