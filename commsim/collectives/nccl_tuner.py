@@ -990,7 +990,8 @@ def physical_time_us(kind: str, algorithm: str, protocol: str, sizes, system: Sy
     system's physical constants (see the module docstring for each algorithm's traffic).
 
     latency = baseLat[algorithm][protocol] + launch_us + hops, each hop's latency the level's
-    physical Simple-ring latency times NCCL's ratio for (algorithm, protocol);
+    physical Simple-ring latency times NCCL's ratio for (algorithm, protocol), plus a Simple
+    ring's idle time at its loop boundaries across nodes (:func:`ring_loop_bubble_us`);
     bandwidth = the slowest level for the algorithm's traffic, times the protocol's payload
     fraction, at most the protocol's ceiling (:func:`protocol_ceiling_GBps`: LL's total, the
     per-graph-channel LL128/Simple ones, scaled by the channels launched); network levels
