@@ -871,14 +871,6 @@ def net_rendezvous_us(system: System, sizes, ranks: int, channels_launched) -> n
     return system.net_rdzv_us * n_rdzv
 
 
-def ring_loops(sizes, ranks: int, channels_launched) -> np.ndarray:
-    """Loops a Simple ring channel runs (runRing: ``loopSize = nChannels x chunkSize``, the chunk at
-    most :data:`SIMPLE_RING_CHUNK_BYTES`): each loop repeats every step of the ring, one chunk per step."""
-    S = np.asarray(sizes, dtype=float)
-    nc = np.broadcast_to(np.asarray(channels_launched, dtype=float), S.shape)
-    return np.maximum(1.0, np.ceil(np.ceil(S / ranks / nc) / SIMPLE_RING_CHUNK_BYTES))
-
-
 def net_rendezvous_step_us(system: System, sizes, ranks: int, channels_launched, floor_us, transfer_us) -> np.ndarray:
     """A Simple ring step's duration (us) across nodes where the plugin sends long messages by
     rendezvous, less its transfer `transfer_us` (the step's chunk at the channel's rate), per size:
@@ -919,6 +911,45 @@ def net_rendezvous_step_us(system: System, sizes, ranks: int, channels_launched,
     chain = np.max(np.where(b > 0, w + t, 0.0), axis=-1)
     step = np.maximum(np.maximum(chain, np.sum(w, axis=-1)), T)
     return step - T
+
+
+def simple_ring_loops(sizes, ranks: int, channels_launched) -> np.ndarray:
+    """Loop iterations of a Simple ring kernel, per size: each channel's block walks its share of
+    the buffer ``nranks * chunkSize`` elements at a time (src/device/all_reduce.h runRing,
+    ``for (elemOffset = 0; elemOffset < channelCount; elemOffset += loopCount)``, ``loopCount =
+    nranks * chunkCount``, the same in v2.17.1-1's collectives/device/all_reduce.h with ``loopSize
+    = nChannels*nranks*chunkSize``; all_gather.h and reduce_scatter.h alike), chunkSize =
+    ALLREDUCE_CHUNKSTEPS x stepSize (2 MiB at the default 4 MiB buffer, enqueue.cc
+    calcCollChunking). `sizes` are the collective's full buffer (all_gather's output)."""
+    S = np.asarray(sizes, dtype=float)
+    nc = np.broadcast_to(np.asarray(channels_launched, dtype=float), S.shape)
+    return np.maximum(1.0, np.ceil(S / (nc * ranks * SIMPLE_RING_CHUNK_BYTES)))
+
+
+def ring_loop_bubble_us(system: System, sizes, ranks: int, channels_launched) -> np.ndarray:
+    """Time (us) a Simple ring across nodes leaves its NICs idle at its loop boundaries, per size.
+
+    A channel's block runs its loop's steps one after the other (send, recvReduceSend ...,
+    recv: src/device/all_reduce.h runRing) and starts the next loop's send only when its last
+    recv is done (:func:`simple_ring_loops`). Across the network a slice is stored and
+    forwarded: the proxy hands a received slice to the GPU only once it has arrived whole, and
+    posts a send only once the block has written the whole slice into the send FIFO
+    (prims_simple.h ``postPeer`` once per slice). Within a loop those copies overlap other
+    slices' transfers; at each loop boundary they do not: the NIC waits while the block copies
+    the loop's last received slice out and writes the next loop's first slice in, two slices at
+    one channel's Simple copy rate (:attr:`System.simple_ch_GBps`), the wire's one-way latency
+    overlapping the peer's last slice. Channels run the same partition in step, so their gaps
+    coincide.
+
+    A loop holds 2(n-1) sends of all_reduce and n-1 of all_gather/reduce_scatter, so the idle
+    share falls as 1/n: at 2 ranks (one GPU per node on 2 nodes) it is about a quarter of
+    all_reduce's transfer and half of all_gather's. That is the Azure NDmv4 2x1 pair (NCCL
+    2.17.1: 18.65 and 15.84 GB/s per NIC where 2x8 drives each NIC at ~23 GB/s and MSCCL++
+    drives the same 2x1 at 23.3); at 2x8 it is 1-3%. On NVLink the sender's copy is the
+    transfer (direct writes into the peer's buffer), so rings inside a node have no such gap."""
+    loops = simple_ring_loops(sizes, ranks, channels_launched)
+    first_slice = simple_ring_slices(sizes, ranks, channels_launched)[..., 0]
+    return (loops - 1.0) * 2.0 * first_slice / (1000.0 * system.simple_ch_GBps)
 
 
 def channels_used(algorithm: str, protocol: str, sizes, channels: int, ranks: int) -> np.ndarray:
@@ -1002,7 +1033,8 @@ def physical_time_us(kind: str, algorithm: str, protocol: str, sizes, system: Sy
     system's physical constants (see the module docstring for each algorithm's traffic).
 
     latency = baseLat[algorithm][protocol] + launch_us + hops, each hop's latency the level's
-    physical Simple-ring latency times NCCL's ratio for (algorithm, protocol);
+    physical Simple-ring latency times NCCL's ratio for (algorithm, protocol), plus a Simple
+    ring's idle time at its loop boundaries across nodes (:func:`ring_loop_bubble_us`);
     bandwidth = the slowest level for the algorithm's traffic, times the protocol's payload
     fraction, at most the protocol's ceiling (:func:`protocol_ceiling_GBps`: LL's total, the
     per-graph-channel LL128/Simple ones, scaled by the channels launched); network levels
@@ -1057,11 +1089,14 @@ def physical_time_us(kind: str, algorithm: str, protocol: str, sizes, system: Sy
                 # a step across nodes lasts at least its messages' rendezvous work (the network
                 # step that sends them, and every NVLink step of the ring waiting on it), which
                 # the next slice's transfer overlaps (net_rendezvous_step_us)
-                loops = ring_loops(S, n, nc)
+                loops = simple_ring_loops(S, n, nc)
                 T = S / (1000.0 * alg_bw) / (nsteps * loops)
                 h_intra = loops * net_rendezvous_step_us(system, S, n, nc, h_intra, T)
                 h_net = loops * net_rendezvous_step_us(system, S, n, nc, h_net, T)
         lat_s = lat + (nsteps - n_inter) * h_intra + n_inter * h_net
+        if D > 1 and protocol == SIMPLE:
+            # the block's loops run one after the other: every loop boundary idles the NICs
+            lat_s = lat_s + ring_loop_bubble_us(system, S, n, nc)
     elif a == "tree":
         eta = system.tree_efficiency
         alg_link = inf.copy()
