@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import sys
@@ -397,8 +398,34 @@ def ring_step_rows(series: Series, pick: str = "nccl") -> List[dict]:
     return rows
 
 
+def ring_intercepts(rows: Sequence[dict], largest: float = 2 * 1024 * MB) -> List[dict]:
+    """Per (log, kind): a least-squares line time = a + size x b through the :func:`ring_step_rows`
+    sizes the model runs as ring/Simple, up to `largest` bytes (beyond, the 1-GPU-per-node logs'
+    busbw still climbs), with at least 3 sizes. ``intercept_us`` (a, with its standard error) is
+    the log's fixed cost per collective; ``model_latency_us`` the model's latency at the smallest
+    of those sizes (its hops: a fixed number per collective, whatever the size)."""
+    out = []
+    for log, kind in dict.fromkeys((r["log"], r["kind"]) for r in rows):
+        sel = [r for r in rows if (r["log"], r["kind"]) == (log, kind) and r["pick"] == "ring/Simple"
+               and r["size_bytes"] <= largest]
+        if len(sel) < 3:
+            continue
+        S = np.array([r["size_bytes"] for r in sel], dtype=float)
+        T = np.array([r["measured_us_per_step"] * r["steps"] for r in sel])
+        A = np.vstack([np.ones_like(S), S]).T
+        coef = np.linalg.lstsq(A, T, rcond=None)[0]
+        resid = T - A @ coef
+        se = math.sqrt(np.linalg.inv(A.T @ A)[0, 0] * float(resid @ resid) / (S.size - 2))
+        first = sel[0]
+        out.append({"log": log, "scale": first["scale"], "kind": kind, "sizes": [int(x) for x in S],
+                    "intercept_us": float(coef[0]), "intercept_stderr_us": se,
+                    "model_latency_us": first["model_latency_us_per_step"] * first["steps"],
+                    "ring_steps": first["steps"] // first["loops"]})
+    return out
+
+
 def print_ring_steps(rows: List[dict], file=sys.stdout) -> None:
-    """The :func:`ring_step_rows` table."""
+    """The :func:`ring_step_rows` table, then each log's ring/Simple fixed cost (:func:`ring_intercepts`)."""
     p = lambda *a: print(*a, file=file)
     p("")
     p("Ring steps: per predicted ring size >= 1 MB, time per step (us) measured and modelled; "
@@ -410,6 +437,14 @@ def print_ring_steps(rows: List[dict], file=sys.stdout) -> None:
         p(f"{r['log'][:46]:46} {r['kind']:14} {_kb(r['size_bytes']):>5} {r['pick']:12} {r['channels']:3d} {cpn:>6} "
           f"{r['chunk_bytes'] / KB:5.0f}K {r['loops']:5d} {r['steps']:5d} {r['measured_us_per_step']:8.1f} "
           f"{r['model_us_per_step']:8.1f} {r['model_latency_us_per_step']:7.1f} {r['excess_us_per_step']:7.1f}")
+    p("")
+    p("Ring/Simple fixed cost per collective: least-squares intercept of time over size (sizes <= 2 GiB) "
+      "against the model's latency")
+    p(f"{'log':46} {'kind':14} {'sizes':>11} {'steps':>5} {'log: a +- se (us)':>18} {'model (us)':>10}")
+    for q in ring_intercepts(rows):
+        span = f"{_kb(q['sizes'][0])}-{_kb(q['sizes'][-1])}"
+        p(f"{q['log'][:46]:46} {q['kind']:14} {span:>11} {q['ring_steps']:5d} "
+          f"{q['intercept_us']:9.0f} +- {q['intercept_stderr_us']:4.0f} {q['model_latency_us']:10.0f}")
 
 
 def main(argv=None) -> int:

@@ -76,3 +76,25 @@ def test_ring_step_table_for_the_h100_cluster_is_the_logs_and_the_model_per_step
     # than a quarter of that per step above the model's bandwidth term
     assert 300.0 < r["model_latency_us_per_step"] * 39 < 700.0
     assert r["excess_us_per_step"] < 0.25 * r["model_latency_us_per_step"]
+
+
+def test_ring_intercepts_recover_a_line_exactly(cross_scale):
+    sizes = [256 * MB, 512 * MB, 1024 * MB, 2048 * MB, 4096 * MB]
+    rows = [{"log": "L", "scale": "10x4", "kind": "all_gather", "size_bytes": S, "pick": "ring/Simple",
+             "steps": 39, "loops": 1, "measured_us_per_step": (90.0 + S * 5e-6) / 39,
+             "model_latency_us_per_step": 540.0 / 39} for S in sizes]
+    rows.insert(0, dict(rows[0], size_bytes=128 * MB, pick="ring/LL128", measured_us_per_step=1e6))
+    (q,) = cross_scale.ring_intercepts(rows)
+    assert q["sizes"] == sizes[:4]  # LL128 and > 2 GiB rows left out
+    assert q["intercept_us"] == pytest.approx(90.0, abs=1e-6)
+    assert q["intercept_stderr_us"] == pytest.approx(0.0, abs=1e-6)
+    assert (q["model_latency_us"], q["ring_steps"]) == (pytest.approx(540.0), 39)
+
+
+def test_h100_simple_ring_fixed_cost_per_collective_from_the_logs(cross_scale):
+    series = next(s for s in cross_scale.SERIES if s.name == "H100-cluster01")
+    by = {(q["log"], q["kind"]): q for q in cross_scale.ring_intercepts(cross_scale.ring_step_rows(series))}
+    q = by[("H100-cluster01_10x4_xxrjun.txt", "all_gather")]
+    assert [s // MB for s in q["sizes"]] == [511, 1023, 2047]
+    assert q["intercept_us"] == pytest.approx(91.0, abs=1.0)
+    assert q["ring_steps"] == 39
