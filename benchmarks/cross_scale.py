@@ -458,17 +458,17 @@ def main(argv=None) -> int:
                     help="also list, per predicted ring size of SYSTEM (default H100-cluster01), the time per "
                          "ring step measured and modelled, with channels, chunk and loops")
     args = ap.parse_args(argv)
+    steps_series = [x for x in SERIES if x.name == args.ring_steps]
+    if args.ring_steps and not steps_series:
+        ap.error(f"--ring-steps: no series {args.ring_steps!r} (one of: {', '.join(x.name for x in SERIES)})")
     results = [run_series(s, args.pick) for s in SERIES]
     single = run_single(args.pick)
     interp = run_interpolation(SERIES, args.pick)
     print_report(results, single, interp)
     if args.interp_detail:
         print_interp_detail(interp)
-    if args.ring_steps:
-        chosen = [x for x in SERIES if x.name == args.ring_steps]
-        if not chosen:
-            ap.error(f"--ring-steps: no series {args.ring_steps!r} (one of: {', '.join(x.name for x in SERIES)})")
-        print_ring_steps(ring_step_rows(chosen[0], args.pick))
+    if steps_series:
+        print_ring_steps(ring_step_rows(steps_series[0], args.pick))
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
             json.dump({"series": results, "single_scale_nominal": single, "interpolation": interp}, fh, indent=1, sort_keys=True)
