@@ -37,6 +37,9 @@ sys.path.insert(0, os.path.dirname(HERE))
 from commsim.calibration.nccl_tables import load_tables  # noqa: E402
 from commsim.calibration.physical_fit import Measurement, fit_physical  # noqa: E402
 from commsim.collectives.nccl_tuner import bus_factor, clique_splits, nvls_heads, plan  # noqa: E402
+from commsim.collectives.nccl_tuner import (  # noqa: E402
+    Scale, channels_used, nccl_channels, nics_driven, physical_time_us, simple_ring_loops, simple_ring_slices,
+)
 from commsim.network.system import PRESETS, System  # noqa: E402
 
 DATA = os.path.join(os.path.dirname(HERE), "tests", "data")
@@ -394,6 +397,96 @@ def _print_interp_classes(interp: List[dict], above: float, p) -> None:
             p(f"  class {c} ({name}): n={e.size}  median {np.median(e):.1f}%  max {np.max(e):.1f}%  over {above:g}%: {int(np.sum(e > above))}")
 
 
+def ring_step_rows(series: Series, pick: str = "nccl") -> List[dict]:
+    """Per predicted size >= 1 MB that the model runs as a ring: the ring's structure (channels,
+    channels per NIC, a channel's chunk per step, chunk loops, steps = loops x ring steps) and the
+    time per step the log implies against the model's, split into its latency and bandwidth
+    terms. At a fixed channel count the model is affine in size, so its bandwidth term is
+    T(2S) - T(S). ``excess`` is what the log leaves per step above the model's bandwidth term;
+    chunk and loops are NCCL's Simple ones (LL/LL128 rows: the channel's share, one loop)."""
+    nominal = nominal_system(series.preset, series_nccl_version(series))
+    per_log = [(log, read_log(series.folder, log, series.name)) for log in series.logs]
+    limit = 2 if max(log.nodes for log in series.logs) > 2 else min(log.nodes for log in series.logs)
+    fit = fit_physical([m for log, mm in per_log if log.nodes <= limit for m in mm], nominal)
+    s = fit.system
+    rows = []
+    for log, mm in per_log:
+        if log.nodes <= limit:
+            continue
+        for m in mm:
+            sc = Scale.of(s, m.nodes, m.gpus_per_node)
+            n, C = sc.ranks, nccl_channels(s, sc)
+            ring_steps = 2 * (n - 1) if m.kind == "all_reduce" else n - 1
+            for S, T, (a, proto) in zip(m.sizes, m.time_us, fit.plan(m.kind, m.nodes, m.gpus_per_node, pick=pick).choose(m.sizes)):
+                if S < MB or a != "ring":
+                    continue
+                nc = float(channels_used(a, proto, np.array([S]), C, n)[0])
+                if proto == "Simple":
+                    chunk = float(np.sum(simple_ring_slices(np.array([S]), n, nc)))
+                    loops = int(simple_ring_loops(np.array([S]), n, nc)[0])
+                else:
+                    chunk, loops = float(np.ceil(S / n / nc)), 1
+                t1, t2 = physical_time_us(m.kind, a, proto, np.array([S, 2 * S]), s, sc)
+                steps = loops * ring_steps
+                rows.append({"log": m.source, "scale": f"{m.nodes}x{m.gpus_per_node}", "kind": m.kind,
+                             "size_bytes": int(S), "pick": f"{a}/{proto}", "channels": int(nc),
+                             "channels_per_nic": nc / min(nc, nics_driven(s, sc)) if sc.domains > 1 else None,
+                             "chunk_bytes": chunk, "loops": loops, "steps": steps,
+                             "measured_us_per_step": T / steps, "model_us_per_step": t1 / steps,
+                             "model_latency_us_per_step": (2 * t1 - t2) / steps,
+                             "excess_us_per_step": (T - (t2 - t1)) / steps})
+    return rows
+
+
+def ring_intercepts(rows: Sequence[dict], largest: float = 2 * 1024 * MB) -> List[dict]:
+    """Per (log, kind): a least-squares line time = a + size x b through the :func:`ring_step_rows`
+    sizes the model runs as ring/Simple, up to `largest` bytes (beyond, the 1-GPU-per-node logs'
+    busbw still climbs), with at least 3 sizes. ``intercept_us`` (a, with its standard error) is
+    the log's fixed cost per collective; ``model_latency_us`` the model's latency at the smallest
+    of those sizes (its hops: a fixed number per collective, whatever the size)."""
+    out = []
+    for log, kind in dict.fromkeys((r["log"], r["kind"]) for r in rows):
+        sel = [r for r in rows if (r["log"], r["kind"]) == (log, kind) and r["pick"] == "ring/Simple"
+               and r["size_bytes"] <= largest]
+        if len(sel) < 3:
+            continue
+        S = np.array([r["size_bytes"] for r in sel], dtype=float)
+        T = np.array([r["measured_us_per_step"] * r["steps"] for r in sel])
+        A = np.vstack([np.ones_like(S), S]).T
+        coef = np.linalg.lstsq(A, T, rcond=None)[0]
+        resid = T - A @ coef
+        se = math.sqrt(np.linalg.inv(A.T @ A)[0, 0] * float(resid @ resid) / (S.size - 2))
+        first = sel[0]
+        out.append({"log": log, "scale": first["scale"], "kind": kind, "sizes": [int(x) for x in S],
+                    "intercept_us": float(coef[0]), "intercept_stderr_us": se,
+                    "model_latency_us": first["model_latency_us_per_step"] * first["steps"],
+                    "ring_steps": first["steps"] // first["loops"]})
+    return out
+
+
+def print_ring_steps(rows: List[dict], file=sys.stdout) -> None:
+    """The :func:`ring_step_rows` table, then each log's ring/Simple fixed cost (:func:`ring_intercepts`)."""
+    p = lambda *a: print(*a, file=file)
+    p("")
+    p("Ring steps: per predicted ring size >= 1 MB, time per step (us) measured and modelled; "
+      "excess = measured minus the model's bandwidth term")
+    p(f"{'log':46} {'kind':14} {'size':>5} {'pick':12} {'ch':>3} {'ch/NIC':>6} {'chunk':>6} {'loops':>5} {'steps':>5} "
+      f"{'meas':>8} {'model':>8} {'m.lat':>7} {'excess':>7}")
+    for r in rows:
+        cpn = "-" if r["channels_per_nic"] is None else f"{r['channels_per_nic']:.0f}"
+        p(f"{r['log'][:46]:46} {r['kind']:14} {_kb(r['size_bytes']):>5} {r['pick']:12} {r['channels']:3d} {cpn:>6} "
+          f"{r['chunk_bytes'] / KB:5.0f}K {r['loops']:5d} {r['steps']:5d} {r['measured_us_per_step']:8.1f} "
+          f"{r['model_us_per_step']:8.1f} {r['model_latency_us_per_step']:7.1f} {r['excess_us_per_step']:7.1f}")
+    p("")
+    p("Ring/Simple fixed cost per collective: least-squares intercept of time over size (sizes <= 2 GiB) "
+      "against the model's latency")
+    p(f"{'log':46} {'kind':14} {'sizes':>11} {'steps':>5} {'log: a +- se (us)':>18} {'model (us)':>10}")
+    for q in ring_intercepts(rows):
+        span = f"{_kb(q['sizes'][0])}-{_kb(q['sizes'][-1])}"
+        p(f"{q['log'][:46]:46} {q['kind']:14} {span:>11} {q['ring_steps']:5d} "
+          f"{q['intercept_us']:9.0f} +- {q['intercept_stderr_us']:4.0f} {q['model_latency_us']:10.0f}")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", help="write every figure (and each predicted row) to this file")
@@ -401,13 +494,21 @@ def main(argv=None) -> int:
                     help="choose (algorithm, protocol) by NCCL's own estimate (default) or by the physical time")
     ap.add_argument("--interp-detail", action="store_true",
                     help="also list every interpolation left-out size off by more than 15%%, with its neighbours")
+    ap.add_argument("--ring-steps", metavar="SYSTEM", nargs="?", const="H100-cluster01",
+                    help="also list, per predicted ring size of SYSTEM (default H100-cluster01), the time per "
+                         "ring step measured and modelled, with channels, chunk and loops")
     args = ap.parse_args(argv)
+    steps_series = [x for x in SERIES if x.name == args.ring_steps]
+    if args.ring_steps and not steps_series:
+        ap.error(f"--ring-steps: no series {args.ring_steps!r} (one of: {', '.join(x.name for x in SERIES)})")
     results = [run_series(s, args.pick) for s in SERIES]
     single = run_single(args.pick)
     interp = run_interpolation(SERIES, args.pick)
     print_report(results, single, interp)
     if args.interp_detail:
         print_interp_detail(interp)
+    if steps_series:
+        print_ring_steps(ring_step_rows(steps_series[0], args.pick))
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
             json.dump({"series": results, "single_scale_nominal": single, "interpolation": interp}, fh, indent=1, sort_keys=True)
