@@ -852,20 +852,6 @@ def simple_ring_slices(sizes, ranks: int, channels_launched) -> np.ndarray:
     return np.stack([first, chunk - first], axis=-1)
 
 
-def simple_ring_loops(sizes, ranks: int, channels_launched) -> np.ndarray:
-    """Chunk loops a Simple ring channel runs, per size (at least 1): NCCL's nLoops =
-    DIVUP(nBytes, loopSize), loopSize = nChannels x nRanks x chunkSize (src/enqueue.cc
-    calcCollChunking, v2.29.2-1), as the device walks a channel's part chunk by chunk
-    (src/device/all_gather.h runRing: ``elemOffset += chunkCount``). Each loop is one pass of
-    the ring's n-1 (all-reduce 2(n-1)) steps with one chunk (:func:`simple_ring_slices`) per
-    channel per step; a size below one loop runs a single loop of smaller chunks."""
-    S = np.asarray(sizes, dtype=float)
-    nc = np.broadcast_to(np.asarray(channels_launched, dtype=float), S.shape)
-    share = np.ceil(S / ranks / nc)
-    chunk = np.sum(simple_ring_slices(S, ranks, nc), axis=-1)
-    return np.maximum(1.0, np.ceil(share / np.maximum(chunk, 1.0)))
-
-
 def net_rendezvous_us(system: System, sizes, ranks: int, channels_launched) -> np.ndarray:
     """The least time (us) a Simple ring step across nodes takes for its rendezvous messages, per
     size: the plugin's per-message rendezvous cost (:attr:`System.net_rdzv_us`) times the step's
