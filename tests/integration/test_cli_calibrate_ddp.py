@@ -13,7 +13,7 @@ from commsim.scenario import spec
 MB = 2**20
 
 
-def _report(path, cap_mb, h=400e-6, s=0.1):
+def _report(path, cap_mb, h=400e-6, s=spec.DDPCosts().overlap_slowdown):
     sc = spec.Scenario(cluster=spec.Cluster(1, 2, spec.Link(0.25e9, 100e-6), spec.Link(0.25e9, 100e-6)),
                        model=spec.Model(6_000_000), compute=spec.Compute(0.02, 0.04, 0.005, 4), steps=4,
                        ddp=spec.DDP(bucket_cap=cap_mb * MB))

@@ -57,8 +57,9 @@ def test_two_caps_fit_the_overhead_and_keep_the_scenarios_slowdown():
 def test_standard_error_follows_the_measurement_error():
     """Noise-free data: the standard error is the propagated measurement error, so 10x the
     step-time error gives 10x the constant's error."""
-    a = fit_ddp_costs(measured([1, 25], 400e-6, 0.1, rel_err=1e-4))
-    b = fit_ddp_costs(measured([1, 25], 400e-6, 0.1, rel_err=1e-3))
+    s0 = spec.DDPCosts().overlap_slowdown  # two caps keep the scenario's slowdown: the data's own
+    a = fit_ddp_costs(measured([1, 25], 400e-6, s0, rel_err=1e-4))
+    b = fit_ddp_costs(measured([1, 25], 400e-6, s0, rel_err=1e-3))
     assert b.bucket_overhead_stderr == pytest.approx(10 * a.bucket_overhead_stderr, rel=1e-3)
 
 
@@ -136,7 +137,7 @@ def test_fit_yaml_is_a_scenario_ddp_fragment():
 
 
 def test_slowdown_lost_in_the_measurement_error_is_kept_and_said():
-    fit = fit_ddp_costs(measured([1, 4, 25], 300e-6, 0.1, rel_err=0.3))
+    fit = fit_ddp_costs(measured([1, 4, 25], 300e-6, spec.DDPCosts().overlap_slowdown, rel_err=0.3))
     assert fit.overlap_slowdown_stderr is None and fit.overlap_slowdown == spec.DDPCosts().overlap_slowdown
     assert any("do not determine it" in n for n in fit.notes)
     assert fit.bucket_overhead == pytest.approx(300e-6, rel=1e-3)
@@ -148,7 +149,7 @@ def test_costs_fitted_on_other_caps_predict_the_small_vs_large_difference(h, sig
     # T(1 MB) - T(25 MB) (20 vs 2 buckets); with the simulator as the truth the out-of-sample
     # prediction has the truth's difference, of either sign: 1 MB faster while overlap wins,
     # slower once the per-bucket cost outweighs it
-    s = 0.1
+    s = spec.DDPCosts().overlap_slowdown  # as on the gloo check: the three caps keep the default
     fit = fit_ddp_costs(measured([2, 4, 10], h, s))
     assert fit.bucket_overhead == pytest.approx(h, rel=1e-3) and fit.overlap_slowdown == pytest.approx(s, abs=1e-6)
     truth = {cap: predicted_step_time(DDPRun(job(cap), 1.0, 0.0), h, s) for cap in (1, 25)}
