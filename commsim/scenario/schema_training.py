@@ -131,6 +131,12 @@ def read_ddp(source: str, value: Any, *, model: Optional[spec.Model] = None, clu
         raise ScenarioError(source, "ddp.sharding",
                             f"expected gradient_accumulation 1 with sharding {sharding} (accumulation is modeled "
                             f"for sharding none only), got gradient_accumulation {accumulation}")
+    streams = m.get("comm_streams", read_count, spec.DDP.comm_streams)
+    if streams > 1 and sharding != "none":
+        # ZeRO-2's and FSDP's gathers and reduce-scatters share one stream in the engine's schedule
+        raise ScenarioError(source, "ddp.comm_streams",
+                            f"expected comm_streams 1 with sharding {sharding} (concurrent collective streams are "
+                            f"modeled for DDP's bucket all-reduces, sharding none), got comm_streams {streams}")
     bucket_sizes, bucket_ready = _read_bucket_layout(m, model)
     preset = cluster.get("preset") if isinstance(cluster, Mapping) else None
     bandwidth = PRESET_MEMORY_BANDWIDTH.get(preset) if isinstance(preset, str) else None
@@ -143,6 +149,7 @@ def read_ddp(source: str, value: Any, *, model: Optional[spec.Model] = None, clu
         bucket_sizes=bucket_sizes,
         bucket_ready=bucket_ready,
         costs=read_ddp_costs(m.value, source, "ddp", bandwidth),
+        comm_streams=streams,
     )
 
 

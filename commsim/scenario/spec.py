@@ -122,7 +122,9 @@ class DDP:
     an explicit bucket layout, as a real job's DDP built it; ``bucket_ready`` (None: gradients at
     a uniform rate) the share of the backward done when each bucket is ready, non-decreasing in
     (0, 1] (:func:`commsim.sim.engine.bucket_layout` turns both into the engine's layout). ``costs``: DDP's own
-    costs beyond the collectives (:class:`DDPCosts`; the literature's defaults, on).
+    costs beyond the collectives (:class:`DDPCosts`; the literature's defaults, on). ``comm_streams``:
+    how many of a rank's bucket all-reduces may be in flight at once (1: one stream, in order, as
+    NCCL; k > 1: :mod:`commsim.sim.concurrent_streams`, as gloo's worker threads).
     """
 
     bucket_cap: float = 25 * 1024 * 1024
@@ -133,6 +135,14 @@ class DDP:
     bucket_sizes: Optional[Tuple[float, ...]] = None
     bucket_ready: Optional[Tuple[float, ...]] = None
     costs: DDPCosts = field(default_factory=DDPCosts)
+    # collectives a rank runs at once (commsim/sim/concurrent_streams.py): NCCL runs a
+    # communicator's collectives in order on one stream, 1; torch's gloo group runs up to its
+    # worker threads at once, 2 by default
+    comm_streams: int = 1
+
+    def __post_init__(self) -> None:
+        if isinstance(self.comm_streams, bool) or not isinstance(self.comm_streams, int) or self.comm_streams < 1:
+            raise ValueError(f"comm_streams must be an integer >= 1, got {self.comm_streams!r}")
 
 
 @dataclass(frozen=True)

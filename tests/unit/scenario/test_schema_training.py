@@ -120,3 +120,29 @@ def test_calibration_path_is_relative_to_the_scenario(tmp_path):
     with pytest.raises(ScenarioError) as err:
         read_calibration(str(scenario), "cal.yaml", spec.Collective())
     assert str(err.value).startswith(f"{scenario}: calibration: {tmp_path / 'cal.yaml'}: ")
+
+
+def test_ddp_comm_streams_default_one_and_read():
+    assert read_ddp(SRC, {}).comm_streams == 1
+    assert read_ddp(SRC, {"comm_streams": 2}).comm_streams == 2
+    assert read_ddp(SRC, {"comm_streams": "3"}).comm_streams == 3
+
+
+@pytest.mark.parametrize("value, given", [(0, "got 0"), (1.5, "got 1.5"), (True, "got true"), ("two", "'two'")])
+def test_ddp_comm_streams_bad_values_name_the_key(value, given):
+    msg = error(read_ddp, {"comm_streams": value})
+    assert msg.startswith("t.yaml: ddp.comm_streams: expected") and given in msg.lower()
+
+
+@pytest.mark.parametrize("sharding", ["zero2", "fsdp"])
+def test_ddp_comm_streams_refused_with_sharding(sharding):
+    msg = error(read_ddp, {"comm_streams": 2, "sharding": sharding})
+    assert msg.startswith("t.yaml: ddp.comm_streams: expected comm_streams 1 with sharding " + sharding)
+    assert "got comm_streams 2" in msg
+    assert read_ddp(SRC, {"comm_streams": 1, "sharding": sharding}).comm_streams == 1
+
+
+def test_ddp_spec_refuses_a_bad_stream_count():
+    for bad in (0, 2.0, True):
+        with pytest.raises(ValueError, match="comm_streams"):
+            spec.DDP(comm_streams=bad)
