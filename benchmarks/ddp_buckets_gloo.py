@@ -69,7 +69,10 @@ sys.path.insert(0, ROOT)
 
 from commsim.analysis.ddp_fit import DDPRun, decide_paired_sign, fit_ddp_costs  # noqa: E402
 from commsim.calibration import fit as calib_fit  # noqa: E402
-from commsim.calibration.records import Calibration, Provenance  # noqa: E402
+from commsim.calibration.records import Calibration, Provenance, model_time  # noqa: E402
+from commsim.collectives.kernels import make_kernel  # noqa: E402
+from commsim.sim.concurrent_streams import fixed_and_bandwidth, queued_finish_times  # noqa: E402
+from commsim.sim.links import scenario_fabric  # noqa: E402
 from commsim.scenario.loader import load_scenario  # noqa: E402
 from commsim.sim.engine import simulate  # noqa: E402
 from commsim.units import parse_size  # noqa: E402
@@ -103,7 +106,7 @@ def step_time(sc) -> float:
     return float(simulate(sc).step_time[-1])
 
 
-def calibration_from_rounds(rounds: Sequence[Dict], world_size: int, pipelined: bool = True) -> tuple:
+def calibration_from_rounds(rounds: Sequence[Dict], world_size: int, pipelined: bool = True, streams: int = 1) -> tuple:
     """(calibration, out-of-place excess) from these rounds' sweep rows: per size the time of one
     all-reduce (the median over its iterations: a hiccup of the shared machine moves it as little
     as it moves a median step time), then the median over the rounds. `pipelined`: as DDP issues
@@ -111,7 +114,14 @@ def calibration_from_rounds(rounds: Sequence[Dict], world_size: int, pipelined: 
     one at a time (as ``commsim calibrate`` measures). DDP reduces each bucket in place, and the
     model charges the copy into the bucket separately (at ``memory_bandwidth``), so
     out-of-place, which adds that copy, is the check: the returned excess is, at the largest
-    size, the median over rounds of (out-of-place - in-place) time, to compare with the copy."""
+    size, the median over rounds of (out-of-place - in-place) time, to compare with the copy.
+
+    `streams` (the group's worker threads, > 1): the pipelined rows ran that many at once, so each
+    is a burst's time per all-reduce, F/k + W under the simulator's sharing rule
+    (:mod:`commsim.sim.concurrent_streams`: k equal all-reduces at once end together at F + k W),
+    not one all-reduce's F + W. The calibration is the one that gives those rows under that rule:
+    a first line fit's fixed part F/k (the ring's 0-byte time, 2(n-1) alpha) is added back
+    k - 1 times to every row before the fit: T = p + (k - 1) F/k."""
     per_size: Dict[int, List[float]] = {}
     excess: Dict[int, List[float]] = {}
     for rnd in rounds:
@@ -121,7 +131,35 @@ def calibration_from_rounds(rounds: Sequence[Dict], world_size: int, pipelined: 
             excess.setdefault(row["size_bytes"], []).append(b - a)
     ms = [calib_fit.Measurement(size, statistics.median(v), world_size) for size, v in sorted(per_size.items())]
     link = calib_fit.fit_link("intra_node", ms)
+    if pipelined and streams > 1:
+        fixed = max(model_time(link.alpha_s, link.beta_Bps, 0, world_size), 0.0)  # F/k of a row
+        ms = [calib_fit.Measurement(m.size_bytes, m.time_s + (streams - 1) * fixed, world_size) for m in ms]
+        link = calib_fit.fit_link("intra_node", ms)
     return Calibration((link,), Provenance(backend="gloo", world_size=world_size)), statistics.median(excess[max(excess)])
+
+
+def concurrency_check(rounds: Sequence[Dict], sc, calibration, streams: int, pipeline_bytes: int) -> List[Dict]:
+    """Per sweep size: one all-reduce alone (in place, one at a time) and the pipelined burst's
+    time per all-reduce, measured (medians over rounds) and as the simulator's sharing rule
+    prices them from `calibration` (:func:`commsim.sim.concurrent_streams.fixed_and_bandwidth`'s
+    F and W; the burst of ``pipeline_bytes`` queued on `streams` slots,
+    :func:`~commsim.sim.concurrent_streams.queued_finish_times`). Their ratio is the throughput
+    the group's threads gain; with a calibration fitted to the bursts (``streams`` > 1), the
+    measured one-at-a-time time is out of sample: it tests the sharing rule."""
+    fabric = scenario_fabric(replace(sc, calibration=calibration))
+    out = []
+    sizes = sorted({row["size_bytes"] for rnd in rounds for row in rnd["rows"]})
+    for size in sizes:
+        alone = statistics.median(row["in_place"]["time_median_s"] for rnd in rounds for row in rnd["rows"]
+                                  if row["size_bytes"] == size)
+        burst = statistics.median(row["pipelined_s"] for rnd in rounds for row in rnd["rows"] if row["size_bytes"] == size)
+        fixed, work = fixed_and_bandwidth(make_kernel("ring", fabric, float(size)), fabric, "ring", "alpha-beta")
+        count = max(2, -(-pipeline_bytes // max(size, 1)))  # as validate.ddp_job.pipelined_all_reduce issues them
+        model_burst = float(queued_finish_times([0.0] * count, [fixed] * count, [work] * count, streams).max()) / count
+        out.append({"size_bytes": size, "alone_s": alone, "burst_s": burst, "gain": alone / burst,
+                    "model_fixed_s": fixed, "model_bandwidth_s": work, "model_alone_s": fixed + work,
+                    "model_burst_s": model_burst, "model_gain": (fixed + work) / model_burst})
+    return out
 
 
 def per_bucket_slope(buckets: Sequence[int], times: Sequence[float]) -> float:
@@ -175,6 +213,10 @@ def run_check(caps: Sequence[str], fit_caps: Sequence[str], rounds: int, steps: 
         if real[cap]:
             scen[cap] = replace(scen[cap], ddp=replace(scen[cap].ddp, bucket_sizes=real[cap]),
                                 model=replace(scen[cap].model, parameters=nparams))
+    # the simulator runs as many of a rank's all-reduces at once as the group has worker threads
+    threads = int(results[0]["gloo_threads"])
+    for cap in order:
+        scen[cap] = replace(scen[cap], ddp=replace(scen[cap].ddp, comm_streams=threads))
     bandwidth = statistics.median(r["copy_bandwidth_Bps"] for r in results)
     # per (round, cap): median step time (each step from the previous one's end on its last rank)
     med: Dict[tuple, float] = {}
@@ -206,9 +248,9 @@ def run_check(caps: Sequence[str], fit_caps: Sequence[str], rounds: int, steps: 
 
     cal_rounds = [r["rounds"] for r in results][0]  # rank 0's rows are the max over ranks already
     groups = [cal_rounds[j * rounds // calibrations:(j + 1) * rounds // calibrations] for j in range(calibrations)]
-    cals = {"pooled": calibration_from_rounds(cal_rounds, n)}
+    cals = {"pooled": calibration_from_rounds(cal_rounds, n, streams=threads)}
     for j, grp in enumerate(groups):
-        cals[f"calibration {j + 1}"] = calibration_from_rounds(grp, n)
+        cals[f"calibration {j + 1}"] = calibration_from_rounds(grp, n, streams=threads)
     cals["pooled, one at a time"] = calibration_from_rounds(cal_rounds, n, pipelined=False)
     compared = compute_of([small, large])
     models = {}
@@ -254,6 +296,7 @@ def run_check(caps: Sequence[str], fit_caps: Sequence[str], rounds: int, steps: 
                                          pooled_cal, bucket_overhead=0.0, overlap_slowdown=0.0,
                                          gradient_as_bucket_view=True)) for c in order]
     per_cal = [models[f"calibration {j + 1}"]["predicted_diff_s"] for j in range(calibrations)]
+    concurrency = concurrency_check(cal_rounds, scen[small], pooled_cal, threads, plan["pipeline_bytes"])
     return {"caps": [small, large], "fit_caps": order[2:], "gloo_threads": results[0]["gloo_threads"], "rounds": rounds, "steps": steps, "parameters": nparams,
             "batch_size": batch_size, "width": width, "buckets_nominal": {c: len(buckets[c]) for c in order},
             "buckets": {c: len(scen[c].gradient_buckets()) for c in order},
@@ -270,7 +313,7 @@ def run_check(caps: Sequence[str], fit_caps: Sequence[str], rounds: int, steps: 
                              "predicted_no_costs": per_bucket_slope(counts, no_cost_caps)},
             "by_cap": {c: {"buckets": n, "measured_s": m, "predicted_no_costs_s": p}
                        for c, n, m, p in zip(order, counts, measured_caps, no_cost_caps)},
-            "models": models, "predicted_diff_s": pred_d,
+            "models": models, "predicted_diff_s": pred_d, "concurrency": concurrency,
             "predicted_diff_range_s": [min(per_cal), max(per_cal)],
             "predicted_sign_stable": len({sign(x) for x in per_cal + [pred_d]}) == 1,
             "sign_matches": (sign(pred_d) == decision.sign) if decision.decided else None,
@@ -324,6 +367,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     per = out["per_bucket_s"]
     print(f"per extra bucket (slope over all caps): measured {per['measured'] * 1e3:+.2f} ms, "
           f"the calibrated collectives alone (no DDP costs) {per['predicted_no_costs'] * 1e3:+.2f} ms")
+    print(f"all-reduce alone (one at a time) vs per all-reduce of a pipelined burst on {out['gloo_threads']} thread(s), "
+          f"measured and by the model's sharing rule from the pooled calibration:")
+    for row in out["concurrency"]:
+        print(f"  {row['size_bytes'] / 2**20:8.3f} MiB: measured {row['alone_s'] * 1e3:.3f} / {row['burst_s'] * 1e3:.3f} ms "
+              f"= {row['gain']:.2f}x; model {row['model_alone_s'] * 1e3:.3f} / {row['model_burst_s'] * 1e3:.3f} ms "
+              f"= {row['model_gain']:.2f}x (fixed {row['model_fixed_s'] * 1e3:.3f} ms + bandwidth {row['model_bandwidth_s'] * 1e3:.3f} ms)")
     lo, hi = out["predicted_diff_range_s"]
     print(f"predicted difference across the calibrations: {ms(lo)} .. {ms(hi)} "
           f"(sign {'stable' if out['predicted_sign_stable'] else 'NOT stable'})")
