@@ -69,7 +69,7 @@ sys.path.insert(0, ROOT)
 
 from commsim.analysis.ddp_fit import DDPRun, decide_paired_sign, fit_ddp_costs  # noqa: E402
 from commsim.calibration import fit as calib_fit  # noqa: E402
-from commsim.calibration.records import Calibration, Provenance, model_time  # noqa: E402
+from commsim.calibration.records import Calibration, Provenance  # noqa: E402
 from commsim.collectives.kernels import make_kernel  # noqa: E402
 from commsim.sim.concurrent_streams import fixed_and_bandwidth, queued_finish_times  # noqa: E402
 from commsim.sim.links import scenario_fabric  # noqa: E402
@@ -106,7 +106,7 @@ def step_time(sc) -> float:
     return float(simulate(sc).step_time[-1])
 
 
-def calibration_from_rounds(rounds: Sequence[Dict], world_size: int, pipelined: bool = True, streams: int = 1) -> tuple:
+def calibration_from_rounds(rounds: Sequence[Dict], world_size: int, pipelined: bool = True) -> tuple:
     """(calibration, out-of-place excess) from these rounds' sweep rows: per size the time of one
     all-reduce (the median over its iterations: a hiccup of the shared machine moves it as little
     as it moves a median step time), then the median over the rounds. `pipelined`: as DDP issues
@@ -114,14 +114,7 @@ def calibration_from_rounds(rounds: Sequence[Dict], world_size: int, pipelined: 
     one at a time (as ``commsim calibrate`` measures). DDP reduces each bucket in place, and the
     model charges the copy into the bucket separately (at ``memory_bandwidth``), so
     out-of-place, which adds that copy, is the check: the returned excess is, at the largest
-    size, the median over rounds of (out-of-place - in-place) time, to compare with the copy.
-
-    `streams` (the group's worker threads, > 1): the pipelined rows ran that many at once, so each
-    is a burst's time per all-reduce, F/k + W under the simulator's sharing rule
-    (:mod:`commsim.sim.concurrent_streams`: k equal all-reduces at once end together at F + k W),
-    not one all-reduce's F + W. The calibration is the one that gives those rows under that rule:
-    a first line fit's fixed part F/k (the ring's 0-byte time, 2(n-1) alpha) is added back
-    k - 1 times to every row before the fit: T = p + (k - 1) F/k."""
+    size, the median over rounds of (out-of-place - in-place) time, to compare with the copy."""
     per_size: Dict[int, List[float]] = {}
     excess: Dict[int, List[float]] = {}
     for rnd in rounds:
@@ -131,21 +124,52 @@ def calibration_from_rounds(rounds: Sequence[Dict], world_size: int, pipelined: 
             excess.setdefault(row["size_bytes"], []).append(b - a)
     ms = [calib_fit.Measurement(size, statistics.median(v), world_size) for size, v in sorted(per_size.items())]
     link = calib_fit.fit_link("intra_node", ms)
-    if pipelined and streams > 1:
-        fixed = max(model_time(link.alpha_s, link.beta_Bps, 0, world_size), 0.0)  # F/k of a row
-        ms = [calib_fit.Measurement(m.size_bytes, m.time_s + (streams - 1) * fixed, world_size) for m in ms]
-        link = calib_fit.fit_link("intra_node", ms)
     return Calibration((link,), Provenance(backend="gloo", world_size=world_size)), statistics.median(excess[max(excess)])
 
 
-def concurrency_check(rounds: Sequence[Dict], sc, calibration, streams: int, pipeline_bytes: int) -> List[Dict]:
+def stream_capacity(rounds: Sequence[Dict], streams: int) -> float:
+    """``ddp.comm_capacity`` of a group of `streams` worker threads, from the sweep: a pipelined
+    burst of equal all-reduces on k threads runs them k at a time, each group ending together at
+    F + k W / min(k, c) (:mod:`commsim.sim.concurrent_streams`), F/k + W / min(k, c) per
+    all-reduce, against F + W alone (in place, one at a time): the bandwidth terms' slopes in
+    size give c = slope alone / slope of the bursts (least squares over the sweep's sizes, of
+    the medians over rounds), kept in [1, k]. One thread: 1 (nothing is shared)."""
+    import numpy as np
+
+    if streams <= 1:
+        return 1.0
+    sizes = sorted({row["size_bytes"] for rnd in rounds for row in rnd["rows"]})
+    alone = [statistics.median(row["in_place"]["time_median_s"] for rnd in rounds for row in rnd["rows"]
+                               if row["size_bytes"] == s) for s in sizes]
+    burst = [statistics.median(row["pipelined_s"] for rnd in rounds for row in rnd["rows"] if row["size_bytes"] == s)
+             for s in sizes]
+    slope_alone = float(np.polyfit(sizes, alone, 1)[0])
+    slope_burst = float(np.polyfit(sizes, burst, 1)[0])
+    if slope_burst <= 0:
+        return float(streams)
+    return float(min(max(slope_alone / slope_burst, 1.0), streams))
+
+
+def prediction_calibration(rounds: Sequence[Dict], world_size: int, streams: int) -> tuple:
+    """(calibration, out-of-place excess, ``ddp.comm_capacity``) the prediction uses for a group
+    of `streams` worker threads. One thread: the pipelined rows (all-reduces issued as DDP issues
+    them, one at a time on the one thread), capacity 1. More: the pipelined rows ran k at a
+    time, a mix of one all-reduce's cost and the sharing, so the calibration is one all-reduce
+    alone (in place, one at a time) and the sharing is :func:`stream_capacity`'s."""
+    if streams <= 1:
+        return calibration_from_rounds(rounds, world_size) + (1.0,)
+    return calibration_from_rounds(rounds, world_size, pipelined=False) + (stream_capacity(rounds, streams),)
+
+
+def concurrency_check(rounds: Sequence[Dict], sc, calibration, streams: int, pipeline_bytes: int,
+                      capacity: float = 1.0) -> List[Dict]:
     """Per sweep size: one all-reduce alone (in place, one at a time) and the pipelined burst's
     time per all-reduce, measured (medians over rounds) and as the simulator's sharing rule
     prices them from `calibration` (:func:`commsim.sim.concurrent_streams.fixed_and_bandwidth`'s
     F and W; the burst of ``pipeline_bytes`` queued on `streams` slots,
-    :func:`~commsim.sim.concurrent_streams.queued_finish_times`). Their ratio is the throughput
-    the group's threads gain; with a calibration fitted to the bursts (``streams`` > 1), the
-    measured one-at-a-time time is out of sample: it tests the sharing rule."""
+    :func:`~commsim.sim.concurrent_streams.queued_finish_times`, shared with `capacity`). Their
+    ratio is the throughput the group's threads gain; the capacity is one number fitted to the
+    slopes (:func:`stream_capacity`), so how the gain moves with size tests the sharing rule."""
     fabric = scenario_fabric(replace(sc, calibration=calibration))
     out = []
     sizes = sorted({row["size_bytes"] for rnd in rounds for row in rnd["rows"]})
@@ -155,7 +179,8 @@ def concurrency_check(rounds: Sequence[Dict], sc, calibration, streams: int, pip
         burst = statistics.median(row["pipelined_s"] for rnd in rounds for row in rnd["rows"] if row["size_bytes"] == size)
         fixed, work = fixed_and_bandwidth(make_kernel("ring", fabric, float(size)), fabric, "ring", "alpha-beta")
         count = max(2, -(-pipeline_bytes // max(size, 1)))  # as validate.ddp_job.pipelined_all_reduce issues them
-        model_burst = float(queued_finish_times([0.0] * count, [fixed] * count, [work] * count, streams).max()) / count
+        model_burst = float(queued_finish_times([0.0] * count, [fixed] * count, [work] * count, streams,
+                                                capacity).max()) / count
         out.append({"size_bytes": size, "alone_s": alone, "burst_s": burst, "gain": alone / burst,
                     "model_fixed_s": fixed, "model_bandwidth_s": work, "model_alone_s": fixed + work,
                     "model_burst_s": model_burst, "model_gain": (fixed + work) / model_burst})
@@ -248,13 +273,15 @@ def run_check(caps: Sequence[str], fit_caps: Sequence[str], rounds: int, steps: 
 
     cal_rounds = [r["rounds"] for r in results][0]  # rank 0's rows are the max over ranks already
     groups = [cal_rounds[j * rounds // calibrations:(j + 1) * rounds // calibrations] for j in range(calibrations)]
-    cals = {"pooled": calibration_from_rounds(cal_rounds, n, streams=threads)}
+    cals = {"pooled": prediction_calibration(cal_rounds, n, threads)}
     for j, grp in enumerate(groups):
-        cals[f"calibration {j + 1}"] = calibration_from_rounds(grp, n, streams=threads)
-    cals["pooled, one at a time"] = calibration_from_rounds(cal_rounds, n, pipelined=False)
+        cals[f"calibration {j + 1}"] = prediction_calibration(grp, n, threads)
+    cals["pooled, one at a time"] = calibration_from_rounds(cal_rounds, n, pipelined=False) + (cals["pooled"][2],)
+    base_scen = scen
     compared = compute_of([small, large])
     models = {}
-    for tag, (cal, disagree) in cals.items():
+    for tag, (cal, disagree, capacity) in cals.items():
+        scen = {cap: replace(base_scen[cap], ddp=replace(base_scen[cap].ddp, comm_capacity=capacity)) for cap in order}
         fit_runs = []
         for cap in order[2:]:
             sc = replace(with_costs(scen[cap], compute_of([cap]), cal, memory_bandwidth=bandwidth),
@@ -274,7 +301,7 @@ def run_check(caps: Sequence[str], fit_caps: Sequence[str], rounds: int, steps: 
                  "fit_runs": {r.source: {"measured_s": m, "fitted_s": p}
                               for r, m, p in zip(fit_runs, fit.measured_s, fit.predicted_s)},
                  "out_of_place_excess_s": disagree,
-                 "predicted_s": pred, "predicted_diff_s": pred[small] - pred[large]}
+                 "predicted_s": pred, "predicted_diff_s": pred[small] - pred[large], "comm_capacity": capacity}
         if tag == "pooled":
             # shared_core: the fitted per-bucket cost, compute at half rate while an all-reduce is in
             # flight: a rank's one compute thread and its gloo worker sharing a core (the CPU's
@@ -289,14 +316,15 @@ def run_check(caps: Sequence[str], fit_caps: Sequence[str], rounds: int, steps: 
                 entry[f"predicted_diff_{other}_s"] = p[small] - p[large]
         models[tag] = entry
     pred_d = models["pooled"]["predicted_diff_s"]
-    pooled_cal = cals["pooled"][0]
+    pooled_cal, pooled_capacity = cals["pooled"][0], cals["pooled"][2]
+    scen = {cap: replace(base_scen[cap], ddp=replace(base_scen[cap].ddp, comm_capacity=pooled_capacity)) for cap in order}
     counts = [len(scen[c].gradient_buckets()) for c in order]
     measured_caps = [statistics.median(med[(k, c)] for k in range(rounds)) for c in order]
     no_cost_caps = [step_time(with_costs(replace(scen[c], model=replace(scen[c].model, parameters=nparams)), compared,
                                          pooled_cal, bucket_overhead=0.0, overlap_slowdown=0.0,
                                          gradient_as_bucket_view=True)) for c in order]
     per_cal = [models[f"calibration {j + 1}"]["predicted_diff_s"] for j in range(calibrations)]
-    concurrency = concurrency_check(cal_rounds, scen[small], pooled_cal, threads, plan["pipeline_bytes"])
+    concurrency = concurrency_check(cal_rounds, scen[small], pooled_cal, threads, plan["pipeline_bytes"], pooled_capacity)
     return {"caps": [small, large], "fit_caps": order[2:], "gloo_threads": results[0]["gloo_threads"], "rounds": rounds, "steps": steps, "parameters": nparams,
             "batch_size": batch_size, "width": width, "buckets_nominal": {c: len(buckets[c]) for c in order},
             "buckets": {c: len(scen[c].gradient_buckets()) for c in order},
@@ -314,6 +342,7 @@ def run_check(caps: Sequence[str], fit_caps: Sequence[str], rounds: int, steps: 
             "by_cap": {c: {"buckets": n, "measured_s": m, "predicted_no_costs_s": p}
                        for c, n, m, p in zip(order, counts, measured_caps, no_cost_caps)},
             "models": models, "predicted_diff_s": pred_d, "concurrency": concurrency,
+            "comm_streams": threads, "comm_capacity": {tag: c[2] for tag, c in cals.items()},
             "predicted_diff_range_s": [min(per_cal), max(per_cal)],
             "predicted_sign_stable": len({sign(x) for x in per_cal + [pred_d]}) == 1,
             "sign_matches": (sign(pred_d) == decision.sign) if decision.decided else None,
@@ -367,6 +396,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     per = out["per_bucket_s"]
     print(f"per extra bucket (slope over all caps): measured {per['measured'] * 1e3:+.2f} ms, "
           f"the calibrated collectives alone (no DDP costs) {per['predicted_no_costs'] * 1e3:+.2f} ms")
+    print(f"simulated with ddp.comm_streams {out['comm_streams']} (the group's threads), ddp.comm_capacity "
+          + ", ".join(f"{c:.3g} ({tag})" for tag, c in out["comm_capacity"].items()))
     print(f"all-reduce alone (one at a time) vs per all-reduce of a pipelined burst on {out['gloo_threads']} thread(s), "
           f"measured and by the model's sharing rule from the pooled calibration:")
     for row in out["concurrency"]:

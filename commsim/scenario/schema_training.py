@@ -137,6 +137,9 @@ def read_ddp(source: str, value: Any, *, model: Optional[spec.Model] = None, clu
         raise ScenarioError(source, "ddp.comm_streams",
                             f"expected comm_streams 1 with sharding {sharding} (concurrent collective streams are "
                             f"modeled for DDP's bucket all-reduces, sharding none), got comm_streams {streams}")
+    capacity = m.get("comm_capacity", ranged(1.0, 1e6, low_open=False, high_open=False,
+                                              what="collectives' worth of bandwidth (1: one shared link)"),
+                     spec.DDP.comm_capacity)
     bucket_sizes, bucket_ready = _read_bucket_layout(m, model)
     preset = cluster.get("preset") if isinstance(cluster, Mapping) else None
     bandwidth = PRESET_MEMORY_BANDWIDTH.get(preset) if isinstance(preset, str) else None
@@ -150,6 +153,7 @@ def read_ddp(source: str, value: Any, *, model: Optional[spec.Model] = None, clu
         bucket_ready=bucket_ready,
         costs=read_ddp_costs(m.value, source, "ddp", bandwidth),
         comm_streams=streams,
+        comm_capacity=float(capacity),
     )
 
 

@@ -124,7 +124,8 @@ class DDP:
     (0, 1] (:func:`commsim.sim.engine.bucket_layout` turns both into the engine's layout). ``costs``: DDP's own
     costs beyond the collectives (:class:`DDPCosts`; the literature's defaults, on). ``comm_streams``:
     how many of a rank's bucket all-reduces may be in flight at once (1: one stream, in order, as
-    NCCL; k > 1: :mod:`commsim.sim.concurrent_streams`, as gloo's worker threads).
+    NCCL; k > 1: :mod:`commsim.sim.concurrent_streams`, as gloo's worker threads), ``comm_capacity``
+    how much bandwidth they have together, in collectives' worth (1: they share one link).
     """
 
     bucket_cap: float = 25 * 1024 * 1024
@@ -139,10 +140,16 @@ class DDP:
     # communicator's collectives in order on one stream, 1; torch's gloo group runs up to its
     # worker threads at once, 2 by default
     comm_streams: int = 1
+    # how many collectives' worth of bandwidth those streams have together: m in flight each run
+    # at min(1, comm_capacity / m) of their rate alone (1: they split one link)
+    comm_capacity: float = 1.0
 
     def __post_init__(self) -> None:
         if isinstance(self.comm_streams, bool) or not isinstance(self.comm_streams, int) or self.comm_streams < 1:
             raise ValueError(f"comm_streams must be an integer >= 1, got {self.comm_streams!r}")
+        if isinstance(self.comm_capacity, bool) or not (isinstance(self.comm_capacity, (int, float))
+                                                         and math.isfinite(self.comm_capacity) and self.comm_capacity >= 1):
+            raise ValueError(f"comm_capacity must be a number >= 1, got {self.comm_capacity!r}")
 
 
 @dataclass(frozen=True)

@@ -21,12 +21,16 @@ Semantics (plain DDP, ``ddp.sharding: none``):
   ranks launch together (``uniform_time``), is split into a fixed part F, the same kernel's
   time for 0 bytes on the fabric priced at the collective's size (its latency terms), and a
   bandwidth part W = T - F. After its start it spends F, unshared; then its bandwidth part
-  runs under processor sharing: while m collectives are in their bandwidth part, each
-  progresses at 1/m of its rate (Kleinrock, Queueing Systems Vol. 2, Sec. 4.4, the egalitarian
-  processor-sharing discipline). It finishes on every rank at the same moment. One collective
-  alone takes exactly T; m equal ones started together all end at F + m W, so m at once give
-  m (F + W) / (F + m W) times one's throughput (:func:`concurrency_gain`), between 1 (all
-  bandwidth) and m (all latency).
+  runs under generalized processor sharing with capacity c (``ddp.comm_capacity``, default 1):
+  while m collectives are in their bandwidth part, each progresses at min(1, c/m) of its rate
+  alone (Cohen, "The multiple phase service network with generalized processor sharing", Acta
+  Informatica 12, 1979: a total service rate min(m, c) split equally; c = 1 is Kleinrock's
+  egalitarian processor sharing, Queueing Systems Vol. 2, Sec. 4.4: one link that concurrent
+  collectives split; c > 1, up to c run at full rate, as gloo's worker threads on as many free
+  CPU cores). It finishes on every rank at the same moment. One collective alone takes exactly
+  T; m equal ones started together all end at F + m W / min(m, c), so m at once give
+  m (F + W) / (F + m W / min(m, c)) times one's throughput (:func:`concurrency_gain`): at c = 1
+  between 1 (all bandwidth) and m (all latency).
 - Compute runs ``1 / (1 + overlap_slowdown)`` slower while at least one of the rank's own
   collectives is in flight (launched there and not finished), as in the engine.
 - The optimizer waits for every bucket (the copy back first, with DDP's costs).
@@ -39,7 +43,7 @@ event by event, O(buckets x ranks^2)). Per-rank differences in a kernel's finish
 ring's skew under skewed launches) are not kept: every rank finishes a collective together.
 
 The sharing arithmetic is pure functions (:func:`split_time`, :func:`shared_advance`,
-:func:`shared_next`, :func:`shared_finish_times`, :func:`queued_finish_times`,
+:func:`shared_rate`, :func:`shared_next`, :func:`shared_finish_times`, :func:`queued_finish_times`,
 :func:`concurrency_gain`); :class:`ConcurrentStreams` is the event loop of a whole run.
 """
 
@@ -59,7 +63,7 @@ from commsim.scenario.spec import Scenario
 from commsim.sim.ddp_costs import bucket_copy_in_time, charges, copy_back_time
 from commsim.sim.stragglers import Perturbations
 
-__all__ = ["split_time", "shared_advance", "shared_next", "shared_finish_times", "queued_finish_times",
+__all__ = ["split_time", "shared_rate", "shared_advance", "shared_next", "shared_finish_times", "queued_finish_times",
            "concurrency_gain", "fixed_and_bandwidth", "StreamsRecords", "ConcurrentStreams"]
 
 # a bandwidth part this close to done (relative to the clock) is done: the rounding of the
@@ -76,36 +80,44 @@ def split_time(total: float, fixed: float) -> Tuple[float, float]:
     return f, float(total) - f
 
 
-def shared_advance(remaining: np.ndarray, dt: float) -> np.ndarray:
-    """The bandwidth parts left after `dt` seconds of processor sharing: each of the m
-    progresses dt / m."""
+def shared_rate(m: int, capacity: float = 1.0) -> float:
+    """The rate (of its rate alone) at which each of m bandwidth parts in progress advances:
+    min(1, c / m) (generalized processor sharing with capacity c; module docstring)."""
+    return min(1.0, capacity / m) if m else 1.0
+
+
+def shared_advance(remaining: np.ndarray, dt: float, capacity: float = 1.0) -> np.ndarray:
+    """The bandwidth parts left after `dt` seconds of sharing: each of the m progresses
+    dt min(1, c/m) (dt / m under processor sharing, c = 1)."""
     remaining = np.asarray(remaining, dtype=float)
     if not remaining.size:
         return remaining.copy()
-    return remaining - dt / remaining.size
+    return remaining - dt * shared_rate(remaining.size, capacity)
 
 
-def shared_next(remaining: np.ndarray) -> float:
-    """Seconds until the first of these bandwidth parts is done under processor sharing
-    (m of them, the smallest r: m r); inf with none."""
+def shared_next(remaining: np.ndarray, capacity: float = 1.0) -> float:
+    """Seconds until the first of these bandwidth parts is done (m of them, the smallest r:
+    r / min(1, c/m); m r under processor sharing); inf with none."""
     remaining = np.asarray(remaining, dtype=float)
-    return float(remaining.size * remaining.min()) if remaining.size else float("inf")
+    return float(remaining.min() / shared_rate(remaining.size, capacity)) if remaining.size else float("inf")
 
 
-def shared_finish_times(start: Sequence[float], fixed: Sequence[float], work: Sequence[float]) -> np.ndarray:
+def shared_finish_times(start: Sequence[float], fixed: Sequence[float], work: Sequence[float],
+                        capacity: float = 1.0) -> np.ndarray:
     """Finish times of collectives that start at `start`, spend `fixed` seconds each alone and
-    then `work` seconds of bandwidth (alone) under processor sharing, all at once (no slot
-    limit). A direct event loop over the moments a part joins or leaves."""
+    then `work` seconds of bandwidth (alone) shared with capacity `capacity`, all at once (no
+    slot limit). A direct event loop over the moments a part joins or leaves."""
     start, fixed, work = (np.asarray(x, dtype=float) for x in (start, fixed, work))
-    return queued_finish_times(start, fixed, work, max(len(start), 1))
+    return queued_finish_times(start, fixed, work, max(len(start), 1), capacity)
 
 
 def queued_finish_times(issue: Sequence[float], fixed: Sequence[float], work: Sequence[float],
-                        streams: int) -> np.ndarray:
+                        streams: int, capacity: float = 1.0) -> np.ndarray:
     """Finish times of collectives issued at `issue` (in this order, non-decreasing), taken in
     order by `streams` slots (one starts when it is issued and fewer than `streams` are in
     flight), each `fixed` seconds alone then `work` seconds of bandwidth under processor sharing:
-    one rank's queue of all-reduces issued back to back (the validator's pipelined sweep)."""
+    one rank's queue of all-reduces issued back to back (the validator's pipelined sweep);
+    `capacity`: the sharing's (:func:`shared_rate`)."""
     issue, fixed, work = (np.asarray(x, dtype=float) for x in (issue, fixed, work))
     n = len(issue)
     finish = np.full(n, np.nan)
@@ -121,7 +133,7 @@ def queued_finish_times(issue: Sequence[float], fixed: Sequence[float], work: Se
             in_flight += 1
             nxt += 1
         rem = np.fromiter(pool.values(), float, len(pool))
-        t_pool = now + shared_next(rem)
+        t_pool = now + shared_next(rem, capacity)
         t_join = joins[0][0] if joins else np.inf
         t_issue = issue[nxt] if nxt < n and in_flight < streams else np.inf
         t = min(t_pool, t_join, t_issue)
@@ -134,8 +146,9 @@ def queued_finish_times(issue: Sequence[float], fixed: Sequence[float], work: Se
                     finish[j] = t
                     in_flight -= 1
         elif pool:
+            step = (t - now) * shared_rate(len(pool), capacity)
             for j in pool:
-                pool[j] -= (t - now) / len(pool)
+                pool[j] -= step
         now = t
         while joins and joins[0][0] <= now:
             _, j = heapq.heappop(joins)
@@ -147,10 +160,11 @@ def queued_finish_times(issue: Sequence[float], fixed: Sequence[float], work: Se
     return finish
 
 
-def concurrency_gain(fixed: float, work: float, m: int) -> float:
+def concurrency_gain(fixed: float, work: float, m: int, capacity: float = 1.0) -> float:
     """Throughput of m equal collectives started together relative to one alone:
-    m (F + W) / (F + m W) (all end at F + m W under processor sharing)."""
-    return m * (fixed + work) / (fixed + m * work) if fixed + work > 0 else 1.0
+    m (F + W) / (F + W / min(1, c/m)) (all end together; F + m W under processor sharing)."""
+    total = fixed + work / shared_rate(m, capacity)
+    return m * (fixed + work) / total if total > 0 else 1.0
 
 
 def fixed_and_bandwidth(kernel: Kernel, fabric: Fabric, algorithm: str, model: str) -> Tuple[float, float]:
@@ -200,7 +214,7 @@ class ConcurrentStreams:
             raise ValueError("comm_streams > 1 does not model thermal clocks (throttle stragglers)")
         self.sc, self.perturb, self.kept = sc, perturb, np.asarray(kept, dtype=np.int64)
         self.collectives, self.log, self.on_step = collectives, log, on_step
-        self.n, self.k = sc.world_size, sc.ddp.comm_streams
+        self.n, self.k, self.capacity = sc.world_size, sc.ddp.comm_streams, sc.ddp.comm_capacity
         self.buckets = np.asarray(buckets, dtype=float)
         nb = len(self.buckets)
         parts = {}
@@ -368,7 +382,7 @@ class ConcurrentStreams:
             t_rank = t_compute[r_min]
             t_heap = heap[0][0] if heap else np.inf
             rem = np.fromiter(pool.values(), float, len(pool))
-            t_pool = pool_mark + shared_next(rem)
+            t_pool = pool_mark + shared_next(rem, self.capacity)
             t = min(t_rank, t_heap, t_pool)
             if t == np.inf:
                 raise RuntimeError("concurrent streams: no event left before the step is done")
@@ -386,8 +400,9 @@ class ConcurrentStreams:
                     collective_done(j, t)
                 continue
             if pool:
+                step = (t - pool_mark) * shared_rate(len(pool), self.capacity)
                 for j in pool:
-                    pool[j] -= (t - pool_mark) / len(pool)
+                    pool[j] -= step
             pool_mark = t
             if t_heap <= t:
                 _, kind, _, r, j = heapq.heappop(heap)

@@ -75,41 +75,43 @@ def test_the_model_is_fitted_out_of_sample(small_check):
     assert set(out["models"]) == {"pooled", "calibration 1", "calibration 2", "pooled, one at a time"}
 
 
-def _rows(alpha, beta, streams, sizes=(1 << 16, 1 << 18, 1 << 20, 1 << 22, 1 << 24)):
+def _rows(alpha, beta, streams, capacity, sizes=(1 << 16, 1 << 18, 1 << 20, 1 << 22, 1 << 24)):
     # a 2-rank sweep as the sharing rule makes it: one alone F + W (F = 2 alpha, W = S / beta),
-    # a burst of `streams` at once F / k + W per all-reduce
+    # a burst on `streams` threads F / k + W / min(k, c) per all-reduce
     rows = []
     for size in sizes:
         alone = 2 * alpha + size / beta
         rows.append({"size_bytes": size, "in_place": {"time_median_s": alone},
                      "out_of_place": {"time_median_s": alone + 2 * size / 1e10},
-                     "pipelined_s": 2 * alpha / streams + size / beta})
+                     "pipelined_s": 2 * alpha / streams + size / beta / min(streams, capacity)})
     return [{"rows": rows}]
 
 
-@pytest.mark.parametrize("streams", [1, 2, 3])
-def test_the_calibration_of_concurrent_bursts_is_one_all_reduce_alone(bench, streams):
-    # fitted to the bursts of a k-thread group, the calibration prices one all-reduce alone: the
-    # fixed part the bursts share is added back (fit naively, alpha would come out alpha / k)
-    cal, _ = bench.calibration_from_rounds(_rows(1e-4, 1e9, streams), 2, streams=streams)
-    (link,) = cal.levels
-    assert link.alpha_s == pytest.approx(1e-4, rel=1e-6) and link.beta_Bps == pytest.approx(1e9, rel=1e-6)
-    alone, _ = bench.calibration_from_rounds(_rows(1e-4, 1e9, streams), 2, pipelined=False)
-    assert alone.levels[0].alpha_s == pytest.approx(1e-4, rel=1e-6)
+@pytest.mark.parametrize("streams, capacity", [(2, 1.0), (2, 1.45), (2, 2.0), (3, 2.5)])
+def test_the_capacity_is_the_ratio_of_the_bandwidth_slopes(bench, streams, capacity):
+    rounds = _rows(1e-4, 1e9, streams, capacity)
+    assert bench.stream_capacity(rounds, streams) == pytest.approx(capacity, rel=1e-6)
+    assert bench.stream_capacity(rounds, 1) == 1.0
+    # the prediction's calibration on k > 1 threads is one all-reduce alone, not the bursts
+    cal, _, c = bench.prediction_calibration(rounds, 2, streams)
+    assert cal.levels[0].alpha_s == pytest.approx(1e-4, rel=1e-6) and c == pytest.approx(capacity, rel=1e-6)
+    cal1, _, c1 = bench.prediction_calibration(_rows(1e-4, 1e9, 1, 1.0), 2, 1)
+    assert c1 == 1.0 and cal1.levels[0].beta_Bps == pytest.approx(1e9, rel=1e-6)
 
 
 def test_the_concurrency_check_reproduces_a_sweep_made_by_the_sharing_rule(bench):
     from commsim.scenario.loader import load_scenario
 
-    rounds = _rows(2e-4, 5e8, 2)
-    cal, _ = bench.calibration_from_rounds(rounds, 2, streams=2)
+    rounds = _rows(2e-4, 5e8, 2, 1.5)
+    cal, _, capacity = bench.prediction_calibration(rounds, 2, 2)
     sc = load_scenario(bench.SCENARIO)
     pipeline = 1 << 25
-    for row in bench.concurrency_check(rounds, sc, cal, 2, pipeline):
+    for row in bench.concurrency_check(rounds, sc, cal, 2, pipeline, capacity):
         assert row["model_alone_s"] == pytest.approx(row["alone_s"], rel=1e-6)
         count = max(2, -(-pipeline // row["size_bytes"]))
-        # an even burst on 2 slots is pairs, F/2 + W each; an odd one ends on a lone all-reduce
-        expected = (count // 2 * (2 * 2e-4 + 2 * row["size_bytes"] / 5e8) + count % 2 * row["model_alone_s"]) / count
+        # an even burst on 2 slots is pairs, F + 2 W / 1.5 each; an odd one ends on a lone all-reduce
+        pair = 4e-4 + 2 * row["size_bytes"] / 5e8 / 1.5
+        expected = (count // 2 * pair + count % 2 * row["model_alone_s"]) / count
         assert row["model_burst_s"] == pytest.approx(expected, rel=1e-9)
         assert row["model_fixed_s"] == pytest.approx(4e-4, rel=1e-6)
 

@@ -146,3 +146,13 @@ def test_ddp_spec_refuses_a_bad_stream_count():
     for bad in (0, 2.0, True):
         with pytest.raises(ValueError, match="comm_streams"):
             spec.DDP(comm_streams=bad)
+
+
+def test_ddp_comm_capacity_default_one_read_and_checked():
+    assert read_ddp(SRC, {}).comm_capacity == 1.0
+    assert read_ddp(SRC, {"comm_streams": 2, "comm_capacity": 1.5}).comm_capacity == 1.5
+    for bad, given in ((0.5, "got 0.5"), ("x", "got 'x'"), (True, "got true")):
+        msg = error(read_ddp, {"comm_capacity": bad})
+        assert msg.startswith("t.yaml: ddp.comm_capacity: expected") and given in msg
+    with pytest.raises(ValueError, match="comm_capacity"):
+        spec.DDP(comm_capacity=0.9)

@@ -36,6 +36,19 @@ def test_two_equal_collectives_started_together_end_at_fixed_plus_twice_the_band
     assert cs.concurrency_gain(0.0, 1.0, 5) == 1.0 and cs.concurrency_gain(1.0, 0.0, 5) == 5.0
 
 
+def test_capacity_lets_up_to_c_run_at_full_rate():
+    # c = 2: two at once each at full rate (F + W), three share two collectives' worth
+    assert cs.shared_finish_times([0.0, 0.0], [0.3, 0.3], [0.5, 0.5], capacity=2.0).tolist() == [0.8, 0.8]
+    assert cs.shared_finish_times([0.0] * 3, [0.0] * 3, [1.0] * 3, capacity=2.0).tolist() == pytest.approx([1.5] * 3)
+    # c = 1.5, two equal ones: each at 3/4, F + W / 0.75; the gain m (F + W) / (F + W / min(1, c/m))
+    assert cs.shared_finish_times([0.0, 0.0], [0.2, 0.2], [0.6, 0.6], capacity=1.5).tolist() == pytest.approx([1.0, 1.0])
+    assert cs.concurrency_gain(0.2, 0.6, 2, capacity=1.5) == pytest.approx(1.6)
+    assert cs.concurrency_gain(0.0, 1.0, 4, capacity=2.5) == pytest.approx(2.5)
+    assert [cs.shared_rate(m, 1.5) for m in (0, 1, 2, 3)] == [1.0, 1.0, 0.75, 0.5]
+    assert cs.shared_next(np.array([0.3, 0.6]), 1.5) == pytest.approx(0.4)
+    assert cs.shared_advance(np.array([0.3, 0.6]), 0.4, 1.5).tolist() == pytest.approx([0.0, 0.3])
+
+
 def test_staggered_sharing_conserves_the_work():
     # W = 1 each, the second joins at 0.5: the first alone 0.5, then both at 1/2 for 1 s (the
     # first done at 1.5), the second alone for its last 0.5
@@ -129,6 +142,20 @@ def test_more_streams_never_slow_a_step_without_slowdown():
     times = [simulate(with_streams(sc, k)).step_time[-1] for k in (1, 2, 3, 8)]
     assert all(b <= a * (1 + 1e-12) for a, b in zip(times, times[1:]))
     assert times[1] < times[0]
+
+
+def test_capacity_speeds_concurrent_buckets_and_one_stream_ignores_it():
+    sc = make_scenario(nodes=1, gpus_per_node=2, parameters=4_000_000, bucket_cap=4e6, first_bucket=4e6,
+                       intra=(1e9, 1e-3), overlap=False, steps=2, optimizer=0.0)
+    def at(k, c):
+        return simulate(dataclasses.replace(sc, ddp=dataclasses.replace(sc.ddp, comm_streams=k, comm_capacity=c)))
+    fabric = scenario_fabric(sc)
+    fixed, work = cs.fixed_and_bandwidth(make_kernel("ring", fabric, 4e6), fabric, "ring", "alpha-beta")
+    step_compute = sc.compute.forward + sc.compute.backward
+    # 4 buckets on 2 streams with the bandwidth of 2: two pairs of F + W each
+    assert at(2, 2.0).step_time[0] == pytest.approx(step_compute + 2 * (fixed + work), rel=1e-12)
+    assert at(2, 1.5).step_time[0] < at(2, 1.0).step_time[0]
+    assert np.array_equal(at(1, 3.0).step_end, at(1, 1.0).step_end)
 
 
 def test_the_event_log_and_progress_with_streams():

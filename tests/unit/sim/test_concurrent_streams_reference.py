@@ -7,7 +7,8 @@ rank's FIFO queue ``bucket_overhead`` after the copy and after the previous one,
 the optimizer), k worker processes per rank that take the next queued all-reduce when free and
 hold it until it is done (ProcessGroupGloo's worker threads), per collective a process that
 waits for every rank's worker, spends the fixed part, then hands the bandwidth part to one
-link process that shares itself equally among the parts it holds, re-planned at every arrival.
+link process that shares itself equally among the m parts it holds (each at min(1, c/m) of its
+rate alone, c the capacity), re-planned at every arrival.
 Compute runs 1 / (1 + slowdown) slower while any worker of its rank holds a collective,
 re-planned whenever that changes. Nothing here shares the engine's event loop."""
 
@@ -115,11 +116,11 @@ class Reference:
                 yield self.arrival
                 continue
             t, holding = self.env.now, list(self.link)  # (an arrival while it waits has not progressed)
-            m = len(holding)
-            timer = self.env.timeout(m * min(self.link.values()))
+            rate = min(1.0, self.sc.ddp.comm_capacity / len(holding))  # each part's, of its rate alone
+            timer = self.env.timeout(min(self.link.values()) / rate)
             yield timer | self.arrival
             for key in holding:
-                self.link[key] -= (self.env.now - t) / m
+                self.link[key] -= (self.env.now - t) * rate
                 if self.link[key] <= 1e-13:
                     del self.link[key]
                     self._event(self.done, key).succeed()
@@ -156,7 +157,9 @@ def random_case(seed):
                        accumulation=int(rng.integers(1, 3)), steps=3, seed=seed, stragglers=stragglers, costs=costs)
     ready = np.cumsum(rng.uniform(0.1, 1, nb))
     ready = tuple(float(x) for x in np.minimum(ready / ready[-1] * rng.uniform(0.7, 1.0), 1.0))
-    ddp = dataclasses.replace(sc.ddp, bucket_sizes=sizes, bucket_ready=ready, comm_streams=int(rng.integers(2, 4)))
+    capacity = [1.0, 1.0, float(rng.uniform(1.0, 3.0))][seed % 4 % 3]
+    ddp = dataclasses.replace(sc.ddp, bucket_sizes=sizes, bucket_ready=ready, comm_streams=int(rng.integers(2, 4)),
+                              comm_capacity=capacity)
     return dataclasses.replace(sc, ddp=ddp)
 
 
