@@ -16,8 +16,11 @@ out-of-place), and per cap its compute (forward, backward under no_sync, optimiz
 (tens of milliseconds apart) and a drift in the machine's load falls on both. ``--gloo-threads N``
 runs DDP (and the pipelined sweep) on a gloo group of N worker threads
 (:func:`validate.ddp_job.gloo_group`; default torch's, 2): ProcessGroupGloo runs up to that many
-queued all-reduces at once, which the simulator's one collective stream per rank does not
-represent; at 1 its schedule is the simulator's. Measured (torch 2.13, 2 ranks on 2 shared cores,
+queued all-reduces at once, and the prediction simulates as many collective streams per rank
+(``ddp.comm_streams`` = the group's threads, :mod:`commsim.sim.concurrent_streams`), sharing
+``ddp.comm_capacity`` collectives' worth of bandwidth, measured from the sweep
+(:func:`stream_capacity`; the per-size check of one all-reduce alone against a pipelined burst,
+measured and modelled, is printed). Before the simulator had those streams, measured (torch 2.13, 2 ranks on 2 shared cores,
 load 6-8): with one thread T(1MB) - T(25MB) = +33.8 ms [+28.0, +40.8] (46/48 pairs), the
 calibrated collectives alone +43.7 ms, with the fitted costs +37.8 ms, per extra bucket +1.6 ms
 measured against +2.5 ms from the collectives; with two, -0.9 ms [-13.1, +4.6] (undecided),
@@ -35,11 +38,13 @@ check says the machine was too noisy to tell. Each round's median pair is printe
 
 Model, out of sample (nothing fitted on the caps it predicts):
 
-- calibration: the sweep's rows, per size the time per all-reduce issued as DDP issues them
+- calibration (:func:`prediction_calibration`): on one thread the sweep's rows, per size the time per all-reduce issued as DDP issues them
   (back to back, asynchronously; one at a time in place, as ``commsim calibrate`` measures, is
   shown beside it), out-of-place's
   excess, the copy it adds, is reported), the median over rounds; the rounds split into ``--calibrations``
   consecutive groups give that many separately measured calibrations, all rounds the pooled one;
+  on k > 1 threads those rows ran k at a time, so the calibration is one all-reduce alone (in
+  place, one at a time) and ``ddp.comm_capacity`` is the ratio of the two rows' bandwidth slopes;
 - DDP's own costs: ``ddp.memory_bandwidth`` is the measured copy bandwidth, ``ddp.bucket_overhead``
   (and ``ddp.overlap_slowdown`` where determinable) fitted by
   :func:`commsim.analysis.ddp_fit.fit_ddp_costs` to the ``--fit-caps`` runs only, refitted under
