@@ -145,3 +145,18 @@ def test_one_gloo_thread_pays_the_collectives_per_bucket(bench):
     assert out["gloo_threads"] == 1
     assert dec["decided"] and dec["sign"] > 0 and no_costs > 0, (dec, no_costs)
     assert 0.5 < per["measured"] / per["predicted_no_costs"] < 2.0, (per, out["load_after"])
+
+
+def test_validate_ddp_predicts_with_the_gloo_groups_streams():
+    # torch's gloo group runs 2 queued all-reduces at once: the validator's prediction simulates 2
+    # collective streams per rank (and a scenario that says how many keeps its own)
+    from commsim.scenario.loader import load_scenario
+    from validate.ddp_job import validate_scenario
+
+    overrides = ["model.parameters=1e6", "compute.batch_size=1", "ddp.bucket_cap=1MB"]
+    sc = load_scenario(ROOT / "scenarios" / "validate_gloo_2rank.yaml", overrides, steps=2)
+    rep = validate_scenario(sc, None, "gloo", 2, warmup_steps=1, echo=lambda s: None)
+    assert rep["ddp_streams"] == {"measured": 2, "predicted_with": 2, "comm_capacity": 1.0}
+    assert rep["ddp_fit_input"]["scenario"]["ddp"]["comm_streams"] == 2  # what calibrate --ddp-fit re-simulates
+    sc3 = load_scenario(ROOT / "scenarios" / "validate_gloo_2rank.yaml", overrides + ["ddp.comm_streams=3"], steps=2)
+    assert validate_scenario(sc3, None, "gloo", 2, warmup_steps=1, echo=lambda s: None)["ddp_streams"]["predicted_with"] == 3
