@@ -27,7 +27,14 @@ measured against +2.5 ms from the collectives; with two, -0.9 ms [-13.1, +4.6] (
 +0.07 ms per extra bucket: the per-bucket cost that a fit on the default group finds is the
 serialised 1 MB all-reduce time that gloo's second thread hides, not host work of DDP's. The
 profiler agrees: at 1 thread no two ``gloo:all_reduce`` spans overlap, at 2 most start before the
-previous one ends. Batch 1 keeps compute short, so that communication and the
+previous one ends. With the streams (8 rounds x 6 steps, load 5-8): one thread +36.8 ms
+[+24.2, +42.9] (45/48 pairs) against +48.3 predicted, the sign matches; two threads -12.0 ms
+[-14.1, -3.2] (34/48, decided) against +5.9 predicted with the fitted costs (bucket_overhead
+2.4 +- 2.2 ms, poorly determined) and -15.2 ms by the collectives alone, and -2.4 ms [-6.6, +0.6]
+(undecided) against -4.1 predicted; per extra bucket -0.48 and -0.24 ms measured, -0.63 and
+-0.65 ms from the collectives alone (one stream said +2.5). The measured capacity of two
+threads was 1.44 and 1.65 (bursts of 18 MiB all-reduces 1.38-1.65x one's throughput: c = 1,
+processor sharing of one link, would give 1.02x). Batch 1 keeps compute short, so that communication and the
 per-bucket cost show.
 
 Measurement: the pairs are d = T(small) - T(large) of the two caps' s-th steps in a round (run
