@@ -90,6 +90,11 @@ from commsim.sim.engine import simulate  # noqa: E402
 from commsim.units import parse_size  # noqa: E402
 
 SCENARIO = os.path.join(ROOT, "scenarios", "validate_gloo_2rank.yaml")
+# what gloo's concurrent all-reduces share (ddp.comm_shared): all of each, since on a CPU the fixed
+# part (the worker thread's hand-off, syscalls, copies) is work on the same cores, not a wait on a
+# link; the bursts agree (their gain over one alone does not fall towards 1 with size, as it would
+# with the fixed part free: 1.35-1.65x at 18 MiB against 1.0-1.8x at 1 MiB, noisily)
+SHARED = "all"
 LATENCY_SIZE = 64 << 10  # one small all-reduce in the sweep, so the calibration's latency is measured too
 COPY_BYTES = 256 << 20  # far past any cache: the copy runs at memory bandwidth
 
@@ -174,7 +179,7 @@ def prediction_calibration(rounds: Sequence[Dict], world_size: int, streams: int
 
 
 def concurrency_check(rounds: Sequence[Dict], sc, calibration, streams: int, pipeline_bytes: int,
-                      capacity: float = 1.0) -> List[Dict]:
+                      capacity: float = 1.0, shared: str = "bandwidth") -> List[Dict]:
     """Per sweep size: one all-reduce alone (in place, one at a time) and the pipelined burst's
     time per all-reduce, measured (medians over rounds) and as the simulator's sharing rule
     prices them from `calibration` (:func:`commsim.sim.concurrent_streams.fixed_and_bandwidth`'s
@@ -190,6 +195,8 @@ def concurrency_check(rounds: Sequence[Dict], sc, calibration, streams: int, pip
                                   if row["size_bytes"] == size)
         burst = statistics.median(row["pipelined_s"] for rnd in rounds for row in rnd["rows"] if row["size_bytes"] == size)
         fixed, work = fixed_and_bandwidth(make_kernel("ring", fabric, float(size)), fabric, "ring", "alpha-beta")
+        if shared == "all":  # (ddp.comm_shared: nothing runs free)
+            fixed, work = 0.0, fixed + work
         count = max(2, -(-pipeline_bytes // max(size, 1)))  # as validate.ddp_job.pipelined_all_reduce issues them
         model_burst = float(queued_finish_times([0.0] * count, [fixed] * count, [work] * count, streams,
                                                 capacity).max()) / count
@@ -253,7 +260,7 @@ def run_check(caps: Sequence[str], fit_caps: Sequence[str], rounds: int, steps: 
     # the simulator runs as many of a rank's all-reduces at once as the group has worker threads
     threads = int(results[0]["gloo_threads"])
     for cap in order:
-        scen[cap] = replace(scen[cap], ddp=replace(scen[cap].ddp, comm_streams=threads))
+        scen[cap] = replace(scen[cap], ddp=replace(scen[cap].ddp, comm_streams=threads, comm_shared=SHARED))
     bandwidth = statistics.median(r["copy_bandwidth_Bps"] for r in results)
     # per (round, cap): median step time (each step from the previous one's end on its last rank)
     med: Dict[tuple, float] = {}
@@ -326,6 +333,12 @@ def run_check(caps: Sequence[str], fit_caps: Sequence[str], rounds: int, steps: 
                 p = {cap: step_time(with_costs(replace(scen[cap], model=replace(scen[cap].model, parameters=nparams)),
                                                compared, cal, **costs)) for cap in (small, large)}
                 entry[f"predicted_diff_{other}_s"] = p[small] - p[large]
+            # the other sharing rule: the fixed part free, only the bandwidth part shared
+            free = {cap: replace(scen[cap], ddp=replace(scen[cap].ddp, comm_shared="bandwidth")) for cap in (small, large)}
+            p = {cap: step_time(with_costs(replace(free[cap], model=replace(free[cap].model, parameters=nparams)),
+                                           compared, cal, memory_bandwidth=bandwidth, bucket_overhead=fit.bucket_overhead,
+                                           overlap_slowdown=fit.overlap_slowdown)) for cap in (small, large)}
+            entry["predicted_diff_fixed_part_free_s"] = p[small] - p[large]
         models[tag] = entry
     pred_d = models["pooled"]["predicted_diff_s"]
     pooled_cal, pooled_capacity = cals["pooled"][0], cals["pooled"][2]
@@ -336,7 +349,8 @@ def run_check(caps: Sequence[str], fit_caps: Sequence[str], rounds: int, steps: 
                                          pooled_cal, bucket_overhead=0.0, overlap_slowdown=0.0,
                                          gradient_as_bucket_view=True)) for c in order]
     per_cal = [models[f"calibration {j + 1}"]["predicted_diff_s"] for j in range(calibrations)]
-    concurrency = concurrency_check(cal_rounds, scen[small], pooled_cal, threads, plan["pipeline_bytes"], pooled_capacity)
+    concurrency = concurrency_check(cal_rounds, scen[small], pooled_cal, threads, plan["pipeline_bytes"], pooled_capacity,
+                                    SHARED if threads > 1 else "bandwidth")
     return {"caps": [small, large], "fit_caps": order[2:], "gloo_threads": results[0]["gloo_threads"], "rounds": rounds, "steps": steps, "parameters": nparams,
             "batch_size": batch_size, "width": width, "buckets_nominal": {c: len(buckets[c]) for c in order},
             "buckets": {c: len(scen[c].gradient_buckets()) for c in order},
@@ -408,8 +422,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     per = out["per_bucket_s"]
     print(f"per extra bucket (slope over all caps): measured {per['measured'] * 1e3:+.2f} ms, "
           f"the calibrated collectives alone (no DDP costs) {per['predicted_no_costs'] * 1e3:+.2f} ms")
-    print(f"simulated with ddp.comm_streams {out['comm_streams']} (the group's threads), ddp.comm_capacity "
-          + ", ".join(f"{c:.3g} ({tag})" for tag, c in out["comm_capacity"].items()))
+    print(f"simulated with ddp.comm_streams {out['comm_streams']} (the group's threads), ddp.comm_shared {SHARED}, "
+          "ddp.comm_capacity " + ", ".join(f"{c:.3g} ({tag})" for tag, c in out["comm_capacity"].items())
+          + f"; with only the bandwidth part shared the pooled prediction is "
+          f"{ms(pooled['predicted_diff_fixed_part_free_s'])}")
     print(f"all-reduce alone (one at a time) vs per all-reduce of a pipelined burst on {out['gloo_threads']} thread(s), "
           f"measured and by the model's sharing rule from the pooled calibration:")
     for row in out["concurrency"]:

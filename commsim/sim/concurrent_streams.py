@@ -31,6 +31,10 @@ Semantics (plain DDP, ``ddp.sharding: none``):
   T; m equal ones started together all end at F + m W / min(m, c), so m at once give
   m (F + W) / (F + m W / min(m, c)) times one's throughput (:func:`concurrency_gain`): at c = 1
   between 1 (all bandwidth) and m (all latency).
+- ``ddp.comm_shared: all`` shares the fixed part too (the whole T runs under the sharing, no
+  free part): on a CPU backend the fixed part is work on the same cores (gloo's per-collective
+  hand-off, syscalls and copies), not waiting on a link; m equal ones at once then end at
+  T / min(1, c/m), a gain of min(m, c) at every size.
 - Compute runs ``1 / (1 + overlap_slowdown)`` slower while at least one of the rank's own
   collectives is in flight (launched there and not finished), as in the engine.
 - The optimizer waits for every bucket (the copy back first, with DDP's costs).
@@ -223,6 +227,8 @@ class ConcurrentStreams:
             if id(kernel) not in parts:
                 parts[id(kernel)] = fixed_and_bandwidth(kernel, fabric, sc.collective.algorithm, sc.collective.model)
             self.fixed[j], self.work[j] = parts[id(kernel)]
+        if sc.ddp.comm_shared == "all":  # the whole collective is shared work: no part of it runs free
+            self.fixed, self.work = np.zeros(nb), self.fixed + self.work
         fractions = np.asarray(ready_fraction, dtype=float) if sc.ddp.overlap else np.ones(nb)
         self.share = np.diff(fractions, prepend=0.0)
         self.remainder = 1.0 - (float(fractions[-1]) if nb else 0.0)

@@ -160,3 +160,17 @@ def test_validate_ddp_predicts_with_the_gloo_groups_streams():
     assert rep["ddp_fit_input"]["scenario"]["ddp"]["comm_streams"] == 2  # what calibrate --ddp-fit re-simulates
     sc3 = load_scenario(ROOT / "scenarios" / "validate_gloo_2rank.yaml", overrides + ["ddp.comm_streams=3"], steps=2)
     assert validate_scenario(sc3, None, "gloo", 2, warmup_steps=1, echo=lambda s: None)["ddp_streams"]["predicted_with"] == 3
+
+
+def test_the_concurrency_check_with_all_of_each_all_reduce_shared(bench):
+    from commsim.scenario.loader import load_scenario
+
+    rounds = _rows(2e-4, 5e8, 2, 1.5)
+    cal, _, _ = bench.prediction_calibration(rounds, 2, 2)
+    rows = bench.concurrency_check(rounds, load_scenario(bench.SCENARIO), cal, 2, 1 << 24, 1.5, "all")
+    for row in rows:
+        count = max(2, -(-(1 << 24) // row["size_bytes"]))
+        # pairs of T / 0.75 (each of two at 1.5 / 2 of its rate), a lone T at the end of an odd burst
+        expected = (count // 2 * row["model_alone_s"] / 0.75 + count % 2 * row["model_alone_s"]) / count
+        assert row["model_burst_s"] == pytest.approx(expected, rel=1e-9) and row["model_fixed_s"] == 0.0
+    assert bench.SHARED == "all"

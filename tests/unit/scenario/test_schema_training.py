@@ -156,3 +156,12 @@ def test_ddp_comm_capacity_default_one_read_and_checked():
         assert msg.startswith("t.yaml: ddp.comm_capacity: expected") and given in msg
     with pytest.raises(ValueError, match="comm_capacity"):
         spec.DDP(comm_capacity=0.9)
+
+
+def test_ddp_comm_shared_default_bandwidth_read_and_checked():
+    assert read_ddp(SRC, {}).comm_shared == "bandwidth"
+    assert read_ddp(SRC, {"comm_shared": "all"}).comm_shared == "all"
+    msg = error(read_ddp, {"comm_shared": "some"})
+    assert msg == "t.yaml: ddp.comm_shared: expected one of bandwidth, all, got 'some'"
+    with pytest.raises(ValueError, match="comm_shared"):
+        spec.DDP(comm_shared="links")

@@ -158,6 +158,20 @@ def test_capacity_speeds_concurrent_buckets_and_one_stream_ignores_it():
     assert np.array_equal(at(1, 3.0).step_end, at(1, 1.0).step_end)
 
 
+def test_sharing_all_of_it_gains_the_capacity_at_every_size():
+    # the fixed part shared too: 4 buckets on 2 streams with capacity 1.5 run in pairs of T / 0.75
+    sc = make_scenario(nodes=1, gpus_per_node=2, parameters=4_000_000, bucket_cap=4e6, first_bucket=4e6,
+                       intra=(1e9, 1e-3), overlap=False, steps=2, optimizer=0.0)
+    fabric = scenario_fabric(sc)
+    fixed, work = cs.fixed_and_bandwidth(make_kernel("ring", fabric, 4e6), fabric, "ring", "alpha-beta")
+    step_compute = sc.compute.forward + sc.compute.backward
+    def at(shared):
+        ddp = dataclasses.replace(sc.ddp, comm_streams=2, comm_capacity=1.5, comm_shared=shared)
+        return simulate(dataclasses.replace(sc, ddp=ddp)).step_time[0]
+    assert at("all") == pytest.approx(step_compute + 2 * (fixed + work) / 0.75, rel=1e-12)
+    assert at("bandwidth") == pytest.approx(step_compute + 2 * (fixed + work / 0.75), rel=1e-12)
+
+
 def test_the_event_log_and_progress_with_streams():
     sc = with_streams(make_scenario(nodes=1, gpus_per_node=2, parameters=2_000_000, bucket_cap=1e6, steps=2), 2)
     log, seen = [], []

@@ -37,6 +37,8 @@ class Reference:
         fabric = scenario_fabric(sc)
         self.parts = [fixed_and_bandwidth(make_kernel(sc.collective.algorithm, fabric, b), fabric,
                                           sc.collective.algorithm, "alpha-beta") for b in self.buckets]
+        if sc.ddp.comm_shared == "all":  # nothing runs free: the whole time is shared
+            self.parts = [(0.0, f + w) for f, w in self.parts]
         self.costs = sc.ddp.costs if charges(sc.ddp.costs, self.n) else NO_DDP_COSTS
         self.env = simpy.Environment()
         self.holding = [0] * self.n
@@ -159,7 +161,7 @@ def random_case(seed):
     ready = tuple(float(x) for x in np.minimum(ready / ready[-1] * rng.uniform(0.7, 1.0), 1.0))
     capacity = [1.0, 1.0, float(rng.uniform(1.0, 3.0))][seed % 4 % 3]
     ddp = dataclasses.replace(sc.ddp, bucket_sizes=sizes, bucket_ready=ready, comm_streams=int(rng.integers(2, 4)),
-                              comm_capacity=capacity)
+                              comm_capacity=capacity, comm_shared=["bandwidth", "all"][seed % 5 == 3])
     return dataclasses.replace(sc, ddp=ddp)
 
 
