@@ -16,15 +16,27 @@ out-of-place), and per cap its compute (forward, backward under no_sync, optimiz
 (tens of milliseconds apart) and a drift in the machine's load falls on both. ``--gloo-threads N``
 runs DDP (and the pipelined sweep) on a gloo group of N worker threads
 (:func:`validate.ddp_job.gloo_group`; default torch's, 2): ProcessGroupGloo runs up to that many
-queued all-reduces at once, which the simulator's one collective stream per rank does not
-represent; at 1 its schedule is the simulator's. Measured (torch 2.13, 2 ranks on 2 shared cores,
+queued all-reduces at once, and the prediction simulates as many collective streams per rank
+(``ddp.comm_streams`` = the group's threads, :mod:`commsim.sim.concurrent_streams`), sharing
+``ddp.comm_capacity`` collectives' worth of bandwidth, measured from the sweep
+(:func:`stream_capacity`; the per-size check of one all-reduce alone against a pipelined burst,
+measured and modelled, is printed). Before the simulator had those streams, measured (torch 2.13, 2 ranks on 2 shared cores,
 load 6-8): with one thread T(1MB) - T(25MB) = +33.8 ms [+28.0, +40.8] (46/48 pairs), the
 calibrated collectives alone +43.7 ms, with the fitted costs +37.8 ms, per extra bucket +1.6 ms
 measured against +2.5 ms from the collectives; with two, -0.9 ms [-13.1, +4.6] (undecided),
 +0.07 ms per extra bucket: the per-bucket cost that a fit on the default group finds is the
 serialised 1 MB all-reduce time that gloo's second thread hides, not host work of DDP's. The
 profiler agrees: at 1 thread no two ``gloo:all_reduce`` spans overlap, at 2 most start before the
-previous one ends. Batch 1 keeps compute short, so that communication and the
+previous one ends. With the streams (8 rounds x 6 steps): one thread (load 6.8) +36.8 ms
+[+24.2, +42.9] (45/48 pairs) against +48.3 predicted, the sign matches; two threads, four runs:
+-12.0 ms [-14.1, -3.2] (decided; load 5-8) against +5.9 predicted (fixed part free), -2.4 and
++3.7 ms (undecided) against -4.1 and -14.2, +2.5 ms [+0.7, +4.3] (decided; load 3-4) against
++17.5 (all shared): where decided, the sign matches once in two. The prediction's sign follows
+the fitted bucket_overhead (0 to 2.4 ms, often +- as much: the fit caps' step times scatter),
+while the collectives alone say -14 to -17 ms; per extra bucket -0.48, -0.24, +0.14, +0.03 ms
+measured, -0.63 to -0.71 ms from the collectives alone (one stream said +2.5). The measured
+capacity of two threads was 1.44-1.95 (bursts of 18 MiB all-reduces 1.35-1.86x one's
+throughput; c = 1, one shared link, would give 1.02x). Batch 1 keeps compute short, so that communication and the
 per-bucket cost show.
 
 Measurement: the pairs are d = T(small) - T(large) of the two caps' s-th steps in a round (run
@@ -35,11 +47,13 @@ check says the machine was too noisy to tell. Each round's median pair is printe
 
 Model, out of sample (nothing fitted on the caps it predicts):
 
-- calibration: the sweep's rows, per size the time per all-reduce issued as DDP issues them
+- calibration (:func:`prediction_calibration`): on one thread the sweep's rows, per size the time per all-reduce issued as DDP issues them
   (back to back, asynchronously; one at a time in place, as ``commsim calibrate`` measures, is
   shown beside it), out-of-place's
   excess, the copy it adds, is reported), the median over rounds; the rounds split into ``--calibrations``
   consecutive groups give that many separately measured calibrations, all rounds the pooled one;
+  on k > 1 threads those rows ran k at a time, so the calibration is one all-reduce alone (in
+  place, one at a time) and ``ddp.comm_capacity`` is the ratio of the two rows' bandwidth slopes;
 - DDP's own costs: ``ddp.memory_bandwidth`` is the measured copy bandwidth, ``ddp.bucket_overhead``
   (and ``ddp.overlap_slowdown`` where determinable) fitted by
   :func:`commsim.analysis.ddp_fit.fit_ddp_costs` to the ``--fit-caps`` runs only, refitted under
@@ -70,11 +84,20 @@ sys.path.insert(0, ROOT)
 from commsim.analysis.ddp_fit import DDPRun, decide_paired_sign, fit_ddp_costs  # noqa: E402
 from commsim.calibration import fit as calib_fit  # noqa: E402
 from commsim.calibration.records import Calibration, Provenance  # noqa: E402
+from commsim.collectives.kernels import make_kernel  # noqa: E402
+from commsim.sim.concurrent_streams import fixed_and_bandwidth, queued_finish_times  # noqa: E402
+from commsim.sim.links import scenario_fabric  # noqa: E402
 from commsim.scenario.loader import load_scenario  # noqa: E402
 from commsim.sim.engine import simulate  # noqa: E402
 from commsim.units import parse_size  # noqa: E402
 
 SCENARIO = os.path.join(ROOT, "scenarios", "validate_gloo_2rank.yaml")
+# what gloo's concurrent all-reduces share (ddp.comm_shared): all of each, since on a CPU the fixed
+# part (the worker thread's hand-off, syscalls, copies) is work on the same cores, not a wait on a
+# link; the bursts agree that the fixed part does not run free (their gain over one alone does not
+# fall towards 1 with size, as it would then: over five runs 0.99-1.84x at 1 MiB, 1.35-1.86x at
+# 18 MiB; if anything small all-reduces gain less, which no sharing rule here represents)
+SHARED = "all"
 LATENCY_SIZE = 64 << 10  # one small all-reduce in the sweep, so the calibration's latency is measured too
 COPY_BYTES = 256 << 20  # far past any cache: the copy runs at memory bandwidth
 
@@ -122,6 +145,68 @@ def calibration_from_rounds(rounds: Sequence[Dict], world_size: int, pipelined: 
     ms = [calib_fit.Measurement(size, statistics.median(v), world_size) for size, v in sorted(per_size.items())]
     link = calib_fit.fit_link("intra_node", ms)
     return Calibration((link,), Provenance(backend="gloo", world_size=world_size)), statistics.median(excess[max(excess)])
+
+
+def stream_capacity(rounds: Sequence[Dict], streams: int) -> float:
+    """``ddp.comm_capacity`` of a group of `streams` worker threads, from the sweep: a pipelined
+    burst of equal all-reduces on k threads runs them k at a time, each group ending together at
+    F + k W / min(k, c) (:mod:`commsim.sim.concurrent_streams`), F/k + W / min(k, c) per
+    all-reduce, against F + W alone (in place, one at a time): the bandwidth terms' slopes in
+    size give c = slope alone / slope of the bursts (least squares over the sweep's sizes, of
+    the medians over rounds), kept in [1, k]. One thread: 1 (nothing is shared)."""
+    import numpy as np
+
+    if streams <= 1:
+        return 1.0
+    sizes = sorted({row["size_bytes"] for rnd in rounds for row in rnd["rows"]})
+    alone = [statistics.median(row["in_place"]["time_median_s"] for rnd in rounds for row in rnd["rows"]
+                               if row["size_bytes"] == s) for s in sizes]
+    burst = [statistics.median(row["pipelined_s"] for rnd in rounds for row in rnd["rows"] if row["size_bytes"] == s)
+             for s in sizes]
+    slope_alone = float(np.polyfit(sizes, alone, 1)[0])
+    slope_burst = float(np.polyfit(sizes, burst, 1)[0])
+    if slope_burst <= 0:
+        return float(streams)
+    return float(min(max(slope_alone / slope_burst, 1.0), streams))
+
+
+def prediction_calibration(rounds: Sequence[Dict], world_size: int, streams: int) -> tuple:
+    """(calibration, out-of-place excess, ``ddp.comm_capacity``) the prediction uses for a group
+    of `streams` worker threads. One thread: the pipelined rows (all-reduces issued as DDP issues
+    them, one at a time on the one thread), capacity 1. More: the pipelined rows ran k at a
+    time, a mix of one all-reduce's cost and the sharing, so the calibration is one all-reduce
+    alone (in place, one at a time) and the sharing is :func:`stream_capacity`'s."""
+    if streams <= 1:
+        return calibration_from_rounds(rounds, world_size) + (1.0,)
+    return calibration_from_rounds(rounds, world_size, pipelined=False) + (stream_capacity(rounds, streams),)
+
+
+def concurrency_check(rounds: Sequence[Dict], sc, calibration, streams: int, pipeline_bytes: int,
+                      capacity: float = 1.0, shared: str = "bandwidth") -> List[Dict]:
+    """Per sweep size: one all-reduce alone (in place, one at a time) and the pipelined burst's
+    time per all-reduce, measured (medians over rounds) and as the simulator's sharing rule
+    prices them from `calibration` (:func:`commsim.sim.concurrent_streams.fixed_and_bandwidth`'s
+    F and W; the burst of ``pipeline_bytes`` queued on `streams` slots,
+    :func:`~commsim.sim.concurrent_streams.queued_finish_times`, shared with `capacity`). Their
+    ratio is the throughput the group's threads gain; the capacity is one number fitted to the
+    slopes (:func:`stream_capacity`), so how the gain moves with size tests the sharing rule."""
+    fabric = scenario_fabric(replace(sc, calibration=calibration))
+    out = []
+    sizes = sorted({row["size_bytes"] for rnd in rounds for row in rnd["rows"]})
+    for size in sizes:
+        alone = statistics.median(row["in_place"]["time_median_s"] for rnd in rounds for row in rnd["rows"]
+                                  if row["size_bytes"] == size)
+        burst = statistics.median(row["pipelined_s"] for rnd in rounds for row in rnd["rows"] if row["size_bytes"] == size)
+        fixed, work = fixed_and_bandwidth(make_kernel("ring", fabric, float(size)), fabric, "ring", "alpha-beta")
+        if shared == "all":  # (ddp.comm_shared: nothing runs free)
+            fixed, work = 0.0, fixed + work
+        count = max(2, -(-pipeline_bytes // max(size, 1)))  # as validate.ddp_job.pipelined_all_reduce issues them
+        model_burst = float(queued_finish_times([0.0] * count, [fixed] * count, [work] * count, streams,
+                                                capacity).max()) / count
+        out.append({"size_bytes": size, "alone_s": alone, "burst_s": burst, "gain": alone / burst,
+                    "model_fixed_s": fixed, "model_bandwidth_s": work, "model_alone_s": fixed + work,
+                    "model_burst_s": model_burst, "model_gain": (fixed + work) / model_burst})
+    return out
 
 
 def per_bucket_slope(buckets: Sequence[int], times: Sequence[float]) -> float:
@@ -175,6 +260,10 @@ def run_check(caps: Sequence[str], fit_caps: Sequence[str], rounds: int, steps: 
         if real[cap]:
             scen[cap] = replace(scen[cap], ddp=replace(scen[cap].ddp, bucket_sizes=real[cap]),
                                 model=replace(scen[cap].model, parameters=nparams))
+    # the simulator runs as many of a rank's all-reduces at once as the group has worker threads
+    threads = int(results[0]["gloo_threads"])
+    for cap in order:
+        scen[cap] = replace(scen[cap], ddp=replace(scen[cap].ddp, comm_streams=threads, comm_shared=SHARED))
     bandwidth = statistics.median(r["copy_bandwidth_Bps"] for r in results)
     # per (round, cap): median step time (each step from the previous one's end on its last rank)
     med: Dict[tuple, float] = {}
@@ -206,13 +295,15 @@ def run_check(caps: Sequence[str], fit_caps: Sequence[str], rounds: int, steps: 
 
     cal_rounds = [r["rounds"] for r in results][0]  # rank 0's rows are the max over ranks already
     groups = [cal_rounds[j * rounds // calibrations:(j + 1) * rounds // calibrations] for j in range(calibrations)]
-    cals = {"pooled": calibration_from_rounds(cal_rounds, n)}
+    cals = {"pooled": prediction_calibration(cal_rounds, n, threads)}
     for j, grp in enumerate(groups):
-        cals[f"calibration {j + 1}"] = calibration_from_rounds(grp, n)
-    cals["pooled, one at a time"] = calibration_from_rounds(cal_rounds, n, pipelined=False)
+        cals[f"calibration {j + 1}"] = prediction_calibration(grp, n, threads)
+    cals["pooled, one at a time"] = calibration_from_rounds(cal_rounds, n, pipelined=False) + (cals["pooled"][2],)
+    base_scen = scen
     compared = compute_of([small, large])
     models = {}
-    for tag, (cal, disagree) in cals.items():
+    for tag, (cal, disagree, capacity) in cals.items():
+        scen = {cap: replace(base_scen[cap], ddp=replace(base_scen[cap].ddp, comm_capacity=capacity)) for cap in order}
         fit_runs = []
         for cap in order[2:]:
             sc = replace(with_costs(scen[cap], compute_of([cap]), cal, memory_bandwidth=bandwidth),
@@ -232,7 +323,7 @@ def run_check(caps: Sequence[str], fit_caps: Sequence[str], rounds: int, steps: 
                  "fit_runs": {r.source: {"measured_s": m, "fitted_s": p}
                               for r, m, p in zip(fit_runs, fit.measured_s, fit.predicted_s)},
                  "out_of_place_excess_s": disagree,
-                 "predicted_s": pred, "predicted_diff_s": pred[small] - pred[large]}
+                 "predicted_s": pred, "predicted_diff_s": pred[small] - pred[large], "comm_capacity": capacity}
         if tag == "pooled":
             # shared_core: the fitted per-bucket cost, compute at half rate while an all-reduce is in
             # flight: a rank's one compute thread and its gloo worker sharing a core (the CPU's
@@ -245,15 +336,24 @@ def run_check(caps: Sequence[str], fit_caps: Sequence[str], rounds: int, steps: 
                 p = {cap: step_time(with_costs(replace(scen[cap], model=replace(scen[cap].model, parameters=nparams)),
                                                compared, cal, **costs)) for cap in (small, large)}
                 entry[f"predicted_diff_{other}_s"] = p[small] - p[large]
+            # the other sharing rule: the fixed part free, only the bandwidth part shared
+            free = {cap: replace(scen[cap], ddp=replace(scen[cap].ddp, comm_shared="bandwidth")) for cap in (small, large)}
+            p = {cap: step_time(with_costs(replace(free[cap], model=replace(free[cap].model, parameters=nparams)),
+                                           compared, cal, memory_bandwidth=bandwidth, bucket_overhead=fit.bucket_overhead,
+                                           overlap_slowdown=fit.overlap_slowdown)) for cap in (small, large)}
+            entry["predicted_diff_fixed_part_free_s"] = p[small] - p[large]
         models[tag] = entry
     pred_d = models["pooled"]["predicted_diff_s"]
-    pooled_cal = cals["pooled"][0]
+    pooled_cal, pooled_capacity = cals["pooled"][0], cals["pooled"][2]
+    scen = {cap: replace(base_scen[cap], ddp=replace(base_scen[cap].ddp, comm_capacity=pooled_capacity)) for cap in order}
     counts = [len(scen[c].gradient_buckets()) for c in order]
     measured_caps = [statistics.median(med[(k, c)] for k in range(rounds)) for c in order]
     no_cost_caps = [step_time(with_costs(replace(scen[c], model=replace(scen[c].model, parameters=nparams)), compared,
                                          pooled_cal, bucket_overhead=0.0, overlap_slowdown=0.0,
                                          gradient_as_bucket_view=True)) for c in order]
     per_cal = [models[f"calibration {j + 1}"]["predicted_diff_s"] for j in range(calibrations)]
+    concurrency = concurrency_check(cal_rounds, scen[small], pooled_cal, threads, plan["pipeline_bytes"], pooled_capacity,
+                                    SHARED if threads > 1 else "bandwidth")
     return {"caps": [small, large], "fit_caps": order[2:], "gloo_threads": results[0]["gloo_threads"], "rounds": rounds, "steps": steps, "parameters": nparams,
             "batch_size": batch_size, "width": width, "buckets_nominal": {c: len(buckets[c]) for c in order},
             "buckets": {c: len(scen[c].gradient_buckets()) for c in order},
@@ -270,7 +370,8 @@ def run_check(caps: Sequence[str], fit_caps: Sequence[str], rounds: int, steps: 
                              "predicted_no_costs": per_bucket_slope(counts, no_cost_caps)},
             "by_cap": {c: {"buckets": n, "measured_s": m, "predicted_no_costs_s": p}
                        for c, n, m, p in zip(order, counts, measured_caps, no_cost_caps)},
-            "models": models, "predicted_diff_s": pred_d,
+            "models": models, "predicted_diff_s": pred_d, "concurrency": concurrency,
+            "comm_streams": threads, "comm_capacity": {tag: c[2] for tag, c in cals.items()},
             "predicted_diff_range_s": [min(per_cal), max(per_cal)],
             "predicted_sign_stable": len({sign(x) for x in per_cal + [pred_d]}) == 1,
             "sign_matches": (sign(pred_d) == decision.sign) if decision.decided else None,
@@ -324,6 +425,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     per = out["per_bucket_s"]
     print(f"per extra bucket (slope over all caps): measured {per['measured'] * 1e3:+.2f} ms, "
           f"the calibrated collectives alone (no DDP costs) {per['predicted_no_costs'] * 1e3:+.2f} ms")
+    print(f"simulated with ddp.comm_streams {out['comm_streams']} (the group's threads), ddp.comm_shared {SHARED}, "
+          "ddp.comm_capacity " + ", ".join(f"{c:.3g} ({tag})" for tag, c in out["comm_capacity"].items())
+          + f"; with only the bandwidth part shared the pooled prediction is "
+          f"{ms(pooled['predicted_diff_fixed_part_free_s'])}")
+    print(f"all-reduce alone (one at a time) vs per all-reduce of a pipelined burst on {out['gloo_threads']} thread(s), "
+          f"measured and by the model's sharing rule from the pooled calibration:")
+    for row in out["concurrency"]:
+        print(f"  {row['size_bytes'] / 2**20:8.3f} MiB: measured {row['alone_s'] * 1e3:.3f} / {row['burst_s'] * 1e3:.3f} ms "
+              f"= {row['gain']:.2f}x; model {row['model_alone_s'] * 1e3:.3f} / {row['model_burst_s'] * 1e3:.3f} ms "
+              f"= {row['model_gain']:.2f}x (fixed {row['model_fixed_s'] * 1e3:.3f} ms + bandwidth {row['model_bandwidth_s'] * 1e3:.3f} ms)")
     lo, hi = out["predicted_diff_range_s"]
     print(f"predicted difference across the calibrations: {ms(lo)} .. {ms(hi)} "
           f"(sign {'stable' if out['predicted_sign_stable'] else 'NOT stable'})")

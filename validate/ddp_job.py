@@ -107,7 +107,10 @@ def rank_ddp(ctx, plan: Dict) -> Dict:
             "parameters": sum(p.numel() for p in module.parameters()),
             # the buckets DDP built (it never splits a tensor: a layer larger than the cap is a
             # bucket of its own), which the prediction must use rather than the nominal layout
-            "bucket_sizes": ddp_bucket_sizes(model)}
+            "bucket_sizes": ddp_bucket_sizes(model),
+            # how many of its all-reduces the group runs at once (gloo: its worker threads; one
+            # stream otherwise), which the prediction's ddp.comm_streams must be
+            "comm_streams": gloo_threads() if dist.get_backend() == "gloo" else 1}
 
 
 def _plan(scenario, warmup_steps: int, compute_iters: int = 5) -> Dict:
@@ -181,6 +184,11 @@ def validate_scenario(scenario, calibration, backend: str, nprocs: int, warmup_s
     if built and abs(sum(built) - fed.model.grad_bytes) <= 1e-6 * fed.model.grad_bytes:
         # the layout DDP built, each bucket ready at its bytes' share (equal layers: a uniform rate)
         fed = replace(fed, ddp=replace(fed.ddp, bucket_sizes=tuple(built), bucket_ready=None))
+    streams = int(results[0].get("comm_streams") or 1)
+    if streams > 1 and fed.ddp.comm_streams == 1:
+        # the gloo group ran up to its worker threads' all-reduces at once: so does the prediction
+        # (the bandwidth they share is the scenario's ddp.comm_capacity, 1 unless it says more)
+        fed = replace(fed, ddp=replace(fed.ddp, comm_streams=streams))
     baseline = None
     if scenario.stragglers:
         baseline, _ = measure(scenario.without_stragglers(), backend, nprocs, warmup_steps, timeout_s, echo)
@@ -189,6 +197,8 @@ def validate_scenario(scenario, calibration, backend: str, nprocs: int, warmup_s
     report["ddp_fit_input"] = fit_record(fed, calibration, step_times(results))
     report["ddp_buckets"] = {"built_bytes": built, "predicted_with": [float(b) for b in fed.gradient_buckets()],
                              "nominal_count": len(scenario.gradient_buckets())}
+    report["ddp_streams"] = {"measured": streams, "predicted_with": fed.ddp.comm_streams,
+                             "comm_capacity": fed.ddp.comm_capacity}
     return report
 
 

@@ -33,6 +33,9 @@ def _load(path, overrides, steps, nodes, force):
 
     scenarios = [load_or_fail(path, list(overrides) + ([f"cluster.nodes={count}"] if count is not None else []),
                               steps, None, force=force) for count in nodes or [None]]
+    if scenarios[0].ddp.comm_streams > 1:  # the remedies' own schedules have one collective stream
+        fail(f"{path}: ddp.comm_streams: expected comm_streams 1 to compare remedies (their schedules run one "
+             f"collective stream per rank), got comm_streams {scenarios[0].ddp.comm_streams}")
     try:
         return scenarios, mitigation_section(path, overrides)
     except InputError as exc:

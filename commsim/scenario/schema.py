@@ -89,6 +89,33 @@ def _default_name(source: str) -> str:
     return path.stem if path.suffix in (".yaml", ".yml") and path.stem else spec.Scenario.name
 
 
+# ddp.comm_streams > 1 is simulated event by event, rank by rank (commsim/sim/concurrent_streams.py):
+# O(buckets x ranks^2) per step, meant for validation-sized jobs, not for the scale runs
+MAX_STREAMS_WORLD_SIZE = 256
+
+
+def _check_comm_streams(source: str, streams: int, cluster, collective, stragglers, mitigation: bool) -> None:
+    """What ``ddp.comm_streams`` > 1 does not model, refused at that key (one line each)."""
+    given = f"got comm_streams {streams}"
+    if cluster.world_size > MAX_STREAMS_WORLD_SIZE:
+        raise ScenarioError(source, "ddp.comm_streams",
+                            f"expected comm_streams 1 above {MAX_STREAMS_WORLD_SIZE} ranks (concurrent streams are "
+                            f"simulated rank by rank, for validation-sized jobs), {given} at {cluster.world_size} ranks")
+    if collective.model != "alpha-beta":
+        raise ScenarioError(source, "ddp.comm_streams",
+                            f"expected comm_streams 1 under collective.model {collective.model} (concurrent streams "
+                            f"split each collective's alpha-beta time into a fixed and a bandwidth part), {given}")
+    throttled = [i for i, s in enumerate(stragglers) if isinstance(s, spec.Throttle)]
+    if throttled:
+        raise ScenarioError(source, "ddp.comm_streams",
+                            f"expected comm_streams 1 with a throttle straggler (stragglers[{throttled[0]}]: thermal "
+                            f"clocks are not modeled with concurrent streams), {given}")
+    if mitigation:
+        raise ScenarioError(source, "ddp.comm_streams",
+                            f"expected comm_streams 1 with a mitigation section (the remedies' schedules have one "
+                            f"collective stream), {given}")
+
+
 def parse_scenario(doc: Any, source: str) -> spec.Scenario:
     """Validate a scenario mapping (as from :func:`load_document`) into a frozen Scenario.
 
@@ -124,6 +151,8 @@ def parse_scenario(doc: Any, source: str) -> spec.Scenario:
             f"records), got {steps} x {cluster.world_size}",
         )
     calibration = read_calibration(source, doc["calibration"], collective) if "calibration" in doc else None
+    if ddp.comm_streams > 1:
+        _check_comm_streams(source, ddp.comm_streams, cluster, collective, stragglers, MITIGATION_KEY in doc)
     return spec.Scenario(
         cluster=cluster,
         model=model,

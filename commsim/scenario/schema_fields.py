@@ -150,7 +150,8 @@ SECTION_KEYS: Dict[str, Tuple[str, ...]] = {
     "model": ("parameters", "grad_dtype"),
     "compute": ("forward", "backward", "optimizer", "batch_size"),
     "ddp": ("bucket_cap", "first_bucket", "overlap", "gradient_accumulation", "sharding", "bucket_sizes",
-            "bucket_ready", "bucket_overhead", "memory_bandwidth", "gradient_as_bucket_view", "overlap_slowdown"),
+            "bucket_ready", "bucket_overhead", "memory_bandwidth", "gradient_as_bucket_view", "overlap_slowdown",
+            "comm_streams", "comm_capacity", "comm_shared"),
     "collective": ("algorithm", "model"),
 }
 

@@ -47,6 +47,7 @@ ALGORITHMS: Tuple[str, ...] = get_args(spec.Algorithm)
 COST_MODELS: Tuple[str, ...] = get_args(spec.CostModel)
 GRAD_DTYPES: Tuple[str, ...] = get_args(spec.GradDtype)
 SHARDINGS: Tuple[str, ...] = get_args(spec.Sharding)
+COMM_SHARED: Tuple[str, ...] = get_args(spec.CommShared)
 
 
 def read_model(source: str, value: Any) -> spec.Model:
@@ -131,6 +132,16 @@ def read_ddp(source: str, value: Any, *, model: Optional[spec.Model] = None, clu
         raise ScenarioError(source, "ddp.sharding",
                             f"expected gradient_accumulation 1 with sharding {sharding} (accumulation is modeled "
                             f"for sharding none only), got gradient_accumulation {accumulation}")
+    streams = m.get("comm_streams", read_count, spec.DDP.comm_streams)
+    if streams > 1 and sharding != "none":
+        # ZeRO-2's and FSDP's gathers and reduce-scatters share one stream in the engine's schedule
+        raise ScenarioError(source, "ddp.comm_streams",
+                            f"expected comm_streams 1 with sharding {sharding} (concurrent collective streams are "
+                            f"modeled for DDP's bucket all-reduces, sharding none), got comm_streams {streams}")
+    capacity = m.get("comm_capacity", ranged(1.0, 1e6, low_open=False, high_open=False,
+                                              what="collectives' worth of bandwidth (1: one shared link)"),
+                     spec.DDP.comm_capacity)
+    shared = m.get("comm_shared", choice(COMM_SHARED), spec.DDP.comm_shared)
     bucket_sizes, bucket_ready = _read_bucket_layout(m, model)
     preset = cluster.get("preset") if isinstance(cluster, Mapping) else None
     bandwidth = PRESET_MEMORY_BANDWIDTH.get(preset) if isinstance(preset, str) else None
@@ -143,6 +154,9 @@ def read_ddp(source: str, value: Any, *, model: Optional[spec.Model] = None, clu
         bucket_sizes=bucket_sizes,
         bucket_ready=bucket_ready,
         costs=read_ddp_costs(m.value, source, "ddp", bandwidth),
+        comm_streams=streams,
+        comm_capacity=float(capacity),
+        comm_shared=shared,
     )
 
 

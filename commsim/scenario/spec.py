@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Literal, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Literal, Optional, Tuple, Union, get_args
 
 import numpy as np
 
@@ -29,6 +29,8 @@ CostModel = Literal["alpha-beta", "nccl-2.7", "nccl-2.19", "nccl-2.30"]
 IntraKind = Literal["nvswitch", "nvlink", "pcie", "pcie-nop2p"]
 # Data-parallel sharding (commsim/sim/sharding.py): plain DDP, ZeRO stage 2, or FSDP FULL_SHARD (ZeRO-3).
 Sharding = Literal["none", "zero2", "fsdp"]
+# What concurrent collectives share (commsim/sim/concurrent_streams.py): the bandwidth part, or all.
+CommShared = Literal["bandwidth", "all"]
 
 
 @dataclass(frozen=True)
@@ -122,7 +124,11 @@ class DDP:
     an explicit bucket layout, as a real job's DDP built it; ``bucket_ready`` (None: gradients at
     a uniform rate) the share of the backward done when each bucket is ready, non-decreasing in
     (0, 1] (:func:`commsim.sim.engine.bucket_layout` turns both into the engine's layout). ``costs``: DDP's own
-    costs beyond the collectives (:class:`DDPCosts`; the literature's defaults, on).
+    costs beyond the collectives (:class:`DDPCosts`; the literature's defaults, on). ``comm_streams``:
+    how many of a rank's bucket all-reduces may be in flight at once (1: one stream, in order, as
+    NCCL; k > 1: :mod:`commsim.sim.concurrent_streams`, as gloo's worker threads), ``comm_capacity``
+    how much bandwidth they have together, in collectives' worth (1: they share one link),
+    ``comm_shared`` which part of each they share (``bandwidth``: the fixed part overlaps; ``all``).
     """
 
     bucket_cap: float = 25 * 1024 * 1024
@@ -133,6 +139,26 @@ class DDP:
     bucket_sizes: Optional[Tuple[float, ...]] = None
     bucket_ready: Optional[Tuple[float, ...]] = None
     costs: DDPCosts = field(default_factory=DDPCosts)
+    # collectives a rank runs at once (commsim/sim/concurrent_streams.py): NCCL runs a
+    # communicator's collectives in order on one stream, 1; torch's gloo group runs up to its
+    # worker threads at once, 2 by default
+    comm_streams: int = 1
+    # how many collectives' worth of bandwidth those streams have together: m in flight each run
+    # at min(1, comm_capacity / m) of their rate alone (1: they split one link)
+    comm_capacity: float = 1.0
+    # which part of a collective the concurrent ones share: its bandwidth part (its fixed part, the
+    # latencies, overlaps freely: links), or all of it (a CPU backend's fixed part is work on the
+    # same cores: gloo)
+    comm_shared: CommShared = "bandwidth"
+
+    def __post_init__(self) -> None:
+        if isinstance(self.comm_streams, bool) or not isinstance(self.comm_streams, int) or self.comm_streams < 1:
+            raise ValueError(f"comm_streams must be an integer >= 1, got {self.comm_streams!r}")
+        if self.comm_shared not in get_args(CommShared):
+            raise ValueError(f"comm_shared must be one of {', '.join(get_args(CommShared))}, got {self.comm_shared!r}")
+        if isinstance(self.comm_capacity, bool) or not (isinstance(self.comm_capacity, (int, float))
+                                                         and math.isfinite(self.comm_capacity) and self.comm_capacity >= 1):
+            raise ValueError(f"comm_capacity must be a number >= 1, got {self.comm_capacity!r}")
 
 
 @dataclass(frozen=True)

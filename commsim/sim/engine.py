@@ -19,6 +19,10 @@ optimizer (:class:`commsim.sim.ddp_costs.ChargedBackward`; ZeRO-2 and FSDP as th
 With every cost off the engine runs the schedule above, bit for bit. ``rank_busy`` counts compute
 at its rate: the costs are waiting, like the summary's exposed communication.
 
+With ``ddp.comm_streams`` k > 1 (gloo's worker threads: up to k of a rank's bucket all-reduces in
+flight at once, sharing the bandwidth) the run takes a path of its own,
+:class:`commsim.sim.concurrent_streams.ConcurrentStreams`, not the one-stream schedule below.
+
 Rank state lives in numpy vectors. One SimPy process drives the job: it advances the clock
 to the end of every step (and, when an event ``log`` is asked for, to the completion of every
 collective). A step's ready times are computed for blocks of buckets at once. The engine only schedules: the
@@ -58,6 +62,7 @@ from commsim.collectives.contract import Kernel
 from commsim.collectives.kernels import algorithm_for, make_kernel
 from commsim.collectives.maxplus import Responses
 from commsim.scenario.spec import Scenario
+from commsim.sim.concurrent_streams import ConcurrentStreams
 from commsim.sim.ddp_costs import PARTIAL_RANKS, ChargedBackward, InFlight, PartialRanks, charges
 from commsim.sim.links import scenario_fabric
 from commsim.sim.sharding import SegmentInFlight, optimizer_time, stream_order, unit_shares
@@ -277,6 +282,8 @@ class Engine:
         self._steps_simulated = 0
         self._recent: List[np.ndarray] = []  # the last two steps' full rank_end (steady-state test)
         self._steady_possible = self.perturb.deterministic_steps  # then steps may repeat exactly
+        if sc.ddp.comm_streams > 1:  # up to k collectives at once per rank: a path of its own
+            return self._concurrent_run()
         self.env.process(self._job() if self.sharding == "none" else self._sharded_job())
         self.env.run()
         step_end = self._step_end
@@ -300,6 +307,20 @@ class Engine:
             coll_start=self._coll["start"] if self.collectives else None,
             coll_finish=self._coll["finish"] if self.collectives else None,
         )
+
+    def _concurrent_run(self) -> RunResult:
+        """``ddp.comm_streams`` > 1: :class:`commsim.sim.concurrent_streams.ConcurrentStreams`
+        (its semantics and what it refuses are in its module), its records as a RunResult."""
+        sc = self.scenario
+        rec = ConcurrentStreams(sc, self.perturb, self.kernels, scenario_fabric(sc), self.buckets,
+                                self.ready_fraction, self.kept, self.collectives, self.log, self.on_step).run()
+        return RunResult(
+            scenario=sc, bucket_sizes=self.buckets, step_start=np.concatenate(([0.0], rec.step_end[:-1])),
+            step_end=rec.step_end, ranks=self.kept, rank_end=rec.rank_end, rank_backward_end=rec.rank_backward_end,
+            rank_comm_end=rec.rank_comm_end, rank_stall=rec.rank_stall, rank_busy=rec.rank_busy,
+            last_rank=rec.last_rank, launch_spread=rec.launch_spread, comm_time=rec.comm_time,
+            steps_simulated=sc.steps, coll_issue=rec.coll_issue, coll_start=rec.coll_start,
+            coll_finish=rec.coll_finish)
 
     def _keep(self, row: np.ndarray) -> np.ndarray:
         return row if self._all_kept else row[self.kept]

@@ -56,6 +56,8 @@ def test_every_cap_runs_interleaved_and_the_figures_are_consistent(small_check):
 def test_ddp_runs_on_a_gloo_group_of_the_threads_asked(small_check):
     # dist.new_group(backend="gloo", pg_options=...) silently keeps 2 threads; the job's own group does too
     assert small_check["gloo_threads"] == 1
+    # and the prediction ran the simulator with that many collective streams per rank
+    assert all(row["model_burst_s"] == pytest.approx(row["model_alone_s"]) for row in small_check["concurrency"])
     assert set(small_check["per_bucket_s"]) == {"measured", "predicted_no_costs"}
 
 
@@ -71,6 +73,47 @@ def test_the_model_is_fitted_out_of_sample(small_check):
         assert m["bucket_overhead_s"] >= 0 and m["bucket_overhead_stderr_s"] >= 0
         assert m["predicted_diff_s"] == pytest.approx(m["predicted_s"]["1MB"] - m["predicted_s"]["25MB"])
     assert set(out["models"]) == {"pooled", "calibration 1", "calibration 2", "pooled, one at a time"}
+
+
+def _rows(alpha, beta, streams, capacity, sizes=(1 << 16, 1 << 18, 1 << 20, 1 << 22, 1 << 24)):
+    # a 2-rank sweep as the sharing rule makes it: one alone F + W (F = 2 alpha, W = S / beta),
+    # a burst on `streams` threads F / k + W / min(k, c) per all-reduce
+    rows = []
+    for size in sizes:
+        alone = 2 * alpha + size / beta
+        rows.append({"size_bytes": size, "in_place": {"time_median_s": alone},
+                     "out_of_place": {"time_median_s": alone + 2 * size / 1e10},
+                     "pipelined_s": 2 * alpha / streams + size / beta / min(streams, capacity)})
+    return [{"rows": rows}]
+
+
+@pytest.mark.parametrize("streams, capacity", [(2, 1.0), (2, 1.45), (2, 2.0), (3, 2.5)])
+def test_the_capacity_is_the_ratio_of_the_bandwidth_slopes(bench, streams, capacity):
+    rounds = _rows(1e-4, 1e9, streams, capacity)
+    assert bench.stream_capacity(rounds, streams) == pytest.approx(capacity, rel=1e-6)
+    assert bench.stream_capacity(rounds, 1) == 1.0
+    # the prediction's calibration on k > 1 threads is one all-reduce alone, not the bursts
+    cal, _, c = bench.prediction_calibration(rounds, 2, streams)
+    assert cal.levels[0].alpha_s == pytest.approx(1e-4, rel=1e-6) and c == pytest.approx(capacity, rel=1e-6)
+    cal1, _, c1 = bench.prediction_calibration(_rows(1e-4, 1e9, 1, 1.0), 2, 1)
+    assert c1 == 1.0 and cal1.levels[0].beta_Bps == pytest.approx(1e9, rel=1e-6)
+
+
+def test_the_concurrency_check_reproduces_a_sweep_made_by_the_sharing_rule(bench):
+    from commsim.scenario.loader import load_scenario
+
+    rounds = _rows(2e-4, 5e8, 2, 1.5)
+    cal, _, capacity = bench.prediction_calibration(rounds, 2, 2)
+    sc = load_scenario(bench.SCENARIO)
+    pipeline = 1 << 25
+    for row in bench.concurrency_check(rounds, sc, cal, 2, pipeline, capacity):
+        assert row["model_alone_s"] == pytest.approx(row["alone_s"], rel=1e-6)
+        count = max(2, -(-pipeline // row["size_bytes"]))
+        # an even burst on 2 slots is pairs, F + 2 W / 1.5 each; an odd one ends on a lone all-reduce
+        pair = 4e-4 + 2 * row["size_bytes"] / 5e8 / 1.5
+        expected = (count // 2 * pair + count % 2 * row["model_alone_s"]) / count
+        assert row["model_burst_s"] == pytest.approx(expected, rel=1e-9)
+        assert row["model_fixed_s"] == pytest.approx(4e-4, rel=1e-6)
 
 
 @pytest.mark.lab_accuracy
@@ -102,3 +145,32 @@ def test_one_gloo_thread_pays_the_collectives_per_bucket(bench):
     assert out["gloo_threads"] == 1
     assert dec["decided"] and dec["sign"] > 0 and no_costs > 0, (dec, no_costs)
     assert 0.5 < per["measured"] / per["predicted_no_costs"] < 2.0, (per, out["load_after"])
+
+
+def test_validate_ddp_predicts_with_the_gloo_groups_streams():
+    # torch's gloo group runs 2 queued all-reduces at once: the validator's prediction simulates 2
+    # collective streams per rank (and a scenario that says how many keeps its own)
+    from commsim.scenario.loader import load_scenario
+    from validate.ddp_job import validate_scenario
+
+    overrides = ["model.parameters=1e6", "compute.batch_size=1", "ddp.bucket_cap=1MB"]
+    sc = load_scenario(ROOT / "scenarios" / "validate_gloo_2rank.yaml", overrides, steps=2)
+    rep = validate_scenario(sc, None, "gloo", 2, warmup_steps=1, echo=lambda s: None)
+    assert rep["ddp_streams"] == {"measured": 2, "predicted_with": 2, "comm_capacity": 1.0}
+    assert rep["ddp_fit_input"]["scenario"]["ddp"]["comm_streams"] == 2  # what calibrate --ddp-fit re-simulates
+    sc3 = load_scenario(ROOT / "scenarios" / "validate_gloo_2rank.yaml", overrides + ["ddp.comm_streams=3"], steps=2)
+    assert validate_scenario(sc3, None, "gloo", 2, warmup_steps=1, echo=lambda s: None)["ddp_streams"]["predicted_with"] == 3
+
+
+def test_the_concurrency_check_with_all_of_each_all_reduce_shared(bench):
+    from commsim.scenario.loader import load_scenario
+
+    rounds = _rows(2e-4, 5e8, 2, 1.5)
+    cal, _, _ = bench.prediction_calibration(rounds, 2, 2)
+    rows = bench.concurrency_check(rounds, load_scenario(bench.SCENARIO), cal, 2, 1 << 24, 1.5, "all")
+    for row in rows:
+        count = max(2, -(-(1 << 24) // row["size_bytes"]))
+        # pairs of T / 0.75 (each of two at 1.5 / 2 of its rate), a lone T at the end of an odd burst
+        expected = (count // 2 * row["model_alone_s"] / 0.75 + count % 2 * row["model_alone_s"]) / count
+        assert row["model_burst_s"] == pytest.approx(expected, rel=1e-9) and row["model_fixed_s"] == 0.0
+    assert bench.SHARED == "all"

@@ -95,3 +95,13 @@ def test_plot_folder_under_a_file_or_missing_folder_names_that_folder(tmp_path, 
     assert out.returncode == 2
     assert out.stderr.strip().splitlines() == [
         f"commsim: error: --plot {target}: cannot create the plot folder: {tmp_path / parent} {what}"]
+
+
+def test_concurrent_collective_streams_are_refused(tmp_path):
+    # the remedies' schedules have one collective stream per rank: a baseline on two would not compare
+    target = tmp_path / "out.json"
+    target.write_text("kept")
+    out = cli(ROOT / "scenarios" / "validate_gloo_2rank.yaml", "--set", "ddp.comm_streams=2", "--json", target)
+    assert out.returncode == 2 and out.stderr.count("\n") == 1 and "Traceback" not in out.stderr
+    assert "validate_gloo_2rank.yaml: ddp.comm_streams: expected comm_streams 1 to compare" in out.stderr
+    assert target.read_text() == "kept"

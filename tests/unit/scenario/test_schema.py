@@ -76,3 +76,24 @@ def test_ddp_costs_default_on_and_the_preset_names_the_memory_bandwidth():
     off = parse_scenario(doc(ddp={"bucket_overhead": 0, "overlap_slowdown": 0, "gradient_as_bucket_view": True}), "s.yaml")
     assert not off.ddp.costs.on
     assert str(error(doc(ddp={"bucket_overhead": "1 GB"}))).startswith("s.yaml: ddp.bucket_overhead: ")
+
+
+def test_comm_streams_reaches_the_scenario():
+    assert parse_scenario(doc(), "s.yaml").ddp.comm_streams == 1
+    assert parse_scenario(doc(ddp={"comm_streams": 2}), "s.yaml").ddp.comm_streams == 2
+
+
+@pytest.mark.parametrize("extra, says", [
+    ({"collective": {"model": "nccl-2.19"}}, "under collective.model nccl-2.19"),
+    ({"stragglers": [{"kind": "jitter", "cv": 0.1},
+                     {"kind": "throttle", "ranks": [1], "heat_up": "1 s", "throttled_time": "1 s", "clock_fraction": 0.5}]},
+     "with a throttle straggler (stragglers[1]"),
+    ({"mitigation": {}}, "with a mitigation section"),
+    ({"cluster": {"nodes": 65, "gpus_per_node": 4, "intra_node": {"bandwidth": "300 GB/s"},
+                  "inter_node": {"bandwidth": "100 Gbps"}}}, f"above {schema.MAX_STREAMS_WORLD_SIZE} ranks"),
+])
+def test_comm_streams_refuses_what_it_does_not_model(extra, says):
+    err = error(doc(ddp={"comm_streams": 2}, **extra))
+    assert err.path == "ddp.comm_streams" and str(err).startswith("s.yaml: ddp.comm_streams: expected comm_streams 1")
+    assert says in str(err) and "got comm_streams 2" in str(err)
+    parse_scenario(doc(ddp={"comm_streams": 1}, **extra), "s.yaml")  # one stream: all of it as before

@@ -87,7 +87,7 @@ def test_section_checks_type_unknown_and_required_keys():
     assert str(section_error(SRC, "ddp", [1], SECTION_KEYS["ddp"])) == (
         "s.yaml: ddp: expected a mapping with keys bucket_cap, first_bucket, overlap, gradient_accumulation, "
         "sharding, bucket_sizes, bucket_ready, bucket_overhead, memory_bandwidth, gradient_as_bucket_view, "
-        "overlap_slowdown, got [1] (a list)"
+        "overlap_slowdown, comm_streams, comm_capacity, comm_shared, got [1] (a list)"
     )
     assert str(section_error(SRC, "ddp", {"overlapp": True}, SECTION_KEYS["ddp"])).startswith(
         "s.yaml: ddp.overlapp: unknown key (did you mean 'overlap'?); expected one of bucket_cap,"

@@ -120,3 +120,48 @@ def test_calibration_path_is_relative_to_the_scenario(tmp_path):
     with pytest.raises(ScenarioError) as err:
         read_calibration(str(scenario), "cal.yaml", spec.Collective())
     assert str(err.value).startswith(f"{scenario}: calibration: {tmp_path / 'cal.yaml'}: ")
+
+
+def test_ddp_comm_streams_default_one_and_read():
+    assert read_ddp(SRC, {}).comm_streams == 1
+    assert read_ddp(SRC, {"comm_streams": 2}).comm_streams == 2
+    assert read_ddp(SRC, {"comm_streams": "3"}).comm_streams == 3
+
+
+@pytest.mark.parametrize("value, given", [(0, "got 0"), (1.5, "got 1.5"), (True, "got true"), ("two", "'two'")])
+def test_ddp_comm_streams_bad_values_name_the_key(value, given):
+    msg = error(read_ddp, {"comm_streams": value})
+    assert msg.startswith("t.yaml: ddp.comm_streams: expected") and given in msg.lower()
+
+
+@pytest.mark.parametrize("sharding", ["zero2", "fsdp"])
+def test_ddp_comm_streams_refused_with_sharding(sharding):
+    msg = error(read_ddp, {"comm_streams": 2, "sharding": sharding})
+    assert msg.startswith("t.yaml: ddp.comm_streams: expected comm_streams 1 with sharding " + sharding)
+    assert "got comm_streams 2" in msg
+    assert read_ddp(SRC, {"comm_streams": 1, "sharding": sharding}).comm_streams == 1
+
+
+def test_ddp_spec_refuses_a_bad_stream_count():
+    for bad in (0, 2.0, True):
+        with pytest.raises(ValueError, match="comm_streams"):
+            spec.DDP(comm_streams=bad)
+
+
+def test_ddp_comm_capacity_default_one_read_and_checked():
+    assert read_ddp(SRC, {}).comm_capacity == 1.0
+    assert read_ddp(SRC, {"comm_streams": 2, "comm_capacity": 1.5}).comm_capacity == 1.5
+    for bad, given in ((0.5, "got 0.5"), ("x", "got 'x'"), (True, "got true")):
+        msg = error(read_ddp, {"comm_capacity": bad})
+        assert msg.startswith("t.yaml: ddp.comm_capacity: expected") and given in msg
+    with pytest.raises(ValueError, match="comm_capacity"):
+        spec.DDP(comm_capacity=0.9)
+
+
+def test_ddp_comm_shared_default_bandwidth_read_and_checked():
+    assert read_ddp(SRC, {}).comm_shared == "bandwidth"
+    assert read_ddp(SRC, {"comm_shared": "all"}).comm_shared == "all"
+    msg = error(read_ddp, {"comm_shared": "some"})
+    assert msg == "t.yaml: ddp.comm_shared: expected one of bandwidth, all, got 'some'"
+    with pytest.raises(ValueError, match="comm_shared"):
+        spec.DDP(comm_shared="links")
