@@ -122,17 +122,18 @@ def _plan(scenario, warmup_steps: int, compute_iters: int = 5) -> Dict:
     refuse_sharding(scenario)
     if not scenario.ddp.overlap:
         # torch DDP always launches a bucket's all-reduce as soon as it is ready
-        raise CalibrationError(f"scenario {scenario.name!r}: --mode ddp always overlaps communication with "
-                               "backward (torch DDP does); use --mode replay for ddp.overlap false")
+        raise CalibrationError("--mode ddp always overlaps communication with backward (torch DDP does); "
+                               "use --mode replay for ddp.overlap false", key="ddp.overlap")
     bad = sorted({type(s).__name__ for s in scenario.stragglers if not isinstance(s, Stall)})
     if bad:
-        raise CalibrationError(f"scenario {scenario.name!r}: --mode ddp injects only stalls, not {', '.join(bad)}; "
-                               "use --mode replay for those")
+        raise CalibrationError(f"--mode ddp injects only stalls, not {', '.join(bad)}; use --mode replay for those",
+                               key="stragglers")
     if scenario.model.grad_dtype != "fp32":
-        raise CalibrationError(f"scenario {scenario.name!r}: --mode ddp trains in fp32, the scenario says "
-                               f"grad_dtype {scenario.model.grad_dtype}")
+        raise CalibrationError(f"--mode ddp trains in fp32, the scenario says {scenario.model.grad_dtype}",
+                               key="model.grad_dtype")
     if scenario.ddp.gradient_accumulation != 1:
-        raise CalibrationError(f"scenario {scenario.name!r}: --mode ddp runs one micro-batch per step")
+        raise CalibrationError(f"--mode ddp runs one micro-batch per step, the scenario says "
+                               f"{scenario.ddp.gradient_accumulation}", key="ddp.gradient_accumulation")
     return {"parameters": int(scenario.model.parameters), "batch_size": scenario.compute.batch_size,
             "first_bucket_bytes": float(scenario.ddp.first_bucket),
             "bucket_cap_bytes": float(scenario.ddp.bucket_cap), "steps": scenario.steps,

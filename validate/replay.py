@@ -138,14 +138,14 @@ def plan_for(scenario: Scenario, ranks: Optional[Sequence[int]] = None, warmup_s
     if links not in ("lab", "refuse"):
         raise ValueError(f"links must be lab or refuse, got {links!r}")
     slow: Dict[int, float] = {}
-    for s in scenario.stragglers:
+    for i, s in enumerate(scenario.stragglers):
         if isinstance(s, SlowLink):
             if s.node is None:
                 raise CalibrationError(
-                    f"scenario {scenario.name!r}: slow_link on rank {s.rank} cannot be applied for real: it shapes a "
-                    "node's network link, not a rank's hop (inside a node that hop is loopback); use node: K")
+                    f"slow_link on rank {s.rank} cannot be applied for real: it shapes a node's network link, not a "
+                    "rank's hop (inside a node that hop is loopback); use node: K", key=f"stragglers[{i}]")
             if links == "refuse":
-                raise CalibrationError(f"scenario {scenario.name!r}: slow_link on node {s.node} {NO_SHAPING}")
+                raise CalibrationError(f"slow_link on node {s.node} {NO_SHAPING}", key=f"stragglers[{i}]")
             slow[s.node] = slow.get(s.node, 1.0) * s.factor
     # the compute and buckets without the two kinds replay_plan leaves to this module; the
     # per-step draws come from the whole scenario (a draw's stream is its entry's index)
