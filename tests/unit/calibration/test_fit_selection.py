@@ -90,3 +90,18 @@ def test_p4dn_calibrated_at_1x8_and_2x8_predicts_3x8_and_4x8_from_the_per_node_n
         m = _p4dn(k, k)
         t = fit.predict("all_reduce", k, 8, m.sizes, use_measured=False).time_us
         assert abs(m.time_us[0] / t[0] - 1) < 0.15, (k, t, m.time_us)
+
+
+def test_network_constants_the_one_gpu_per_node_log_leaves_open_stay_nominal():
+    # 2x1 at 1 GiB (the network alone, bandwidth only) beside 2x8 small messages with an NVLink
+    # hop 4x slower than described: the per-step and hop latencies of the network are not
+    # candidates (the 2x1 log cannot see them), the NVLink hop takes the misfit
+    nominal = _nominal()
+    truth = nominal.with_constants({"intra_hop_us": 4.0 * nominal.intra_hop_us}, "truth")
+    sizes = [float(1 << k) for k in range(10, 17)]
+    fit = fit_physical([_synthetic(truth, 2, 1, [GB]), _synthetic(truth, 2, 8, sizes)], nominal)
+    for name in ("net_step_us", "net_hop_us"):
+        assert not fit.constants[name].determined
+        assert any(n.startswith(f"{name}: the network-only logs (synthetic-2x1)") for n in fit.notes)
+    hop = fit.constants["intra_hop_us"]
+    assert hop.determined and abs(math.log(hop.value / truth.intra_hop_us)) < 0.05
