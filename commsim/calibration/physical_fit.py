@@ -39,7 +39,11 @@ Tried and not kept (cross_scale.py): admitting at each step the remaining consta
 admission lowers the cost most (a score test, any order): p4dn the same 5/13%, H100 10x8
 maxima better (AR 131 -> 37%), but launch_us then takes the 2-node logs' per-collective fixed
 costs (H100 14.6 us, Polaris sockets 28.9 us) and H100 10x1-10x4 medians go from 0.4-2.3% to
-2.8-8.4%, sockets 8x4 64K-1M from 5.8% to 37%.
+2.8-8.4%, sockets 8x4 64K-1M from 5.8% to 37%. Dropping an admitted constant that a later one
+leaves undetermined (a swap): Polaris 2.18 then fits net_rdzv_us (28.8 us; 8x4 all_reduce max
+62 -> 27%, but 128x4 all_gather median 2.5 -> 11.6%), 2.21 swaps net_rdzv_us out for net_hop_us,
+H100 10x8 all_gather 17.5 -> 21.9% (max 97 -> 120%), sockets as with the score test. Every prior
+is the same factor :data:`PRIOR_FACTOR`, so "the least certain prior first" orders nothing.
 
 Calibrations compose: :func:`compose` takes the intra-node constants of one fit and the
 network constants of another. Predictions (:meth:`PhysicalFit.predict`) carry a 95%
