@@ -22,6 +22,29 @@ there (projected Levenberg-Marquardt), and a constant that ends on its bound say
 (a 2-node tree, for one, cannot separate NIC bandwidth from tree efficiency). A level's constants are only ever
 fitted from logs that exercise that level, so a 1-node log never prices a network hop.
 
+Which constant takes a misfit that several could explain: constants join the fit one at a time
+in FIT_NAMES order (forward selection, below), so with few rows the first determinable one takes
+it. Where some logs exercise one level alone (1 node: NVLink only; 1 GPU per node: the network
+only) beside logs that cross both, a constant of that level is a candidate only if those
+single-level logs determine it (a fit to them alone): a misfit that appears only where the
+levels combine is then read by the constants the combined logs add (network, then any-level
+ones), not by a constant of a level already measured on its own. Why: the single-level logs are
+that level's clean measurement (as :func:`compose` takes them); an NVLink constant that only a
+multi-node log moves is the network's misfit in disguise, and it does not transfer. The p4dn
+logs (1x8 and 2x8 at 1 GB only) read the 2x8 misfit as an NVLink hop of 87 us (nominal 3.4) and
+predicted 3x8/4x8 37/44% too fast; read as the NIC rate (8.4 GB/s per NIC, ~34 GB/s per node,
+what both the 2x8 tree and the 3x8/4x8 rings carry) they are 5/13%. Where every log crosses
+both levels (Polaris 2x4) or each level has its own logs (H100 1x4, 1x8, 2x1) nothing changes.
+Tried and not kept (cross_scale.py): admitting at each step the remaining constant whose
+admission lowers the cost most (a score test, any order): p4dn the same 5/13%, H100 10x8
+maxima better (AR 131 -> 37%), but launch_us then takes the 2-node logs' per-collective fixed
+costs (H100 14.6 us, Polaris sockets 28.9 us) and H100 10x1-10x4 medians go from 0.4-2.3% to
+2.8-8.4%, sockets 8x4 64K-1M from 5.8% to 37%. Dropping an admitted constant that a later one
+leaves undetermined (a swap): Polaris 2.18 then fits net_rdzv_us (28.8 us; 8x4 all_reduce max
+62 -> 27%, but 128x4 all_gather median 2.5 -> 11.6%), 2.21 swaps net_rdzv_us out for net_hop_us,
+H100 10x8 all_gather 17.5 -> 21.9% (max 97 -> 120%), sockets as with the score test. Every prior
+is the same factor :data:`PRIOR_FACTOR`, so "the least certain prior first" orders nothing.
+
 Calibrations compose: :func:`compose` takes the intra-node constants of one fit and the
 network constants of another. Predictions (:meth:`PhysicalFit.predict`) carry a 95%
 interval from the fit's covariance and residual scatter, and an extrapolation note (how many
@@ -303,6 +326,7 @@ def fit_physical(
         if name == "net_rdzv_us" and nominal.net_rdzv_threshold_bytes is None:
             continue  # no rendezvous priced: nothing reads it
         candidates.append(name)
+    candidates = _single_level_screen(ms, nominal, candidates, names, declared_same, max_iter, notes)
     y = np.concatenate([np.log(m.time_us) for m in ms])
     row_log = np.concatenate([[i] * m.sizes.size for i, m in enumerate(ms)])
     sigma_prior = math.log(PRIOR_FACTOR)
@@ -325,7 +349,8 @@ def fit_physical(
 
         return x0, system_at, res
 
-    # Forward selection in FIT_NAMES order (bandwidths, then latencies, then efficiencies): a
+    # Forward selection in FIT_NAMES order (bandwidths, then latencies, then efficiencies), over
+    # the candidates the single-level screen kept (module docstring): a
     # constant joins the fit when, with the ones already in, the logs determine it. Two
     # constants the logs only see as a product (NVLink bandwidth x NVLS efficiency) would
     # otherwise both look undetermined; this keeps the first and leaves the second nominal.
@@ -388,6 +413,38 @@ def fit_physical(
         off += k
     rms = float(np.sqrt(np.mean(r ** 2)))
     return PhysicalFit(final, nominal, constants, ms, rms, cov, free, tuple(notes), residual_map)
+
+
+def _only_level(m: Measurement, nominal: System) -> Optional[str]:
+    """The one level a log exercises ("intra": one node; "network": one GPU per node), or None
+    for a log that crosses both."""
+    sc = Scale.of(nominal, m.nodes, m.gpus_per_node)
+    if sc.local > 1 and sc.domains == 1:
+        return "intra"
+    if sc.domains > 1 and sc.local == 1:
+        return "network"
+    return None
+
+
+def _single_level_screen(ms, nominal, candidates, names, declared_same, max_iter, notes) -> List[str]:
+    """The candidates, less a level's constants that the logs exercising that level alone leave
+    undetermined, when such logs are there beside logs that cross both levels (the module docstring says
+    why)."""
+    out = list(candidates)
+    for level in ("intra", "network"):
+        alone = [m for m in ms if _only_level(m, nominal) == level]
+        mixed = [m for m in ms if _only_level(m, nominal) is None and _exercises(m, nominal, level)]
+        mine = [n for n in out if LEVEL[n] == level]
+        if not alone or not mixed or not mine:
+            continue
+        sub = fit_physical(alone, nominal, names=names, declared_same=declared_same, max_iter=max_iter)
+        for n in mine:
+            if not sub.constants[n].determined:
+                out.remove(n)
+                notes.append(f"{n}: the {level}-only logs ({', '.join(sorted({m.source for m in alone}))}) do not "
+                             f"determine it, and a misfit of a log that also crosses the other level is not read as "
+                             "a constant of this one; nominal value kept")
+    return out
 
 
 def _huber(r: np.ndarray, delta: float = HUBER_DELTA / DATA_SIGMA) -> np.ndarray:
