@@ -47,7 +47,17 @@ class WithoutPQ(PowerSGDHook):
     """The issue's experiment: the P and Q all-reduces removed (the work kept)."""
 
     def stages(self, step, bucket, size):
-        return tuple(s for i, s in enumerate(super().stages(step, bucket, size)) if not (isinstance(s, Reduce) and i in (2, 4)))
+        # the hook's all-reduces in order: the uncompressed tensors', then P's, then Q's; drop the
+        # last two by their rank among the Reduce stages (not by position: the hook's Work stages
+        # between them change as costs are added)
+        out, reduces = [], 0
+        for s in super().stages(step, bucket, size):
+            if isinstance(s, Reduce):
+                reduces += 1
+                if reduces > 1:
+                    continue
+            out.append(s)
+        return tuple(out)
 
 
 def speedup(gpus: int, latency: float, hook_class=PowerSGDHook) -> float:
