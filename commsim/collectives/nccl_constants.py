@@ -126,6 +126,48 @@ def _nccl_2_20(t230: dict) -> dict:
 
 NCCL_TABLES["2.20"] = _nccl_2_20(NCCL_TABLES["2.30"])
 
+# The per-architecture ceilings of the Blackwell row (index 3) changed release by release where the
+# Hopper rows did not, so each release line below is "2.30" with its own Blackwell row (tuning.cc
+# llMaxBws / perChMaxRingLL128Bws / perChMaxTreeLL128Bws / perChMaxTreeBws / perChMaxNVLSTreeBws):
+# - before v2.25 there is no Blackwell row: compCapIndex is ``minCompCap >= 90 ? HOPPER_COMPCAP_IDX``
+#   (v2.23.4-1 line 146, v2.24.3-1 line 210), so Blackwell reads Hopper's;
+# - v2.25.1-1 .. v2.27.7-1: twice Hopper's (``{2*36.7, 2*36.7, 2*36.7}``, ``{2*36.7, 2*36.7, 2*29.0}``,
+#   ``{2*38.7, 2*41.4, 2*36.0}``); NVLS tree has no per-channel ceiling yet;
+# - v2.28.3-1: ring LL128 still 2*36.7, tree LL128 {55.6, 31.67, 20.0}, tree {70.0, 42.8, 24.0},
+#   NVLS tree {0.0, 96.0, 43.1}; v2.28.7-1: ring LL128 {2*36.7, 34.6, 2*36.7}; v2.28.9-1: NVLS
+#   tree {0.0, 96.0, 43.8}; v2.29.2-1 / v2.29.3-1: ring LL128 {34.5, 34.6, 34.5}; v2.29.7-1: ring
+#   LL128 {40.0, 40.0, 40.0}; v2.30.3-1 on: NVLS tree {0.0, 96.0, 80.0} (the "2.30" entry).
+_BLACKWELL = 3
+
+
+def _with_blackwell(t: dict, **rows) -> dict:
+    """`t` with the Blackwell row of each named per-architecture table replaced by `rows`."""
+    out = dict(t)
+    for key, row in rows.items():
+        out[key] = tuple(t[key][:_BLACKWELL]) + (tuple(row),)
+    return out
+
+
+def _blackwell_as_hopper(t: dict) -> dict:
+    """`t` as a release without a Blackwell row reads it: Hopper's row (compCapIndex stops at Hopper)."""
+    return _with_blackwell(t, **{k: t[k][_BLACKWELL - 1] for k in ("ll_max", "ring_ll128", "tree_ll128", "tree", "nvls_tree")})
+
+
+NCCL_TABLES["2.23"] = _blackwell_as_hopper(NCCL_TABLES["2.30"])
+NCCL_TABLES["2.25"] = _with_blackwell(NCCL_TABLES["2.30"], ring_ll128=(2 * 36.7, 2 * 36.7, 2 * 36.7),
+                                      tree_ll128=(2 * 36.7, 2 * 36.7, 2 * 29.0), tree=(2 * 38.7, 2 * 41.4, 2 * 36.0))
+NCCL_TABLES["2.28"] = _with_blackwell(NCCL_TABLES["2.30"], ring_ll128=(2 * 36.7, 2 * 36.7, 2 * 36.7),
+                                      nvls_tree=(0.0, 96.0, 43.1))
+NCCL_TABLES["2.28.7"] = _with_blackwell(NCCL_TABLES["2.30"], ring_ll128=(2 * 36.7, 34.6, 2 * 36.7),
+                                        nvls_tree=(0.0, 96.0, 43.1))
+NCCL_TABLES["2.28.9"] = _with_blackwell(NCCL_TABLES["2.30"], ring_ll128=(2 * 36.7, 34.6, 2 * 36.7),
+                                        nvls_tree=(0.0, 96.0, 43.8))
+NCCL_TABLES["2.29"] = _with_blackwell(NCCL_TABLES["2.30"], ring_ll128=(34.5, 34.6, 34.5), nvls_tree=(0.0, 96.0, 43.8))
+NCCL_TABLES["2.29.7"] = _with_blackwell(NCCL_TABLES["2.30"], nvls_tree=(0.0, 96.0, 43.8))
+# (release line, first version it covers), newest first: nccl_tuner.nccl_table picks from 2.23 on
+BLACKWELL_RELEASES = (("2.30", (2, 30, 0)), ("2.29.7", (2, 29, 7)), ("2.29", (2, 29, 0)), ("2.28.9", (2, 28, 9)),
+                      ("2.28.7", (2, 28, 7)), ("2.28", (2, 28, 0)), ("2.25", (2, 25, 0)), ("2.23", (2, 23, 0)))
+
 V2_7 = {
     "tag": "v2.7.8-1",
     "base_lat": {"Tree": (4.4, 4.4, 0.0), "Ring": (3.6, 10.0, 8.4)},

@@ -57,7 +57,7 @@ import numpy as np
 
 from commsim.collectives.contract import KINDS as CONTRACT_KINDS, Algorithm
 from commsim.collectives.nccl_constants import (
-    MAXCHANNELS, NCCL_TABLES, NET_OVERHEAD_BY_CPU, PCI_BW_PER_LINE, SM90_SPEED_ARRAY_INTER,
+    BLACKWELL_RELEASES, MAXCHANNELS, NCCL_TABLES, NET_OVERHEAD_BY_CPU, PCI_BW_PER_LINE, SM90_SPEED_ARRAY_INTER,
     SM90_SPEED_ARRAY_INTER_2_18, SM90_SPEED_ARRAY_INTRA, SM100_SPEED_ARRAY_INTER, SM100_SPEED_ARRAY_INTRA,
     SM_NVLINK_BW, SPEED_ARRAY_INTER, SPEED_ARRAY_INTRA,
 )
@@ -92,9 +92,10 @@ def nccl_table(version: str) -> dict:
     """The constants of the NCCL release line a version string belongs to: "2.18" for 2.18.3
     and later 2.18 releases (and "2.18" without a patch level: 2.18.1-2.18.2 had 2.19's Tree
     latencies), "2.19" for other releases before 2.20 (the 2.19 tables), "2.20" for 2.20-2.22
-    (the later tables with the Tree/Simple latencies 2.23 lowered), "2.30" for 2.23 and later
-    (the tables moved into the tuner constants struct; later releases changed NVLS/PAT entries
-    only)."""
+    (the later tables with the Tree/Simple latencies 2.23 lowered), and from 2.23 on the "2.30"
+    tables (moved into the tuner constants struct) with the Blackwell row of the release
+    ("2.23", "2.25", "2.28", "2.28.7", "2.28.9", "2.29", "2.29.7", "2.30": its LL128, tree and
+    NVLS-tree ceilings changed where Hopper's did not)."""
     try:
         parts = [int(x) for x in str(version).split(".")[:3]]
         major, minor = parts[0], parts[1]
@@ -104,7 +105,12 @@ def nccl_table(version: str) -> dict:
         return NCCL_TABLES["2.18"]
     if (2, 20) <= (major, minor) < (2, 23):
         return NCCL_TABLES["2.20"]
-    return NCCL_TABLES["2.19" if (major, minor) < (2, 20) else "2.30"]
+    if (major, minor) < (2, 20):
+        return NCCL_TABLES["2.19"]
+    # 2.23 on: the same tables but for the Blackwell row, which changed release by release
+    # (nccl_constants.BLACKWELL_RELEASES; a version without a patch level is the line's first)
+    at = (major, minor, parts[2] if len(parts) > 2 else 0)
+    return NCCL_TABLES[next(key for key, first in BLACKWELL_RELEASES if at >= first)]
 
 
 def _physical_table(version: str) -> dict:
