@@ -1,10 +1,14 @@
-"""Shared test helpers: small scenarios built directly from the spec (no YAML)."""
+"""Shared test helpers: small scenarios built directly from the spec (no YAML), and the benchmark
+scripts loaded as modules."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
+import importlib.util
 import os
+import sys
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -24,6 +28,19 @@ _UNTIMED = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow], pri
 settings.register_profile("deterministic", derandomize=True, database=None, **_UNTIMED)
 settings.register_profile("explore", derandomize=False, max_examples=2000, **_UNTIMED)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "deterministic"))
+
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def load_benchmark(name: str):
+    """benchmarks/NAME.py as a module (the scripts are not a package). It is registered in
+    sys.modules before it runs, because dataclasses look their module up while it loads."""
+    spec = importlib.util.spec_from_file_location(f"benchmark_{name}", BENCHMARKS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 def make_scenario(

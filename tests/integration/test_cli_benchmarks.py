@@ -1,10 +1,11 @@
 """The benchmark scripts the README quotes: a rerun must not overwrite a committed measurement."""
 
-import importlib.util
 import subprocess
 from pathlib import Path
 
 import pytest
+
+from tests.conftest import load_benchmark
 
 ROOT = Path(__file__).resolve().parents[2]
 COMMITTED = ROOT / "docs" / "measurements" / "scale.json"
@@ -12,9 +13,7 @@ COMMITTED = ROOT / "docs" / "measurements" / "scale.json"
 
 @pytest.fixture(scope="module")
 def scale():
-    spec = importlib.util.spec_from_file_location("scale_benchmark", ROOT / "benchmarks" / "scale.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_benchmark("scale")
     return module
 
 

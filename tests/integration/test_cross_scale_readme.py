@@ -2,12 +2,12 @@
 cell of "Accuracy against published measurements" is the benchmark's median / max |busbw error|
 at >= 1 MB for that system, scale and collective (the first log where a scale has two runs)."""
 
-import importlib.util
 import re
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.conftest import load_benchmark
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -24,10 +24,7 @@ KINDS = ("all_reduce", "all_gather", "reduce_scatter")
 
 @pytest.fixture(scope="module")
 def results():
-    spec = importlib.util.spec_from_file_location("cross_scale_readme", ROOT / "benchmarks" / "cross_scale.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # dataclasses look their module up
-    spec.loader.exec_module(mod)
+    mod = load_benchmark("cross_scale")
     wanted = set(SYSTEMS.values())
     return {s.name: mod.run_series(s, "nccl") for s in mod.SERIES if s.name in wanted}
 

@@ -1,22 +1,19 @@
 """benchmarks/ddp_throughput.py: the published tables are read as printed, the base rows are
 reproduced exactly (they give the compute), and the hardware is one description per system."""
 
-import importlib.util
 import os
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.conftest import load_benchmark
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("ddp_throughput", ROOT / "benchmarks" / "ddp_throughput.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
+    module = load_benchmark("ddp_throughput")
     return module
 
 

@@ -3,11 +3,9 @@ published ones (each with its source), the composition takes each level from its
 prediction is finite, and every pick is what NCCL's tuner (commsim.collectives.nccl_tuner) gives.
 No accuracy threshold: the figures' errors are findings, reported by the benchmark."""
 
-import importlib.util
 import json
 import math
 import re
-import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -17,6 +15,7 @@ import pytest
 from commsim.calibration.physical_fit import INTRA_NAMES, LEVEL, NETWORK_NAMES
 from commsim.collectives.nccl_tuner import bus_factor, plan
 from commsim.network.system import PRESETS
+from tests.conftest import load_benchmark
 
 ROOT = Path(__file__).resolve().parents[2]
 SUMMARIES_MD = ROOT / "tests" / "data" / "nccl-tests-multiscale" / "summaries.md"
@@ -24,10 +23,7 @@ SUMMARIES_MD = ROOT / "tests" / "data" / "nccl-tests-multiscale" / "summaries.md
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("published_summaries", ROOT / "benchmarks" / "published_summaries.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
+    module = load_benchmark("published_summaries")
     return module
 
 

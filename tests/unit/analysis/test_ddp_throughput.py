@@ -1,22 +1,19 @@
 """benchmarks/ddp_throughput.py's accounting: the optimizer once per optimizer step, the
 breakdown of a row's step, and the all-reduce time at an nccl-tests log's measured rate."""
 
-import importlib.util
 import os
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.conftest import load_benchmark
 
 ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("ddp_throughput", ROOT / "benchmarks" / "ddp_throughput.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
+    module = load_benchmark("ddp_throughput")
     return module
 
 

@@ -6,8 +6,6 @@ rank (the module docstring says which, and what the bound leaves out for the oth
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,11 +13,9 @@ import pytest
 from commsim.scenario.spec import DDP, Cluster, Collective, Compute, DDPCosts, Jitter, Link, Model, Scenario, Stall, Throttle
 from commsim.sim.ddp_costs import NONE
 from commsim.sim.engine import simulate
+from tests.conftest import load_benchmark
 
-_PATH = Path(__file__).resolve().parents[3] / "benchmarks" / "numpy_bound.py"
-_spec = importlib.util.spec_from_file_location("numpy_bound", _PATH)
-numpy_bound = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(numpy_bound)
+numpy_bound = load_benchmark("numpy_bound")
 
 LINK = Link(100e9, 3e-6)
 COSTS = {

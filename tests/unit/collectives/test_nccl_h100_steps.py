@@ -1,9 +1,7 @@
 """A Simple ring channel's chunk loops (NCCL's nLoops), and the per-step table that compares the
 H100 cluster's logs with the model step by step (``benchmarks/cross_scale.py --ring-steps``)."""
 
-import importlib.util
 import os
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -11,6 +9,7 @@ import pytest
 
 from commsim.calibration.nccl_tables import load_tables
 from commsim.collectives import nccl_tuner as nt
+from tests.conftest import load_benchmark
 
 MB = 1 << 20
 ROOT = Path(__file__).resolve().parents[3]
@@ -49,10 +48,7 @@ def test_loops_of_chunks_cover_a_channels_share_and_no_more():
 
 @pytest.fixture(scope="module")
 def cross_scale():
-    spec = importlib.util.spec_from_file_location("cross_scale_steps", ROOT / "benchmarks" / "cross_scale.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # dataclasses look their module up
-    spec.loader.exec_module(mod)
+    mod = load_benchmark("cross_scale")
     return mod
 
 

@@ -1,6 +1,5 @@
 """benchmarks/mitigations.py's "without P and Q" experiment really removes the P and Q all-reduces."""
 
-import importlib.util
 from pathlib import Path
 
 import pytest
@@ -8,15 +7,14 @@ import pytest
 from commsim.mitigations.compression import PowerSGDHook
 from commsim.mitigations.hooked import Reduce
 from commsim.mitigations.spec import PowerSGD
+from tests.conftest import load_benchmark
 
 ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("bench_mitigations", ROOT / "benchmarks" / "mitigations.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_benchmark("mitigations")
     return mod
 
 
