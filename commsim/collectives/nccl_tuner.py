@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -690,6 +691,7 @@ def _btree_parent(nranks: int, rank: int) -> int:
     return up if up < nranks else rank ^ bit
 
 
+@lru_cache(maxsize=None)  # called per price; the walk is O(nodes log nodes)
 def nvls_tree_height(nodes: int) -> int:
     """Network hops from the deepest node to the root of the tree an NVLS tree runs across nodes:
     connect.cc connectNvls takes ncclGetDtree over comm->nNodes, whose second tree mirrors (even
