@@ -195,6 +195,11 @@ def runnable(kind: str, algorithm: str, protocol: str, system: System, scale: Sc
             return "NVLS runs the Simple protocol only"
         if scale.local < 2:
             return "NVLS needs at least 2 GPUs per NVLink domain"
+        major, minor, patch = _release(system.nccl_version)
+        if scale.local < 3 and (major, minor, patch or 0) < (2, 28, 9):
+            # nvls.cc ncclNvlsInit: ``gpuCount <= 2`` turns NVLS off (v2.18.5-1 .. v2.28.7-1;
+            # ``gpuCount < 2`` from v2.28.9-1)
+            return f"NVLS needs more than 2 GPUs per NVLink domain before NCCL 2.28.9 (release {system.nccl_version})"
         if algorithm == "nvls_tree" and scale.domains == 1:
             return "NVLS tree needs more than one node"
         if algorithm == "nvls" and scale.domains > 1 and not system.collnet:

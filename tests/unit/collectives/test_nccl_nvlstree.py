@@ -171,3 +171,13 @@ def test_two_nodes_network_bound_adds_only_the_nvls_stage():
     loop = 16 * heads * 128 * KB
     assert nt.nvls_tree_pipeline_us(s, sc, S, intra, net)[0] == pytest.approx(loop / (1000 * intra))
     assert math.isclose(nt.nvls_tree_height(2), 1)
+
+
+def test_two_gpus_per_node_run_nvls_only_from_2_28_9():
+    # nvls.cc ncclNvlsInit: gpuCount <= 2 disables NVLS up to 2.28.7, gpuCount < 2 from 2.28.9
+    for version, ok in (("2.27.3", False), ("2.28", False), ("2.28.7", False), ("2.28.9", True), ("2.29", True)):
+        s = replace(PRESETS["dgx-h100"], nccl_version=version)
+        why = nt.runnable("all_reduce", "nvls_tree", "Simple", s, nt.Scale.of(s, 10, 2))
+        assert (why is None) == ok, (version, why)
+        assert nt.runnable("all_reduce", "nvls_tree", "Simple", s, nt.Scale.of(s, 10, 4)) is None
+        assert ("nvls", "Simple") in nt.plan("all_reduce", s, 1, 3).candidates
