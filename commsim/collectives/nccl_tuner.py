@@ -22,7 +22,8 @@ Algorithms (AllReduce unless noted):
   crosses the network once, which is why 2-node busbw exceeds the NIC rate) and 2S when
   D > 2. Latency 2((L-1) h_intra + log2(D) h_net).
 - ``nvls``: NVSwitch multicast/in-switch reduction (Hopper+ with NVSwitch); one node, or
-  several with CollNet. ``nvls_tree``: NVLS inside the node, tree across nodes.
+  several with CollNet. ``nvls_tree``: NVLS inside the node, tree across nodes, its chunks
+  pipelined through the tree NCCL connects (:func:`nvls_tree_pipeline_us`).
 - ``collnet_direct`` / ``collnet_chain``: in-network reduction (SHARP): a node's data
   crosses the network once per direction at any node count.
 - ``pat`` (AllGather/ReduceScatter, one GPU per node, NCCL >= 2.23): Bruck-like
