@@ -280,3 +280,19 @@ SM100_SPEED_ARRAY_INTRA = {
 # ``nChannels = comm->nChannels = std::min(MAXCHANNELS,nChannels*2)`` (v2.18.5-1 line 391,
 # v2.21.5-1 line 443, v2.30.4-1 line 453).
 MAXCHANNELS = {"2.18": 32, "2.25": 64}
+
+# NVLS CTAs (comm->nvlsChannels, src/transport/nvls.cc ncclNvlsInit): NVLS_NCHANNELS_SM90 16 on
+# Hopper; Blackwell NVLS_NCHANNELS_SM100 32 (v2.25.1-1 on), and from v2.27.3-1 NVLS_NCHANNELS_SM100_NVL
+# 24 on one node or one MNNVL clique (``multiNode = (comm->clique.size < comm->nRanks)``). NVLS and
+# NVLS tree launch all of them at every size (enqueue.cc topoGetAlgoInfo ``nc = comm->nvlsChannels``).
+NVLS_NCHANNELS_SM90 = 16
+NVLS_NCHANNELS_SM100 = 32
+NVLS_NCHANNELS_SM100_NVL = 24
+# NCCL_NVLS_CHUNKSIZE default (nvls.cc ``NCCL_PARAM(NvlsChunkSize, "NVLS_CHUNKSIZE", 128*1024)``),
+# NVLS tree's starting chunk from v2.21.5-1 (v2.19/2.20: the Simple step, 512 KiB); and
+# NCCL_NVLSTREE_MAX_CHUNKSIZE's default -2: 64 KiB once comm->nNodes >= 4 (enqueue.cc calcCollChunking,
+# ``if (maxChunkSize == -2) maxChunkSize = comm->nNodes >= 4 ? 65536 : chunkSize``, v2.21.5-1 ..
+# v2.29.2-1; v2.19.3-1 ``if (info->comm->nNodes >= 4) chunkSize = 65536``).
+NVLS_CHUNK_BYTES = 128 * 1024
+NVLS_TREE_MAX_CHUNK_BYTES = 64 * 1024
+NVLS_TREE_SMALL_CHUNK_NODES = 4

@@ -22,7 +22,8 @@ Algorithms (AllReduce unless noted):
   crosses the network once, which is why 2-node busbw exceeds the NIC rate) and 2S when
   D > 2. Latency 2((L-1) h_intra + log2(D) h_net).
 - ``nvls``: NVSwitch multicast/in-switch reduction (Hopper+ with NVSwitch); one node, or
-  several with CollNet. ``nvls_tree``: NVLS inside the node, tree across nodes.
+  several with CollNet. ``nvls_tree``: NVLS inside the node, tree across nodes, its chunks
+  pipelined through the tree NCCL connects (:func:`nvls_tree_pipeline_us`).
 - ``collnet_direct`` / ``collnet_chain``: in-network reduction (SHARP): a node's data
   crosses the network once per direction at any node count.
 - ``pat`` (AllGather/ReduceScatter, one GPU per node, NCCL >= 2.23): Bruck-like
@@ -51,6 +52,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -60,6 +62,10 @@ from commsim.collectives.nccl_constants import (
     BLACKWELL_RELEASES, MAXCHANNELS, NCCL_TABLES, NET_OVERHEAD_BY_CPU, PCI_BW_PER_LINE, SM90_SPEED_ARRAY_INTER,
     SM90_SPEED_ARRAY_INTER_2_18, SM90_SPEED_ARRAY_INTRA, SM100_SPEED_ARRAY_INTER, SM100_SPEED_ARRAY_INTRA,
     SM_NVLINK_BW, SPEED_ARRAY_INTER, SPEED_ARRAY_INTRA,
+)
+from commsim.collectives.nccl_constants import (
+    NVLS_CHUNK_BYTES, NVLS_NCHANNELS_SM90, NVLS_NCHANNELS_SM100, NVLS_NCHANNELS_SM100_NVL, NVLS_TREE_MAX_CHUNK_BYTES,
+    NVLS_TREE_SMALL_CHUNK_NODES,
 )
 from commsim.errors import InputError
 from commsim.network.system import NVLINK_MESHES, System, ring_links, system_of_fabric
@@ -190,6 +196,11 @@ def runnable(kind: str, algorithm: str, protocol: str, system: System, scale: Sc
             return "NVLS runs the Simple protocol only"
         if scale.local < 2:
             return "NVLS needs at least 2 GPUs per NVLink domain"
+        major, minor, patch = _release(system.nccl_version)
+        if scale.local < 3 and (major, minor, patch or 0) < (2, 28, 9):
+            # nvls.cc ncclNvlsInit: ``gpuCount <= 2`` turns NVLS off (v2.18.5-1 .. v2.28.7-1;
+            # ``gpuCount < 2`` from v2.28.9-1)
+            return f"NVLS needs more than 2 GPUs per NVLink domain before NCCL 2.28.9 (release {system.nccl_version})"
         if algorithm == "nvls_tree" and scale.domains == 1:
             return "NVLS tree needs more than one node"
         if algorithm == "nvls" and scale.domains > 1 and not system.collnet:
@@ -643,6 +654,91 @@ def nvls_tree_nics(system: System, scale: Scale) -> int:
     if scale.domains < 2:
         return scale.nics
     return max(1, min(scale.nics, nvls_graph(system, scale).channels))
+
+
+def nvls_channels(system: System, scale: Scale) -> int:
+    """CTAs an NVLS or NVLS-tree collective launches (comm->nvlsChannels, src/transport/nvls.cc
+    ncclNvlsInit; enqueue.cc topoGetAlgoInfo takes all of them at every size): 16 on Hopper; on
+    Blackwell 32, or 24 on one node / one MNNVL clique from v2.27.3-1 (NVLS_NCHANNELS_SM100_NVL)."""
+    if system.compcap_index < 3:
+        return NVLS_NCHANNELS_SM90
+    if scale.domains == 1 and _version_tuple(system.nccl_version) >= (2, 27):
+        return NVLS_NCHANNELS_SM100_NVL
+    return NVLS_NCHANNELS_SM100
+
+
+def nvls_tree_chunk_bytes(sizes, version: str, nodes: int, concurrent_ops: int) -> np.ndarray:
+    """NVLS tree's chunk (bytes) per size: src/enqueue.cc calcCollChunking (v2.21.5-1 .. v2.29.2-1,
+    the same text): start from NCCL_NVLS_CHUNKSIZE (128 KiB; v2.19/2.20 the 512 KiB Simple step),
+    cap it at 64 KiB once ``comm->nNodes >= 4`` (NCCL_NVLSTREE_MAX_CHUNKSIZE's default), then
+    shrink while ``nBytes < X * concurrentOps * chunkSize`` (X = 32, 16, 4, 1 down to 256, 128, 64,
+    32 KiB), concurrentOps = nChannels x nvls.nHeads. `nodes` is comm->nNodes (NVLink domains)."""
+    S = np.asarray(sizes, dtype=float)
+    if _version_tuple(version) >= (2, 21):
+        start = NVLS_CHUNK_BYTES
+        if nodes >= NVLS_TREE_SMALL_CHUNK_NODES:
+            start = min(start, NVLS_TREE_MAX_CHUNK_BYTES)
+    else:
+        start = NVLS_TREE_MAX_CHUNK_BYTES if nodes >= NVLS_TREE_SMALL_CHUNK_NODES else SIMPLE_STEP_BYTES
+    c = np.full(S.shape, float(start))
+    for times, cap in ((32, 262144.0), (16, 131072.0), (4, 65536.0), (1, 32768.0)):
+        c = np.where((S < times * concurrent_ops * c) & (c > cap), cap, c)
+    return c
+
+
+def _btree_parent(nranks: int, rank: int) -> int:
+    """The parent of `rank` in NCCL's binary tree (src/graph/trees.cc ncclGetBtree), -1 at the root."""
+    if rank == 0:
+        return -1
+    bit = 1
+    while bit < nranks and not bit & rank:
+        bit <<= 1
+    up = (rank ^ bit) | (bit << 1)
+    return up if up < nranks else rank ^ bit
+
+
+@lru_cache(maxsize=None)  # called per price; the walk is O(nodes log nodes)
+def nvls_tree_height(nodes: int) -> int:
+    """Network hops from the deepest node to the root of the tree an NVLS tree runs across nodes:
+    connect.cc connectNvls takes ncclGetDtree over comm->nNodes, whose second tree mirrors (even
+    count) or shifts (odd) the first, ncclGetBtree, so both have its height. Not tuning.cc's
+    log2i(nNodes): the btree's root has one child, so 10 nodes are 4 hops deep (0-8-4-2-1), not 3."""
+    best = 0
+    for r in range(nodes):
+        h = 0
+        while r > 0:
+            r = _btree_parent(nodes, r)
+            h += 1
+        best = max(best, h)
+    return best
+
+
+def nvls_tree_pipeline_us(system: System, scale: Scale, sizes, intra_GBps: float, alg_bw) -> np.ndarray:
+    """Time (us) an NVLS-tree all-reduce spends filling and draining its chunk pipeline across
+    nodes, beyond its bandwidth term S / alg_bw, per size.
+
+    The kernel (src/device/all_reduce.h, RunWorkColl NVLS_TREE/Simple) walks each channel's share
+    in loops of nvls.nHeads chunks (:func:`nvls_tree_chunk_bytes`), one per head; each chunk is one
+    Simple step (ProtoSimple<1, 1>) stored and forwarded whole at every tree hop: the head's reduce
+    warps send a chunk up only once it is reduced, the parent's read it only once it has arrived.
+    With k loops in flight the collective takes (k - 1) bottleneck periods plus one loop's path
+    (the standard pipeline makespan): the loop's NVLS reduce and multicast in the node (loop bytes /
+    `intra_GBps`) and 2h network hops (h = :func:`nvls_tree_height`), each moving one tree's half of
+    a head's channels (connect.cc alternates the two trees by channel) through the head's NIC. The
+    bandwidth term already holds k periods, so what is added is path - period, at least 0. A partial
+    loop moves what is left (the size itself below one loop)."""
+    S = np.asarray(sizes, dtype=float)
+    D = scale.domains
+    if D < 2:
+        return np.zeros(S.shape)
+    heads = nvls_graph(system, scale).channels
+    ops = nvls_channels(system, scale) * heads
+    loop = np.minimum(S, ops * nvls_tree_chunk_bytes(S, system.nccl_version, D, ops))
+    nic = system.nic_bw_GBps * system.fabric_factor(D) * system.tree_efficiency
+    hop = loop / (2.0 * heads) / (1000.0 * nic)
+    path = 2 * nvls_tree_height(D) * hop + loop / (1000.0 * intra_GBps)
+    period = loop / (1000.0 * np.asarray(alg_bw, dtype=float))
+    return np.maximum(0.0, path - period)
 
 
 def _intra_hw(system: System) -> str:
@@ -1139,7 +1235,9 @@ def physical_time_us(kind: str, algorithm: str, protocol: str, sizes, system: Sy
         if a == "nvls":
             lat_s = system.launch_us + h_nvls + (h_net if D > 1 else 0.0)
         else:
-            lat_s = lat + h_nvls + 2 * _log2i(D) * h_net
+            # the tree NCCL connects is nvls_tree_height deep, and its chunks pipeline through it
+            lat_s = lat + h_nvls + 2 * nvls_tree_height(D) * h_net
+            lat_s = lat_s + nvls_tree_pipeline_us(system, scale, S, intra, alg_bw)
     elif a in ("collnet_direct", "collnet_chain"):
         intra_share = system.intra_bw_GBps * (1.0 if a == "collnet_direct" else 0.5)
         alg_bw = np.minimum(np.full(S.shape, intra_share), scale.nics * nic * 0.9)

@@ -55,7 +55,8 @@ def test_nvls_tree_crosses_the_network_through_one_nic_per_head():
     t2 = nt.physical_time_us("all_reduce", "nvls_tree", "Simple", S, s, nt.Scale.of(s, 32, 4))
     algbw = (S[1] - S[0]) / (t3[1] - t3[0]) / 1e3
     assert algbw == pytest.approx(s.intra_bw_GBps * s.nvls_efficiency)
-    assert np.allclose(t3, t2)
+    # 3 cliques connect a tree 2 hops deep (2 cliques: 1): a size-independent cost at one chunk size
+    assert np.all(t3 > t2) and t3[1] - t2[1] == pytest.approx(t3[0] - t2[0])
     # with a slow enough NIC the network binds again, at 32 heads' worth
     slow = replace(s, nic_bw_GBps=10.0)
     t = nt.physical_time_us("all_reduce", "nvls_tree", "Simple", S, slow, sc)

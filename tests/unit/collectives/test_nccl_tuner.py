@@ -75,10 +75,13 @@ def test_nvls_tree_across_nvlink_domains_crosses_the_network_through_one_nic_per
     assert (sc.domains, sc.nics, nt.nccl_channels(s, sc), nt.nics_driven(s, sc)) == (3, 64, 42, 21)
     S = float(1 << 34)
     t = nt.physical_time_us("all_reduce", "nvls_tree", "Simple", [S], s, sc)[0]
-    lat = 0.0 + 5.0 + 3.0 * 25 / 3.4 + 2 * 1 * 10.0 * 20.9 / 14.0  # launch, NVLS hop, 2 log2(D) tree net hops
+    lat = 0.0 + 5.0 + 3.0 * 25 / 3.4 + 2 * 2 * 10.0 * 20.9 / 14.0  # launch, NVLS hop, 2h net hops (3 nodes: h = 2)
     assert nt.nvls_tree_nics(s, sc) == 32
     alg = 32 * 50.0 / 2.0                                          # D > 2: 2S per domain through 32 heads' NICs
-    assert t == pytest.approx(lat + S / (1000 * alg))
+    # one loop (16 NVLS channels x 32 heads x 128 KiB) through 4 hops of half a head's channels, and NVLS
+    loop = 16 * 32 * 128 * 1024.0
+    fill = 4 * loop / 64 / (1000 * 50.0) + loop / (1000 * 1000.0) - loop / (1000 * alg)
+    assert t == pytest.approx(lat + fill + S / (1000 * alg))
 
 
 def test_protocol_payload_fractions_scale_bandwidth():
