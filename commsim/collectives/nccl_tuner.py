@@ -702,7 +702,8 @@ def nvls_tree_height(nodes: int) -> int:
     """Network hops from the deepest node to the root of the tree an NVLS tree runs across nodes:
     connect.cc connectNvls takes ncclGetDtree over comm->nNodes, whose second tree mirrors (even
     count) or shifts (odd) the first, ncclGetBtree, so both have its height. Not tuning.cc's
-    log2i(nNodes): the btree's root has one child, so 10 nodes are 4 hops deep (0-8-4-2-1), not 3."""
+    log2i(nNodes): the btree's root has one child, so 10 nodes are 4 hops deep (0-8-4-2-1), not 3.
+    The double binary tree of Tree (connect.cc connectTrees, ncclGetDtree) has the same height."""
     best = 0
     for r in range(nodes):
         h = 0
@@ -1215,7 +1216,7 @@ def physical_time_us(kind: str, algorithm: str, protocol: str, sizes, system: Sy
         alg_bw = np.minimum(alg_link * eff, ceiling / 2.0) * _tree_correction(t, protocol, S)
         # a tree's network hop is one proxy step too: at least the per-step floor of a ring
         h_tree_net = np.maximum(h_net, net_step_floor_us(system, protocol, nc)) if D > 1 else h_net
-        lat_s = lat + 2 * ((L - 1) * h_intra + _log2i(D) * h_tree_net)
+        lat_s = lat + 2 * ((L - 1) * h_intra + nvls_tree_height(D) * h_tree_net)
         if D > 1 and protocol == SIMPLE and system.net_rdzv_threshold_bytes is not None:
             # a tree's Simple chunk is one message of at least 32 KiB (ProtoSimple<1, 1>, enqueue.cc's
             # chunk floor), above any eager limit: each chunk crossing a network hop pays one
