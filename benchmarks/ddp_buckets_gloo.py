@@ -229,6 +229,14 @@ def run_check(caps: Sequence[str], fit_caps: Sequence[str], rounds: int, steps: 
               batch_size: int, calibrations: int = 3, width: Optional[int] = 256, warmup_steps: int = 1, compute_iters: int = 3,
               cal_iters: int = 10, timeout_s: float = 300.0, gloo_threads: Optional[int] = None, echo=print) -> Dict:
     """Measure, fit out of sample and predict; the returned dict holds every figure the script prints."""
+    return analyse(measure(caps, fit_caps, rounds, steps, parameters, batch_size, width, warmup_steps, compute_iters,
+                           cal_iters, timeout_s, gloo_threads, echo), calibrations)
+
+
+def measure(caps: Sequence[str], fit_caps: Sequence[str], rounds: int, steps: int, parameters: float,
+            batch_size: int, width: Optional[int] = 256, warmup_steps: int = 1, compute_iters: int = 3,
+            cal_iters: int = 10, timeout_s: float = 300.0, gloo_threads: Optional[int] = None, echo=print) -> Dict:
+    """Run the torch job (both ranks' rounds) and return the raw record :func:`analyse` reads."""
     from validate import ddp_job
     from validate.launch import launch
 
@@ -251,6 +259,25 @@ def run_check(caps: Sequence[str], fit_caps: Sequence[str], rounds: int, steps: 
     results = launch(ddp_job.rank_ddp_rounds, 2, "gloo", timeout_s, args=(plan,))
     wall = time.monotonic() - t0
     load_after = load()
+    return {"caps": list(caps), "fit_caps": list(fit_caps), "rounds": rounds, "steps": steps, "parameters": parameters,
+            "batch_size": batch_size, "width": width, "plan": plan, "results": results, "load_before": load_before,
+            "load_after": load_after, "wall_s": wall}
+
+
+def analyse(raw: Dict, calibrations: int = 3) -> Dict:
+    """Fit out of sample and predict from one measurement (:func:`run_check`'s ``raw`` record,
+    which ``--save-raw`` writes and ``--from-raw`` reads back: the same measurement can be
+    re-predicted by another model without rerunning torch)."""
+    caps, fit_caps, rounds, steps = raw["caps"], raw["fit_caps"], raw["rounds"], raw["steps"]
+    parameters, batch_size, width, plan = raw["parameters"], raw["batch_size"], raw["width"], raw["plan"]
+    results, load_before, load_after, wall = raw["results"], raw["load_before"], raw["load_after"], raw["wall_s"]
+    small, large = caps[0], caps[-1]
+    order = [small, large] + [c for c in fit_caps if c not in (small, large)]
+    scen = {cap: load_scenario(SCENARIO, [f"ddp.bucket_cap={cap}", f"model.parameters={parameters:g}",
+                                          f"compute.batch_size={batch_size}"], steps=steps, force=True)
+            for cap in order}
+    buckets = {cap: scen[cap].gradient_buckets() for cap in order}
+    sizes = sorted({LATENCY_SIZE} | {max(4, int(b) // 4 * 4) for cap in order for b in buckets[cap]})
     n = len(results)
     nparams = results[0]["parameters"]
     # the buckets DDP really built (it never splits a tensor): the model is given these, not the cap's
@@ -392,6 +419,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--gloo-threads", type=int, default=None,
                     help="worker threads of DDP's gloo group (default: torch's, 2); 1 runs one all-reduce at a time")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--save-raw", default=None, metavar="RAW.json",
+                    help="also write the measurement itself (every rank's rounds), for --from-raw")
+    ap.add_argument("--from-raw", default=None, metavar="RAW.json",
+                    help="predict from a measurement --save-raw wrote instead of running torch (its caps and sizes)")
     args = ap.parse_args(argv)
     caps = sorted((c.strip() for c in args.caps.split(",")), key=parse_size)
     fit_caps = [c.strip() for c in args.fit_caps.split(",")]
@@ -399,8 +430,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         ap.error("--caps: two caps, none of them among --fit-caps (the prediction is out of sample)")
     if args.gloo_threads is not None and args.gloo_threads < 1:
         ap.error(f"--gloo-threads: at least 1, got {args.gloo_threads}")
-    out = run_check(caps, fit_caps, args.rounds, args.steps, args.parameters, args.batch_size, args.calibrations,
-                    args.width or None, gloo_threads=args.gloo_threads)
+    from commsim.atomic import atomic_write_text
+
+    if args.from_raw:
+        with open(args.from_raw) as f:
+            raw = json.load(f)
+        caps = raw["caps"]
+    else:
+        raw = measure(caps, fit_caps, args.rounds, args.steps, args.parameters, args.batch_size, args.width or None,
+                      gloo_threads=args.gloo_threads)
+        if args.save_raw:
+            atomic_write_text(args.save_raw, json.dumps(raw, sort_keys=True) + "\n")
+    out = analyse(raw, args.calibrations)
     small, large = caps
     ms = lambda x: f"{x * 1e3:+.2f} ms"  # noqa: E731
     dec = out["decision"]
@@ -444,7 +485,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     else:
         print("sign not decided: the sign test or the interval does not exclude no effect")
     if args.json:
-        from commsim.atomic import atomic_write_text
         atomic_write_text(args.json, json.dumps(out, sort_keys=True, indent=2) + "\n")
     return 0
 
