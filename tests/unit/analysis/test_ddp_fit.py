@@ -39,10 +39,13 @@ def measured(caps, h, s, overlap=True, rel_err=1e-4):
 
 
 def test_fit_recovers_bucket_overhead_and_slowdown():
-    fit = fit_ddp_costs(measured([1, 4, 25], 300e-6, 0.25))
-    assert fit.bucket_overhead == pytest.approx(300e-6, rel=1e-4)
+    # four caps: h, the per-step constant and s leave one degree of freedom; 10 ms per bucket
+    # outruns the collectives, so the step time exposes it at 23, 12, 2 and 1 bucket(s)
+    fit = fit_ddp_costs(measured([1, 2, 4, 25], 10e-3, 0.25))
+    assert fit.bucket_overhead == pytest.approx(10e-3, rel=1e-4)
     assert fit.overlap_slowdown == pytest.approx(0.25, rel=1e-4)
     assert fit.overlap_slowdown_stderr is not None and fit.bucket_overhead_stderr > 0
+    assert fit.per_step_offset == pytest.approx(0.0, abs=1e-6) and fit.per_step_offset_stderr > 0
     assert fit.predicted_s == pytest.approx(fit.measured_s, rel=1e-6)
 
 
@@ -51,7 +54,11 @@ def test_two_caps_fit_the_overhead_and_keep_the_scenarios_slowdown():
     fit = fit_ddp_costs(measured([1, 25], 500e-6, s0))
     assert fit.bucket_overhead == pytest.approx(500e-6, rel=1e-4)
     assert fit.overlap_slowdown == s0 and fit.overlap_slowdown_stderr is None
-    assert any("three or more runs" in n for n in fit.notes)
+    assert any("needs 4 or more runs with the per-step constant, got 2" in n for n in fit.notes)
+    # 500 us per bucket hides behind the collectives' queue: only the last bucket's shows, at
+    # either cap, so it cannot be told from a per-step constant: fitted alone, and said
+    assert fit.per_step_offset_stderr is None and fit.per_step_offset == 0.0
+    assert any("cannot be told apart" in n for n in fit.notes)
 
 
 def test_standard_error_follows_the_measurement_error():
@@ -85,7 +92,7 @@ def test_caps_with_the_same_bucket_count_are_refused():
 
 
 def test_slowdown_without_overlap_cannot_be_determined():
-    runs = measured([1, 4, 25], 300e-6, 0.1, overlap=False)
+    runs = measured([1, 2, 4, 25], 300e-6, 0.1, overlap=False)
     with pytest.raises(CalibrationError, match="cannot determine ddp.overlap_slowdown"):
         fit_ddp_costs(runs, fit_slowdown=True)
     fit = fit_ddp_costs(runs)  # auto: falls back to the overhead alone, and says so
@@ -125,7 +132,7 @@ def test_bad_reports_name_the_file_and_key(report, key):
 
 
 def test_fit_yaml_is_a_scenario_ddp_fragment():
-    fit = fit_ddp_costs(measured([1, 4, 25], 250e-6, 0.2))
+    fit = fit_ddp_costs(measured([1, 2, 4, 25], 250e-6, 0.2))
     fragment = yaml.safe_load(fit_yaml(fit, "commsim calibrate --ddp-fit ..."))
     doc = {"cluster": {"nodes": 1, "gpus_per_node": 2, "intra_node": {"bandwidth": "0.25 GB/s"},
                        "inter_node": {"bandwidth": "1 GB/s"}},
@@ -137,7 +144,7 @@ def test_fit_yaml_is_a_scenario_ddp_fragment():
 
 
 def test_slowdown_lost_in_the_measurement_error_is_kept_and_said():
-    fit = fit_ddp_costs(measured([1, 4, 25], 300e-6, spec.DDPCosts().overlap_slowdown, rel_err=0.3))
+    fit = fit_ddp_costs(measured([1, 2, 4, 25], 300e-6, spec.DDPCosts().overlap_slowdown, rel_err=0.3))
     assert fit.overlap_slowdown_stderr is None and fit.overlap_slowdown == spec.DDPCosts().overlap_slowdown
     assert any("do not determine it" in n for n in fit.notes)
     assert fit.bucket_overhead == pytest.approx(300e-6, rel=1e-3)
