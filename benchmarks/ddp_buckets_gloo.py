@@ -81,7 +81,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 
-from commsim.analysis.ddp_fit import DDPRun, decide_paired_sign, fit_ddp_costs  # noqa: E402
+from commsim.analysis.ddp_fit import DDPRun, decide_paired_sign, fit_ddp_costs, predicted_step_time  # noqa: E402
 from commsim.calibration import fit as calib_fit  # noqa: E402
 from commsim.calibration.records import Calibration, Provenance  # noqa: E402
 from commsim.collectives.kernels import make_kernel  # noqa: E402
@@ -337,16 +337,33 @@ def analyse(raw: Dict, calibrations: int = 3) -> Dict:
                          model=replace(scen[cap].model, parameters=nparams), steps=steps)
             t, err = _median_err([med[(k, cap)] for k in range(rounds)])
             fit_runs.append(DDPRun(sc, t, err, f"cap {cap}"))
+        def predicted(f):
+            # the fitted per-step constant is left out: it would add the same to both caps
+            out = {}
+            for cap in (small, large):
+                base = replace(scen[cap], model=replace(scen[cap].model, parameters=nparams))
+                out[cap] = step_time(with_costs(base, compared, cal, memory_bandwidth=bandwidth,
+                                                bucket_overhead=f.bucket_overhead, overlap_slowdown=f.overlap_slowdown))
+            return out
+
         fit = fit_ddp_costs(fit_runs)
-        pred = {}
-        for cap in (small, large):
-            base = replace(scen[cap], model=replace(scen[cap].model, parameters=nparams))
-            pred[cap] = step_time(with_costs(base, compared, cal, memory_bandwidth=bandwidth,
-                                             bucket_overhead=fit.bucket_overhead,
-                                             overlap_slowdown=fit.overlap_slowdown))
-        entry = {"bucket_overhead_s": fit.bucket_overhead, "bucket_overhead_stderr_s": fit.bucket_overhead_stderr,
+        pred = predicted(fit)
+        # the fit without a per-step constant, on the same runs: what this check predicted before
+        old = fit_ddp_costs(fit_runs, per_step=False)
+        pred_old = predicted(old)
+        # dT/dh per fit cap at the fitted h: how many buckets' costs each step exposes (h and the
+        # per-step constant are told apart only where these differ between the caps)
+        dh = 1e-3 * max(fit.bucket_overhead, 1e-4)
+        exposed = {r.source: (predicted_step_time(r, fit.bucket_overhead + dh, fit.overlap_slowdown)
+                              - predicted_step_time(r, fit.bucket_overhead, fit.overlap_slowdown)) / dh for r in fit_runs}
+        entry = {"exposed_buckets": exposed, "bucket_overhead_s": fit.bucket_overhead, "bucket_overhead_stderr_s": fit.bucket_overhead_stderr,
                  "overlap_slowdown": fit.overlap_slowdown, "overlap_slowdown_stderr": fit.overlap_slowdown_stderr,
+                 "per_step_offset_s": fit.per_step_offset, "per_step_offset_stderr_s": fit.per_step_offset_stderr,
                  "fit_notes": list(fit.notes), "fit_reduced_chi2": fit.reduced_chi2,
+                 "without_per_step": {"bucket_overhead_s": old.bucket_overhead,
+                                      "bucket_overhead_stderr_s": old.bucket_overhead_stderr,
+                                      "overlap_slowdown": old.overlap_slowdown, "fit_reduced_chi2": old.reduced_chi2,
+                                      "predicted_diff_s": pred_old[small] - pred_old[large]},
                  "fit_runs": {r.source: {"measured_s": m, "fitted_s": p}
                               for r, m, p in zip(fit_runs, fit.measured_s, fit.predicted_s)},
                  "out_of_place_excess_s": disagree,
@@ -453,9 +470,23 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
           f"[{ms(dec['interval_s'][0])}, {ms(dec['interval_s'][1])}], {dec['agreeing']}/{dec['nonzero']} "
           f"pairs share its sign (sign test p = {dec['p_value']:.3g}); per round: [{', '.join(ms(d) for d in out['measured_diff_s'])}]")
     for tag, m in out["models"].items():
-        fit = (f"bucket_overhead {m['bucket_overhead_s'] * 1e6:.0f} +- {m['bucket_overhead_stderr_s'] * 1e6:.0f} us, "
+        fit = (f"bucket_overhead {m['bucket_overhead_s'] * 1e6:.0f} "
+               + ("us (not determined, the scenario's)" if m["bucket_overhead_stderr_s"] is None
+                  else f"+- {m['bucket_overhead_stderr_s'] * 1e6:.0f} us") + ", "
                f"overlap_slowdown {m['overlap_slowdown']:.3g}"
                + ("" if m["overlap_slowdown_stderr"] is None else f" +- {m['overlap_slowdown_stderr']:.2g}"))
+        fit += ("; per-step constant " + ("not fitted" if m["per_step_offset_stderr_s"] is None else
+                                          f"{ms(m['per_step_offset_s'])} +- {m['per_step_offset_stderr_s'] * 1e3:.2f} ms")
+                + ("" if m["fit_reduced_chi2"] is None else f"; reduced chi2 {m['fit_reduced_chi2']:.3g}"))
+        wo = m["without_per_step"]
+        print(f"  without the per-step constant: predicted {ms(wo['predicted_diff_s'])} (bucket_overhead "
+              f"{wo['bucket_overhead_s'] * 1e6:.0f} +- {wo['bucket_overhead_stderr_s'] * 1e6:.0f} us, overlap_slowdown "
+              f"{wo['overlap_slowdown']:.3g}" + ("" if wo["fit_reduced_chi2"] is None else
+                                                 f", reduced chi2 {wo['fit_reduced_chi2']:.3g}") + ")")
+        print("  buckets whose cost a step exposes (dT/d bucket_overhead) at the fitted costs: "
+              + ", ".join(f"{src} {v:.2f}" for src, v in m["exposed_buckets"].items()))
+        for note in m["fit_notes"]:
+            print(f"  fit note: {note}")
         print(f"predicted ({tag}) {ms(m['predicted_diff_s'])}  [fit on {', '.join(out['fit_caps'])}: {fit}; "
               f"out-of-place adds {m['out_of_place_excess_s'] * 1e3:.2f} ms at {max(out['calibration_sizes_bytes']) / 2**20:.1f} MiB, "
               f"a copy at the measured bandwidth {2 * max(out['calibration_sizes_bytes']) / out['copy_bandwidth_Bps'] * 1e3:.2f} ms]")

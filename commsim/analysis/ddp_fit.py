@@ -33,8 +33,9 @@ run i's step exposes, i.e. dT_i/dh; 1 / M_i for c; the overlapped compute for s)
   collectives' queue every run exposes only its last bucket's cost (B_i = 1 at every cap), and
   a per-bucket cost is then a per-step cost. With 2 runs, 2 constants are exactly determined
   (no degree of freedom: no reduced chi-square, standard errors from the runs' own spread);
-  with 3 caps one degree of freedom is left. Where B_i does not vary (PER_STEP_RCOND), c is
-  dropped with a note and h is fitted alone, as before: it then stands for a per-step cost.
+  with 3 caps one degree of freedom is left. Where B_i does not vary at the best fit
+  (PER_STEP_RCOND), h is not determined: it keeps the scenario's value and c alone is fitted,
+  with a note (`per_step=False` gives the fit without c, where h stands for a per-step cost).
 - s is fitted too only where a degree of freedom is left after it (4 runs with c, 3 without)
   and the Jacobian has full rank: s moves the step time only where compute overlaps a
   collective, and where the same backward overlaps communication at every cap its column is
@@ -104,7 +105,7 @@ class DDPFit:
     the per-step constant fitted beside them."""
 
     bucket_overhead: float
-    bucket_overhead_stderr: float
+    bucket_overhead_stderr: Optional[float]  # None: not determined (the scenario's value kept)
     overlap_slowdown: float
     overlap_slowdown_stderr: Optional[float]  # None: not fitted (the scenario's value kept)
     runs: Tuple[str, ...]
@@ -322,6 +323,28 @@ def _errors(names: str, runs, w, r, J):
     return np.sqrt(np.maximum(np.diag(cov), 0.0)), red
 
 
+def _fit_offset_only(runs, w, names: str, notes: List[str], dropped_s: bool) -> DDPFit:
+    """The fallback where the runs cannot tell ``bucket_overhead`` from the per-step constant:
+    h and s keep the scenario's values (said in the notes) and c alone is fitted, in closed
+    form (:func:`_best_offset`), its variance 1 / sum(w_i / M_i^2) widened by the Birge ratio."""
+    costs = runs[0].scenario.ddp.costs
+    h0, s0 = costs.bucket_overhead, costs.overlap_slowdown
+    m = np.array([r.step_time_s for r in runs])
+    sim = _simulated(runs, h0, s0)
+    c = _best_offset(runs, w, sim)
+    r = (sim + c) / m - 1.0
+    red = float(np.sum(w * r ** 2)) / (len(runs) - 1)
+    se_c = math.sqrt(max(1.0, red) / float(np.sum(w / m ** 2)))
+    if dropped_s:
+        notes.append(f"ddp.overlap_slowdown kept at {s0:g} (the scenario's): bucket_overhead is not determined")
+    notes.append(f"ddp.bucket_overhead kept at {h0 * 1e6:.4g} us (the scenario's): the runs cannot tell it from a "
+                 "per-step constant (at the best fit every cap's step exposes the same buckets' launch cost, the "
+                 "others hidden behind the collectives; caps whose launches show, smaller ones, would determine it)")
+    pred = tuple(float(p) for p in sim + c)
+    return DDPFit(h0, None, s0, None, tuple(x.source for x in runs), tuple(x.step_time_s for x in runs), pred, red,
+                  tuple(notes), c, se_c)
+
+
 def fit_ddp_costs(runs: Sequence[DDPRun], fit_slowdown: Optional[bool] = None,
                   per_step: Optional[bool] = None) -> DDPFit:
     """Fit ``bucket_overhead``, the per-step constant (`per_step`) and ``overlap_slowdown``
@@ -360,15 +383,13 @@ def fit_ddp_costs(runs: Sequence[DDPRun], fit_slowdown: Optional[bool] = None,
     lay = _Layout(want_c, want_s, s0)
     theta, r, J = _solve(runs, w, lay, h_max, h_step)
     if want_c and not _full_rank(J[:, :2], w, PER_STEP_RCOND):
-        # the step times move with h alike in every run (the same buckets' costs exposed): h is a per-step constant
+        # at the best fit the step times move with h alike in every run (the same buckets' launch
+        # costs exposed, the rest hidden behind the collectives): there h is a per-step constant,
+        # and any h up to where the launches start to show fits as well, c taking the rest
         if per_step:
             raise CalibrationError(f"{names}: the runs cannot determine a per-step constant together with "
                                    "ddp.bucket_overhead (their step times move with it alike)")
-        notes.append("no per-step constant fitted: the runs' step times move with ddp.bucket_overhead alike, so "
-                     "the two cannot be told apart (bucket_overhead absorbs what the prediction misses per step)")
-        want_c = False
-        lay = _Layout(False, want_s, s0)
-        theta, r, J = _solve(runs, w, lay, h_max, h_step)
+        return _fit_offset_only(runs, w, names, notes, want_s)
     if want_s and not _full_rank(J, w):
         if fit_slowdown:
             raise CalibrationError(f"{names}: the runs cannot determine ddp.overlap_slowdown together with "
@@ -416,7 +437,9 @@ def fit_yaml(fit: DDPFit, command: str = "") -> str:
              f"#   commsim run SCENARIO --set 'ddp.bucket_overhead={fit.bucket_overhead * 1e6:.6g} us'"
              + (f" --set ddp.overlap_slowdown={fit.overlap_slowdown:.6g}" if fit.overlap_slowdown_stderr is not None else ""),
              "ddp:",
-             f"  bucket_overhead: {fit.bucket_overhead * 1e6:.6g} us   # +- {fit.bucket_overhead_stderr * 1e6:.3g} us (1 s.e.)"]
+             f"  bucket_overhead: {fit.bucket_overhead * 1e6:.6g} us   # "
+             + (f"+- {fit.bucket_overhead_stderr * 1e6:.3g} us (1 s.e.)" if fit.bucket_overhead_stderr is not None
+                else "not determined by these runs: the scenario's value")]
     if fit.overlap_slowdown_stderr is not None:
         lines.append(f"  overlap_slowdown: {fit.overlap_slowdown:.6g}   # +- {fit.overlap_slowdown_stderr:.3g} (1 s.e.)")
     else:
@@ -430,7 +453,9 @@ def fit_yaml(fit: DDPFit, command: str = "") -> str:
 
 def fit_lines(fit: DDPFit) -> List[str]:
     """What ``commsim calibrate`` prints about the fit."""
-    out = [f"ddp.bucket_overhead = {fit.bucket_overhead * 1e6:.4g} us +- {fit.bucket_overhead_stderr * 1e6:.2g} us"]
+    out = [f"ddp.bucket_overhead = {fit.bucket_overhead * 1e6:.4g} us "
+           + (f"+- {fit.bucket_overhead_stderr * 1e6:.2g} us" if fit.bucket_overhead_stderr is not None
+              else "(not determined: the scenario's value)")]
     if fit.overlap_slowdown_stderr is not None:
         out.append(f"ddp.overlap_slowdown = {fit.overlap_slowdown:.4g} +- {fit.overlap_slowdown_stderr:.2g}")
     if fit.per_step_offset_stderr is not None:

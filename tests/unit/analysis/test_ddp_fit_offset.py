@@ -91,10 +91,15 @@ def test_two_caps_are_exactly_determined_and_said():
 def test_hidden_launches_cannot_be_told_from_a_per_step_constant():
     # 300 us per bucket hides behind the collectives' queue: every cap exposes one bucket's cost
     runs = measured([2, 4, 10], 300e-6, 0.0)
-    fit = fit_ddp_costs(runs)  # auto: falls back to h alone, and says so
-    assert fit.per_step_offset_stderr is None and fit.per_step_offset == 0.0
-    assert any("cannot be told apart" in n for n in fit.notes)
-    assert fit.bucket_overhead == pytest.approx(300e-6, rel=1e-3)
+    fit = fit_ddp_costs(runs)  # auto: h keeps the scenario's value, the constant takes the rest, said
+    h0 = spec.DDPCosts().bucket_overhead
+    assert fit.bucket_overhead == h0 and fit.bucket_overhead_stderr is None
+    assert fit.per_step_offset == pytest.approx(300e-6 - h0, rel=1e-3)
+    assert any("ddp.bucket_overhead kept at 20 us (the scenario's): the runs cannot tell it from a per-step"
+               in n for n in fit.notes)
+    assert "not determined by these runs" in fit_yaml(fit)
+    # the fit without the constant takes h for it (the old behaviour, still on request)
+    assert fit_ddp_costs(runs, per_step=False).bucket_overhead == pytest.approx(300e-6, rel=1e-3)
     with pytest.raises(CalibrationError, match="cannot determine a per-step constant together with"):
         fit_ddp_costs(runs, per_step=True)
 
