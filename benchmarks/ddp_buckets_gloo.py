@@ -2,7 +2,7 @@
 
     python benchmarks/ddp_buckets_gloo.py [--rounds 12] [--steps 5] [--caps 1MB,25MB]
         [--fit-caps 2MB,4MB,10MB] [--parameters 5e6] [--width 256] [--batch-size 1] [--calibrations 3]
-        [--gloo-threads N] [--json OUT.json]
+        [--gloo-threads N] [--json OUT.json] [--save-raw RAW.json | --from-raw RAW.json]
 
 One torch job on 2 gloo ranks (validate/ddp_job.py, :func:`rank_ddp_rounds`): a real DDP model of
 ``--parameters`` fp32 parameters in layers ``--width`` wide (5e6 at 256: 20 MB of gradients in
@@ -39,6 +39,9 @@ capacity of two threads was 1.44-1.95 (bursts of 18 MiB all-reduces 1.35-1.86x o
 throughput; c = 1, one shared link, would give 1.02x). Batch 1 keeps compute short, so that communication and the
 per-bucket cost show.
 
+``--save-raw`` keeps the measurement (every rank's rounds) and ``--from-raw`` predicts from
+one again without running torch: another model, the same data.
+
 Measurement: the pairs are d = T(small) - T(large) of the two caps' s-th steps in a round (run
 back to back); the sign is decided by :func:`commsim.analysis.ddp_fit.decide_paired_sign`: the
 median of all pairs, the exact sign test over them and a bootstrap interval of the median that
@@ -57,7 +60,14 @@ Model, out of sample (nothing fitted on the caps it predicts):
 - DDP's own costs: ``ddp.memory_bandwidth`` is the measured copy bandwidth, ``ddp.bucket_overhead``
   (and ``ddp.overlap_slowdown`` where determinable) fitted by
   :func:`commsim.analysis.ddp_fit.fit_ddp_costs` to the ``--fit-caps`` runs only, refitted under
-  each calibration (the fitted per-bucket cost absorbs what that calibration misses);
+  each calibration, jointly with a per-step constant common to the caps (what the prediction
+  misses whatever the bucket count: the compute measured in separate blocks, host work per
+  step). The constant is left out of the predicted difference (it would add the same to both
+  caps); it only keeps that scatter out of the per-bucket cost. Where the fit caps cannot tell
+  the two apart (every cap's step exposes the same buckets' launch cost, printed per cap as
+  dT/d bucket_overhead), ``bucket_overhead`` keeps the scenario's value and the fit says so.
+  The fit without the constant (the per-bucket cost absorbing the level, as this check did
+  before) is printed beside it on the same runs;
 - the predicted difference: the simulator at the two compared caps with one compute for both
   (the medians over those caps' blocks), the buckets DDP really built (``ddp.bucket_sizes``), the
   fitted costs and the calibration; the pooled
