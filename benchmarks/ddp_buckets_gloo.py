@@ -91,7 +91,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 
-from commsim.analysis.ddp_fit import DDPRun, decide_paired_sign, fit_ddp_costs, predicted_step_time  # noqa: E402
+from commsim.analysis.ddp_fit import (DDPRun, decide_paired_sign, fit_ddp_costs, overhead_profile,  # noqa: E402
+                                      predicted_step_time)
 from commsim.calibration import fit as calib_fit  # noqa: E402
 from commsim.calibration.records import Calibration, Provenance  # noqa: E402
 from commsim.collectives.kernels import make_kernel  # noqa: E402
@@ -347,13 +348,14 @@ def analyse(raw: Dict, calibrations: int = 3) -> Dict:
                          model=replace(scen[cap].model, parameters=nparams), steps=steps)
             t, err = _median_err([med[(k, cap)] for k in range(rounds)])
             fit_runs.append(DDPRun(sc, t, err, f"cap {cap}"))
-        def predicted(f):
+        def predicted(f, h=None):
             # the fitted per-step constant is left out: it would add the same to both caps
             out = {}
             for cap in (small, large):
                 base = replace(scen[cap], model=replace(scen[cap].model, parameters=nparams))
                 out[cap] = step_time(with_costs(base, compared, cal, memory_bandwidth=bandwidth,
-                                                bucket_overhead=f.bucket_overhead, overlap_slowdown=f.overlap_slowdown))
+                                                bucket_overhead=f.bucket_overhead if h is None else h,
+                                                overlap_slowdown=f.overlap_slowdown))
             return out
 
         fit = fit_ddp_costs(fit_runs)
@@ -361,6 +363,11 @@ def analyse(raw: Dict, calibrations: int = 3) -> Dict:
         # the fit without a per-step constant, on the same runs: what this check predicted before
         old = fit_ddp_costs(fit_runs, per_step=False)
         pred_old = predicted(old)
+        # what the fit caps leave open: the predicted difference over the bucket_overhead values
+        # they allow (the profile interval, ~1 s.e.), sampled at 5 points
+        h_lo, h_hi = overhead_profile(fit_runs, fit)
+        spread = [(lambda p: p[small] - p[large])(predicted(fit, h)) for h in
+                  sorted({h_lo, h_hi, fit.bucket_overhead, *(h_lo + (h_hi - h_lo) * q for q in (0.25, 0.5, 0.75))})]
         # dT/dh per fit cap at the fitted h: how many buckets' costs each step exposes (h and the
         # per-step constant are told apart only where these differ between the caps)
         dh = 1e-3 * max(fit.bucket_overhead, 1e-4)
@@ -368,6 +375,8 @@ def analyse(raw: Dict, calibrations: int = 3) -> Dict:
                               - predicted_step_time(r, fit.bucket_overhead, fit.overlap_slowdown)) / dh for r in fit_runs}
         entry = {"exposed_buckets": exposed, "bucket_overhead_s": fit.bucket_overhead, "bucket_overhead_stderr_s": fit.bucket_overhead_stderr,
                  "overlap_slowdown": fit.overlap_slowdown, "overlap_slowdown_stderr": fit.overlap_slowdown_stderr,
+                 "bucket_overhead_profile_s": [h_lo, h_hi],
+                 "predicted_diff_over_profile_s": [min(spread), max(spread)],
                  "per_step_offset_s": fit.per_step_offset, "per_step_offset_stderr_s": fit.per_step_offset_stderr,
                  "fit_notes": list(fit.notes), "fit_reduced_chi2": fit.reduced_chi2,
                  "without_per_step": {"bucket_overhead_s": old.bucket_overhead,
@@ -428,6 +437,9 @@ def analyse(raw: Dict, calibrations: int = 3) -> Dict:
             "comm_streams": threads, "comm_capacity": {tag: c[2] for tag, c in cals.items()},
             "predicted_diff_range_s": [min(per_cal), max(per_cal)],
             "predicted_sign_stable": len({sign(x) for x in per_cal + [pred_d]}) == 1,
+            # over the bucket_overhead values the fit caps allow (pooled calibration): one sign, or not determined
+            "predicted_sign_determined": len({sign(x) for x in models["pooled"]["predicted_diff_over_profile_s"]}) == 1
+                                         and sign(models["pooled"]["predicted_diff_over_profile_s"][0]) != 0,
             "sign_matches": (sign(pred_d) == decision.sign) if decision.decided else None,
             "load_before": load_before, "load_after": load_after, "wall_s": wall}
 
@@ -493,6 +505,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
               f"{wo['bucket_overhead_s'] * 1e6:.0f} +- {wo['bucket_overhead_stderr_s'] * 1e6:.0f} us, overlap_slowdown "
               f"{wo['overlap_slowdown']:.3g}" + ("" if wo["fit_reduced_chi2"] is None else
                                                  f", reduced chi2 {wo['fit_reduced_chi2']:.3g}") + ")")
+        lo_d, hi_d = m["predicted_diff_over_profile_s"]
+        print(f"  bucket_overhead the fit caps allow (profile, ~1 s.e.): {m['bucket_overhead_profile_s'][0] * 1e6:.0f} .. "
+              f"{m['bucket_overhead_profile_s'][1] * 1e6:.0f} us; over it the predicted difference runs {ms(lo_d)} .. "
+              f"{ms(hi_d)} (sign {'stable' if sign(lo_d) == sign(hi_d) != 0 else 'NOT determined by the fit caps'})")
         print("  buckets whose cost a step exposes (dT/d bucket_overhead) at the fitted costs: "
               + ", ".join(f"{src} {v:.2f}" for src, v in m["exposed_buckets"].items()))
         for note in m["fit_notes"]:
@@ -520,6 +536,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     lo, hi = out["predicted_diff_range_s"]
     print(f"predicted difference across the calibrations: {ms(lo)} .. {ms(hi)} "
           f"(sign {'stable' if out['predicted_sign_stable'] else 'NOT stable'})")
+    if not out["predicted_sign_determined"]:
+        print("the fit caps do not determine the predicted sign (it changes over the bucket_overhead they allow)")
     if dec["decided"]:
         print(f"sign {'matches' if out['sign_matches'] else 'DIFFERS'}: measured {dec['sign']:+d}, "
               f"predicted {sign(out['predicted_diff_s']):+d}")

@@ -65,7 +65,7 @@ from commsim.scenario import spec
 from commsim.sim.engine import simulate
 
 __all__ = ["DDPRun", "DDPFit", "fit_record", "run_from_report", "predicted_step_time", "fit_ddp_costs", "fit_yaml",
-           "fit_lines", "PairedDecision", "sign_test_p", "decide_paired_sign"]
+           "fit_lines", "overhead_profile", "PairedDecision", "sign_test_p", "decide_paired_sign"]
 
 MAX_SLOWDOWN = 10.0  # the key's range (commsim.scenario.spec.DDPCosts)
 ITERATIONS = 30
@@ -424,6 +424,31 @@ def fit_ddp_costs(runs: Sequence[DDPRun], fit_slowdown: Optional[bool] = None,
     return DDPFit(h, float(se[0]), s, float(se[lay.s]) if want_s else None,
                   tuple(x.source for x in runs), tuple(x.step_time_s for x in runs), pred, red, tuple(notes),
                   c, float(se[lay.c]) if want_c else None)
+
+
+def overhead_profile(runs: Sequence[DDPRun], fit: DDPFit, level: float = 1.0, points: int = 48) -> Tuple[float, float]:
+    """The ``bucket_overhead`` values the runs allow: the hull of the h (on a grid of 0 and
+    `points` log-spaced values up to the step time per bucket, plus the fit's) whose weighted sum
+    of squares, with the per-step constant at its best for that h (where `fit` fitted one) and
+    s at the fit's, is within `level` x max(1, reduced chi-square) of the smallest: the profile
+    likelihood interval (level 1: about 1 standard error; Venzon and Moolgavkar, Appl. Statist.
+    37 (1988) 87). Where the runs cannot tell h from the per-step constant the cost is flat from
+    0 to where the launches start to show, and so is the interval: the prediction's spread over
+    it says what the runs leave open."""
+    runs = list(runs)
+    w = 1.0 / np.array([max(r.stderr_s / r.step_time_s, 1e-6) for r in runs]) ** 2
+    m = np.array([r.step_time_s for r in runs])
+    h_max = statistics.median(r.step_time_s / r.buckets for r in runs)
+    hs = np.unique(np.concatenate(([0.0, fit.bucket_overhead], np.geomspace(h_max * 1e-4, h_max, points))))
+    with_c = fit.per_step_offset_stderr is not None
+    costs = []
+    for h in hs:
+        sim = _simulated(runs, float(h), fit.overlap_slowdown)
+        c = _best_offset(runs, w, sim) if with_c else 0.0
+        costs.append(float(np.sum(w * ((sim + c) / m - 1.0) ** 2)))
+    costs = np.array(costs)
+    inside = hs[costs <= costs.min() + level * max(1.0, fit.reduced_chi2 or 1.0)]
+    return float(inside.min()), float(inside.max())
 
 
 # --- writing it -------------------------------------------------------------------------------

@@ -58,6 +58,9 @@ def test_both_fits_are_reported(small_check):
         assert {"per_step_offset_s", "per_step_offset_stderr_s", "exposed_buckets", "without_per_step"} <= set(m)
         assert set(m["exposed_buckets"]) == {"cap 4MB", "cap 10MB"}
         assert "predicted_diff_s" in m["without_per_step"]
+        lo, hi = m["bucket_overhead_profile_s"]
+        assert lo <= m["bucket_overhead_s"] <= hi  # the fit's value is a minimum of the profiled cost
+    assert isinstance(small_check["predicted_sign_determined"], bool)
 
 
 def test_every_cap_runs_interleaved_and_the_figures_are_consistent(small_check):
@@ -151,6 +154,10 @@ def test_sign_of_the_bucket_size_effect(bench):
                     f"{dec['agreeing']}/{dec['nonzero']} rounds (p = {dec['p_value']:.2g}): too noisy to tell "
                     f"(model {pred * 1e3:+.2f} ms, {lo * 1e3:+.2f} .. {hi * 1e3:+.2f} across calibrations; "
                     f"{out['load_after']})")
+    if not out["predicted_sign_determined"]:
+        lo_d, hi_d = out["models"]["pooled"]["predicted_diff_over_profile_s"]
+        pytest.skip(f"the fit caps do not determine the predicted sign: {lo_d * 1e3:+.2f} .. {hi_d * 1e3:+.2f} ms over "
+                    f"the bucket_overhead they allow (measured {dec['median_s'] * 1e3:+.2f} ms; {out['load_after']})")
     assert (pred > 0) == (dec["sign"] > 0), (
         f"model says T(1MB) - T(25MB) = {pred * 1e3:+.2f} ms ({lo * 1e3:+.2f} .. {hi * 1e3:+.2f} across "
         f"calibrations), measured median {dec['median_s'] * 1e3:+.2f} ms (p = {dec['p_value']:.2g})")

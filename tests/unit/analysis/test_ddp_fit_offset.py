@@ -112,3 +112,24 @@ def test_the_constant_is_reported_but_is_no_scenario_key():
     assert set(yaml.safe_load(text)["ddp"]) == {"bucket_overhead"}
     assert "# per-step constant (a fit diagnostic, not a scenario key): +8" in text
     assert any(line.startswith("per-step constant = +8") for line in fit_lines(fit))
+
+
+def test_profile_of_a_determined_overhead_is_narrow_around_it():
+    from commsim.analysis.ddp_fit import overhead_profile
+
+    runs = measured([2, 4, 10], 10e-3, 8e-3, rel_err=1e-3)
+    fit = fit_ddp_costs(runs)
+    lo, hi = overhead_profile(runs, fit)
+    assert lo <= fit.bucket_overhead <= hi
+    assert 0.8 * 10e-3 < lo and hi < 1.25 * 10e-3
+
+
+def test_profile_of_hidden_launches_spans_from_zero_past_the_truth():
+    # the runs are met as well by any h up to where the launches start to show: the interval
+    # says so, where the fit's own value (the scenario's) would not
+    from commsim.analysis.ddp_fit import overhead_profile
+
+    runs = measured([2, 4, 10], 300e-6, 0.0, rel_err=1e-3)
+    fit = fit_ddp_costs(runs)
+    lo, hi = overhead_profile(runs, fit)
+    assert lo == 0.0 and hi > 300e-6
