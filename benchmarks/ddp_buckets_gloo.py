@@ -39,6 +39,21 @@ capacity of two threads was 1.44-1.95 (bursts of 18 MiB all-reduces 1.35-1.86x o
 throughput; c = 1, one shared link, would give 1.02x). Batch 1 keeps compute short, so that communication and the
 per-bucket cost show.
 
+With the per-step constant in the fit (8 rounds x 6 steps, load 1.4-3.6; fit without the
+constant in brackets, same runs): two threads, measured +4.72 ms [+3.68, +6.61] (decided)
+against -3.13 (bucket_overhead not determined: the constant alone, +6.8 ms, meets the fit caps;
+[+22.27, h 2.2 ms, reduced chi2 12.1 against 2.9]); +2.75 ms [+0.88, +5.07] (decided) against
++8.18 (h 1.45 +- 0.62 ms, constant +7.2 ms; [+26.52]); +1.09 ms (undecided) against +4.35
+([+42.29]); with a 512 KB fit cap added, +0.87 ms (undecided) against -14.18 ([+4.65]; reduced
+chi2 66: the 512 KB steps are slower than any h the launch model has can make them). Where
+decided the new sign matches once in two, the old twice, but at 5-10x the measured size and
+only because its per-bucket cost is the fit caps' common offset. Over the bucket_overhead the
+fit caps allow (:func:`~commsim.analysis.ddp_fit.overhead_profile`) the predicted difference
+spans 0 in three of those four runs (-3.2 .. +8.1, -10.1 .. +22.7, -3.3 .. +6.9 ms): on two
+threads the 2/4/10 MB caps do not determine the sign. One thread: +39.16 ms [+30.48, +45.48]
+(48/48) against +39.08 (h not determined; +39.1 .. +53.4 over the profile, sign stable;
+[+39.17]): the sign matches.
+
 ``--save-raw`` keeps the measurement (every rank's rounds) and ``--from-raw`` predicts from
 one again without running torch: another model, the same data.
 
