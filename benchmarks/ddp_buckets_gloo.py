@@ -2,7 +2,7 @@
 
     python benchmarks/ddp_buckets_gloo.py [--rounds 12] [--steps 5] [--caps 1MB,25MB]
         [--fit-caps 2MB,4MB,10MB] [--parameters 5e6] [--width 256] [--batch-size 1] [--calibrations 3]
-        [--gloo-threads N] [--json OUT.json]
+        [--gloo-threads N] [--json OUT.json] [--save-raw RAW.json | --from-raw RAW.json]
 
 One torch job on 2 gloo ranks (validate/ddp_job.py, :func:`rank_ddp_rounds`): a real DDP model of
 ``--parameters`` fp32 parameters in layers ``--width`` wide (5e6 at 256: 20 MB of gradients in
@@ -39,6 +39,24 @@ capacity of two threads was 1.44-1.95 (bursts of 18 MiB all-reduces 1.35-1.86x o
 throughput; c = 1, one shared link, would give 1.02x). Batch 1 keeps compute short, so that communication and the
 per-bucket cost show.
 
+With the per-step constant in the fit (8 rounds x 6 steps, load 1.4-3.6; fit without the
+constant in brackets, same runs): two threads, measured +4.72 ms [+3.68, +6.61] (decided)
+against -3.13 (bucket_overhead not determined: the constant alone, +6.8 ms, meets the fit caps;
+[+22.27, h 2.2 ms, reduced chi2 12.1 against 2.9]); +2.75 ms [+0.88, +5.07] (decided) against
++8.18 (h 1.45 +- 0.62 ms, constant +7.2 ms; [+26.52]); +1.09 ms (undecided) against +4.35
+([+42.29]); with a 512 KB fit cap added, +0.87 ms (undecided) against -14.18 ([+4.65]; reduced
+chi2 66: the 512 KB steps are slower than any h the launch model has can make them). Where
+decided the new sign matches once in two, the old twice, but at 5-10x the measured size and
+only because its per-bucket cost is the fit caps' common offset. Over the bucket_overhead the
+fit caps allow (:func:`~commsim.analysis.ddp_fit.overhead_profile`) the predicted difference
+spans 0 in three of those four runs (-3.2 .. +8.1, -10.1 .. +22.7, -3.3 .. +6.9 ms): on two
+threads the 2/4/10 MB caps do not determine the sign. One thread: +39.16 ms [+30.48, +45.48]
+(48/48) against +39.08 (h not determined; +39.1 .. +53.4 over the profile, sign stable;
+[+39.17]): the sign matches.
+
+``--save-raw`` keeps the measurement (every rank's rounds) and ``--from-raw`` predicts from
+one again without running torch: another model, the same data.
+
 Measurement: the pairs are d = T(small) - T(large) of the two caps' s-th steps in a round (run
 back to back); the sign is decided by :func:`commsim.analysis.ddp_fit.decide_paired_sign`: the
 median of all pairs, the exact sign test over them and a bootstrap interval of the median that
@@ -57,7 +75,14 @@ Model, out of sample (nothing fitted on the caps it predicts):
 - DDP's own costs: ``ddp.memory_bandwidth`` is the measured copy bandwidth, ``ddp.bucket_overhead``
   (and ``ddp.overlap_slowdown`` where determinable) fitted by
   :func:`commsim.analysis.ddp_fit.fit_ddp_costs` to the ``--fit-caps`` runs only, refitted under
-  each calibration (the fitted per-bucket cost absorbs what that calibration misses);
+  each calibration, jointly with a per-step constant common to the caps (what the prediction
+  misses whatever the bucket count: the compute measured in separate blocks, host work per
+  step). The constant is left out of the predicted difference (it would add the same to both
+  caps); it only keeps that scatter out of the per-bucket cost. Where the fit caps cannot tell
+  the two apart (every cap's step exposes the same buckets' launch cost, printed per cap as
+  dT/d bucket_overhead), ``bucket_overhead`` keeps the scenario's value and the fit says so.
+  The fit without the constant (the per-bucket cost absorbing the level, as this check did
+  before) is printed beside it on the same runs;
 - the predicted difference: the simulator at the two compared caps with one compute for both
   (the medians over those caps' blocks), the buckets DDP really built (``ddp.bucket_sizes``), the
   fitted costs and the calibration; the pooled
@@ -81,7 +106,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 
-from commsim.analysis.ddp_fit import DDPRun, decide_paired_sign, fit_ddp_costs  # noqa: E402
+from commsim.analysis.ddp_fit import (DDPRun, decide_paired_sign, fit_ddp_costs, overhead_profile,  # noqa: E402
+                                      predicted_step_time)
 from commsim.calibration import fit as calib_fit  # noqa: E402
 from commsim.calibration.records import Calibration, Provenance  # noqa: E402
 from commsim.collectives.kernels import make_kernel  # noqa: E402
@@ -229,6 +255,14 @@ def run_check(caps: Sequence[str], fit_caps: Sequence[str], rounds: int, steps: 
               batch_size: int, calibrations: int = 3, width: Optional[int] = 256, warmup_steps: int = 1, compute_iters: int = 3,
               cal_iters: int = 10, timeout_s: float = 300.0, gloo_threads: Optional[int] = None, echo=print) -> Dict:
     """Measure, fit out of sample and predict; the returned dict holds every figure the script prints."""
+    return analyse(measure(caps, fit_caps, rounds, steps, parameters, batch_size, width, warmup_steps, compute_iters,
+                           cal_iters, timeout_s, gloo_threads, echo), calibrations)
+
+
+def measure(caps: Sequence[str], fit_caps: Sequence[str], rounds: int, steps: int, parameters: float,
+            batch_size: int, width: Optional[int] = 256, warmup_steps: int = 1, compute_iters: int = 3,
+            cal_iters: int = 10, timeout_s: float = 300.0, gloo_threads: Optional[int] = None, echo=print) -> Dict:
+    """Run the torch job (both ranks' rounds) and return the raw record :func:`analyse` reads."""
     from validate import ddp_job
     from validate.launch import launch
 
@@ -251,6 +285,25 @@ def run_check(caps: Sequence[str], fit_caps: Sequence[str], rounds: int, steps: 
     results = launch(ddp_job.rank_ddp_rounds, 2, "gloo", timeout_s, args=(plan,))
     wall = time.monotonic() - t0
     load_after = load()
+    return {"caps": list(caps), "fit_caps": list(fit_caps), "rounds": rounds, "steps": steps, "parameters": parameters,
+            "batch_size": batch_size, "width": width, "plan": plan, "results": results, "load_before": load_before,
+            "load_after": load_after, "wall_s": wall}
+
+
+def analyse(raw: Dict, calibrations: int = 3) -> Dict:
+    """Fit out of sample and predict from one measurement (:func:`run_check`'s ``raw`` record,
+    which ``--save-raw`` writes and ``--from-raw`` reads back: the same measurement can be
+    re-predicted by another model without rerunning torch)."""
+    caps, fit_caps, rounds, steps = raw["caps"], raw["fit_caps"], raw["rounds"], raw["steps"]
+    parameters, batch_size, width, plan = raw["parameters"], raw["batch_size"], raw["width"], raw["plan"]
+    results, load_before, load_after, wall = raw["results"], raw["load_before"], raw["load_after"], raw["wall_s"]
+    small, large = caps[0], caps[-1]
+    order = [small, large] + [c for c in fit_caps if c not in (small, large)]
+    scen = {cap: load_scenario(SCENARIO, [f"ddp.bucket_cap={cap}", f"model.parameters={parameters:g}",
+                                          f"compute.batch_size={batch_size}"], steps=steps, force=True)
+            for cap in order}
+    buckets = {cap: scen[cap].gradient_buckets() for cap in order}
+    sizes = sorted({LATENCY_SIZE} | {max(4, int(b) // 4 * 4) for cap in order for b in buckets[cap]})
     n = len(results)
     nparams = results[0]["parameters"]
     # the buckets DDP really built (it never splits a tensor): the model is given these, not the cap's
@@ -310,16 +363,41 @@ def run_check(caps: Sequence[str], fit_caps: Sequence[str], rounds: int, steps: 
                          model=replace(scen[cap].model, parameters=nparams), steps=steps)
             t, err = _median_err([med[(k, cap)] for k in range(rounds)])
             fit_runs.append(DDPRun(sc, t, err, f"cap {cap}"))
+        def predicted(f, h=None):
+            # the fitted per-step constant is left out: it would add the same to both caps
+            out = {}
+            for cap in (small, large):
+                base = replace(scen[cap], model=replace(scen[cap].model, parameters=nparams))
+                out[cap] = step_time(with_costs(base, compared, cal, memory_bandwidth=bandwidth,
+                                                bucket_overhead=f.bucket_overhead if h is None else h,
+                                                overlap_slowdown=f.overlap_slowdown))
+            return out
+
         fit = fit_ddp_costs(fit_runs)
-        pred = {}
-        for cap in (small, large):
-            base = replace(scen[cap], model=replace(scen[cap].model, parameters=nparams))
-            pred[cap] = step_time(with_costs(base, compared, cal, memory_bandwidth=bandwidth,
-                                             bucket_overhead=fit.bucket_overhead,
-                                             overlap_slowdown=fit.overlap_slowdown))
-        entry = {"bucket_overhead_s": fit.bucket_overhead, "bucket_overhead_stderr_s": fit.bucket_overhead_stderr,
+        pred = predicted(fit)
+        # the fit without a per-step constant, on the same runs: what this check predicted before
+        old = fit_ddp_costs(fit_runs, per_step=False)
+        pred_old = predicted(old)
+        # what the fit caps leave open: the predicted difference over the bucket_overhead values
+        # they allow (the profile interval, ~1 s.e.), sampled at 5 points
+        h_lo, h_hi = overhead_profile(fit_runs, fit)
+        spread = [(lambda p: p[small] - p[large])(predicted(fit, h)) for h in
+                  sorted({h_lo, h_hi, fit.bucket_overhead, *(h_lo + (h_hi - h_lo) * q for q in (0.25, 0.5, 0.75))})]
+        # dT/dh per fit cap at the fitted h: how many buckets' costs each step exposes (h and the
+        # per-step constant are told apart only where these differ between the caps)
+        dh = 1e-3 * max(fit.bucket_overhead, 1e-4)
+        exposed = {r.source: (predicted_step_time(r, fit.bucket_overhead + dh, fit.overlap_slowdown)
+                              - predicted_step_time(r, fit.bucket_overhead, fit.overlap_slowdown)) / dh for r in fit_runs}
+        entry = {"exposed_buckets": exposed, "bucket_overhead_s": fit.bucket_overhead, "bucket_overhead_stderr_s": fit.bucket_overhead_stderr,
                  "overlap_slowdown": fit.overlap_slowdown, "overlap_slowdown_stderr": fit.overlap_slowdown_stderr,
+                 "bucket_overhead_profile_s": [h_lo, h_hi],
+                 "predicted_diff_over_profile_s": [min(spread), max(spread)],
+                 "per_step_offset_s": fit.per_step_offset, "per_step_offset_stderr_s": fit.per_step_offset_stderr,
                  "fit_notes": list(fit.notes), "fit_reduced_chi2": fit.reduced_chi2,
+                 "without_per_step": {"bucket_overhead_s": old.bucket_overhead,
+                                      "bucket_overhead_stderr_s": old.bucket_overhead_stderr,
+                                      "overlap_slowdown": old.overlap_slowdown, "fit_reduced_chi2": old.reduced_chi2,
+                                      "predicted_diff_s": pred_old[small] - pred_old[large]},
                  "fit_runs": {r.source: {"measured_s": m, "fitted_s": p}
                               for r, m, p in zip(fit_runs, fit.measured_s, fit.predicted_s)},
                  "out_of_place_excess_s": disagree,
@@ -374,6 +452,9 @@ def run_check(caps: Sequence[str], fit_caps: Sequence[str], rounds: int, steps: 
             "comm_streams": threads, "comm_capacity": {tag: c[2] for tag, c in cals.items()},
             "predicted_diff_range_s": [min(per_cal), max(per_cal)],
             "predicted_sign_stable": len({sign(x) for x in per_cal + [pred_d]}) == 1,
+            # over the bucket_overhead values the fit caps allow (pooled calibration): one sign, or not determined
+            "predicted_sign_determined": len({sign(x) for x in models["pooled"]["predicted_diff_over_profile_s"]}) == 1
+                                         and sign(models["pooled"]["predicted_diff_over_profile_s"][0]) != 0,
             "sign_matches": (sign(pred_d) == decision.sign) if decision.decided else None,
             "load_before": load_before, "load_after": load_after, "wall_s": wall}
 
@@ -392,6 +473,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--gloo-threads", type=int, default=None,
                     help="worker threads of DDP's gloo group (default: torch's, 2); 1 runs one all-reduce at a time")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--save-raw", default=None, metavar="RAW.json",
+                    help="also write the measurement itself (every rank's rounds), for --from-raw")
+    ap.add_argument("--from-raw", default=None, metavar="RAW.json",
+                    help="predict from a measurement --save-raw wrote instead of running torch (its caps and sizes)")
     args = ap.parse_args(argv)
     caps = sorted((c.strip() for c in args.caps.split(",")), key=parse_size)
     fit_caps = [c.strip() for c in args.fit_caps.split(",")]
@@ -399,8 +484,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         ap.error("--caps: two caps, none of them among --fit-caps (the prediction is out of sample)")
     if args.gloo_threads is not None and args.gloo_threads < 1:
         ap.error(f"--gloo-threads: at least 1, got {args.gloo_threads}")
-    out = run_check(caps, fit_caps, args.rounds, args.steps, args.parameters, args.batch_size, args.calibrations,
-                    args.width or None, gloo_threads=args.gloo_threads)
+    from commsim.atomic import atomic_write_text
+
+    if args.from_raw:
+        with open(args.from_raw) as f:
+            raw = json.load(f)
+        caps = raw["caps"]
+    else:
+        raw = measure(caps, fit_caps, args.rounds, args.steps, args.parameters, args.batch_size, args.width or None,
+                      gloo_threads=args.gloo_threads)
+        if args.save_raw:
+            atomic_write_text(args.save_raw, json.dumps(raw, sort_keys=True) + "\n")
+    out = analyse(raw, args.calibrations)
     small, large = caps
     ms = lambda x: f"{x * 1e3:+.2f} ms"  # noqa: E731
     dec = out["decision"]
@@ -412,9 +507,27 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
           f"[{ms(dec['interval_s'][0])}, {ms(dec['interval_s'][1])}], {dec['agreeing']}/{dec['nonzero']} "
           f"pairs share its sign (sign test p = {dec['p_value']:.3g}); per round: [{', '.join(ms(d) for d in out['measured_diff_s'])}]")
     for tag, m in out["models"].items():
-        fit = (f"bucket_overhead {m['bucket_overhead_s'] * 1e6:.0f} +- {m['bucket_overhead_stderr_s'] * 1e6:.0f} us, "
+        fit = (f"bucket_overhead {m['bucket_overhead_s'] * 1e6:.0f} "
+               + ("us (not determined, the scenario's)" if m["bucket_overhead_stderr_s"] is None
+                  else f"+- {m['bucket_overhead_stderr_s'] * 1e6:.0f} us") + ", "
                f"overlap_slowdown {m['overlap_slowdown']:.3g}"
                + ("" if m["overlap_slowdown_stderr"] is None else f" +- {m['overlap_slowdown_stderr']:.2g}"))
+        fit += ("; per-step constant " + ("not fitted" if m["per_step_offset_stderr_s"] is None else
+                                          f"{ms(m['per_step_offset_s'])} +- {m['per_step_offset_stderr_s'] * 1e3:.2f} ms")
+                + ("" if m["fit_reduced_chi2"] is None else f"; reduced chi2 {m['fit_reduced_chi2']:.3g}"))
+        wo = m["without_per_step"]
+        print(f"  without the per-step constant: predicted {ms(wo['predicted_diff_s'])} (bucket_overhead "
+              f"{wo['bucket_overhead_s'] * 1e6:.0f} +- {wo['bucket_overhead_stderr_s'] * 1e6:.0f} us, overlap_slowdown "
+              f"{wo['overlap_slowdown']:.3g}" + ("" if wo["fit_reduced_chi2"] is None else
+                                                 f", reduced chi2 {wo['fit_reduced_chi2']:.3g}") + ")")
+        lo_d, hi_d = m["predicted_diff_over_profile_s"]
+        print(f"  bucket_overhead the fit caps allow (profile, ~1 s.e.): {m['bucket_overhead_profile_s'][0] * 1e6:.0f} .. "
+              f"{m['bucket_overhead_profile_s'][1] * 1e6:.0f} us; over it the predicted difference runs {ms(lo_d)} .. "
+              f"{ms(hi_d)} (sign {'stable' if sign(lo_d) == sign(hi_d) != 0 else 'NOT determined by the fit caps'})")
+        print("  buckets whose cost a step exposes (dT/d bucket_overhead) at the fitted costs: "
+              + ", ".join(f"{src} {v:.2f}" for src, v in m["exposed_buckets"].items()))
+        for note in m["fit_notes"]:
+            print(f"  fit note: {note}")
         print(f"predicted ({tag}) {ms(m['predicted_diff_s'])}  [fit on {', '.join(out['fit_caps'])}: {fit}; "
               f"out-of-place adds {m['out_of_place_excess_s'] * 1e3:.2f} ms at {max(out['calibration_sizes_bytes']) / 2**20:.1f} MiB, "
               f"a copy at the measured bandwidth {2 * max(out['calibration_sizes_bytes']) / out['copy_bandwidth_Bps'] * 1e3:.2f} ms]")
@@ -438,13 +551,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     lo, hi = out["predicted_diff_range_s"]
     print(f"predicted difference across the calibrations: {ms(lo)} .. {ms(hi)} "
           f"(sign {'stable' if out['predicted_sign_stable'] else 'NOT stable'})")
+    if not out["predicted_sign_determined"]:
+        print("the fit caps do not determine the predicted sign (it changes over the bucket_overhead they allow)")
     if dec["decided"]:
         print(f"sign {'matches' if out['sign_matches'] else 'DIFFERS'}: measured {dec['sign']:+d}, "
               f"predicted {sign(out['predicted_diff_s']):+d}")
     else:
         print("sign not decided: the sign test or the interval does not exclude no effect")
     if args.json:
-        from commsim.atomic import atomic_write_text
         atomic_write_text(args.json, json.dumps(out, sort_keys=True, indent=2) + "\n")
     return 0
 

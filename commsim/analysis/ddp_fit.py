@@ -5,26 +5,46 @@ Each report carries what its prediction was made from (:func:`fit_record`): the 
 the compute measured in that run, its calibration, and the measured step times. The fit
 re-simulates every run with trial costs and solves
 
-    min over (h, s) of  sum_i w_i (T_i(h, s) / M_i - 1)^2
+    min over (h, c, s) of  sum_i w_i ((T_i(h, s) + c) / M_i - 1)^2
 
 where T_i is the simulator's steady-state step time of run i with ``bucket_overhead`` h and
-``overlap_slowdown`` s (the scenario's other DDP costs as they are), M_i the run's measured
-median step time and w_i = 1 / (its relative standard error)^2: from the best point of a
-coarse grid, Gauss-Newton with a finite-difference Jacobian, taking only steps that lower the
-cost, the constants kept in their ranges (h >= 0, 0 <= s <= 10). The engine's step time is
-piecewise linear in both, with kinks where a collective starts or stops overlapping compute:
-hence the grid start and the step control.
+``overlap_slowdown`` s (the scenario's other DDP costs as they are), c a per-step constant
+common to every run of the job (what the prediction gets wrong whatever the bucket count: the
+compute measurement, the optimizer, host work per step), M_i the run's measured median step
+time and w_i = 1 / (its relative standard error)^2: from the best point of a coarse grid (c at
+its closed-form best for each point), Gauss-Newton with a finite-difference Jacobian (c's
+column is exact, 1 / M_i), taking only steps that lower the cost, h >= 0, 0 <= s <= 10, c free.
+The engine's step time is piecewise linear in h and s, with kinks where a collective starts or
+stops overlapping compute, or the launches (h apart) start or stop outrunning the collectives:
+hence the grid start and the step control. Without c, h absorbs any per-step error of the
+prediction (the fit caps' scatter becomes a per-bucket cost); c cancels in a difference
+between caps of one job, so it moves a predicted T(small) - T(large) only through the h and s
+it frees. c is a fit diagnostic, not a scenario key.
 
 Standard errors: cov = (J^T W J)^-1, scaled by the reduced chi-square when it exceeds 1 (the
 runs scatter more than their own step-to-step spread says; Birge ratio), with J the Jacobian
 of the relative residuals at the solution.
 
-What the runs can determine: h needs runs whose bucket counts differ (one run, or caps that
-give the same buckets, cannot tell a per-bucket cost from any other per-step cost the
-prediction misses) and a step time that moves with h. s is fitted too only with at least
-three runs and a Jacobian of full rank (s moves the step time only where compute overlaps a
-collective); otherwise it keeps the scenario's value and the fit says why. A constant the
-runs cannot determine is refused (:class:`commsim.calibration.CalibrationError`, one line).
+What the runs can determine (columns of J: B_i / M_i for h, with B_i the buckets whose cost
+run i's step exposes, i.e. dT_i/dh; 1 / M_i for c; the overlapped compute for s):
+
+- h needs runs whose bucket counts differ and a step time that moves with h, else refused.
+- h and c together need B_i to differ between runs: with the launches hidden behind the
+  collectives' queue every run exposes only its last bucket's cost (B_i = 1 at every cap), and
+  a per-bucket cost is then a per-step cost. With 2 runs, 2 constants are exactly determined
+  (no degree of freedom: no reduced chi-square, standard errors from the runs' own spread);
+  with 3 caps one degree of freedom is left. Where B_i does not vary at the best fit
+  (PER_STEP_RCOND), h is not determined: it keeps the scenario's value and c alone is fitted,
+  with a note (`per_step=False` gives the fit without c, where h stands for a per-step cost).
+- s is fitted too only where a degree of freedom is left after it (4 runs with c, 3 without)
+  and the Jacobian has full rank: s moves the step time only where compute overlaps a
+  collective, and where the same backward overlaps communication at every cap its column is
+  nearly constant, i.e. c's; with 3 caps and h, c and s the system is square, so s keeps the
+  scenario's value and the fit says why. Also kept (and said) when its fitted value is not
+  above its standard error. `fit_slowdown=True` forces it (refused where not of full rank).
+
+A constant the runs cannot determine when required is refused
+(:class:`commsim.calibration.CalibrationError`, one line).
 
 Output (:func:`fit_yaml`): a ``ddp:`` mapping to copy into a scenario (or pass as
 ``--set ddp.bucket_overhead=...``), each constant with its standard error in a comment.
@@ -45,7 +65,7 @@ from commsim.scenario import spec
 from commsim.sim.engine import simulate
 
 __all__ = ["DDPRun", "DDPFit", "fit_record", "run_from_report", "predicted_step_time", "fit_ddp_costs", "fit_yaml",
-           "fit_lines", "PairedDecision", "sign_test_p", "decide_paired_sign"]
+           "fit_lines", "overhead_profile", "PairedDecision", "sign_test_p", "decide_paired_sign"]
 
 MAX_SLOWDOWN = 10.0  # the key's range (commsim.scenario.spec.DDPCosts)
 ITERATIONS = 30
@@ -57,6 +77,11 @@ S_GRID = (0.0, 0.1, 0.3, 1.0, 3.0, 10.0)
 H_STEP_FRACTION = 1e-3
 S_STEP = 1e-3
 RANK_RCOND = 1e-6  # singular values below this fraction of the largest: not determined
+# h against the per-step constant: their columns are B_i / M_i and 1 / M_i with B_i the buckets
+# whose cost a run's step exposes, so they are told apart only by how B_i varies over the runs;
+# a spread of a few per cent is one kink of the piecewise-linear step time, not a determination
+PER_STEP_RCOND = 0.05
+ZERO_COLUMN = 1e-8  # |d relative residual / d constant| below this: the constant moves nothing
 
 
 @dataclass(frozen=True)
@@ -76,10 +101,11 @@ class DDPRun:
 
 @dataclass(frozen=True)
 class DDPFit:
-    """Fitted DDP costs: values (s, fraction), standard errors, which were fitted, notes."""
+    """Fitted DDP costs: values (s, fraction), standard errors, which were fitted, notes, and
+    the per-step constant fitted beside them."""
 
     bucket_overhead: float
-    bucket_overhead_stderr: float
+    bucket_overhead_stderr: Optional[float]  # None: not determined (the scenario's value kept)
     overlap_slowdown: float
     overlap_slowdown_stderr: Optional[float]  # None: not fitted (the scenario's value kept)
     runs: Tuple[str, ...]
@@ -87,6 +113,10 @@ class DDPFit:
     predicted_s: Tuple[float, ...]
     reduced_chi2: Optional[float]
     notes: Tuple[str, ...] = ()
+    # what the prediction misses per step whatever the bucket count (compute calibration,
+    # optimizer, host work): a fit diagnostic, not a scenario key; predicted_s includes it
+    per_step_offset: float = 0.0
+    per_step_offset_stderr: Optional[float] = None  # None: not fitted (0 used)
 
 
 # --- the record a DDP validation writes, and reading it back ----------------------------------
@@ -162,63 +192,101 @@ def predicted_step_time(run: DDPRun, bucket_overhead: float, overlap_slowdown: f
     return float(simulate(replace(sc, ddp=replace(sc.ddp, costs=costs), steps=min(sc.steps, 4))).step_time[-1])
 
 
-def _residuals(runs: Sequence[DDPRun], theta: np.ndarray, fit_s: bool, s0: float) -> np.ndarray:
-    s = theta[1] if fit_s else s0
-    return np.array([predicted_step_time(r, theta[0], s) / r.step_time_s - 1.0 for r in runs])
+class _Layout:
+    """Which constants a fit solves for, and where each sits in the parameter vector theta:
+    h (``bucket_overhead``) first, then the per-step constant c, then s (``overlap_slowdown``)."""
+
+    def __init__(self, fit_c: bool, fit_s: bool, s0: float):
+        self.fit_c, self.fit_s, self.s0 = fit_c, fit_s, s0
+        self.c = 1 if fit_c else None
+        self.s = (2 if fit_c else 1) if fit_s else None
+        self.size = 1 + int(fit_c) + int(fit_s)
+
+    def values(self, theta: np.ndarray) -> Tuple[float, float, float]:
+        """(h, c, s) of `theta` (c = 0 and s = the scenario's where not fitted)."""
+        return (float(theta[0]), float(theta[self.c]) if self.fit_c else 0.0,
+                float(theta[self.s]) if self.fit_s else self.s0)
 
 
-def _jacobian(runs, theta, fit_s, s0, h_step) -> np.ndarray:
-    base = _residuals(runs, theta, fit_s, s0)
-    cols = []
-    steps = [h_step] + ([S_STEP] if fit_s else [])
-    for k, d in enumerate(steps):
+def _simulated(runs: Sequence[DDPRun], h: float, s: float) -> np.ndarray:
+    return np.array([predicted_step_time(r, h, s) for r in runs])
+
+
+def _residuals(runs: Sequence[DDPRun], theta: np.ndarray, lay: _Layout) -> np.ndarray:
+    h, c, s = lay.values(theta)
+    m = np.array([r.step_time_s for r in runs])
+    return (_simulated(runs, h, s) + c) / m - 1.0
+
+
+def _jacobian(runs, theta, lay: _Layout, h_step) -> np.ndarray:
+    """Forward differences for h and s (central ones would cross h = 0); c enters linearly,
+    its column is exact: d r_i / d c = 1 / M_i."""
+    base = _residuals(runs, theta, lay)
+    J = np.empty((len(runs), lay.size))
+    for k, d in ((0, h_step), (lay.s, S_STEP)):
+        if k is None:
+            continue
         t = theta.copy()
-        # a forward step inside the range (central differences would cross h = 0)
-        if k == 1 and t[1] + d > MAX_SLOWDOWN:
+        if k == lay.s and t[k] + d > MAX_SLOWDOWN:
             d = -d
         t[k] += d
-        cols.append((_residuals(runs, t, fit_s, s0) - base) / d)
-    return np.column_stack(cols)
+        J[:, k] = (_residuals(runs, t, lay) - base) / d
+    if lay.fit_c:
+        J[:, lay.c] = 1.0 / np.array([r.step_time_s for r in runs])
+    return J
 
 
-def _clip(theta: np.ndarray, fit_s: bool) -> np.ndarray:
+def _clip(theta: np.ndarray, lay: _Layout) -> np.ndarray:
     out = theta.copy()
-    out[0] = max(out[0], 0.0)
-    if fit_s:
-        out[1] = min(max(out[1], 0.0), MAX_SLOWDOWN)
+    out[0] = max(out[0], 0.0)  # c is not bounded: the prediction may be too slow as well as too fast
+    if lay.fit_s:
+        out[lay.s] = min(max(out[lay.s], 0.0), MAX_SLOWDOWN)
     return out
 
 
-def _start(runs, w, fit_s, s0, h_max) -> np.ndarray:
-    """The best point of a coarse grid: the cost is piecewise smooth with kinks where a
-    collective stops or starts overlapping compute, so Gauss-Newton from an arbitrary start can
-    stop at a kink far from the minimum."""
+def _best_offset(runs, w, sim: np.ndarray) -> float:
+    """The per-step constant that minimises sum w_i ((sim_i + c) / M_i - 1)^2 for fixed
+    simulated times: the weighted least-squares solution of a model linear in c."""
+    m = np.array([r.step_time_s for r in runs])
+    e = sim / m - 1.0
+    return float(-np.sum(w * e / m) / np.sum(w / m ** 2))
+
+
+def _start(runs, w, lay: _Layout, h_max) -> np.ndarray:
+    """The best point of a coarse grid (c at its best for each grid point): the cost is
+    piecewise smooth with kinks where a collective stops or starts overlapping compute, so
+    Gauss-Newton from an arbitrary start can stop at a kink far from the minimum."""
     hs = np.concatenate(([0.0], np.geomspace(h_max * 1e-4, h_max, H_GRID)))
-    ss = S_GRID if fit_s else (s0,)
+    ss = S_GRID if lay.fit_s else (lay.s0,)
     best, best_cost = None, np.inf
     for h in hs:
         for sv in ss:
-            theta = np.array([h, sv] if fit_s else [h])
-            r = _residuals(runs, theta, fit_s, s0)
+            theta = np.zeros(lay.size)
+            theta[0] = h
+            if lay.fit_s:
+                theta[lay.s] = sv
+            if lay.fit_c:
+                theta[lay.c] = _best_offset(runs, w, _simulated(runs, h, sv))
+            r = _residuals(runs, theta, lay)
             c = float(np.sum(w * r ** 2))
             if c < best_cost:
                 best, best_cost = theta, c
     return best
 
 
-def _solve(runs, w, fit_s, s0, h_max, h_step):
+def _solve(runs, w, lay: _Layout, h_max, h_step):
     """Projected Gauss-Newton with backtracking from the best grid point: a step is taken only
     if it lowers the weighted sum of squares (a full step can overshoot a kink)."""
-    theta = _start(runs, w, fit_s, s0, h_max)
-    r = _residuals(runs, theta, fit_s, s0)
+    theta = _start(runs, w, lay, h_max)
+    r = _residuals(runs, theta, lay)
     cost = float(np.sum(w * r ** 2))
     sw = np.sqrt(w)
     for _ in range(ITERATIONS):
-        J = _jacobian(runs, theta, fit_s, s0, h_step)
+        J = _jacobian(runs, theta, lay, h_step)
         step, *_ = np.linalg.lstsq(J * sw[:, None], -r * sw, rcond=None)
         for _ in range(BACKTRACKS):
-            new = _clip(theta + step, fit_s)
-            r_new = _residuals(runs, new, fit_s, s0)
+            new = _clip(theta + step, lay)
+            r_new = _residuals(runs, new, lay)
             c_new = float(np.sum(w * r_new ** 2))
             if c_new < cost:
                 break
@@ -229,12 +297,18 @@ def _solve(runs, w, fit_s, s0, h_max, h_step):
         theta, r, cost = new, r_new, c_new
         if converged:
             break
-    return theta, r, _jacobian(runs, theta, fit_s, s0, h_step)
+    return theta, r, _jacobian(runs, theta, lay, h_step)
 
 
-def _full_rank(J: np.ndarray, w: np.ndarray) -> bool:
-    sv = np.linalg.svd(J * np.sqrt(w)[:, None], compute_uv=False)
-    return bool(sv.size and sv[-1] > RANK_RCOND * sv[0] and sv[0] > 0)
+def _full_rank(J: np.ndarray, w: np.ndarray, rcond: float = RANK_RCOND) -> bool:
+    """Whether the weighted Jacobian's columns are independent. Each is scaled to unit length
+    first (h, c and s differ in units), after a column that moves no run's relative residual
+    by more than the finite differences' rounding (ZERO_COLUMN) counts as zero: not determined."""
+    if not np.all(np.max(np.abs(J), axis=0) > ZERO_COLUMN):
+        return False
+    A = J * np.sqrt(w)[:, None]
+    sv = np.linalg.svd(A / np.linalg.norm(A, axis=0), compute_uv=False)
+    return bool(sv.size and sv[-1] > rcond * sv[0])
 
 
 def _errors(names: str, runs, w, r, J):
@@ -249,10 +323,35 @@ def _errors(names: str, runs, w, r, J):
     return np.sqrt(np.maximum(np.diag(cov), 0.0)), red
 
 
-def fit_ddp_costs(runs: Sequence[DDPRun], fit_slowdown: Optional[bool] = None) -> DDPFit:
-    """Fit ``bucket_overhead`` (and ``overlap_slowdown`` where the runs determine it; force it
-    with `fit_slowdown` True/False) to the runs (see the module docstring). CalibrationError
-    with the reason when the runs cannot determine ``bucket_overhead``."""
+def _fit_offset_only(runs, w, names: str, notes: List[str], dropped_s: bool) -> DDPFit:
+    """The fallback where the runs cannot tell ``bucket_overhead`` from the per-step constant:
+    h and s keep the scenario's values (said in the notes) and c alone is fitted, in closed
+    form (:func:`_best_offset`), its variance 1 / sum(w_i / M_i^2) widened by the Birge ratio."""
+    costs = runs[0].scenario.ddp.costs
+    h0, s0 = costs.bucket_overhead, costs.overlap_slowdown
+    m = np.array([r.step_time_s for r in runs])
+    sim = _simulated(runs, h0, s0)
+    c = _best_offset(runs, w, sim)
+    r = (sim + c) / m - 1.0
+    red = float(np.sum(w * r ** 2)) / (len(runs) - 1)
+    se_c = math.sqrt(max(1.0, red) / float(np.sum(w / m ** 2)))
+    if dropped_s:
+        notes.append(f"ddp.overlap_slowdown kept at {s0:g} (the scenario's): bucket_overhead is not determined")
+    notes.append(f"ddp.bucket_overhead kept at {h0 * 1e6:.4g} us (the scenario's): the runs cannot tell it from a "
+                 "per-step constant (at the best fit every cap's step exposes the same buckets' launch cost, the "
+                 "others hidden behind the collectives; caps whose launches show, smaller ones, would determine it)")
+    pred = tuple(float(p) for p in sim + c)
+    return DDPFit(h0, None, s0, None, tuple(x.source for x in runs), tuple(x.step_time_s for x in runs), pred, red,
+                  tuple(notes), c, se_c)
+
+
+def fit_ddp_costs(runs: Sequence[DDPRun], fit_slowdown: Optional[bool] = None,
+                  per_step: Optional[bool] = None) -> DDPFit:
+    """Fit ``bucket_overhead``, the per-step constant (`per_step`) and ``overlap_slowdown``
+    (`fit_slowdown`) to the runs (see the module docstring for when each is determined).
+    None: where the runs determine it, with a note where not; True: required (CalibrationError
+    when the runs cannot determine it); False: not fitted (c = 0, s the scenario's).
+    CalibrationError with the reason when the runs cannot determine ``bucket_overhead``."""
     runs = list(runs)
     names = ", ".join(r.source for r in runs) or "no runs"
     if len(runs) < 2:
@@ -271,37 +370,85 @@ def fit_ddp_costs(runs: Sequence[DDPRun], fit_slowdown: Optional[bool] = None) -
     s0 = runs[0].scenario.ddp.costs.overlap_slowdown
     h_max = statistics.median(r.step_time_s / r.buckets for r in runs)  # the whole step spread over the buckets
     h_step = H_STEP_FRACTION * h_max
+    n = len(runs)
     notes: List[str] = []
-    want_s = fit_slowdown if fit_slowdown is not None else len(runs) >= 3
+    want_c = per_step is not False
+    # the slowdown, fitted automatically only where a degree of freedom is left over after it
+    # (an exact fit of n constants to n runs says nothing about their scatter)
+    need_s = 3 + int(want_c)
+    want_s = fit_slowdown if fit_slowdown is not None else n >= need_s
     if fit_slowdown is None and not want_s:
-        notes.append(f"ddp.overlap_slowdown kept at {s0:g} (the scenario's): fitting it too needs three or more runs")
-    theta, r, J = _solve(runs, w, want_s, s0, h_max, h_step)
+        notes.append(f"ddp.overlap_slowdown kept at {s0:g} (the scenario's): fitting it too needs {need_s} or more "
+                     f"runs{' with the per-step constant' if want_c else ''}, got {n}")
+    lay = _Layout(want_c, want_s, s0)
+    theta, r, J = _solve(runs, w, lay, h_max, h_step)
+    if want_c and not _full_rank(J[:, :2], w, PER_STEP_RCOND):
+        # at the best fit the step times move with h alike in every run (the same buckets' launch
+        # costs exposed, the rest hidden behind the collectives): there h is a per-step constant,
+        # and any h up to where the launches start to show fits as well, c taking the rest
+        if per_step:
+            raise CalibrationError(f"{names}: the runs cannot determine a per-step constant together with "
+                                   "ddp.bucket_overhead (their step times move with it alike)")
+        return _fit_offset_only(runs, w, names, notes, want_s)
     if want_s and not _full_rank(J, w):
         if fit_slowdown:
             raise CalibrationError(f"{names}: the runs cannot determine ddp.overlap_slowdown together with "
-                                   "ddp.bucket_overhead (their step times move alike); fit bucket_overhead alone")
-        notes.append(f"ddp.overlap_slowdown kept at {s0:g}: the runs cannot tell it from bucket_overhead")
+                                   "ddp.bucket_overhead" + (" and a per-step constant" if want_c else "")
+                                   + " (their step times move alike); fit bucket_overhead alone")
+        notes.append(f"ddp.overlap_slowdown kept at {s0:g}: the runs cannot tell it from bucket_overhead"
+                     + (" and the per-step constant (the same compute overlaps at every cap)" if want_c else ""))
         want_s = False
-        theta, r, J = _solve(runs, w, False, s0, h_max, h_step)
+        lay = _Layout(want_c, False, s0)
+        theta, r, J = _solve(runs, w, lay, h_max, h_step)
     if not np.any(np.abs(J[:, 0]) > 0):
         raise CalibrationError(f"{names}: the runs' predicted step times do not depend on ddp.bucket_overhead "
                                "(communication fully hidden behind compute): use a job whose communication is exposed")
     se, red = _errors(names, runs, w, r, J)
-    if want_s and fit_slowdown is None and not se[1] < theta[1]:
+    if want_s and fit_slowdown is None and not se[lay.s] < theta[lay.s]:
         # fitted, but not distinguishable from zero: the runs do not determine it
         notes.append(f"ddp.overlap_slowdown kept at {s0:g}: the runs do not determine it "
-                     f"(fit gave {theta[1]:.3g} +- {se[1]:.2g})")
+                     f"(fit gave {theta[lay.s]:.3g} +- {se[lay.s]:.2g})")
         want_s = False
-        theta, r, J = _solve(runs, w, False, s0, h_max, h_step)
+        lay = _Layout(want_c, False, s0)
+        theta, r, J = _solve(runs, w, lay, h_max, h_step)
         se, red = _errors(names, runs, w, r, J)
+    if red is None:
+        notes.append(f"exactly determined ({n} runs, {lay.size} constants): no run is left to check the fit, so the "
+                     "standard errors are the runs' own spread only")
     if theta[0] == 0.0:
         notes.append("ddp.bucket_overhead is at its bound 0: the runs are faster than the model without it")
     elif se[0] > theta[0]:
         notes.append(f"ddp.bucket_overhead is poorly determined (standard error {se[0] * 1e6:.3g} us > the value)")
-    s = float(theta[1]) if want_s else s0
-    pred = tuple(predicted_step_time(x, theta[0], s) for x in runs)
-    return DDPFit(float(theta[0]), float(se[0]), s, float(se[1]) if want_s else None,
-                  tuple(x.source for x in runs), tuple(x.step_time_s for x in runs), pred, red, tuple(notes))
+    h, c, s = lay.values(theta)
+    pred = tuple(float(p) for p in _simulated(runs, h, s) + c)
+    return DDPFit(h, float(se[0]), s, float(se[lay.s]) if want_s else None,
+                  tuple(x.source for x in runs), tuple(x.step_time_s for x in runs), pred, red, tuple(notes),
+                  c, float(se[lay.c]) if want_c else None)
+
+
+def overhead_profile(runs: Sequence[DDPRun], fit: DDPFit, level: float = 1.0, points: int = 48) -> Tuple[float, float]:
+    """The ``bucket_overhead`` values the runs allow: the hull of the h (on a grid of 0 and
+    `points` log-spaced values up to the step time per bucket, plus the fit's) whose weighted sum
+    of squares, with the per-step constant at its best for that h (where `fit` fitted one) and
+    s at the fit's, is within `level` x max(1, reduced chi-square) of the smallest: the profile
+    likelihood interval (level 1: about 1 standard error; Venzon and Moolgavkar, Appl. Statist.
+    37 (1988) 87). Where the runs cannot tell h from the per-step constant the cost is flat from
+    0 to where the launches start to show, and so is the interval: the prediction's spread over
+    it says what the runs leave open."""
+    runs = list(runs)
+    w = 1.0 / np.array([max(r.stderr_s / r.step_time_s, 1e-6) for r in runs]) ** 2
+    m = np.array([r.step_time_s for r in runs])
+    h_max = statistics.median(r.step_time_s / r.buckets for r in runs)
+    hs = np.unique(np.concatenate(([0.0, fit.bucket_overhead], np.geomspace(h_max * 1e-4, h_max, points))))
+    with_c = fit.per_step_offset_stderr is not None
+    costs = []
+    for h in hs:
+        sim = _simulated(runs, float(h), fit.overlap_slowdown)
+        c = _best_offset(runs, w, sim) if with_c else 0.0
+        costs.append(float(np.sum(w * ((sim + c) / m - 1.0) ** 2)))
+    costs = np.array(costs)
+    inside = hs[costs <= costs.min() + level * max(1.0, fit.reduced_chi2 or 1.0)]
+    return float(inside.min()), float(inside.max())
 
 
 # --- writing it -------------------------------------------------------------------------------
@@ -315,20 +462,30 @@ def fit_yaml(fit: DDPFit, command: str = "") -> str:
              f"#   commsim run SCENARIO --set 'ddp.bucket_overhead={fit.bucket_overhead * 1e6:.6g} us'"
              + (f" --set ddp.overlap_slowdown={fit.overlap_slowdown:.6g}" if fit.overlap_slowdown_stderr is not None else ""),
              "ddp:",
-             f"  bucket_overhead: {fit.bucket_overhead * 1e6:.6g} us   # +- {fit.bucket_overhead_stderr * 1e6:.3g} us (1 s.e.)"]
+             f"  bucket_overhead: {fit.bucket_overhead * 1e6:.6g} us   # "
+             + (f"+- {fit.bucket_overhead_stderr * 1e6:.3g} us (1 s.e.)" if fit.bucket_overhead_stderr is not None
+                else "not determined by these runs: the scenario's value")]
     if fit.overlap_slowdown_stderr is not None:
         lines.append(f"  overlap_slowdown: {fit.overlap_slowdown:.6g}   # +- {fit.overlap_slowdown_stderr:.3g} (1 s.e.)")
     else:
         lines.append(f"  # overlap_slowdown: not fitted ({fit.overlap_slowdown:g} used)")
+    lines.append("# per-step constant (a fit diagnostic, not a scenario key): "
+                 + (f"{fit.per_step_offset * 1e3:+.4g} ms +- {fit.per_step_offset_stderr * 1e3:.3g} ms per step"
+                    if fit.per_step_offset_stderr is not None else "not fitted"))
     lines.extend(f"# note: {n}" for n in fit.notes)
     return "\n".join(lines) + "\n"
 
 
 def fit_lines(fit: DDPFit) -> List[str]:
     """What ``commsim calibrate`` prints about the fit."""
-    out = [f"ddp.bucket_overhead = {fit.bucket_overhead * 1e6:.4g} us +- {fit.bucket_overhead_stderr * 1e6:.2g} us"]
+    out = [f"ddp.bucket_overhead = {fit.bucket_overhead * 1e6:.4g} us "
+           + (f"+- {fit.bucket_overhead_stderr * 1e6:.2g} us" if fit.bucket_overhead_stderr is not None
+              else "(not determined: the scenario's value)")]
     if fit.overlap_slowdown_stderr is not None:
         out.append(f"ddp.overlap_slowdown = {fit.overlap_slowdown:.4g} +- {fit.overlap_slowdown_stderr:.2g}")
+    if fit.per_step_offset_stderr is not None:
+        out.append(f"per-step constant = {fit.per_step_offset * 1e3:+.4g} ms +- {fit.per_step_offset_stderr * 1e3:.2g} ms "
+                   "(what the prediction misses whatever the bucket count; not a scenario key)")
     for src, m, p in zip(fit.runs, fit.measured_s, fit.predicted_s):
         out.append(f"  {src}: measured {m * 1e3:.2f} ms, fitted model {p * 1e3:.2f} ms ({(p / m - 1) * 100:+.1f}%)")
     if fit.reduced_chi2 is not None:

@@ -13,7 +13,7 @@ from commsim.scenario import spec
 MB = 2**20
 
 
-def _report(path, cap_mb, h=400e-6, s=spec.DDPCosts().overlap_slowdown):
+def _report(path, cap_mb, h=10e-3, s=spec.DDPCosts().overlap_slowdown):
     sc = spec.Scenario(cluster=spec.Cluster(1, 2, spec.Link(0.25e9, 100e-6), spec.Link(0.25e9, 100e-6)),
                        model=spec.Model(6_000_000), compute=spec.Compute(0.02, 0.04, 0.005, 4), steps=4,
                        ddp=spec.DDP(bucket_cap=cap_mb * MB))
@@ -29,8 +29,22 @@ def test_ddp_fit_writes_a_ddp_fragment(tmp_path):
     assert res.exit_code == 0, res.output
     ddp = yaml.safe_load(out.read_text())["ddp"]
     assert ddp["bucket_overhead"].endswith(" us")
-    assert float(ddp["bucket_overhead"].split()[0]) == pytest.approx(400, rel=1e-3)
+    assert float(ddp["bucket_overhead"].split()[0]) == pytest.approx(10_000, rel=1e-3)
     assert "ddp.bucket_overhead = " in res.output
+    assert "per-step constant = " in res.output
+    assert set(ddp) == {"bucket_overhead"}  # the per-step constant is a diagnostic, not a key
+
+
+def test_ddp_fit_that_cannot_tell_the_overhead_from_a_per_step_constant_says_so(tmp_path):
+    # 400 us launches hide behind the collectives at both caps: the fragment keeps the
+    # scenario's value, marked, and still loads as a scenario's ddp section
+    reports = [_report(tmp_path / f"r{c}.json", c, h=400e-6) for c in (1, 25)]
+    out = tmp_path / "ddp.yaml"
+    res = CliRunner().invoke(main, ["calibrate", "--ddp-fit", *reports, "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    assert "not determined" in res.output and "kept at 20 us" in res.output
+    ddp = yaml.safe_load(out.read_text())["ddp"]
+    assert float(ddp["bucket_overhead"].split()[0]) == pytest.approx(20)
 
 
 def test_ddp_fit_refusals_are_one_line_exit_2_and_write_nothing(tmp_path):
