@@ -259,13 +259,9 @@ def run_check(caps: Sequence[str], fit_caps: Sequence[str], rounds: int, steps: 
                            cal_iters, timeout_s, gloo_threads, echo), calibrations)
 
 
-def measure(caps: Sequence[str], fit_caps: Sequence[str], rounds: int, steps: int, parameters: float,
-            batch_size: int, width: Optional[int] = 256, warmup_steps: int = 1, compute_iters: int = 3,
-            cal_iters: int = 10, timeout_s: float = 300.0, gloo_threads: Optional[int] = None, echo=print) -> Dict:
-    """Run the torch job (both ranks' rounds) and return the raw record :func:`analyse` reads."""
-    from validate import ddp_job
-    from validate.launch import launch
-
+def _job_scenarios(caps: Sequence[str], fit_caps: Sequence[str], parameters: float, batch_size: int, steps: int):
+    """The compared caps (small, large), every cap in the job's order, each cap's scenario and
+    nominal buckets, and the all-reduce sizes the calibration sweep times (the caps' buckets)."""
     small, large = caps[0], caps[-1]
     order = [small, large] + [c for c in fit_caps if c not in (small, large)]
     scen = {cap: load_scenario(SCENARIO, [f"ddp.bucket_cap={cap}", f"model.parameters={parameters:g}",
@@ -273,6 +269,17 @@ def measure(caps: Sequence[str], fit_caps: Sequence[str], rounds: int, steps: in
             for cap in order}
     buckets = {cap: scen[cap].gradient_buckets() for cap in order}
     sizes = sorted({LATENCY_SIZE} | {max(4, int(b) // 4 * 4) for cap in order for b in buckets[cap]})
+    return small, large, order, scen, buckets, sizes
+
+
+def measure(caps: Sequence[str], fit_caps: Sequence[str], rounds: int, steps: int, parameters: float,
+            batch_size: int, width: Optional[int] = 256, warmup_steps: int = 1, compute_iters: int = 3,
+            cal_iters: int = 10, timeout_s: float = 300.0, gloo_threads: Optional[int] = None, echo=print) -> Dict:
+    """Run the torch job (both ranks' rounds) and return the raw record :func:`analyse` reads."""
+    from validate import ddp_job
+    from validate.launch import launch
+
+    small, large, order, scen, buckets, sizes = _job_scenarios(caps, fit_caps, parameters, batch_size, steps)
     plan = {"parameters": int(parameters), "batch_size": batch_size,
             "first_bucket_bytes": float(scen[small].ddp.first_bucket),
             "caps": [float(scen[c].ddp.bucket_cap) for c in order], "rounds": rounds, "steps": steps,
@@ -297,13 +304,7 @@ def analyse(raw: Dict, calibrations: int = 3) -> Dict:
     caps, fit_caps, rounds, steps = raw["caps"], raw["fit_caps"], raw["rounds"], raw["steps"]
     parameters, batch_size, width, plan = raw["parameters"], raw["batch_size"], raw["width"], raw["plan"]
     results, load_before, load_after, wall = raw["results"], raw["load_before"], raw["load_after"], raw["wall_s"]
-    small, large = caps[0], caps[-1]
-    order = [small, large] + [c for c in fit_caps if c not in (small, large)]
-    scen = {cap: load_scenario(SCENARIO, [f"ddp.bucket_cap={cap}", f"model.parameters={parameters:g}",
-                                          f"compute.batch_size={batch_size}"], steps=steps, force=True)
-            for cap in order}
-    buckets = {cap: scen[cap].gradient_buckets() for cap in order}
-    sizes = sorted({LATENCY_SIZE} | {max(4, int(b) // 4 * 4) for cap in order for b in buckets[cap]})
+    small, large, order, scen, buckets, sizes = _job_scenarios(caps, fit_caps, parameters, batch_size, steps)
     n = len(results)
     nparams = results[0]["parameters"]
     # the buckets DDP really built (it never splits a tensor): the model is given these, not the cap's

@@ -318,7 +318,6 @@ class ConcurrentStreams:
 
         def begin_segment(r, t):
             # r is at bucket[r]'s cut (or the remainder): start its compute, or pass through zero work
-            nonlocal seq
             while True:
                 j = bucket[r]
                 share = self.share[j] if j < nb else self.remainder

@@ -9,7 +9,6 @@ import re
 from dataclasses import replace
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from commsim.calibration.physical_fit import INTRA_NAMES, LEVEL, NETWORK_NAMES
