@@ -20,7 +20,8 @@ Algorithms (AllReduce unless noted):
 - ``tree``: NCCL's double binary tree across nodes with an intra-node chain. Each GPU moves
   2S through its node links; a node moves S through its NICs when D = 2 (each node's data
   crosses the network once, which is why 2-node busbw exceeds the NIC rate) and 2S when
-  D > 2. Latency 2((L-1) h_intra + log2(D) h_net).
+  D > 2. Latency 2((L-1) h_intra + h h_net), h the height of the btree NCCL connects
+  (:func:`nvls_tree_height`; NCCL's estimate, the pick, uses log2i(D)).
 - ``nvls``: NVSwitch multicast/in-switch reduction (Hopper+ with NVSwitch); one node, or
   several with CollNet. ``nvls_tree``: NVLS inside the node, tree across nodes, its chunks
   pipelined through the tree NCCL connects (:func:`nvls_tree_pipeline_us`).
