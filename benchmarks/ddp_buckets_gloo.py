@@ -519,6 +519,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         ap.error("--caps: two caps, none of them among --fit-caps (the prediction is out of sample)")
     if args.gloo_threads is not None and args.gloo_threads < 1:
         ap.error(f"--gloo-threads: at least 1, got {args.gloo_threads}")
+    for option, out in (("--json", args.json), ("--save-raw", args.save_raw)):  # refused before the run, not after it
+        if out and not os.path.isdir(os.path.dirname(os.path.abspath(out))):
+            ap.error(f"{option}: no directory {os.path.dirname(os.path.abspath(out))!r} to write {out!r} in")
     from commsim.atomic import atomic_write_text
 
     if args.from_raw:

@@ -41,3 +41,13 @@ def test_a_bad_raw_file_is_one_line_and_exit_2(tmp_path, capsys, text, where):
     assert err.count("\n") == 1 and err.startswith(f"ddp_buckets_gloo.py: error: {path}: "), err
     assert where in err
     assert not out.exists()
+
+
+@pytest.mark.parametrize("option", ["--json", "--save-raw"])
+def test_an_output_in_no_directory_is_refused_before_the_run(tmp_path, capsys, option):
+    raw = tmp_path / "raw.json"
+    raw.write_text(_raw())
+    with pytest.raises(SystemExit) as exc:
+        bench.main(["--from-raw", str(raw), option, str(tmp_path / "missing" / "out.json")])
+    assert exc.value.code == 2
+    assert f"{option}: no directory" in capsys.readouterr().err
