@@ -34,6 +34,7 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
+from commsim.atomic import atomic_write_text  # noqa: E402
 from commsim.calibration.nccl_tables import load_tables  # noqa: E402
 from commsim.calibration.physical_fit import Measurement, fit_physical  # noqa: E402
 from commsim.collectives.nccl_tuner import bus_factor, clique_splits, nvls_heads, plan  # noqa: E402
@@ -499,8 +500,10 @@ def main(argv=None) -> int:
                          "ring step measured and modelled, with channels, chunk and loops")
     args = ap.parse_args(argv)
     steps_series = [x for x in SERIES if x.name == args.ring_steps]
-    if args.ring_steps and not steps_series:
+    if args.ring_steps is not None and not steps_series:  # '' too: it names no series
         ap.error(f"--ring-steps: no series {args.ring_steps!r} (one of: {', '.join(x.name for x in SERIES)})")
+    if args.json and not os.path.isdir(os.path.dirname(os.path.abspath(args.json))):  # before the minutes of fitting
+        ap.error(f"--json: no directory {os.path.dirname(os.path.abspath(args.json))!r} to write {args.json!r} in")
     results = [run_series(s, args.pick) for s in SERIES]
     single = run_single(args.pick)
     interp = run_interpolation(SERIES, args.pick)
@@ -510,8 +513,9 @@ def main(argv=None) -> int:
     if steps_series:
         print_ring_steps(ring_step_rows(steps_series[0], args.pick))
     if args.json:
-        with open(args.json, "w", encoding="utf-8") as fh:
-            json.dump({"series": results, "single_scale_nominal": single, "interpolation": interp}, fh, indent=1, sort_keys=True)
+        # whole or not at all (a write cut short leaves the previous file)
+        atomic_write_text(args.json, json.dumps({"series": results, "single_scale_nominal": single,
+                                                 "interpolation": interp}, indent=1, sort_keys=True))
     return 0
 
 

@@ -115,7 +115,9 @@ from commsim.sim.concurrent_streams import fixed_and_bandwidth, queued_finish_ti
 from commsim.sim.links import scenario_fabric  # noqa: E402
 from commsim.scenario.loader import load_scenario  # noqa: E402
 from commsim.sim.engine import simulate  # noqa: E402
+from commsim.errors import EXIT_INPUT, InputError  # noqa: E402
 from commsim.units import parse_size  # noqa: E402
+from commsim.yamlio import read_text_file  # noqa: E402
 
 SCENARIO = os.path.join(ROOT, "scenarios", "validate_gloo_2rank.yaml")
 # what gloo's concurrent all-reduces share (ddp.comm_shared): all of each, since on a CPU the fixed
@@ -460,6 +462,38 @@ def analyse(raw: Dict, calibrations: int = 3) -> Dict:
             "load_before": load_before, "load_after": load_after, "wall_s": wall}
 
 
+# the keys of a --save-raw measurement (measure's record) that analyse reads
+RAW_KEYS = ("caps", "fit_caps", "rounds", "steps", "parameters", "batch_size", "width", "plan", "results",
+            "load_before", "load_after", "wall_s")
+
+
+def read_raw(path: str, calibrations: int) -> tuple:
+    """(raw, analyse(raw)) of a measurement ``--save-raw`` wrote; InputError naming the file
+    (and key) where it is missing, not JSON, or not such a measurement (a truncated or other file)."""
+    text = read_text_file(path, "a --save-raw measurement")
+    try:
+        raw = json.loads(text)
+    except ValueError as exc:
+        raise InputError(path, None, f"not JSON ({exc})") from None
+    if not isinstance(raw, dict):
+        raise InputError(path, None, f"expected a --save-raw measurement (a mapping), got {type(raw).__name__}")
+    for key in RAW_KEYS:
+        if key not in raw:
+            raise InputError(path, key, "missing (expected a measurement --save-raw wrote)")
+    caps = raw["caps"]
+    if not (isinstance(caps, list) and len(caps) == 2 and all(isinstance(c, str) for c in caps)):
+        raise InputError(path, "caps", f"expected the two compared caps, got {caps!r:.60}")
+    for i, cap in enumerate(caps):
+        try:
+            parse_size(cap)
+        except ValueError as exc:
+            raise InputError(path, f"caps[{i}]", str(exc)) from None
+    try:
+        return raw, analyse(raw, calibrations)
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:  # its rounds are not measure's
+        raise InputError(path, None, f"not a --save-raw measurement ({type(exc).__name__}: {exc})") from None
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=12)
@@ -485,18 +519,24 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         ap.error("--caps: two caps, none of them among --fit-caps (the prediction is out of sample)")
     if args.gloo_threads is not None and args.gloo_threads < 1:
         ap.error(f"--gloo-threads: at least 1, got {args.gloo_threads}")
+    for option, out in (("--json", args.json), ("--save-raw", args.save_raw)):  # refused before the run, not after it
+        if out and not os.path.isdir(os.path.dirname(os.path.abspath(out))):
+            ap.error(f"{option}: no directory {os.path.dirname(os.path.abspath(out))!r} to write {out!r} in")
     from commsim.atomic import atomic_write_text
 
     if args.from_raw:
-        with open(args.from_raw) as f:
-            raw = json.load(f)
+        try:
+            raw, out = read_raw(args.from_raw, args.calibrations)
+        except InputError as exc:
+            print(f"ddp_buckets_gloo.py: error: {exc}", file=sys.stderr)
+            return EXIT_INPUT
         caps = raw["caps"]
     else:
         raw = measure(caps, fit_caps, args.rounds, args.steps, args.parameters, args.batch_size, args.width or None,
                       gloo_threads=args.gloo_threads)
         if args.save_raw:
             atomic_write_text(args.save_raw, json.dumps(raw, sort_keys=True) + "\n")
-    out = analyse(raw, args.calibrations)
+        out = analyse(raw, args.calibrations)
     small, large = caps
     ms = lambda x: f"{x * 1e3:+.2f} ms"  # noqa: E731
     dec = out["decision"]

@@ -563,6 +563,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--breakdown", action="store_true",
                     help="also print where each row's step goes (compute, exposed time: model, measured, unoverlapped)")
     args = ap.parse_args(argv)
+    for option, out in (("--json", args.json),):  # refused before the run, not after it
+        if out and not os.path.isdir(os.path.dirname(os.path.abspath(out))):
+            ap.error(f"{option}: no directory {os.path.dirname(os.path.abspath(out))!r} to write {out!r} in")
     global TXL_OVERLAP
     TXL_OVERLAP = args.txl_overlap == "on"
     rows = txl_rows(os.path.join(DATA, TXL_FILE)) + bert_rows(os.path.join(DATA, BERT_FILE))

@@ -61,7 +61,9 @@ import numpy as np
 
 from commsim.calibration import CalibrationError
 from commsim.calibration.file import calibration_from_dict, calibration_to_dict
+from commsim.errors import InputError
 from commsim.scenario import spec
+from commsim.scenario.schema import parse_scenario
 from commsim.sim.engine import simulate
 
 __all__ = ["DDPRun", "DDPFit", "fit_record", "run_from_report", "predicted_step_time", "fit_ddp_costs", "fit_yaml",
@@ -146,9 +148,62 @@ def _scenario_from_dict(d: Mapping[str, Any], calibration: Any) -> spec.Scenario
                            intra_kind=c["intra_kind"], nics_per_node=c["nics_per_node"])
     ddp = dict(d["ddp"])
     ddp["costs"] = spec.DDPCosts(**ddp["costs"])
+    for key in ("bucket_sizes", "bucket_ready"):  # tuples in the spec, lists in JSON
+        ddp[key] = None if ddp.get(key) is None else tuple(ddp[key])
     return spec.Scenario(cluster=cluster, model=spec.Model(**d["model"]), compute=spec.Compute(**d["compute"]),
                          name=d["name"], description=d["description"], seed=d["seed"], steps=d["steps"],
                          ddp=spec.DDP(**ddp), collective=spec.Collective(**d["collective"]), calibration=calibration)
+
+
+def _check_record(d: Mapping[str, Any], source: str) -> None:
+    """Refuse a scenario record (a report edited by hand: a string, NaN or negative number where
+    a figure belongs, a combination the simulator does not model) with the checks a scenario file
+    gets: the record, its DDP costs read as the ``ddp:`` keys they are in a file, through the
+    strict schema reader, its errors re-reported under ``ddp_fit_input.scenario``; and a value
+    the reader takes but reads as another (``'25 MB'``: a record holds the numbers
+    :func:`fit_record` wrote) refused at its key."""
+    def given(v: Any) -> Any:  # a record's None is a file's absent key; its tuples, lists (as from JSON)
+        if isinstance(v, Mapping):
+            return {k: given(x) for k, x in v.items() if x is not None}
+        return [given(x) for x in v] if isinstance(v, (list, tuple)) else v
+
+    doc = given(d)
+    doc["ddp"] = {**{k: v for k, v in doc["ddp"].items() if k != "costs"}, **doc["ddp"]["costs"]}
+    # a record keeps the cap beside the layout DDP built (validate feeds both), which a file may
+    # not give together: the cap and first bucket are read in a pass of their own
+    layout = ("bucket_sizes", "bucket_ready")
+    caps = {**doc, "ddp": {k: v for k, v in doc["ddp"].items() if k not in layout}}
+    if any(k in doc["ddp"] for k in layout):
+        doc["ddp"] = {k: v for k, v in doc["ddp"].items() if k not in ("bucket_cap", "first_bucket")}
+    try:
+        parsed, capped = parse_scenario(doc, source), parse_scenario(caps, source)
+    except InputError as exc:
+        raise CalibrationError(exc.message, source=source,
+                               key="ddp_fit_input.scenario" + (f".{exc.path}" if exc.path else "")) from None
+    read = asdict(replace(parsed, ddp=replace(parsed.ddp, bucket_cap=capped.ddp.bucket_cap,
+                                              first_bucket=capped.ddp.first_bucket)))
+    read.pop("calibration")  # fit_record keeps it beside the scenario
+    for path, expected, got in _differences(read, d, "ddp_fit_input.scenario"):
+        if got is _MISSING:
+            raise CalibrationError("missing (fit_record writes every field of the scenario)", source=source, key=path)
+        raise CalibrationError(f"expected {expected!r} as fit_record writes it (plain numbers in SI units), "
+                               f"got {got!r}", source=source, key=path)
+
+
+_MISSING = object()
+
+
+def _differences(a: Any, b: Any, path: str):
+    """(key path, a's value, b's value) where b differs from the asdict() tree a, in a's key
+    order (b's value :data:`_MISSING` where b lacks a key of a)."""
+    if isinstance(a, Mapping) and isinstance(b, Mapping):
+        for k in a:
+            yield from _differences(a[k], b.get(k, _MISSING), f"{path}.{k}")
+    elif isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)) and len(a) == len(b):
+        for i, (x, y) in enumerate(zip(a, b)):
+            yield from _differences(x, y, f"{path}[{i}]")
+    elif a != b or isinstance(a, bool) != isinstance(b, bool):
+        yield path, a, b
 
 
 def run_from_report(report: Any, source: str) -> DDPRun:
@@ -167,12 +222,14 @@ def run_from_report(report: Any, source: str) -> DDPRun:
         raise CalibrationError("the run had stragglers (stalls): fit DDP's costs from runs without them",
                                source=source, key="ddp_fit_input.stragglers")
     times = rec.get("step_times_s")
-    if not isinstance(times, list) or not times or not all(isinstance(t, (int, float)) and t > 0 for t in times):
+    if not isinstance(times, list) or not times or not all(
+            isinstance(t, (int, float)) and not isinstance(t, bool) and math.isfinite(t) and t > 0 for t in times):
         raise CalibrationError(f"expected a list of positive step times, got {times!r:.60}", source=source,
                                key="ddp_fit_input.step_times_s")
     try:
         cal = None if rec.get("calibration") is None else calibration_from_dict(rec["calibration"], source)
         scenario = _scenario_from_dict(rec["scenario"], cal)
+        _check_record(rec["scenario"], source)
     except CalibrationError:
         raise
     except (KeyError, TypeError, ValueError) as exc:

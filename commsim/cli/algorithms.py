@@ -10,12 +10,14 @@ import json
 
 import click
 
-from commsim.analysis.algorithm_comparison import with_nodes
+from commsim.analysis.algorithm_comparison import with_algorithm, with_nodes
 from commsim.cli.common import (FORCE_HELP, POSITIVE_INT, check_resized, command, fail, load_or_fail, node_counts,
                                 split_choices)
 from commsim.cli.outputs import check_outputs, echo_to, write_output
 from commsim.collectives import ALL_REDUCE
 from commsim.collectives.kernels import COST_MODELS
+from commsim.errors import InputError
+from commsim.scenario.schema import check_comm_streams
 
 
 
@@ -67,6 +69,13 @@ def algorithms(scenario, nodes_text, algorithm_text, model_text, steps, override
     check_calibrated_pairs(sc, pairs)
     for count in counts or []:
         check_resized(with_nodes(sc, count), f"--nodes {count}", force)
+    for count in counts or [sc.cluster.nodes]:  # ddp.comm_streams > 1 as the loader refuses it, at each run
+        for a, m in pairs:
+            try:
+                check_comm_streams(f"{scenario} (--nodes {count}, --model {m})",
+                                   with_algorithm(with_nodes(sc, count), a, m))
+            except InputError as exc:
+                fail(str(exc))
     rows = compare(sc, counts or [sc.cluster.nodes], names, models)
     if json_path:
         doc = {"scenario": sc.name, "rows": rows}

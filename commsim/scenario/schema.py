@@ -58,6 +58,7 @@ from commsim.scenario.schema_training import (
 
 __all__ = [
     "parse_scenario",
+    "check_comm_streams",
     "ALGORITHMS",
     "GRAD_DTYPES",
     "SHARDINGS",
@@ -114,6 +115,14 @@ def _check_comm_streams(source: str, streams: int, cluster, collective, straggle
         raise ScenarioError(source, "ddp.comm_streams",
                             f"expected comm_streams 1 with a mitigation section (the remedies' schedules have one "
                             f"collective stream), {given}")
+
+
+def check_comm_streams(source: str, scenario: spec.Scenario) -> None:
+    """The reader's ``ddp.comm_streams`` refusals for a scenario a command changed after reading
+    it (its node count, its cost model: ``commsim algorithms --nodes/--model``)."""
+    if scenario.ddp.comm_streams > 1:
+        _check_comm_streams(source, scenario.ddp.comm_streams, scenario.cluster, scenario.collective,
+                            scenario.stragglers, False)
 
 
 def parse_scenario(doc: Any, source: str) -> spec.Scenario:

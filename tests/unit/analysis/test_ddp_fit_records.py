@@ -1,0 +1,89 @@
+"""A validate --mode ddp report's scenario record edited by hand: every bad value is one
+CalibrationError naming the file and the record's key path (not a traceback from the fit)."""
+
+import copy
+import json
+from dataclasses import replace
+
+import pytest
+
+from commsim.analysis.ddp_fit import fit_record, run_from_report
+from commsim.calibration import CalibrationError
+from commsim.scenario import spec
+
+MB = 2**20
+
+
+def job(**ddp) -> spec.Scenario:
+    return spec.Scenario(cluster=spec.Cluster(1, 2, spec.Link(0.25e9, 100e-6), spec.Link(0.25e9, 100e-6)),
+                         model=spec.Model(6_000_000, "fp32"), compute=spec.Compute(0.02, 0.04, 0.005, 4),
+                         name="cap25", steps=4, ddp=spec.DDP(bucket_cap=25 * MB, **ddp))
+
+
+def report(sc=None):
+    """The report as `validate --json` writes it (through JSON: tuples become lists)."""
+    return json.loads(json.dumps({"mode": "ddp", "ddp_fit_input": fit_record(sc or job(), None, [0.2, 0.21])}))
+
+
+def edited(path, value):
+    r = copy.deepcopy(report())
+    *head, last = path.split(".")
+    node = r["ddp_fit_input"]["scenario"]
+    for k in head:
+        node = node[k]
+    if value is KeyError:
+        del node[last]
+    else:
+        node[last] = value
+    return r
+
+
+@pytest.mark.parametrize("path, value", [
+    ("compute.forward", float("nan")),
+    ("compute.forward", "40 ms"),           # a file's unit string, not the number a record holds
+    ("cluster.intra_node.bandwidth", -1.0),
+    ("cluster.intra_node.bandwidth", "1 GB/s"),
+    ("cluster.nodes", 0),
+    ("cluster.intra_kind", "bogus"),
+    ("model.parameters", "6e6"),
+    ("steps", 0),
+    ("steps", "4"),
+    ("ddp.bucket_cap", float("nan")),
+    ("ddp.bucket_cap", "25 MB"),
+    ("ddp.overlap", "yes"),
+    ("ddp.bucket_sizes", [1e6, "x"]),
+    ("ddp.costs.bucket_overhead", KeyError),  # a missing key is not the default
+    ("ddp.comm_streams", KeyError),
+    ("collective.algorithm", "bogus"),
+    ("collective.model", "bogus"),
+])
+def test_a_bad_record_value_is_refused_at_its_key(path, value):
+    with pytest.raises(CalibrationError) as err:
+        run_from_report(edited(path, value), "r.json")
+    text = str(err.value)
+    assert text.startswith(f"r.json: ddp_fit_input.scenario.{path}"), text
+    assert "\n" not in text
+
+
+def test_comm_streams_with_what_it_does_not_model_is_refused_at_its_key():
+    for sc in (replace(job(comm_streams=2), collective=spec.Collective(model="nccl-2.19")),
+               job(comm_streams=2, sharding="zero2", gradient_accumulation=1)):
+        with pytest.raises(CalibrationError) as err:
+            run_from_report(report(sc), "r.json")
+        assert str(err.value).startswith("r.json: ddp_fit_input.scenario.ddp.comm_streams: ")
+
+
+@pytest.mark.parametrize("times", [[float("inf")] * 3, [True, True], [0.2, float("inf")]])
+def test_step_times_must_be_finite_numbers(times):
+    r = report()
+    r["ddp_fit_input"]["step_times_s"] = times
+    with pytest.raises(CalibrationError) as err:
+        run_from_report(r, "r.json")
+    assert str(err.value).startswith("r.json: ddp_fit_input.step_times_s: ")
+
+
+def test_records_as_validate_writes_them_still_read():
+    # the job's built layout beside the scenario's cap (validate --mode ddp feeds both), two streams
+    for sc in (job(), job(comm_streams=2, comm_shared="all"),
+               job(bucket_sizes=(8e6, 8e6, 8e6), bucket_ready=(0.3, 0.6, 1.0))):
+        assert run_from_report(report(sc), "r.json").scenario == sc
