@@ -147,7 +147,7 @@ def validate_cmd(ctx, scenario, cal_path, backend, nprocs, steps, warmup_steps, 
              f"set cluster.nodes/gpus_per_node with --set to match")
     job = import_validate("replay" if mode == "replay" else "ddp_job")
     check_backend(backend, n)
-    with launched_job(json_path), _named_after(scenario):
+    with launched_job(json_path), _named_after(scenario, overrides):
         report = job.validate_scenario(sc, sc.calibration, backend, n, warmup_steps, timeout_s, echo)
     report = {"scenario": sc.name, "mode": mode, "backend": backend, "world_size": n, "steps": sc.steps,
               "calibration": cal_path, **report}
@@ -175,7 +175,7 @@ def _validate_on_hosts(scenario, cal_path, overrides, steps, force, backend, job
     check_backend(backend, len(job.local_ranks()))
     with launched_job(json_path if job.has_rank0 else None):  # only rank 0's host writes next to --json
         try:
-            with _named_after(scenario):
+            with _named_after(scenario, overrides):
                 report = replay.validate_scenario_on_hosts(sc, sc.calibration, backend, job, warmup_steps, timeout_s,
                                                            echo)
         except ValueError as exc:  # the scenario cannot be replayed here (CalibrationError included)
@@ -193,17 +193,20 @@ def _validate_on_hosts(scenario, cal_path, overrides, steps, force, backend, job
 
 
 @contextlib.contextmanager
-def _named_after(scenario_path: str):
+def _named_after(scenario_path: str, overrides=()):
     """Re-raise a job's refusal of the scenario (a CalibrationError naming only a key path, such as
-    ``ddp.sharding``) with the scenario file as its source, so the one line names the file and key."""
+    ``ddp.sharding``) with the scenario file as its source, and the ``--set`` that set the key if one
+    did, so the one line names the file, the flag and the key as the loader's own errors do."""
     from commsim.calibration import CalibrationError
+    from commsim.scenario.loader import named_source
 
     try:
         yield
     except CalibrationError as exc:
         if exc.source:
             raise
-        raise CalibrationError(exc.message, source=scenario_path, key=exc.path) from None
+        raise CalibrationError(exc.message, source=named_source(scenario_path, exc.path, overrides),
+                               key=exc.path) from None
 
 
 def register(group: click.Group) -> None:

@@ -44,6 +44,7 @@ __all__ = [
     "parse_scenario",
     "load_scenario",
     "load_scenario_document",
+    "named_source",
     "ALGORITHMS",
     "GRAD_DTYPES",
     "JITTER_DISTRIBUTIONS",
@@ -241,6 +242,18 @@ def load_scenario_document(
             raise
         kind = budget.BudgetError if isinstance(err, budget.BudgetError) else ScenarioError
         raise kind(f"{source} (after {flag})", err.path, err.message) from None
+
+
+def named_source(source: str, path: Optional[str], overrides: Iterable[str]) -> str:
+    """How a bad value at key ``path`` is attributed: ``source``, or ``source (after --set 'k=v')``
+    when one of ``overrides`` set that key (or a mapping above it, or a key inside it), as
+    :func:`load_scenario` names its own errors; for a caller that refuses a loaded scenario."""
+    origins: Dict[str, str] = {}
+    for override in overrides:
+        _, _, tokens = _split_override(override)
+        origins[_format_path(tokens)] = f"--set {override!r}"
+    flag = _origin(path, origins)
+    return source if flag is None else f"{source} (after {flag})"
 
 
 def _origin(path: Optional[str], origins: Dict[str, str]) -> Optional[str]:

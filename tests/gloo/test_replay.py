@@ -112,7 +112,7 @@ def test_validate_ddp_mode_predicts_with_the_buckets_ddp_built(files):
 def test_ddp_mode_refuses_slow_rank(files):
     r = CliRunner().invoke(cli, ["validate", str(files / "sc.yaml"), "--calibration", str(files / "cal.yaml"),
                                  "--mode", "ddp", "--set", "stragglers=[{kind: slow_rank, ranks: [1], factor: 2.0}]"])
-    assert r.exit_code == 2 and f"{files / 'sc.yaml'}: stragglers: --mode ddp injects only stalls" in r.output
+    assert r.exit_code == 2 and f"{files / 'sc.yaml'} (after --set 'stragglers=[{{kind: slow_rank, ranks: [1], factor: 2.0}}]'): stragglers: --mode ddp injects only stalls" in r.output
 
 
 def test_accuracy_cases_are_the_six_of_the_issue():
@@ -143,14 +143,14 @@ def test_ddp_mode_refuses_no_overlap(files):
     # torch DDP always overlaps: ddp.overlap false cannot be what the real job does
     r = CliRunner().invoke(cli, ["validate", str(files / "sc.yaml"), "--calibration", str(files / "cal.yaml"),
                                  "--mode", "ddp", "--set", "ddp.overlap=false"])
-    assert r.exit_code == 2 and f"{files / 'sc.yaml'}: ddp.overlap: --mode ddp always overlaps" in r.output
+    assert r.exit_code == 2 and f"{files / 'sc.yaml'} (after --set 'ddp.overlap=false'): ddp.overlap: --mode ddp always overlaps" in r.output
 
 
 def test_validate_refuses_sharding_before_launching(files):
     r = CliRunner().invoke(cli, ["validate", str(files / "sc.yaml"), "--calibration", str(files / "cal.yaml"),
                                  "--set", "ddp.sharding=zero2"])
     # the one line names the scenario file and the key, as every input error does
-    assert r.exit_code == 2 and f"{files / 'sc.yaml'}: ddp.sharding: zero2 is not replayed" in r.output
+    assert r.exit_code == 2 and f"{files / 'sc.yaml'} (after --set 'ddp.sharding=zero2'): ddp.sharding: zero2 is not replayed" in r.output
     assert len(r.output.strip().splitlines()) == 1
 
 

@@ -808,3 +808,13 @@ def test_an_empty_override_value_stays_an_error_not_a_removal(tmp_path):
     # KEY= forgot its value: the key is not silently dropped to its default
     with pytest.raises(ScenarioError, match=r"\(after --set 'ddp.bucket_cap='\): ddp.bucket_cap: .*got null"):
         load_scenario(write(tmp_path, FULL_YAML), ["ddp.bucket_cap="])
+
+
+def test_named_source_names_the_set_that_touched_the_key():
+    from commsim.scenario.loader import named_source
+
+    sets = ["ddp.sharding=zero2", "stragglers[0].factor=2"]
+    assert named_source("s.yaml", "ddp.sharding", sets) == "s.yaml (after --set 'ddp.sharding=zero2')"
+    assert named_source("s.yaml", "stragglers", sets) == "s.yaml (after --set 'stragglers[0].factor=2')"
+    assert named_source("s.yaml", "model.parameters", sets) == "s.yaml"
+    assert named_source("s.yaml", None, sets) == "s.yaml"
