@@ -262,24 +262,26 @@ def _fits(p, fits: dict) -> None:
         p(f"  fit {name}: determined {det}; {len(f['nominal'])} constants nominal")
 
 
+def _head(p, entry: dict, nccl: str) -> None:
+    """An entry's heading after a blank line: its id and title, NCCL release and preset, source, and the fits."""
+    p("")
+    p(f"{entry['id']} {entry['title']} (NCCL {nccl}, preset {entry['preset']})")
+    p(f"  source: {entry['source']}")
+    _fits(p, entry["fits"])
+
+
 def print_report(res: dict, file=sys.stdout) -> None:
     p = lambda *a: print(*a, file=file)
     p("Published summary figures (single numbers, not tables): signed busbw error, predicted / published - 1 (%)")
     c = res["composition"]
-    p("")
-    p(f"{c['id']} {c['title']} (NCCL {c['nccl']}, preset {c['preset']})")
-    p(f"  source: {c['source']}")
-    _fits(p, c["fits"])
+    _head(p, c, c["nccl"])
     p(f"  {'how':22} {'kind':11} {'scale':6} {'size':>5} {'published':>12} {'predicted':>12} {'error %':>8}  pick")
     for r in c["rows"]:
         p(f"  {r['how']:22} {r['kind']:11} {r['scale']:6} {_size(r['size_bytes']):>5} {_pub(r):>12} {_pred(r):>12} "
           f"{r['error_pct']:+8.1f}  {r['pick']}")
     for s in res["scaling"]:
-        p("")
         stated = "" if s["nccl_stated"] else " (not stated: the preset's release picks)"
-        p(f"{s['id']} {s['title']} (NCCL {s['nccl']}{stated}, preset {s['preset']})")
-        p(f"  source: {s['source']}")
-        _fits(p, s["fits"])
+        _head(p, s, f"{s['nccl']}{stated}")
         p(f"  {'how':34} {'scale':6} {'size':>5} {'published':>12} {'predicted':>12} {'error %':>8}  pick")
         for r in s["rows"]:
             p(f"  {r['how']:34} {r['scale']:6} {_size(r['size_bytes']):>5} {_pub(r):>12} {_pred(r):>12} "
