@@ -13,8 +13,7 @@ COMMITTED = ROOT / "docs" / "measurements" / "scale.json"
 
 @pytest.fixture(scope="module")
 def scale():
-    module = load_benchmark("scale")
-    return module
+    return load_benchmark("scale")
 
 
 def _git_tracks(path: Path) -> bool:

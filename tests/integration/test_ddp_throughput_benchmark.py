@@ -13,8 +13,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def bench():
-    module = load_benchmark("ddp_throughput")
-    return module
+    return load_benchmark("ddp_throughput")
 
 
 def test_tables_are_read_as_printed(bench):

@@ -22,8 +22,7 @@ SUMMARIES_MD = ROOT / "tests" / "data" / "nccl-tests-multiscale" / "summaries.md
 
 @pytest.fixture(scope="module")
 def bench():
-    module = load_benchmark("published_summaries")
-    return module
+    return load_benchmark("published_summaries")
 
 
 @pytest.fixture(scope="module")

@@ -56,11 +56,16 @@ def _polaris(version="2.18"):
     return replace(preset("polaris"), nccl_version=version)
 
 
+def _synthetic_2x4(truth, sizes):
+    """all_reduce and all_gather at 2 x 4, timed by `truth` with NCCL's pick on the nominal system."""
+    return [Measurement(f"synthetic-{k}", k, 2, 4, sizes, plan(k, truth, 2, 4, choice_system=_polaris()).time_us(sizes))
+            for k in ("all_reduce", "all_gather")]
+
+
 def test_fit_recovers_a_per_step_cost_from_two_nodes_and_it_transfers_to_eight():
     truth = replace(_polaris(), net_step_us=9.0, nic_bw_GBps=17.5)
     sizes = 2.0 ** np.arange(3, 31)
-    ms = [Measurement(f"synthetic-{k}", k, 2, 4, sizes, plan(k, truth, 2, 4, choice_system=_polaris()).time_us(sizes))
-          for k in ("all_reduce", "all_gather")]
+    ms = _synthetic_2x4(truth, sizes)
     fit = fit_physical(ms, _polaris())
     c = fit.constants["net_step_us"]
     assert c.determined and c.value == pytest.approx(9.0, rel=0.05) and c.stderr is not None
@@ -127,8 +132,7 @@ def test_fit_recovers_the_rendezvous_cost_from_two_nodes_and_it_transfers():
     # it a message costs the proxy the floor and the logs cannot see the cost
     truth = replace(_polaris(), net_rdzv_us=30.0, net_step_us=8.0, nic_bw_GBps=19.0)
     sizes = 2.0 ** np.arange(10, 31)
-    ms = [Measurement(f"synthetic-{k}", k, 2, 4, sizes, plan(k, truth, 2, 4, choice_system=_polaris()).time_us(sizes))
-          for k in ("all_reduce", "all_gather")]
+    ms = _synthetic_2x4(truth, sizes)
     fit = fit_physical(ms, _polaris())
     c = fit.constants["net_rdzv_us"]
     assert c.determined and c.value == pytest.approx(30.0, rel=0.05) and c.stderr is not None

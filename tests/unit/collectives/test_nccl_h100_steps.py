@@ -48,8 +48,7 @@ def test_loops_of_chunks_cover_a_channels_share_and_no_more():
 
 @pytest.fixture(scope="module")
 def cross_scale():
-    mod = load_benchmark("cross_scale")
-    return mod
+    return load_benchmark("cross_scale")
 
 
 def test_ring_step_table_for_the_h100_cluster_is_the_logs_and_the_model_per_step(cross_scale):

@@ -14,8 +14,7 @@ ROOT = Path(__file__).resolve().parents[3]
 
 @pytest.fixture(scope="module")
 def bench():
-    mod = load_benchmark("mitigations")
-    return mod
+    return load_benchmark("mitigations")
 
 
 def test_without_pq_keeps_the_work_and_only_the_first_all_reduce(bench):
