@@ -956,23 +956,20 @@ def simple_ring_slices(sizes, ranks: int, channels_launched) -> np.ndarray:
     return np.stack([first, chunk - first], axis=-1)
 
 
-def net_rendezvous_us(system: System, sizes, ranks: int, channels_launched) -> np.ndarray:
-    """The least time (us) a Simple ring step across nodes takes for its rendezvous messages, per
-    size: the plugin's per-message rendezvous cost (:attr:`System.net_rdzv_us`) times the step's
-    slices longer than the largest message it sends eagerly
-    (:attr:`System.net_rdzv_threshold_bytes`), one after the other on a channel; 0 where the
-    system has no threshold. Channels run concurrently, so a step waits for one channel's
-    messages (the fullest's). The rendezvous work alone, without the transfer it overlaps:
-    :func:`physical_time_us` prices a step with :func:`net_rendezvous_step_us`. Polaris
-    (libfabric CXI, software receive matching) measures ~25-27 us per step with one such
-    message (32 KiB chunks) and ~44-52 us with two (64 KiB and up) at 8x4 and 128x4, all_gather
-    and all_reduce alike; 38 and 62 at 2x4."""
-    S = np.asarray(sizes, dtype=float)
+def rendezvous_work_us(system: System, slices) -> np.ndarray:
+    """The proxy's rendezvous work (us) on each of a Simple ring step's slices (`slices`, bytes, as
+    :func:`simple_ring_slices` gives them): the plugin's per-message rendezvous cost
+    (:attr:`System.net_rdzv_us`) for a slice longer than the largest message it sends eagerly
+    (:attr:`System.net_rdzv_threshold_bytes`), else 0; 0 everywhere where the system has no
+    threshold. The work alone, without the transfer it overlaps: :func:`net_rendezvous_step_us`
+    prices the step. Polaris (libfabric CXI, software receive matching) measures ~25-27 us per
+    step with one such message (32 KiB chunks) and ~44-52 us with two (64 KiB and up) at 8x4 and
+    128x4, all_gather and all_reduce alike; 38 and 62 at 2x4."""
+    b = np.asarray(slices, dtype=float)
     thr = system.net_rdzv_threshold_bytes
     if thr is None:
-        return np.zeros(S.shape)
-    n_rdzv = np.sum(simple_ring_slices(S, ranks, channels_launched) > thr, axis=-1)
-    return system.net_rdzv_us * n_rdzv
+        return np.zeros(b.shape)
+    return np.where(b > thr, system.net_rdzv_us, 0.0)
 
 
 def net_rendezvous_step_us(system: System, sizes, ranks: int, channels_launched, floor_us, transfer_us) -> np.ndarray:
@@ -1010,7 +1007,7 @@ def net_rendezvous_step_us(system: System, sizes, ranks: int, channels_launched,
     b = simple_ring_slices(S, ranks, channels_launched)
     total = np.maximum(np.sum(b, axis=-1), 1.0)
     t = T[..., None] * b / total[..., None]              # each slice's share of the step's transfer
-    c = np.where(b > thr, system.net_rdzv_us, 0.0)       # its rendezvous work
+    c = rendezvous_work_us(system, b)                    # its rendezvous work
     w = np.where(b > 0, np.maximum(floor[..., None], c), 0.0)  # the proxy's time on it (0: no message)
     chain = np.max(np.where(b > 0, w + t, 0.0), axis=-1)
     step = np.maximum(np.maximum(chain, np.sum(w, axis=-1)), T)

@@ -71,13 +71,13 @@ def test_rendezvous_count_follows_the_threshold():
     S = np.array([256 * KB, 1 * MB, 2 * MB, 4 * MB], dtype=float)
     s = _polaris(net_rdzv_us=10.0)
     assert s.net_rdzv_threshold_bytes == 4097
-    np.testing.assert_array_equal(nt.net_rendezvous_us(s, S, 8, 4), [10.0, 10.0, 20.0, 20.0])
+    slices = nt.simple_ring_slices(S, 8, 4)
+    step = lambda system: nt.rendezvous_work_us(system, slices).sum(axis=-1)  # the step's rendezvous work
+    np.testing.assert_array_equal(step(s), [10.0, 10.0, 20.0, 20.0])
     # libfabric >= 2.3's 16384 + 2049 (18433): the 8 KiB slice goes eagerly, the others do not
-    np.testing.assert_array_equal(nt.net_rendezvous_us(replace(s, net_rdzv_threshold_bytes=18433), S, 8, 4),
-                                  [0.0, 10.0, 20.0, 20.0])
-    np.testing.assert_array_equal(nt.net_rendezvous_us(replace(s, net_rdzv_threshold_bytes=40000), S, 8, 4),
-                                  [0.0, 0.0, 0.0, 20.0])
-    np.testing.assert_array_equal(nt.net_rendezvous_us(replace(s, net_rdzv_threshold_bytes=None), S, 8, 4), 0.0)
+    np.testing.assert_array_equal(step(replace(s, net_rdzv_threshold_bytes=18433)), [0.0, 10.0, 20.0, 20.0])
+    np.testing.assert_array_equal(step(replace(s, net_rdzv_threshold_bytes=40000)), [0.0, 0.0, 0.0, 20.0])
+    np.testing.assert_array_equal(step(replace(s, net_rdzv_threshold_bytes=None)), 0.0)
 
 
 def _t(kind, system, nodes, size, protocol="Simple", algorithm="ring"):
