@@ -12,12 +12,14 @@ from pathlib import Path
 import pytest
 
 from commsim.lab import CommandError, Lab, LabSpec, commands, leftovers
+from commsim.lab.testbed import teardown
 from commsim.lab.state import state_path
 from commsim.lab.stream import stream_rate
 
 REPO = Path(__file__).resolve().parents[2]
 # 9000-byte frames: 8948 bytes of TCP payload (20 B IP, 32 B TCP with timestamps) per 9014 on the wire
 PAYLOAD_SHARE = 8948 / 9014
+HOLDER_EXIT_S = 120.0
 
 
 def host_view():
@@ -83,8 +85,9 @@ def test_a_failing_up_removes_what_it_made(lab_name, monkeypatch):
 
 
 HOLDER = """
-import subprocess, sys, time
+import faulthandler, signal, subprocess, sys, time
 from commsim.lab import Lab, LabSpec, signals_raise
+faulthandler.register(signal.SIGUSR1, file=open(sys.argv[2], "w"), all_threads=True)  # where it is, if it hangs
 lab = Lab(LabSpec(nodes=2, rate_bps=100e6, name=sys.argv[1]))
 with signals_raise(), lab:
     p = subprocess.Popen(lab.command(1, ["sleep", "300"]))
@@ -93,9 +96,9 @@ with signals_raise(), lab:
 """
 
 
-def start_holder(name, code=HOLDER):
-    proc = subprocess.Popen([sys.executable, "-c", code, name], cwd=str(REPO), stdout=subprocess.PIPE, text=True,
-                            start_new_session=True, env=dict(os.environ, PYTHONPATH=str(REPO)))
+def start_holder(name, stacks, code=HOLDER):
+    proc = subprocess.Popen([sys.executable, "-c", code, name, str(stacks)], cwd=str(REPO), stdout=subprocess.PIPE,
+                            text=True, start_new_session=True, env=dict(os.environ, PYTHONPATH=str(REPO)))
     inner = int(proc.stdout.readline())
     assert running(inner)
     return proc, inner
@@ -103,20 +106,32 @@ def start_holder(name, code=HOLDER):
 
 @pytest.mark.lab
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
-def test_ctrl_c_and_sigterm_tear_everything_down(lab_name, sig):
-    proc, inner = start_holder(lab_name)
+def test_ctrl_c_and_sigterm_tear_everything_down(lab_name, sig, tmp_path):
+    stacks = tmp_path / "holder-stacks.txt"
+    proc, inner = start_holder(lab_name, stacks)
     prefix = f"cslab-{lab_name}-"
     assert len(leftovers(prefix)) == 3
     proc.send_signal(sig)
-    proc.wait(timeout=30)
+    try:
+        # Teardown takes well under a second here; the limit is generous because each `ip` call
+        # may wait on the kernel's (global) rtnl lock when a shared host is busy with namespaces.
+        proc.wait(timeout=HOLDER_EXIT_S)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGUSR1)  # faulthandler: every thread's stack into `stacks`
+        time.sleep(1.0)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+        teardown(prefix)
+        pytest.fail(f"the holder was still running {HOLDER_EXIT_S:g} s after {sig.name}; where it was:\n"
+                    + (stacks.read_text() if stacks.exists() else "(no stack written)"))
     assert wait_gone(prefix) == []
     assert not running(inner)  # the process running inside the node went with it
     assert not state_path(lab_name).exists()
 
 
 @pytest.mark.lab
-def test_down_removes_what_a_killed_run_left(lab_name):
-    proc, inner = start_holder(lab_name)
+def test_down_removes_what_a_killed_run_left(lab_name, tmp_path):
+    proc, inner = start_holder(lab_name, tmp_path / "holder-stacks.txt")
     prefix = f"cslab-{lab_name}-"
     os.kill(proc.pid, signal.SIGKILL)  # no finally, no handler: everything stays
     proc.wait(timeout=10)
