@@ -3,6 +3,7 @@ naming the rank and its node, and what was measured is kept."""
 
 import json
 import os
+import secrets
 import signal
 import threading
 import time
@@ -29,7 +30,7 @@ def lab(tmp_path_factory):
     mp = pytest.MonkeyPatch()
     mp.setenv("COMMSIM_LAB_STATE_DIR", str(tmp_path_factory.mktemp("state")))
     try:
-        with Lab(LabSpec(nodes=3, rate_bps=100e6, name=f"f{os.getpid() % 100000}")) as lab:
+        with Lab(LabSpec(nodes=3, rate_bps=100e6, name=f"f{secrets.token_hex(4)}")) as lab:
             yield lab
     finally:
         mp.undo()
