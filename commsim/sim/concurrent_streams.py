@@ -282,12 +282,25 @@ class ConcurrentStreams:
     def _backward(self, start: np.ndarray, backward: np.ndarray):
         """One step's last backward and its bucket all-reduces on every rank, event by event.
         Returns (buckets, n) issue, launch and finish times and per rank the compute stream's
-        end (backward and its copies) and the backward compute's end."""
+        end (backward and its copies) and the backward compute's end.
+
+        Each rank's next compute event (its segment's or copy's end) sits on a heap of its own,
+        keyed (time, rank) and re-planned only when that rank's state changes (a stale entry is
+        dropped when it surfaces): O(log ranks) an event, not a scan of every rank, so a step is
+        O(buckets x ranks x log ranks). The events, their order (ties: the pool, then the event
+        heap, then the lowest rank) and every subtraction are those of the scan
+        (tests/unit/sim/streams_scan.py), so the times are the same bit for bit."""
         n, nb, k = self.n, len(self.buckets), self.k
         issue = np.zeros((nb, n))
         launch = np.full((nb, n), np.nan)
         finish = np.full((nb, n), np.nan)
         slow = 1.0 + self.slowdown
+        slowed = 1.0 / slow
+        capacity = self.capacity
+        share_of = self.share.tolist() + [self.remainder]  # bucket j's share; nb: the remainder
+        copy_in, fixed, work, overhead = list(self.copy_in), self.fixed.tolist(), self.work.tolist(), self.overhead
+        backward = [float(b) for b in backward]
+        inf = float("inf")
         # compute side, per rank: the bucket it works towards (nb: the remainder), whether it is
         # copying, the full-rate work left of the segment (as of `mark`) or the copy's end
         bucket = [0] * n
@@ -295,8 +308,9 @@ class ConcurrentStreams:
         left = [0.0] * n
         mark = [float(t) for t in start]
         done_at = [np.nan] * n  # compute stream's end
+        done = [False] * n
         backward_end = [float(t) for t in start]
-        last_issue = [-np.inf] * n
+        last_issue = [-inf] * n
         in_flight = [0] * n
         queue = [deque() for _ in range(n)]
         joined = [0] * nb
@@ -305,27 +319,43 @@ class ConcurrentStreams:
         pool: dict = {}  # bucket -> bandwidth part left
         pool_mark = 0.0
         finished = 0
+        ranks_done = 0
+        # the compute events: (time, rank, version), the rank's entry valid while its version is
+        ranks: List[Tuple[float, int, int]] = []
+        version = [0] * n
+        dirty: List[int] = []  # ranks whose state changed since their entry was pushed
+        is_dirty = [False] * n
 
-        def rate(r):
-            return 1.0 / slow if in_flight[r] else 1.0
+        def touch(r):
+            if not is_dirty[r]:
+                is_dirty[r] = True
+                dirty.append(r)
 
         def set_in_flight(r, t, delta):
             # re-plan r's compute at a change of its rate: the work done so far at the old rate
-            if not copying[r] and np.isnan(done_at[r]):
-                left[r] = max(left[r] - (t - mark[r]) * rate(r), 0.0)
+            if not copying[r] and not done[r]:
+                left[r] = max(left[r] - (t - mark[r]) * (slowed if in_flight[r] else 1.0), 0.0)
                 mark[r] = t
             in_flight[r] += delta
+            touch(r)
+
+        def finish_compute(r, t):
+            nonlocal ranks_done
+            done_at[r] = t
+            done[r] = True
+            ranks_done += 1
 
         def begin_segment(r, t):
             # r is at bucket[r]'s cut (or the remainder): start its compute, or pass through zero work
+            touch(r)
             while True:
                 j = bucket[r]
-                share = self.share[j] if j < nb else self.remainder
+                share = share_of[j]
                 if share > 0:
-                    left[r], mark[r], copying[r] = float(backward[r] * share), t, False
+                    left[r], mark[r], copying[r] = backward[r] * share, t, False
                     return
                 if j >= nb:
-                    done_at[r] = t
+                    finish_compute(r, t)
                     return
                 segment_done(r, t)
                 if copying[r]:
@@ -333,42 +363,38 @@ class ConcurrentStreams:
 
         def segment_done(r, t):
             # bucket[r]'s compute is done at t: copy it in, or issue it
+            touch(r)
             j = bucket[r]
             if j >= nb:
-                done_at[r] = t
+                finish_compute(r, t)
                 return
-            if self.copy_in[j] > 0:
-                copying[r], mark[r] = True, t + self.copy_in[j]
+            if copy_in[j] > 0:
+                copying[r], mark[r] = True, t + copy_in[j]
                 return
             issued(r, t)
 
         def issued(r, t):
             # bucket[r] is copied at t: the host issues it (after its previous issue), r moves on
             nonlocal seq
+            touch(r)
             j = bucket[r]
-            last_issue[r] = max(t, last_issue[r]) + self.overhead
-            issue[j, r] = last_issue[r]
-            heapq.heappush(heap, (last_issue[r], _ISSUE, seq, r, j))
+            last_issue[r] = at = max(t, last_issue[r]) + overhead
+            issue[j, r] = at
+            heapq.heappush(heap, (at, _ISSUE, seq, r, j))
             seq += 1
             copying[r] = False
             bucket[r] = j + 1
 
-        def next_compute(r):
-            if not np.isnan(done_at[r]):
-                return np.inf
-            if copying[r]:
-                return mark[r]
-            return mark[r] + left[r] / rate(r)
-
         def try_launch(r, t):
             nonlocal seq
-            while queue[r] and in_flight[r] < k:
-                j = queue[r].popleft()
+            q = queue[r]
+            while q and in_flight[r] < k:
+                j = q.popleft()
                 launch[j, r] = t
                 set_in_flight(r, t, +1)
                 joined[j] += 1
                 if joined[j] == n:  # the last launch: the collective starts
-                    heapq.heappush(heap, (t + self.fixed[j], _JOIN, seq, -1, j))
+                    heapq.heappush(heap, (t + fixed[j], _JOIN, seq, -1, j))
                     seq += 1
 
         def collective_done(j, t):
@@ -381,19 +407,26 @@ class ConcurrentStreams:
 
         for r in range(n):
             begin_segment(r, mark[r])
-        while finished < nb or any(np.isnan(d) for d in done_at):
-            t_compute = [next_compute(r) for r in range(n)]
-            r_min = int(np.argmin(t_compute))
-            t_rank = t_compute[r_min]
-            t_heap = heap[0][0] if heap else np.inf
-            rem = np.fromiter(pool.values(), float, len(pool))
-            t_pool = pool_mark + shared_next(rem, self.capacity)
+        while finished < nb or ranks_done < n:
+            for r in dirty:  # re-plan the ranks whose state changed (the scan's next_compute)
+                is_dirty[r] = False
+                version[r] += 1
+                if not done[r]:
+                    t_r = mark[r] if copying[r] else mark[r] + left[r] / (slowed if in_flight[r] else 1.0)
+                    heapq.heappush(ranks, (t_r, r, version[r]))
+            dirty.clear()
+            while ranks and ranks[0][2] != version[ranks[0][1]]:
+                heapq.heappop(ranks)
+            t_rank = ranks[0][0] if ranks else inf
+            t_heap = heap[0][0] if heap else inf
+            # the first bandwidth part done (shared_next, in plain floats: the same min and division)
+            t_pool = pool_mark + (min(pool.values()) / (min(1.0, capacity / len(pool))) if pool else inf)
             t = min(t_rank, t_heap, t_pool)
-            if t == np.inf:
+            if t == inf:
                 raise RuntimeError("concurrent streams: no event left before the step is done")
             # the bandwidth parts progress to t
             if t_pool <= t:
-                low = float(rem.min())
+                low = min(pool.values())
                 ended = []
                 for j in list(pool):
                     pool[j] -= low
@@ -405,28 +438,28 @@ class ConcurrentStreams:
                     collective_done(j, t)
                 continue
             if pool:
-                step = (t - pool_mark) * shared_rate(len(pool), self.capacity)
+                step = (t - pool_mark) * min(1.0, capacity / len(pool))
                 for j in pool:
                     pool[j] -= step
             pool_mark = t
             if t_heap <= t:
                 _, kind, _, r, j = heapq.heappop(heap)
                 if kind == _JOIN:
-                    if self.work[j] > 0:
-                        pool[j] = float(self.work[j])
+                    if work[j] > 0:
+                        pool[j] = work[j]
                     else:
                         collective_done(j, t)
                 else:
                     queue[r].append(j)
                     try_launch(r, t)
                 continue
-            r = r_min
+            r = ranks[0][1]
             if copying[r]:
                 issued(r, t)
             else:
                 backward_end[r] = t
                 segment_done(r, t)
-                if not copying[r] and np.isnan(done_at[r]):
+                if not copying[r] and not done[r]:
                     begin_segment(r, t)
                 continue
             begin_segment(r, t)
