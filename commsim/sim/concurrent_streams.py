@@ -43,8 +43,9 @@ With k = 1 the engine's own schedule runs, bit for bit: this module is not used.
 here (refused where the scenario is read, at ``ddp.comm_streams``): sharded data parallelism
 (ZeRO-2, FSDP), the NCCL cost models, thermal throttling, the ``mitigation:`` remedies, and
 more than :data:`commsim.scenario.schema.MAX_STREAMS_WORLD_SIZE` ranks (the step is simulated
-event by event, O(buckets x ranks^2)). Per-rank differences in a kernel's finish times (a
-ring's skew under skewed launches) are not kept: every rank finishes a collective together.
+event by event, O(buckets x ranks x log ranks): :meth:`ConcurrentStreams._backward`). Per-rank
+differences in a kernel's finish times (a ring's skew under skewed launches) are not kept: every
+rank finishes a collective together.
 
 The sharing arithmetic is pure functions (:func:`split_time`, :func:`shared_advance`,
 :func:`shared_rate`, :func:`shared_next`, :func:`shared_finish_times`, :func:`queued_finish_times`,

@@ -1,11 +1,13 @@
-"""The run-time estimate of ddp.comm_streams > 1: the concurrent-streams schedule steps every
-step of both runs event by event, O(collectives x ranks^2), so a 256-rank run of the scale
-scenario (about 16 s a step measured) is refused by the budget, not left to run for half an hour."""
+"""The run-time estimate and the world-size cap of ddp.comm_streams > 1: the concurrent-streams
+schedule steps every step of both runs event by event, O(collectives x ranks x log ranks), so
+the estimate grows with the ranks (not their square, as the scan it replaced did) and a 4,096-rank
+run of the scale scenario's 100 steps fits the budget, 300 of them do not."""
 
 import pytest
 
-from commsim.scenario import budget
+from commsim.scenario import budget, schema
 from commsim.scenario.loader import load_scenario
+from commsim.scenario.schema import ScenarioError
 
 SCALE = "scenarios/scaling_1024.yaml"
 
@@ -16,16 +18,32 @@ def _streams(nodes, steps, streams=2):
                                  "stragglers=[]"])
 
 
-def test_a_256_rank_streams_run_of_100_steps_is_refused():
+def test_a_4096_rank_streams_run_of_100_steps_fits_and_300_steps_are_refused():
+    budget.check(_streams(512, 100), "s.yaml", available=lambda: None)  # about 5 min measured
     with pytest.raises(budget.BudgetError) as err:
-        budget.check(_streams(32, 100), "s.yaml", available=lambda: None)
+        budget.check(_streams(512, 300), "s.yaml", available=lambda: None)
     assert "more than the 10 min limit" in str(err.value)
 
 
-def test_the_streams_estimate_counts_every_step_and_the_square_of_the_ranks():
+def test_the_cap_is_4096_ranks_and_refused_above_at_the_key():
+    assert schema.MAX_STREAMS_WORLD_SIZE == 4096
+    assert _streams(512, 1).world_size == 4096
+    with pytest.raises(ScenarioError) as err:
+        _streams(513, 1)
+    assert err.value.path == "ddp.comm_streams"
+    assert "expected comm_streams 1 above 4096 ranks" in str(err.value) and "got comm_streams 2 at 4104 ranks" in str(err.value)
+
+
+def test_the_streams_estimate_counts_every_step_and_grows_with_the_ranks():
     assert budget.estimate(_streams(8, 40, streams=1)).simulated_steps == budget.STEADY_STEPS
-    two = budget.estimate(_streams(8, 40))
+    two = budget.estimate(_streams(64, 40))
     assert two.simulated_steps == 40  # no steady-state stop on the concurrent-streams path
-    assert budget.estimate(_streams(8, 80)).seconds == pytest.approx(2 * two.seconds, rel=0.02)
-    # the ranks^2 term dominates from 64 ranks on: twice the ranks, four times the time
-    assert budget.estimate(_streams(16, 40)).seconds == pytest.approx(4 * two.seconds, rel=0.05)
+    assert budget.estimate(_streams(64, 80)).seconds == pytest.approx(2 * two.seconds, rel=0.02)
+    # the per-rank events dominate at 512 ranks and more: twice the ranks, about twice the time
+    ratio = budget.estimate(_streams(128, 40)).seconds / two.seconds
+    assert 1.9 < ratio < 2.2
+    # the streams term itself, collectives x ranks x STREAMS_RANK a step for each of the two
+    # runs, is most of it at 512 ranks
+    streams_term = 2 * 40 * two.collectives * two.ranks * budget.STREAMS_RANK
+    assert two.collectives == 78 and two.ranks == 512
+    assert 0.8 * two.seconds < streams_term < two.seconds
