@@ -286,9 +286,11 @@ class ConcurrentStreams:
         end (backward and its copies) and the backward compute's end.
 
         Each rank's next compute event (its segment's or copy's end) sits on a heap of its own,
-        keyed (time, rank) and re-planned only when that rank's state changes (a stale entry is
-        dropped when it surfaces): O(log ranks) an event, not a scan of every rank, so a step is
-        O(buckets x ranks x log ranks). The events, their order (ties: the pool, then the event
+        keyed (time, rank), and is re-planned only where that rank's state changes: the rank
+        whose compute event it is (its entry replaced at the top), the rank an issue launches on
+        (a new entry; the old one, stale, is dropped when it surfaces) and, at a collective's end,
+        every rank (the heap rebuilt). O(log ranks) an event, not a scan of every rank, so a step
+        is O(buckets x ranks x log ranks). The events, their order (ties: the pool, then the event
         heap, then the lowest rank) and every subtraction are those of the scan
         (tests/unit/sim/streams_scan.py), so the times are the same bit for bit."""
         n, nb, k = self.n, len(self.buckets), self.k
@@ -302,6 +304,7 @@ class ConcurrentStreams:
         copy_in, fixed, work, overhead = list(self.copy_in), self.fixed.tolist(), self.work.tolist(), self.overhead
         backward = [float(b) for b in backward]
         inf = float("inf")
+        heappush, heappop, heapreplace = heapq.heappush, heapq.heappop, heapq.heapreplace
         # compute side, per rank: the bucket it works towards (nb: the remainder), whether it is
         # copying, the full-rate work left of the segment (as of `mark`) or the copy's end
         bucket = [0] * n
@@ -324,13 +327,15 @@ class ConcurrentStreams:
         # the compute events: (time, rank, version), the rank's entry valid while its version is
         ranks: List[Tuple[float, int, int]] = []
         version = [0] * n
-        dirty: List[int] = []  # ranks whose state changed since their entry was pushed
-        is_dirty = [False] * n
 
-        def touch(r):
-            if not is_dirty[r]:
-                is_dirty[r] = True
-                dirty.append(r)
+        def planned(r):
+            # the scan's next_compute: r's copy end, or its segment's end at its rate now
+            return mark[r] if copying[r] else mark[r] + left[r] / (slowed if in_flight[r] else 1.0)
+
+        def replan_all():
+            # every rank's state may have changed (a collective's end): a fresh heap, no stale entries
+            ranks[:] = [(planned(r), r, version[r]) for r in range(n) if not done[r]]
+            heapq.heapify(ranks)
 
         def set_in_flight(r, t, delta):
             # re-plan r's compute at a change of its rate: the work done so far at the old rate
@@ -338,7 +343,6 @@ class ConcurrentStreams:
                 left[r] = max(left[r] - (t - mark[r]) * (slowed if in_flight[r] else 1.0), 0.0)
                 mark[r] = t
             in_flight[r] += delta
-            touch(r)
 
         def finish_compute(r, t):
             nonlocal ranks_done
@@ -348,7 +352,6 @@ class ConcurrentStreams:
 
         def begin_segment(r, t):
             # r is at bucket[r]'s cut (or the remainder): start its compute, or pass through zero work
-            touch(r)
             while True:
                 j = bucket[r]
                 share = share_of[j]
@@ -364,7 +367,6 @@ class ConcurrentStreams:
 
         def segment_done(r, t):
             # bucket[r]'s compute is done at t: copy it in, or issue it
-            touch(r)
             j = bucket[r]
             if j >= nb:
                 finish_compute(r, t)
@@ -377,28 +379,32 @@ class ConcurrentStreams:
         def issued(r, t):
             # bucket[r] is copied at t: the host issues it (after its previous issue), r moves on
             nonlocal seq
-            touch(r)
             j = bucket[r]
             last_issue[r] = at = max(t, last_issue[r]) + overhead
             issue[j, r] = at
-            heapq.heappush(heap, (at, _ISSUE, seq, r, j))
+            heappush(heap, (at, _ISSUE, seq, r, j))
             seq += 1
             copying[r] = False
             bucket[r] = j + 1
 
         def try_launch(r, t):
+            # True where r launched one (its rate, so its compute event, may have changed)
             nonlocal seq
             q = queue[r]
+            launched = False
             while q and in_flight[r] < k:
                 j = q.popleft()
                 launch[j, r] = t
                 set_in_flight(r, t, +1)
+                launched = True
                 joined[j] += 1
                 if joined[j] == n:  # the last launch: the collective starts
-                    heapq.heappush(heap, (t + fixed[j], _JOIN, seq, -1, j))
+                    heappush(heap, (t + fixed[j], _JOIN, seq, -1, j))
                     seq += 1
+            return launched
 
         def collective_done(j, t):
+            # the caller re-plans every rank (replan_all)
             nonlocal finished
             finish[j] = t
             finished += 1
@@ -408,16 +414,10 @@ class ConcurrentStreams:
 
         for r in range(n):
             begin_segment(r, mark[r])
+        replan_all()
         while finished < nb or ranks_done < n:
-            for r in dirty:  # re-plan the ranks whose state changed (the scan's next_compute)
-                is_dirty[r] = False
-                version[r] += 1
-                if not done[r]:
-                    t_r = mark[r] if copying[r] else mark[r] + left[r] / (slowed if in_flight[r] else 1.0)
-                    heapq.heappush(ranks, (t_r, r, version[r]))
-            dirty.clear()
             while ranks and ranks[0][2] != version[ranks[0][1]]:
-                heapq.heappop(ranks)
+                heappop(ranks)
             t_rank = ranks[0][0] if ranks else inf
             t_heap = heap[0][0] if heap else inf
             # the first bandwidth part done (shared_next, in plain floats: the same min and division)
@@ -437,6 +437,7 @@ class ConcurrentStreams:
                 pool_mark = t
                 for j in ended:
                     collective_done(j, t)
+                replan_all()
                 continue
             if pool:
                 step = (t - pool_mark) * min(1.0, capacity / len(pool))
@@ -444,24 +445,31 @@ class ConcurrentStreams:
                     pool[j] -= step
             pool_mark = t
             if t_heap <= t:
-                _, kind, _, r, j = heapq.heappop(heap)
+                _, kind, _, r, j = heappop(heap)
                 if kind == _JOIN:
                     if work[j] > 0:
                         pool[j] = work[j]
                     else:
                         collective_done(j, t)
+                        replan_all()
                 else:
                     queue[r].append(j)
-                    try_launch(r, t)
+                    if try_launch(r, t) and not done[r]:
+                        version[r] += 1
+                        heappush(ranks, (planned(r), r, version[r]))
                 continue
             r = ranks[0][1]
             if copying[r]:
                 issued(r, t)
+                begin_segment(r, t)
             else:
                 backward_end[r] = t
                 segment_done(r, t)
                 if not copying[r] and not done[r]:
                     begin_segment(r, t)
-                continue
-            begin_segment(r, t)
+            # only r changed: its entry, at the top, replaced
+            if done[r]:
+                heappop(ranks)
+            else:
+                heapreplace(ranks, (planned(r), r, version[r]))
         return issue, launch, finish, np.asarray(done_at), np.asarray(backward_end)
