@@ -108,11 +108,17 @@ COSTS["reduce_scatter"] = COSTS["all_gather"] = COSTS["ring"]  # half a ring (cl
 # ranks, 80 us at 16,384 (the ring's own call: 18 and 110 us).
 DDP_COSTS = (28e-6, 3e-9)
 
-# Seconds per collective and rank^2 of a step with ddp.comm_streams > 1: commsim/sim/concurrent_streams.py
-# steps event by event, rank by rank (O(collectives x ranks^2)) and never stops early on a steady
-# state, the baseline neither. Measured with simulate() on the scale scenario's 78 buckets, 3 steps:
-# 2.2e-6 at 32 ranks, 1.9e-6 at 64, 1.7e-6 at 128 (`commsim run` at 256 ranks: 16.4 s a step, both runs).
-STREAMS_RANK2 = 2e-6
+# Seconds per collective and rank of a step with ddp.comm_streams > 1: commsim/sim/concurrent_streams.py
+# steps event by event, each rank's next event on a heap (O(collectives x ranks x log ranks)) and
+# never stops early on a steady state, the baseline neither. Measured with simulate() on the scale
+# scenario's 78 buckets (jitter on), CPU time on the 2-core VM shared with other jobs (load average 2):
+# 3.1e-6 at 256 ranks, 3.0e-6 at 1,024, 3.0e-6 at 4,096, 3.2e-6 at 8,192 (`python
+# benchmarks/streams_speed.py --sizes 256,1024,4096,8192 --reference-sizes "" --steps 3`; 2 steps
+# at 16,384: 3.7e-6, the log and the caches), and in a run of the default table (2 steps, the old
+# loop timed too) 3.0e-6 at 1,024, 3.8e-6 at 4,096, 4.3e-6 at 8,192.
+# 4e-6, near the slower runs: an estimate that refuses what would overrun, not one that is met
+# only on a quiet machine. The scan it replaced took 2e-6 per collective and rank^2.
+STREAMS_RANK = 4e-6
 
 # What counts as large for each key, to name the one to change, and which way to change it
 # (fewer buckets take a larger bucket_cap).
@@ -207,7 +213,7 @@ def estimate(scenario: spec.Scenario) -> Estimate:
         per_step += c * (DDP_COSTS[0] + DDP_COSTS[1] * n)
     if ddp.comm_streams > 1:  # every step of both runs, event by event
         simulated = baseline = steps
-        per_step += c * STREAMS_RANK2 * n * n
+        per_step += c * STREAMS_RANK * n
     seconds = (simulated + baseline) * per_step + steps * n * FILL + _straggler_seconds(scenario)
     common = max(set(kinds), key=kinds.count) if kinds else "ring"
     return Estimate(memory, seconds, steps, n, c, simulated, common)

@@ -91,8 +91,12 @@ def _default_name(source: str) -> str:
 
 
 # ddp.comm_streams > 1 is simulated event by event, rank by rank (commsim/sim/concurrent_streams.py):
-# O(buckets x ranks^2) per step, meant for validation-sized jobs, not for the scale runs
-MAX_STREAMS_WORLD_SIZE = 256
+# O(buckets x ranks x log ranks) per step, every step of both runs. At 8,192 ranks the scale
+# scenario's 78 buckets take 2.1-2.8 s a step (benchmarks/streams_speed.py, 2-core VM), so its
+# 100 steps and their baseline (7-9 min) fit the run-time budget's 10 minutes; at 16,384 a step
+# takes 4.7 s (16 min), and the engine's one-stream schedule (a vector per collective, no
+# per-rank events) is the tool for such worlds
+MAX_STREAMS_WORLD_SIZE = 8192
 
 
 def _check_comm_streams(source: str, streams: int, cluster, collective, stragglers, mitigation: bool) -> None:
@@ -101,7 +105,7 @@ def _check_comm_streams(source: str, streams: int, cluster, collective, straggle
     if cluster.world_size > MAX_STREAMS_WORLD_SIZE:
         raise ScenarioError(source, "ddp.comm_streams",
                             f"expected comm_streams 1 above {MAX_STREAMS_WORLD_SIZE} ranks (concurrent streams are "
-                            f"simulated rank by rank, for validation-sized jobs), {given} at {cluster.world_size} ranks")
+                            f"simulated event by event, rank by rank), {given} at {cluster.world_size} ranks")
     if collective.model != "alpha-beta":
         raise ScenarioError(source, "ddp.comm_streams",
                             f"expected comm_streams 1 under collective.model {collective.model} (concurrent streams "

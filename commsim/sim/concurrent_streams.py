@@ -43,8 +43,9 @@ With k = 1 the engine's own schedule runs, bit for bit: this module is not used.
 here (refused where the scenario is read, at ``ddp.comm_streams``): sharded data parallelism
 (ZeRO-2, FSDP), the NCCL cost models, thermal throttling, the ``mitigation:`` remedies, and
 more than :data:`commsim.scenario.schema.MAX_STREAMS_WORLD_SIZE` ranks (the step is simulated
-event by event, O(buckets x ranks^2)). Per-rank differences in a kernel's finish times (a
-ring's skew under skewed launches) are not kept: every rank finishes a collective together.
+event by event, O(buckets x ranks x log ranks): :meth:`ConcurrentStreams._backward`). Per-rank
+differences in a kernel's finish times (a ring's skew under skewed launches) are not kept: every
+rank finishes a collective together.
 
 The sharing arithmetic is pure functions (:func:`split_time`, :func:`shared_advance`,
 :func:`shared_rate`, :func:`shared_next`, :func:`shared_finish_times`, :func:`queued_finish_times`,
@@ -282,12 +283,28 @@ class ConcurrentStreams:
     def _backward(self, start: np.ndarray, backward: np.ndarray):
         """One step's last backward and its bucket all-reduces on every rank, event by event.
         Returns (buckets, n) issue, launch and finish times and per rank the compute stream's
-        end (backward and its copies) and the backward compute's end."""
+        end (backward and its copies) and the backward compute's end.
+
+        Each rank's next compute event (its segment's or copy's end) sits on a heap of its own,
+        keyed (time, rank), and is re-planned only where that rank's state changes: the rank
+        whose compute event it is (its entry replaced at the top), the rank an issue launches on
+        (a new entry; the old one, stale, is dropped when it surfaces) and, at a collective's end,
+        every rank (the heap rebuilt). O(log ranks) an event, not a scan of every rank, so a step
+        is O(buckets x ranks x log ranks). The events, their order (ties: the pool, then the event
+        heap, then the lowest rank) and every subtraction are those of the scan
+        (tests/unit/sim/streams_scan.py), so the times are the same bit for bit."""
         n, nb, k = self.n, len(self.buckets), self.k
         issue = np.zeros((nb, n))
         launch = np.full((nb, n), np.nan)
         finish = np.full((nb, n), np.nan)
         slow = 1.0 + self.slowdown
+        slowed = 1.0 / slow
+        capacity = self.capacity
+        share_of = self.share.tolist() + [self.remainder]  # bucket j's share; nb: the remainder
+        copy_in, fixed, work, overhead = list(self.copy_in), self.fixed.tolist(), self.work.tolist(), self.overhead
+        backward = [float(b) for b in backward]
+        inf = float("inf")
+        heappush, heappop, heapreplace = heapq.heappush, heapq.heappop, heapq.heapreplace
         # compute side, per rank: the bucket it works towards (nb: the remainder), whether it is
         # copying, the full-rate work left of the segment (as of `mark`) or the copy's end
         bucket = [0] * n
@@ -295,8 +312,9 @@ class ConcurrentStreams:
         left = [0.0] * n
         mark = [float(t) for t in start]
         done_at = [np.nan] * n  # compute stream's end
+        done = [False] * n
         backward_end = [float(t) for t in start]
-        last_issue = [-np.inf] * n
+        last_issue = [-inf] * n
         in_flight = [0] * n
         queue = [deque() for _ in range(n)]
         joined = [0] * nb
@@ -305,27 +323,43 @@ class ConcurrentStreams:
         pool: dict = {}  # bucket -> bandwidth part left
         pool_mark = 0.0
         finished = 0
+        ranks_done = 0
+        # the compute events: (time, rank, version), the rank's entry valid while its version is
+        ranks: List[Tuple[float, int, int]] = []
+        version = [0] * n
 
-        def rate(r):
-            return 1.0 / slow if in_flight[r] else 1.0
+        def planned(r):
+            # the scan's next_compute: r's copy end, or its segment's end at its rate now
+            return mark[r] if copying[r] else mark[r] + left[r] / (slowed if in_flight[r] else 1.0)
+
+        def replan_all():
+            # every rank's state may have changed (a collective's end): a fresh heap, no stale entries
+            ranks[:] = [(planned(r), r, version[r]) for r in range(n) if not done[r]]
+            heapq.heapify(ranks)
 
         def set_in_flight(r, t, delta):
             # re-plan r's compute at a change of its rate: the work done so far at the old rate
-            if not copying[r] and np.isnan(done_at[r]):
-                left[r] = max(left[r] - (t - mark[r]) * rate(r), 0.0)
+            if not copying[r] and not done[r]:
+                left[r] = max(left[r] - (t - mark[r]) * (slowed if in_flight[r] else 1.0), 0.0)
                 mark[r] = t
             in_flight[r] += delta
+
+        def finish_compute(r, t):
+            nonlocal ranks_done
+            done_at[r] = t
+            done[r] = True
+            ranks_done += 1
 
         def begin_segment(r, t):
             # r is at bucket[r]'s cut (or the remainder): start its compute, or pass through zero work
             while True:
                 j = bucket[r]
-                share = self.share[j] if j < nb else self.remainder
+                share = share_of[j]
                 if share > 0:
-                    left[r], mark[r], copying[r] = float(backward[r] * share), t, False
+                    left[r], mark[r], copying[r] = backward[r] * share, t, False
                     return
                 if j >= nb:
-                    done_at[r] = t
+                    finish_compute(r, t)
                     return
                 segment_done(r, t)
                 if copying[r]:
@@ -335,10 +369,10 @@ class ConcurrentStreams:
             # bucket[r]'s compute is done at t: copy it in, or issue it
             j = bucket[r]
             if j >= nb:
-                done_at[r] = t
+                finish_compute(r, t)
                 return
-            if self.copy_in[j] > 0:
-                copying[r], mark[r] = True, t + self.copy_in[j]
+            if copy_in[j] > 0:
+                copying[r], mark[r] = True, t + copy_in[j]
                 return
             issued(r, t)
 
@@ -346,32 +380,31 @@ class ConcurrentStreams:
             # bucket[r] is copied at t: the host issues it (after its previous issue), r moves on
             nonlocal seq
             j = bucket[r]
-            last_issue[r] = max(t, last_issue[r]) + self.overhead
-            issue[j, r] = last_issue[r]
-            heapq.heappush(heap, (last_issue[r], _ISSUE, seq, r, j))
+            last_issue[r] = at = max(t, last_issue[r]) + overhead
+            issue[j, r] = at
+            heappush(heap, (at, _ISSUE, seq, r, j))
             seq += 1
             copying[r] = False
             bucket[r] = j + 1
 
-        def next_compute(r):
-            if not np.isnan(done_at[r]):
-                return np.inf
-            if copying[r]:
-                return mark[r]
-            return mark[r] + left[r] / rate(r)
-
         def try_launch(r, t):
+            # True where r launched one (its rate, so its compute event, may have changed)
             nonlocal seq
-            while queue[r] and in_flight[r] < k:
-                j = queue[r].popleft()
+            q = queue[r]
+            launched = False
+            while q and in_flight[r] < k:
+                j = q.popleft()
                 launch[j, r] = t
                 set_in_flight(r, t, +1)
+                launched = True
                 joined[j] += 1
                 if joined[j] == n:  # the last launch: the collective starts
-                    heapq.heappush(heap, (t + self.fixed[j], _JOIN, seq, -1, j))
+                    heappush(heap, (t + fixed[j], _JOIN, seq, -1, j))
                     seq += 1
+            return launched
 
         def collective_done(j, t):
+            # the caller re-plans every rank (replan_all)
             nonlocal finished
             finish[j] = t
             finished += 1
@@ -381,19 +414,20 @@ class ConcurrentStreams:
 
         for r in range(n):
             begin_segment(r, mark[r])
-        while finished < nb or any(np.isnan(d) for d in done_at):
-            t_compute = [next_compute(r) for r in range(n)]
-            r_min = int(np.argmin(t_compute))
-            t_rank = t_compute[r_min]
-            t_heap = heap[0][0] if heap else np.inf
-            rem = np.fromiter(pool.values(), float, len(pool))
-            t_pool = pool_mark + shared_next(rem, self.capacity)
+        replan_all()
+        while finished < nb or ranks_done < n:
+            while ranks and ranks[0][2] != version[ranks[0][1]]:
+                heappop(ranks)
+            t_rank = ranks[0][0] if ranks else inf
+            t_heap = heap[0][0] if heap else inf
+            # the first bandwidth part done (shared_next, in plain floats: the same min and division)
+            t_pool = pool_mark + (min(pool.values()) / (min(1.0, capacity / len(pool))) if pool else inf)
             t = min(t_rank, t_heap, t_pool)
-            if t == np.inf:
+            if t == inf:
                 raise RuntimeError("concurrent streams: no event left before the step is done")
             # the bandwidth parts progress to t
             if t_pool <= t:
-                low = float(rem.min())
+                low = min(pool.values())
                 ended = []
                 for j in list(pool):
                     pool[j] -= low
@@ -403,31 +437,39 @@ class ConcurrentStreams:
                 pool_mark = t
                 for j in ended:
                     collective_done(j, t)
+                replan_all()
                 continue
             if pool:
-                step = (t - pool_mark) * shared_rate(len(pool), self.capacity)
+                step = (t - pool_mark) * min(1.0, capacity / len(pool))
                 for j in pool:
                     pool[j] -= step
             pool_mark = t
             if t_heap <= t:
-                _, kind, _, r, j = heapq.heappop(heap)
+                _, kind, _, r, j = heappop(heap)
                 if kind == _JOIN:
-                    if self.work[j] > 0:
-                        pool[j] = float(self.work[j])
+                    if work[j] > 0:
+                        pool[j] = work[j]
                     else:
                         collective_done(j, t)
+                        replan_all()
                 else:
                     queue[r].append(j)
-                    try_launch(r, t)
+                    if try_launch(r, t) and not done[r]:
+                        version[r] += 1
+                        heappush(ranks, (planned(r), r, version[r]))
                 continue
-            r = r_min
+            r = ranks[0][1]
             if copying[r]:
                 issued(r, t)
+                begin_segment(r, t)
             else:
                 backward_end[r] = t
                 segment_done(r, t)
-                if not copying[r] and np.isnan(done_at[r]):
+                if not copying[r] and not done[r]:
                     begin_segment(r, t)
-                continue
-            begin_segment(r, t)
+            # only r changed: its entry, at the top, replaced
+            if done[r]:
+                heappop(ranks)
+            else:
+                heapreplace(ranks, (planned(r), r, version[r]))
         return issue, launch, finish, np.asarray(done_at), np.asarray(backward_end)

@@ -1,5 +1,5 @@
 """`commsim algorithms` on a scenario with ddp.comm_streams > 1: the node counts and cost models it
-runs get the loader's refusals (NCCL models, more than 256 ranks), one line, exit 2, nothing written."""
+runs get the loader's refusals (NCCL models, more than 8,192 ranks), one line, exit 2, nothing written."""
 
 from click.testing import CliRunner
 
@@ -38,8 +38,8 @@ def test_an_nccl_model_is_refused_at_comm_streams(tmp_path):
 
 
 def test_a_node_count_above_the_streams_limit_is_refused(tmp_path):
-    res, out = _run(tmp_path, "--nodes", "2,129", "--algorithm", "ring")  # 258 ranks
+    res, out = _run(tmp_path, "--nodes", "2,4097", "--algorithm", "ring")  # 8,194 ranks
     assert res.exit_code == 2, res.output
     line = res.output.strip()
-    assert "\n" not in line and "--nodes 129" in line and "ddp.comm_streams: " in line and "256 ranks" in line
+    assert "\n" not in line and "--nodes 4097" in line and "ddp.comm_streams: " in line and "8192 ranks" in line
     assert not out.exists()

@@ -89,7 +89,7 @@ def test_comm_streams_reaches_the_scenario():
                      {"kind": "throttle", "ranks": [1], "heat_up": "1 s", "throttled_time": "1 s", "clock_fraction": 0.5}]},
      "with a throttle straggler (stragglers[1]"),
     ({"mitigation": {}}, "with a mitigation section"),
-    ({"cluster": {"nodes": 65, "gpus_per_node": 4, "intra_node": {"bandwidth": "300 GB/s"},
+    ({"cluster": {"nodes": schema.MAX_STREAMS_WORLD_SIZE // 4 + 1, "gpus_per_node": 4, "intra_node": {"bandwidth": "300 GB/s"},
                   "inter_node": {"bandwidth": "100 Gbps"}}}, f"above {schema.MAX_STREAMS_WORLD_SIZE} ranks"),
 ])
 def test_comm_streams_refuses_what_it_does_not_model(extra, says):
