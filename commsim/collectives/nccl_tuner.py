@@ -719,16 +719,28 @@ def nvls_tree_pipeline_us(system: System, scale: Scale, sizes, intra_GBps: float
     """Time (us) an NVLS-tree all-reduce spends filling and draining its chunk pipeline across
     nodes, beyond its bandwidth term S / alg_bw, per size.
 
-    The kernel (src/device/all_reduce.h, RunWorkColl NVLS_TREE/Simple) walks each channel's share
-    in loops of nvls.nHeads chunks (:func:`nvls_tree_chunk_bytes`), one per head; each chunk is one
-    Simple step (ProtoSimple<1, 1>) stored and forwarded whole at every tree hop: the head's reduce
-    warps send a chunk up only once it is reduced, the parent's read it only once it has arrived.
+    The kernel (src/device/all_reduce.h, RunWorkColl NVLS_TREE/Simple, v2.27.3-1 .. v2.29.2-1)
+    walks each channel's share in loops of nvls.nHeads chunks (:func:`nvls_tree_chunk_bytes`), one
+    per head, through warp groups of their own, each a Simple step (ProtoSimple<1, 1>) stored and
+    forwarded whole: the consumer of a step starts on it once its producer has posted all of it.
+    Per loop, in order:
+
+    - scatter: every rank writes the whole loop into the heads' NVLS buffers, one step
+      (``prims.scatter(offset, nelem = loopCount, ...)``);
+    - reduce up: at each of the h + 1 levels of the tree (h = :func:`nvls_tree_height`) a head
+      reduces its chunk (multimem load-reduce over the node, plus its children's) and sends it
+      up; the root's "Reduce and Broadcast" warps also start it down;
+    - broadcast down: each of the h levels below the root receives it and multicasts it;
+    - gather: every rank reads the whole loop back from all heads, one step.
+
     With k loops in flight the collective takes (k - 1) bottleneck periods plus one loop's path
-    (the standard pipeline makespan): the loop's NVLS reduce and multicast in the node (loop bytes /
-    `intra_GBps`) and 2h network hops (h = :func:`nvls_tree_height`), each moving one tree's half of
-    a head's channels (connect.cc alternates the two trees by channel) through the head's NIC. The
-    bandwidth term already holds k periods, so what is added is path - period, at least 0. A partial
-    loop moves what is left (the size itself below one loop)."""
+    (the standard pipeline makespan). The path: scatter and gather a loop each (loop bytes /
+    `intra_GBps`), 2h + 1 chunk stages at the heads (each head's chunk over all channels, loop /
+    nHeads, at `intra_GBps`), and 2h network hops, each moving one tree's half of a head's
+    channels (connect.cc alternates the two trees by channel) through the head's NIC. Every
+    in-node stage runs at `intra_GBps`, the one in-node rate the description gives. The bandwidth
+    term already holds k periods, so what is added is path - period, at least 0. A partial loop
+    moves what is left (the size itself below one loop)."""
     S = np.asarray(sizes, dtype=float)
     D = scale.domains
     if D < 2:
@@ -738,7 +750,9 @@ def nvls_tree_pipeline_us(system: System, scale: Scale, sizes, intra_GBps: float
     loop = np.minimum(S, ops * nvls_tree_chunk_bytes(S, system.nccl_version, D, ops))
     nic = system.nic_bw_GBps * system.fabric_factor(D) * system.tree_efficiency
     hop = loop / (2.0 * heads) / (1000.0 * nic)
-    path = 2 * nvls_tree_height(D) * hop + loop / (1000.0 * intra_GBps)
+    h = nvls_tree_height(D)
+    node = (2.0 + (2 * h + 1) / heads) * loop / (1000.0 * intra_GBps)  # scatter, gather, head chunks
+    path = 2 * h * hop + node
     period = loop / (1000.0 * np.asarray(alg_bw, dtype=float))
     return np.maximum(0.0, path - period)
 

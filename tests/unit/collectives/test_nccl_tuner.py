@@ -78,9 +78,10 @@ def test_nvls_tree_across_nvlink_domains_crosses_the_network_through_one_nic_per
     lat = 0.0 + 5.0 + 3.0 * 25 / 3.4 + 2 * 2 * 10.0 * 20.9 / 14.0  # launch, NVLS hop, 2h net hops (3 nodes: h = 2)
     assert nt.nvls_tree_nics(s, sc) == 32
     alg = 32 * 50.0 / 2.0                                          # D > 2: 2S per domain through 32 heads' NICs
-    # one loop (16 NVLS channels x 32 heads x 128 KiB) through 4 hops of half a head's channels, and NVLS
+    # one loop (16 NVLS channels x 32 heads x 128 KiB) through 4 hops of half a head's channels; in the
+    # node, scatter and gather a loop each and 2h + 1 = 5 chunk stages of 1/32 loop at the heads
     loop = 16 * 32 * 128 * 1024.0
-    fill = 4 * loop / 64 / (1000 * 50.0) + loop / (1000 * 1000.0) - loop / (1000 * alg)
+    fill = 4 * loop / 64 / (1000 * 50.0) + (2 + 5 / 32) * loop / (1000 * 1000.0) - loop / (1000 * alg)
     assert t == pytest.approx(lat + fill + S / (1000 * alg))
 
 
