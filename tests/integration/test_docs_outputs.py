@@ -92,3 +92,34 @@ def test_committed_capacity_results_are_a_fresh_sweep(name, tmp_path, monkeypatc
     args = ["sweep", "scenarios/scaling_1024.yaml", *SWEEPS[name], "-o", str(out), "--jobs", "1", "-q"]
     assert run_cli(args) == 0
     assert (out / "results.csv").read_bytes() == (CAPACITY / name / "results.csv").read_bytes()
+
+
+CALIBRATION = ROOT / "docs" / "calibration.md"
+
+
+def _calibration_collective_example():
+    """docs/calibration.md's calibrate-then-predict example: its two commands and its rows."""
+    text = CALIBRATION.read_text()
+    block = text[text.index("$ commsim calibrate --from-nccl-tests tests/data/nccl-tests-multiscale/H100-cluster01_1x8"):]
+    block = block[:block.index("```")]
+    commands = [c.replace("\\\n", " ").strip() for c in re.findall(r"^\$ (.*?)(?=^\$ |^#)", block, re.S | re.M)]
+    rows = [line.split() for line in block.splitlines() if line and not line.startswith(("$", "#", " " * 6 + "tests"))]
+    return commands, rows
+
+
+@pytest.mark.slow
+def test_calibration_collective_example_is_the_commands_output(tmp_path):
+    """The rows quoted (size, then time, algbw, busbw, interval and pick after the elided columns)
+    and the extrapolation note are what the two commands print with this checkout."""
+    (calibrate, collective), rows = _calibration_collective_example()
+    calibrate = calibrate.replace(" tests/", f" {ROOT}/tests/")
+    for command in (calibrate, collective):
+        line = command.replace("commsim ", f"{shlex.quote(sys.executable)} -m commsim.cli ", 1)
+        done = subprocess.run(["bash", "-c", line], cwd=tmp_path, capture_output=True, text=True, check=True)
+    printed = done.stdout.splitlines()
+    note = next(line for line in CALIBRATION.read_text().splitlines() if line.startswith("# extrapolating: 10 nodes"))
+    assert note in printed
+    got = [line.split() for line in printed if line.strip() and not line.startswith("#")]
+    assert len(rows) == len(got) == 4
+    for want, have in zip(rows, got):
+        assert want[0] == have[0] and want[2:] == have[-(len(want) - 2):], (want, have)
