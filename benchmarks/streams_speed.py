@@ -65,11 +65,11 @@ def timed(sc, loop):
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
     ap.add_argument("--sizes", default="32,64,128,256,1024,4096", help="world sizes for the new loop")
     ap.add_argument("--reference-sizes", default="32,64,128,256", help="world sizes for the old loop too")
-    ap.add_argument("--steps", type=int, default=2)
-    ap.add_argument("--json", type=Path, default=ROOT / "out" / "streams_speed.json")
+    ap.add_argument("--steps", type=int, default=2, help="steps simulated at each size (default 2)")
+    ap.add_argument("--json", type=Path, default=ROOT / "out" / "streams_speed.json", help="where the rows go as JSON (default out/streams_speed.json)")
     a = ap.parse_args(argv)
     ref_sizes = set(_ints(a.reference_sizes))
     load_before = os.getloadavg()
