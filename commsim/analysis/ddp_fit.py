@@ -206,6 +206,23 @@ def _differences(a: Any, b: Any, path: str):
         yield path, a, b
 
 
+def _had_stragglers(rec: Mapping[str, Any], source: str) -> bool:
+    """Whether the record's run had stragglers: :func:`fit_record` writes their count (0: none);
+    a JSON boolean says the same. Anything else (``"no"``, ``"false"``, ``null``, 1.0, a
+    negative count) is refused: read by truth value, ``"no"`` would be a run with stragglers
+    and 0.0 one without, neither what the report meant to say."""
+    if "stragglers" not in rec:
+        raise CalibrationError("missing (fit_record writes the run's straggler count)", source=source,
+                               key="ddp_fit_input.stragglers")
+    v = rec["stragglers"]
+    if isinstance(v, bool):
+        return v
+    if isinstance(v, int) and v >= 0:
+        return v > 0
+    raise CalibrationError(f"expected the run's straggler count (an integer >= 0, as fit_record writes it) or a "
+                           f"boolean, got {v!r:.60}", source=source, key="ddp_fit_input.stragglers")
+
+
 def run_from_report(report: Any, source: str) -> DDPRun:
     """The :class:`DDPRun` of one ``validate --mode ddp --json`` report (CalibrationError naming
     `source` and the key when it is not one, or its run had stragglers)."""
@@ -218,7 +235,7 @@ def run_from_report(report: Any, source: str) -> DDPRun:
     if not isinstance(rec, Mapping):
         raise CalibrationError("missing (the report was written before validate --mode ddp recorded its inputs; "
                                "rerun it)", source=source, key="ddp_fit_input")
-    if rec.get("stragglers"):
+    if _had_stragglers(rec, source):
         raise CalibrationError("the run had stragglers (stalls): fit DDP's costs from runs without them",
                                source=source, key="ddp_fit_input.stragglers")
     times = rec.get("step_times_s")

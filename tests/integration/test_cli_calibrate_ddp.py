@@ -62,3 +62,16 @@ def test_ddp_fit_refusals_are_one_line_exit_2_and_write_nothing(tmp_path):
         assert text in res.output and "Traceback" not in res.output
         assert len(res.output.strip().splitlines()) == 1
         assert not out.exists()
+
+
+def test_ddp_fit_refuses_a_straggler_flag_that_is_not_a_count_or_boolean(tmp_path):
+    one, other = _report(tmp_path / "r1.json", 1), _report(tmp_path / "r25.json", 25)
+    doc = json.loads((tmp_path / "r25.json").read_text())
+    doc["ddp_fit_input"]["stragglers"] = "no"
+    (tmp_path / "r25.json").write_text(json.dumps(doc))
+    out = tmp_path / "ddp.yaml"
+    res = CliRunner().invoke(main, ["calibrate", "--ddp-fit", one, other, "-o", str(out)])
+    assert res.exit_code == 2, res.output
+    assert res.output.strip() == (f"commsim: error: {other}: ddp_fit_input.stragglers: expected the run's straggler count (an "
+                                  "integer >= 0, as fit_record writes it) or a boolean, got 'no'")
+    assert not out.exists()

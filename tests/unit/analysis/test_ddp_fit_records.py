@@ -87,3 +87,34 @@ def test_records_as_validate_writes_them_still_read():
     for sc in (job(), job(comm_streams=2, comm_shared="all"),
                job(bucket_sizes=(8e6, 8e6, 8e6), bucket_ready=(0.3, 0.6, 1.0))):
         assert run_from_report(report(sc), "r.json").scenario == sc
+
+
+@pytest.mark.parametrize("value", ["no", "false", "0", "", None, 0.0, 1.0, -1, float("nan"), [], {}])
+def test_stragglers_must_be_a_count_or_a_boolean(value):
+    # read by truth value, "no" was a run with stragglers and 0.0 one without
+    r = report()
+    r["ddp_fit_input"]["stragglers"] = value
+    with pytest.raises(CalibrationError) as err:
+        run_from_report(r, "r.json")
+    text = str(err.value)
+    assert text.startswith("r.json: ddp_fit_input.stragglers: expected the run's straggler count"), text
+    assert "\n" not in text
+
+
+def test_a_missing_straggler_count_is_refused():
+    r = report()
+    del r["ddp_fit_input"]["stragglers"]
+    with pytest.raises(CalibrationError) as err:
+        run_from_report(r, "r.json")
+    assert str(err.value).startswith("r.json: ddp_fit_input.stragglers: missing")
+
+
+@pytest.mark.parametrize("value, had", [(0, False), (False, False), (2, True), (True, True)])
+def test_a_straggler_count_or_boolean_reads_as_it_says(value, had):
+    r = report()
+    r["ddp_fit_input"]["stragglers"] = value
+    if had:
+        with pytest.raises(CalibrationError, match="the run had stragglers"):
+            run_from_report(r, "r.json")
+    else:
+        assert run_from_report(r, "r.json").step_time_s == pytest.approx(0.205)
