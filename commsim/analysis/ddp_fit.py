@@ -54,7 +54,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
@@ -84,6 +84,11 @@ RANK_RCOND = 1e-6  # singular values below this fraction of the largest: not det
 # a spread of a few per cent is one kink of the piecewise-linear step time, not a determination
 PER_STEP_RCOND = 0.05
 ZERO_COLUMN = 1e-8  # |d relative residual / d constant| below this: the constant moves nothing
+# A measured step time outside these (s) is not one validate --mode ddp measured (a hand-edited
+# report): below a microsecond no collective has run, above a day it is no training step; and
+# near either end of the floats' range the fit's grid of per-bucket costs (up to the step time)
+# and its weights (1 / M^2) overflow.
+MIN_STEP_S, MAX_STEP_S = 1e-6, 86400.0
 
 
 @dataclass(frozen=True)
@@ -139,6 +144,37 @@ def fit_record(scenario: spec.Scenario, calibration: Any, step_times_s: Sequence
     sc.pop("calibration")
     return {"scenario": sc, "calibration": None if calibration is None else calibration_to_dict(calibration),
             "step_times_s": [float(t) for t in step_times_s], "stragglers": len(scenario.stragglers)}
+
+
+# the record's nested mappings: each a spec dataclass's fields (fit_record writes asdict())
+_RECORD_SHAPE: Mapping[str, Any] = {
+    "": spec.Scenario, "cluster": spec.Cluster, "cluster.intra_node": spec.Link, "cluster.inter_node": spec.Link,
+    "model": spec.Model, "compute": spec.Compute, "ddp": spec.DDP, "ddp.costs": spec.DDPCosts,
+    "collective": spec.Collective,
+}
+
+
+def _check_shape(d: Any, source: str) -> None:
+    """Refuse a scenario record whose mappings are not the ones :func:`fit_record` writes (not a
+    mapping, a key missing or unknown) at the key path, before it is built: the dataclasses'
+    own TypeError or KeyError would name neither the key nor what it should hold."""
+    for where, cls in _RECORD_SHAPE.items():
+        key = "ddp_fit_input.scenario" + (f".{where}" if where else "")
+        node = d
+        for part in where.split(".") if where else ():
+            node = node[part]  # its parent was checked first (the table is in that order)
+        if not isinstance(node, Mapping):
+            raise CalibrationError(f"expected a mapping (as fit_record writes it), got {node!r:.60}",
+                                   source=source, key=key)
+        names = [f.name for f in fields(cls) if not (cls is spec.Scenario and f.name == "calibration")]
+        for k in node:
+            if k not in names:
+                raise CalibrationError(f"unknown key; expected one of {', '.join(names)}", source=source,
+                                       key=f"{key}.{k}")
+        for k in names:
+            if k not in node:
+                raise CalibrationError("missing (fit_record writes every field of the scenario)", source=source,
+                                       key=f"{key}.{k}")
 
 
 def _scenario_from_dict(d: Mapping[str, Any], calibration: Any) -> spec.Scenario:
@@ -240,11 +276,19 @@ def run_from_report(report: Any, source: str) -> DDPRun:
                                source=source, key="ddp_fit_input.stragglers")
     times = rec.get("step_times_s")
     if not isinstance(times, list) or not times or not all(
-            isinstance(t, (int, float)) and not isinstance(t, bool) and math.isfinite(t) and t > 0 for t in times):
-        raise CalibrationError(f"expected a list of positive step times, got {times!r:.60}", source=source,
-                               key="ddp_fit_input.step_times_s")
+            isinstance(t, (int, float)) and not isinstance(t, bool) and MIN_STEP_S <= t <= MAX_STEP_S for t in times):
+        raise CalibrationError(f"expected a list of step times in seconds, each from {MIN_STEP_S:g} to "
+                               f"{MAX_STEP_S:g}, got {times!r:.60}", source=source, key="ddp_fit_input.step_times_s")
+    if "scenario" not in rec:
+        raise CalibrationError("missing (fit_record writes the scenario the prediction used)", source=source,
+                               key="ddp_fit_input.scenario")
     try:
         cal = None if rec.get("calibration") is None else calibration_from_dict(rec["calibration"], source)
+    except CalibrationError as exc:  # its key path is the calibration's own: under the record's key
+        raise CalibrationError(exc.message, source=source,
+                               key="ddp_fit_input.calibration" + (f".{exc.path}" if exc.path else "")) from None
+    try:
+        _check_shape(rec["scenario"], source)
         scenario = _scenario_from_dict(rec["scenario"], cal)
         _check_record(rec["scenario"], source)
     except CalibrationError:

@@ -120,7 +120,7 @@ def test_report_record_round_trip():
     ({"mode": "ddp"}, "ddp_fit_input"),
     ({"mode": "ddp", "ddp_fit_input": {**fit_record(job(1), None, [0.1]), "stragglers": 1}}, "ddp_fit_input.stragglers"),
     ({"mode": "ddp", "ddp_fit_input": {**fit_record(job(1), None, [0.1]), "step_times_s": []}}, "ddp_fit_input.step_times_s"),
-    ({"mode": "ddp", "ddp_fit_input": {**fit_record(job(1), None, [0.1]), "scenario": {"cluster": 3}}}, "ddp_fit_input.scenario"),
+    ({"mode": "ddp", "ddp_fit_input": {**fit_record(job(1), None, [0.1]), "scenario": {"cluster": 3}}}, "ddp_fit_input.scenario.model"),
 ])
 def test_bad_reports_name_the_file_and_key(report, key):
     with pytest.raises(CalibrationError) as err:

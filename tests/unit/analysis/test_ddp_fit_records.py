@@ -118,3 +118,58 @@ def test_a_straggler_count_or_boolean_reads_as_it_says(value, had):
             run_from_report(r, "r.json")
     else:
         assert run_from_report(r, "r.json").step_time_s == pytest.approx(0.205)
+
+
+@pytest.mark.parametrize("path, value, key, text", [
+    ("ddp.costs", None, "ddp.costs", "expected a mapping (as fit_record writes it), got None"),
+    ("ddp", [], "ddp", "expected a mapping (as fit_record writes it), got []"),
+    ("cluster.intra_node", None, "cluster.intra_node", "expected a mapping"),
+    ("ddp.costs.extra", 1, "ddp.costs.extra", "unknown key; expected one of bucket_overhead, "),
+    ("cluster.intra_node.extra", 1, "cluster.intra_node.extra", "unknown key; expected one of bandwidth, latency"),
+    ("cluster", KeyError, "cluster", "missing (fit_record writes every field of the scenario)"),
+    ("cluster.intra_node.latency", KeyError, "cluster.intra_node.latency", "missing"),
+])
+def test_a_record_of_the_wrong_shape_is_refused_at_its_key(path, value, key, text):
+    # these were "not a scenario record (TypeError: DDPCosts.__init__() got an unexpected ...)"
+    # at ddp_fit_input.scenario, naming neither the key nor what it should hold
+    with pytest.raises(CalibrationError) as err:
+        run_from_report(edited(path, value), "r.json")
+    assert str(err.value).startswith(f"r.json: ddp_fit_input.scenario.{key}: {text}"), str(err.value)
+
+
+def test_a_scenario_that_is_not_a_mapping_or_is_missing_is_refused_at_its_key():
+    for value, text in (("x", "expected a mapping (as fit_record writes it), got 'x'"), (KeyError, "missing")):
+        r = report()
+        if value is KeyError:
+            del r["ddp_fit_input"]["scenario"]
+        else:
+            r["ddp_fit_input"]["scenario"] = value
+        with pytest.raises(CalibrationError) as err:
+            run_from_report(r, "r.json")
+        assert str(err.value).startswith(f"r.json: ddp_fit_input.scenario: {text}"), str(err.value)
+
+
+@pytest.mark.parametrize("value, text", [
+    ("x", "expected a mapping, got 'x'"),
+    ([], "expected a mapping, got []"),
+    ({"a": 1}, "unknown key 'a'"),
+])
+def test_a_bad_calibration_record_is_refused_under_its_key(value, text):
+    # the calibration reader names its own key paths: under the record's, not the bare file's
+    r = report()
+    r["ddp_fit_input"]["calibration"] = value
+    with pytest.raises(CalibrationError) as err:
+        run_from_report(r, "r.json")
+    assert str(err.value).startswith(f"r.json: ddp_fit_input.calibration: {text}"), str(err.value)
+
+
+@pytest.mark.parametrize("times", [[1e308, 1.7e308], [1e-300, 2e-300], [float("nan")], [0.2, 1e5]])
+def test_step_times_outside_a_microsecond_to_a_day_are_refused(times):
+    # 1e308 s overflowed the fit's grid (a ValueError traceback from DDPCosts), 1e-300 s its
+    # weights (a TypeError traceback from the start search)
+    r = report()
+    r["ddp_fit_input"]["step_times_s"] = times
+    with pytest.raises(CalibrationError) as err:
+        run_from_report(r, "r.json")
+    assert str(err.value).startswith("r.json: ddp_fit_input.step_times_s: expected a list of step times in seconds, "
+                                     "each from 1e-06 to 86400")
