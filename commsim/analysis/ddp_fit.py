@@ -474,6 +474,13 @@ def fit_ddp_costs(runs: Sequence[DDPRun], fit_slowdown: Optional[bool] = None,
     names = ", ".join(r.source for r in runs) or "no runs"
     if len(runs) < 2:
         raise CalibrationError(f"{names}: ddp.bucket_overhead needs runs at two or more bucket caps, got {len(runs)} run(s)")
+    for i, r in enumerate(runs):
+        # one run given twice (the same file twice, or a copy) would count its cap double
+        twin = next((q for q in runs[:i] if (q.scenario, q.step_time_s, q.stderr_s) ==
+                     (r.scenario, r.step_time_s, r.stderr_s)), None)
+        if twin is not None:
+            raise CalibrationError(f"{twin.source} and {r.source} are the same run (the same scenario and step times): "
+                                   "give each run once")
     counts = sorted({r.buckets for r in runs})
     if len(counts) < 2:
         raise CalibrationError(f"{names}: ddp.bucket_overhead needs runs whose bucket counts differ; every run has "

@@ -195,3 +195,9 @@ def test_runs_at_different_comm_streams_fit_jointly_each_at_its_own_k():
     one_stream = [replace(r, scenario=replace(r.scenario, ddp=replace(r.scenario.ddp, comm_streams=1, comm_capacity=1.0)))
                   for r in runs]
     assert fit_ddp_costs(one_stream).reduced_chi2 > 1e3
+
+
+def test_one_run_given_twice_is_refused():
+    a, b = measured([1, 25], 10e-3, spec.DDPCosts().overlap_slowdown)
+    with pytest.raises(CalibrationError, match=r"^cap25 and copy are the same run \(the same scenario and step times\)"):
+        fit_ddp_costs([a, b, replace(b, source="copy")])
