@@ -551,8 +551,16 @@ def main(argv=None) -> int:
     steps_series = [x for x in SERIES if x.name == args.ring_steps]
     if args.ring_steps is not None and not steps_series:  # '' too: it names no series
         ap.error(f"--ring-steps: no series {args.ring_steps!r} (one of: {', '.join(x.name for x in SERIES)})")
-    if args.json and not os.path.isdir(os.path.dirname(os.path.abspath(args.json))):  # before the minutes of fitting
-        ap.error(f"--json: no directory {os.path.dirname(os.path.abspath(args.json))!r} to write {args.json!r} in")
+    if args.json is not None:  # before the minutes of fitting
+        folder = os.path.dirname(os.path.abspath(args.json)) if args.json else ""
+        if not args.json:
+            ap.error("--json: expected a file name, got ''")
+        if not os.path.isdir(folder):
+            ap.error(f"--json: no directory {folder!r} to write {args.json!r} in")
+        if os.path.isdir(args.json):
+            ap.error(f"--json: {args.json!r} is a directory, not a file to write")
+        if not os.access(folder, os.W_OK | os.X_OK):
+            ap.error(f"--json: the directory {folder!r} is not writable")
     results = [run_series(s, args.pick) for s in SERIES]
     single = run_single(args.pick)
     interp = run_interpolation(SERIES, args.pick)

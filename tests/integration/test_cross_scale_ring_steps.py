@@ -82,3 +82,18 @@ def test_json_is_byte_identical_run_to_run_and_keyless_without_ring_steps(tmp_pa
     assert json.loads(a.read_text())["ring_steps"]["rows_note"].startswith("GB200-NVL72-OCI (--pick nccl): no ring rows")
     cross_scale.main(["--json", str(c)])
     assert "ring_steps" not in json.loads(c.read_text())
+
+
+@pytest.mark.parametrize("arg, text", [
+    ("", "--json: expected a file name, got ''"),  # was: no JSON written, silently
+    ("{tmp}", "is a directory, not a file to write"),  # was: IsADirectoryError after the run
+])
+def test_a_json_path_that_cannot_be_written_is_refused_before_the_run(tmp_path, capsys, arg, text):
+    def no_run(*a, **k):
+        raise AssertionError("ran before refusing --json")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(cross_scale, "run_series", no_run)
+        with pytest.raises(SystemExit) as exc:
+            cross_scale.main(["--json", arg.format(tmp=tmp_path)])
+    assert exc.value.code == 2
+    assert text in capsys.readouterr().err
