@@ -214,8 +214,12 @@ def _check_record(d: Mapping[str, Any], source: str) -> None:
     try:
         parsed, capped = parse_scenario(doc, source), parse_scenario(caps, source)
     except InputError as exc:
+        path = exc.path or ""
+        head, _, cost = path.partition(".")
+        if head == "ddp" and cost in {f.name for f in fields(spec.DDPCosts)}:
+            path = f"ddp.costs.{cost}"  # read as a file's ddp: keys, kept under ddp.costs in the record
         raise CalibrationError(exc.message, source=source,
-                               key="ddp_fit_input.scenario" + (f".{exc.path}" if exc.path else "")) from None
+                               key="ddp_fit_input.scenario" + (f".{path}" if path else "")) from None
     read = asdict(replace(parsed, ddp=replace(parsed.ddp, bucket_cap=capped.ddp.bucket_cap,
                                               first_bucket=capped.ddp.first_bucket)))
     read.pop("calibration")  # fit_record keeps it beside the scenario
@@ -289,8 +293,8 @@ def run_from_report(report: Any, source: str) -> DDPRun:
                                key="ddp_fit_input.calibration" + (f".{exc.path}" if exc.path else "")) from None
     try:
         _check_shape(rec["scenario"], source)
+        _check_record(rec["scenario"], source)  # the schema's reasons, at their keys, before the dataclasses'
         scenario = _scenario_from_dict(rec["scenario"], cal)
-        _check_record(rec["scenario"], source)
     except CalibrationError:
         raise
     except (KeyError, TypeError, ValueError) as exc:
@@ -327,7 +331,18 @@ class _Layout:
 
 
 def _simulated(runs: Sequence[DDPRun], h: float, s: float) -> np.ndarray:
-    return np.array([predicted_step_time(r, h, s) for r in runs])
+    """Every run's :func:`predicted_step_time`; CalibrationError naming the run where it is not
+    a finite time (a record the scenario reader takes but the engine overflows on, such as a
+    memory bandwidth of 1e-300 B/s), which the fit's costs and steps would carry as NaN."""
+    with np.errstate(all="ignore"):  # the overflow is reported below, once, not as numpy's warnings
+        out = np.array([predicted_step_time(r, h, s) for r in runs])
+    for r, t in zip(runs, out):
+        if not math.isfinite(t):
+            raise CalibrationError(f"the simulated step time of this run's record is {float(t)} s (with bucket_overhead "
+                                   f"{h:.3g} s, overlap_slowdown {s:.3g}): its scenario is not one the engine can "
+                                   "price (check the record's rates and times)", source=r.source,
+                                   key="ddp_fit_input.scenario")
+    return out
 
 
 def _residuals(runs: Sequence[DDPRun], theta: np.ndarray, lay: _Layout) -> np.ndarray:

@@ -173,3 +173,26 @@ def test_step_times_outside_a_microsecond_to_a_day_are_refused(times):
         run_from_report(r, "r.json")
     assert str(err.value).startswith("r.json: ddp_fit_input.step_times_s: expected a list of step times in seconds, "
                                      "each from 1e-06 to 86400")
+
+
+def test_a_ddp_cost_out_of_range_is_refused_at_its_record_key():
+    # the schema reads the costs as a file's ddp: keys; the record keeps them under ddp.costs
+    # (this was the spec's ValueError, "not a scenario record", at ddp_fit_input.scenario)
+    with pytest.raises(CalibrationError) as err:
+        run_from_report(edited("ddp.costs.overlap_slowdown", 1e300), "r.json")
+    assert str(err.value).startswith("r.json: ddp_fit_input.scenario.ddp.costs.overlap_slowdown: expected a fraction")
+
+
+def test_a_record_the_engine_cannot_price_is_one_error_naming_the_run(recwarn):
+    # 1e-300 B/s of memory bandwidth passes the scenario reader but makes every simulated step
+    # NaN: the fit's start search found no finite cost and failed with a TypeError
+    from commsim.analysis.ddp_fit import fit_ddp_costs
+
+    bad = edited("ddp.costs.memory_bandwidth", 1e-300)
+    good = report(replace(job(), ddp=replace(job().ddp, bucket_cap=1 * MB)))
+    runs = [run_from_report(good, "r1.json"), run_from_report(bad, "r25.json")]
+    with pytest.raises(CalibrationError) as err:
+        fit_ddp_costs(runs)
+    assert str(err.value).startswith("r25.json: ddp_fit_input.scenario: the simulated step time of this run's record "
+                                     "is nan s")
+    assert not [w for w in recwarn if issubclass(w.category, RuntimeWarning)]
