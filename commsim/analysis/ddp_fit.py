@@ -175,6 +175,12 @@ def _check_shape(d: Any, source: str) -> None:
             if k not in node:
                 raise CalibrationError("missing (fit_record writes every field of the scenario)", source=source,
                                        key=f"{key}.{k}")
+    if d["stragglers"] not in ([], ()):
+        # the fit simulates the record without them (fit_record writes [] here and their count
+        # beside the scenario): a straggler list here would be dropped unread
+        raise CalibrationError(f"expected [] (fit_record keeps the run's stragglers as the count "
+                               f"ddp_fit_input.stragglers, and the fit takes runs without them), got {d['stragglers']!r:.60}",
+                               source=source, key="ddp_fit_input.scenario.stragglers")
 
 
 def _scenario_from_dict(d: Mapping[str, Any], calibration: Any) -> spec.Scenario:

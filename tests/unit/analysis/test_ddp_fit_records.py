@@ -196,3 +196,13 @@ def test_a_record_the_engine_cannot_price_is_one_error_naming_the_run(recwarn):
     assert str(err.value).startswith("r25.json: ddp_fit_input.scenario: the simulated step time of this run's record "
                                      "is nan s")
     assert not [w for w in recwarn if issubclass(w.category, RuntimeWarning)]
+
+
+@pytest.mark.parametrize("value", [[{"kind": "slow_rank", "ranks": [0], "factor": 1.5}], [{"kind": "jitter", "cv": 0.05}],
+                                   None, "x"])
+def test_a_straggler_list_in_the_scenario_record_is_refused(value):
+    # a slow rank here was accepted and dropped unread: the fit simulated the run without it
+    r = edited("stragglers", value)
+    with pytest.raises(CalibrationError) as err:
+        run_from_report(r, "r.json")
+    assert str(err.value).startswith("r.json: ddp_fit_input.scenario.stragglers: expected [] (fit_record keeps"), str(err.value)
