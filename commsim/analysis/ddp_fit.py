@@ -484,6 +484,15 @@ def _fit_offset_only(runs, w, names: str, notes: List[str], dropped_s: bool) -> 
                   tuple(notes), c, se_c)
 
 
+def _same_scenario(a: spec.Scenario, b: spec.Scenario) -> bool:
+    """Whether two runs' scenarios are equal (a calibration holding arrays, whose == has no
+    single truth value, counts as different: two runs are refused as one only when certain)."""
+    try:
+        return bool(a == b)
+    except (ValueError, TypeError):
+        return False
+
+
 def fit_ddp_costs(runs: Sequence[DDPRun], fit_slowdown: Optional[bool] = None,
                   per_step: Optional[bool] = None) -> DDPFit:
     """Fit ``bucket_overhead``, the per-step constant (`per_step`) and ``overlap_slowdown``
@@ -497,8 +506,8 @@ def fit_ddp_costs(runs: Sequence[DDPRun], fit_slowdown: Optional[bool] = None,
         raise CalibrationError(f"{names}: ddp.bucket_overhead needs runs at two or more bucket caps, got {len(runs)} run(s)")
     for i, r in enumerate(runs):
         # one run given twice (the same file twice, or a copy) would count its cap double
-        twin = next((q for q in runs[:i] if (q.scenario, q.step_time_s, q.stderr_s) ==
-                     (r.scenario, r.step_time_s, r.stderr_s)), None)
+        twin = next((q for q in runs[:i] if (q.step_time_s, q.stderr_s) == (r.step_time_s, r.stderr_s)
+                     and _same_scenario(q.scenario, r.scenario)), None)
         if twin is not None:
             raise CalibrationError(f"{twin.source} and {r.source} are the same run (the same scenario and step times): "
                                    "give each run once")
