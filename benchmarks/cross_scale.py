@@ -2,7 +2,7 @@
 scale(s), predict every larger scale; every log also from nominal hardware alone; and
 interpolation within a calibrated scale.
 
-    python benchmarks/cross_scale.py [--json OUT.json] [--pick nccl|fastest]
+    python benchmarks/cross_scale.py [--json OUT.json] [--pick nccl|fastest] [--interp-detail] [--ring-steps [SYSTEM]]
 
 Data: tests/data/nccl-tests-multiscale (one system at several scales) and
 tests/data/nccl-tests (single-scale logs, nominal only). Each system is described once by
@@ -405,12 +405,19 @@ def ring_step_rows(series: Series, pick: str = "nccl") -> List[dict]:
     terms. At a fixed channel count the model is affine in size, so its bandwidth term is
     T(2S) - T(S). ``excess`` is what the log leaves per step above the model's bandwidth term;
     chunk and loops are NCCL's Simple ones (LL/LL128 rows: the channel's share, one loop)."""
+    return _ring_step_scan(series, pick)[0]
+
+
+def _ring_step_scan(series: Series, pick: str) -> Tuple[List[dict], Dict[str, int]]:
+    """:func:`ring_step_rows` and, per (algorithm/protocol) the model runs instead of a ring,
+    how many predicted sizes >= 1 MB it took (what to say when there are no rows)."""
     nominal = nominal_system(series.preset, series_nccl_version(series))
     per_log = [(log, read_log(series.folder, log, series.name)) for log in series.logs]
     limit = 2 if max(log.nodes for log in series.logs) > 2 else min(log.nodes for log in series.logs)
     fit = fit_physical([m for log, mm in per_log if log.nodes <= limit for m in mm], nominal)
     s = fit.system
-    rows = []
+    rows: List[dict] = []
+    others: Dict[str, int] = {}
     for log, mm in per_log:
         if log.nodes <= limit:
             continue
@@ -419,7 +426,10 @@ def ring_step_rows(series: Series, pick: str = "nccl") -> List[dict]:
             n, C = sc.ranks, nccl_channels(s, sc)
             ring_steps = 2 * (n - 1) if m.kind == "all_reduce" else n - 1
             for S, T, (a, proto) in zip(m.sizes, m.time_us, fit.plan(m.kind, m.nodes, m.gpus_per_node, pick=pick).choose(m.sizes)):
-                if S < MB or a != "ring":
+                if S < MB:
+                    continue
+                if a != "ring":
+                    others[f"{a}/{proto}"] = others.get(f"{a}/{proto}", 0) + 1
                     continue
                 nc = float(channels_used(a, proto, np.array([S]), C, n)[0])
                 if proto == "Simple":
@@ -436,7 +446,7 @@ def ring_step_rows(series: Series, pick: str = "nccl") -> List[dict]:
                              "measured_us_per_step": T / steps, "model_us_per_step": t1 / steps,
                              "model_latency_us_per_step": (2 * t1 - t2) / steps,
                              "excess_us_per_step": (T - (t2 - t1)) / steps})
-    return rows
+    return rows, others
 
 
 def ring_intercepts(rows: Sequence[dict], largest: float = 2 * 1024 * MB) -> List[dict]:
@@ -465,10 +475,45 @@ def ring_intercepts(rows: Sequence[dict], largest: float = 2 * 1024 * MB) -> Lis
     return out
 
 
-def print_ring_steps(rows: List[dict], file=sys.stdout) -> None:
-    """The :func:`ring_step_rows` table, then each log's ring/Simple fixed cost (:func:`ring_intercepts`)."""
-    p = lambda *a: print(*a, file=file)
+def ring_steps(series: Series, pick: str = "nccl") -> dict:
+    """The ``--ring-steps`` listing of `series` as data (the ``ring_steps`` key of ``--json``):
+    its :func:`ring_step_rows` and :func:`ring_intercepts` (plain numbers), and for a table with
+    no rows the one line that says why (``rows_note``, ``intercepts_note``; None otherwise)."""
+    rows, others = _ring_step_scan(series, pick)
+    rows = [{k: (float(v) if isinstance(v, (float, np.floating)) else v) for k, v in r.items()} for r in rows]
+    intercepts = ring_intercepts(rows)
+    rows_note = intercepts_note = None
+    if not rows:
+        where = f"{series.name} (--pick {pick})"
+        if others:
+            picks = ", ".join(f"{k} at {v}" for k, v in sorted(others.items(), key=lambda kv: (-kv[1], kv[0])))
+            rows_note = (f"{where}: no ring rows: the model runs no predicted size >= 1 MB as a ring "
+                         f"({picks} of its {sum(others.values())})")
+        else:
+            rows_note = f"{where}: no ring rows: no predicted log has a size >= 1 MB"
+        intercepts_note = rows_note
+    elif not intercepts:
+        counts = {}
+        for r in rows:
+            if r["pick"] == "ring/Simple" and r["size_bytes"] <= 2 * 1024 * MB:
+                counts[(r["log"], r["kind"])] = counts.get((r["log"], r["kind"]), 0) + 1
+        most = max(counts.values(), default=0)
+        intercepts_note = (f"{series.name} (--pick {pick}): no fixed cost fitted: it needs 3 or more ring/Simple "
+                           f"sizes (1 MB to 2 GiB) in one log, the most in one is {most}")
+    return {"system": series.name, "pick": pick, "rows": rows, "intercepts": intercepts,
+            "rows_note": rows_note, "intercepts_note": intercepts_note}
+
+
+def print_ring_steps(block: dict, file=None) -> None:
+    """The :func:`ring_steps` listing: the ring-step table, then each log's ring/Simple fixed
+    cost; a table with no rows is the one line saying why, not its headers. `file`: default
+    the stdout of the moment (not of import)."""
+    p = lambda *a: print(*a, file=file or sys.stdout)
+    rows = block["rows"]
     p("")
+    if not rows:
+        p(f"Ring steps: {block['rows_note']}")
+        return
     p("Ring steps: per predicted ring size >= 1 MB, time per step (us) measured and modelled; "
       "excess = measured minus the model's bandwidth term")
     p(f"{'log':46} {'kind':14} {'size':>5} {'pick':12} {'ch':>3} {'ch/NIC':>6} {'chunk':>6} {'loops':>5} {'steps':>5} "
@@ -479,10 +524,13 @@ def print_ring_steps(rows: List[dict], file=sys.stdout) -> None:
           f"{r['chunk_bytes'] / KB:5.0f}K {r['loops']:5d} {r['steps']:5d} {r['measured_us_per_step']:8.1f} "
           f"{r['model_us_per_step']:8.1f} {r['model_latency_us_per_step']:7.1f} {r['excess_us_per_step']:7.1f}")
     p("")
+    if not block["intercepts"]:
+        p(f"Ring/Simple fixed cost per collective: {block['intercepts_note']}")
+        return
     p("Ring/Simple fixed cost per collective: least-squares intercept of time over size (sizes <= 2 GiB) "
       "against the model's latency")
     p(f"{'log':46} {'kind':14} {'sizes':>11} {'steps':>5} {'log: a +- se (us)':>18} {'model (us)':>10}")
-    for q in ring_intercepts(rows):
+    for q in block["intercepts"]:
         span = f"{_kb(q['sizes'][0])}-{_kb(q['sizes'][-1])}"
         p(f"{q['log'][:46]:46} {q['kind']:14} {span:>11} {q['ring_steps']:5d} "
           f"{q['intercept_us']:9.0f} +- {q['intercept_stderr_us']:4.0f} {q['model_latency_us']:10.0f}")
@@ -490,7 +538,8 @@ def print_ring_steps(rows: List[dict], file=sys.stdout) -> None:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--json", help="write every figure (and each predicted row) to this file")
+    ap.add_argument("--json", help="write every figure (and each predicted row; with --ring-steps, its rows under "
+                                   "ring_steps) to this file")
     ap.add_argument("--pick", choices=("nccl", "fastest"), default="nccl",
                     help="choose (algorithm, protocol) by NCCL's own estimate (default) or by the physical time")
     ap.add_argument("--interp-detail", action="store_true",
@@ -502,20 +551,31 @@ def main(argv=None) -> int:
     steps_series = [x for x in SERIES if x.name == args.ring_steps]
     if args.ring_steps is not None and not steps_series:  # '' too: it names no series
         ap.error(f"--ring-steps: no series {args.ring_steps!r} (one of: {', '.join(x.name for x in SERIES)})")
-    if args.json and not os.path.isdir(os.path.dirname(os.path.abspath(args.json))):  # before the minutes of fitting
-        ap.error(f"--json: no directory {os.path.dirname(os.path.abspath(args.json))!r} to write {args.json!r} in")
+    if args.json is not None:  # before the minutes of fitting
+        folder = os.path.dirname(os.path.abspath(args.json)) if args.json else ""
+        if not args.json:
+            ap.error("--json: expected a file name, got ''")
+        if not os.path.isdir(folder):
+            ap.error(f"--json: no directory {folder!r} to write {args.json!r} in")
+        if os.path.isdir(args.json):
+            ap.error(f"--json: {args.json!r} is a directory, not a file to write")
+        if not os.access(folder, os.W_OK | os.X_OK):
+            ap.error(f"--json: the directory {folder!r} is not writable")
     results = [run_series(s, args.pick) for s in SERIES]
     single = run_single(args.pick)
     interp = run_interpolation(SERIES, args.pick)
     print_report(results, single, interp)
     if args.interp_detail:
         print_interp_detail(interp)
-    if steps_series:
-        print_ring_steps(ring_step_rows(steps_series[0], args.pick))
+    steps = ring_steps(steps_series[0], args.pick) if steps_series else None
+    if steps is not None:
+        print_ring_steps(steps)
     if args.json:
+        doc = {"series": results, "single_scale_nominal": single, "interpolation": interp}
+        if steps is not None:
+            doc["ring_steps"] = steps
         # whole or not at all (a write cut short leaves the previous file)
-        atomic_write_text(args.json, json.dumps({"series": results, "single_scale_nominal": single,
-                                                 "interpolation": interp}, indent=1, sort_keys=True))
+        atomic_write_text(args.json, json.dumps(doc, indent=1, sort_keys=True))
     return 0
 
 

@@ -54,7 +54,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
@@ -84,6 +84,11 @@ RANK_RCOND = 1e-6  # singular values below this fraction of the largest: not det
 # a spread of a few per cent is one kink of the piecewise-linear step time, not a determination
 PER_STEP_RCOND = 0.05
 ZERO_COLUMN = 1e-8  # |d relative residual / d constant| below this: the constant moves nothing
+# A measured step time outside these (s) is not one validate --mode ddp measured (a hand-edited
+# report): below a microsecond no collective has run, above a day it is no training step; and
+# near either end of the floats' range the fit's grid of per-bucket costs (up to the step time)
+# and its weights (1 / M^2) overflow.
+MIN_STEP_S, MAX_STEP_S = 1e-6, 86400.0
 
 
 @dataclass(frozen=True)
@@ -141,6 +146,43 @@ def fit_record(scenario: spec.Scenario, calibration: Any, step_times_s: Sequence
             "step_times_s": [float(t) for t in step_times_s], "stragglers": len(scenario.stragglers)}
 
 
+# the record's nested mappings: each a spec dataclass's fields (fit_record writes asdict())
+_RECORD_SHAPE: Mapping[str, Any] = {
+    "": spec.Scenario, "cluster": spec.Cluster, "cluster.intra_node": spec.Link, "cluster.inter_node": spec.Link,
+    "model": spec.Model, "compute": spec.Compute, "ddp": spec.DDP, "ddp.costs": spec.DDPCosts,
+    "collective": spec.Collective,
+}
+
+
+def _check_shape(d: Any, source: str) -> None:
+    """Refuse a scenario record whose mappings are not the ones :func:`fit_record` writes (not a
+    mapping, a key missing or unknown) at the key path, before it is built: the dataclasses'
+    own TypeError or KeyError would name neither the key nor what it should hold."""
+    for where, cls in _RECORD_SHAPE.items():
+        key = "ddp_fit_input.scenario" + (f".{where}" if where else "")
+        node = d
+        for part in where.split(".") if where else ():
+            node = node[part]  # its parent was checked first (the table is in that order)
+        if not isinstance(node, Mapping):
+            raise CalibrationError(f"expected a mapping (as fit_record writes it), got {node!r:.60}",
+                                   source=source, key=key)
+        names = [f.name for f in fields(cls) if not (cls is spec.Scenario and f.name == "calibration")]
+        for k in node:
+            if k not in names:
+                raise CalibrationError(f"unknown key; expected one of {', '.join(names)}", source=source,
+                                       key=f"{key}.{k}")
+        for k in names:
+            if k not in node:
+                raise CalibrationError("missing (fit_record writes every field of the scenario)", source=source,
+                                       key=f"{key}.{k}")
+    if d["stragglers"] not in ([], ()):
+        # the fit simulates the record without them (fit_record writes [] here and their count
+        # beside the scenario): a straggler list here would be dropped unread
+        raise CalibrationError(f"expected [] (fit_record keeps the run's stragglers as the count "
+                               f"ddp_fit_input.stragglers, and the fit takes runs without them), got {d['stragglers']!r:.60}",
+                               source=source, key="ddp_fit_input.scenario.stragglers")
+
+
 def _scenario_from_dict(d: Mapping[str, Any], calibration: Any) -> spec.Scenario:
     c = d["cluster"]
     cluster = spec.Cluster(nodes=c["nodes"], gpus_per_node=c["gpus_per_node"],
@@ -178,8 +220,12 @@ def _check_record(d: Mapping[str, Any], source: str) -> None:
     try:
         parsed, capped = parse_scenario(doc, source), parse_scenario(caps, source)
     except InputError as exc:
+        path = exc.path or ""
+        head, _, cost = path.partition(".")
+        if head == "ddp" and cost in {f.name for f in fields(spec.DDPCosts)}:
+            path = f"ddp.costs.{cost}"  # read as a file's ddp: keys, kept under ddp.costs in the record
         raise CalibrationError(exc.message, source=source,
-                               key="ddp_fit_input.scenario" + (f".{exc.path}" if exc.path else "")) from None
+                               key="ddp_fit_input.scenario" + (f".{path}" if path else "")) from None
     read = asdict(replace(parsed, ddp=replace(parsed.ddp, bucket_cap=capped.ddp.bucket_cap,
                                               first_bucket=capped.ddp.first_bucket)))
     read.pop("calibration")  # fit_record keeps it beside the scenario
@@ -206,6 +252,23 @@ def _differences(a: Any, b: Any, path: str):
         yield path, a, b
 
 
+def _had_stragglers(rec: Mapping[str, Any], source: str) -> bool:
+    """Whether the record's run had stragglers: :func:`fit_record` writes their count (0: none);
+    a JSON boolean says the same. Anything else (``"no"``, ``"false"``, ``null``, 1.0, a
+    negative count) is refused: read by truth value, ``"no"`` would be a run with stragglers
+    and 0.0 one without, neither what the report meant to say."""
+    if "stragglers" not in rec:
+        raise CalibrationError("missing (fit_record writes the run's straggler count)", source=source,
+                               key="ddp_fit_input.stragglers")
+    v = rec["stragglers"]
+    if isinstance(v, bool):
+        return v
+    if isinstance(v, int) and v >= 0:
+        return v > 0
+    raise CalibrationError(f"expected the run's straggler count (an integer >= 0, as fit_record writes it) or a "
+                           f"boolean, got {v!r:.60}", source=source, key="ddp_fit_input.stragglers")
+
+
 def run_from_report(report: Any, source: str) -> DDPRun:
     """The :class:`DDPRun` of one ``validate --mode ddp --json`` report (CalibrationError naming
     `source` and the key when it is not one, or its run had stragglers)."""
@@ -218,18 +281,26 @@ def run_from_report(report: Any, source: str) -> DDPRun:
     if not isinstance(rec, Mapping):
         raise CalibrationError("missing (the report was written before validate --mode ddp recorded its inputs; "
                                "rerun it)", source=source, key="ddp_fit_input")
-    if rec.get("stragglers"):
+    if _had_stragglers(rec, source):
         raise CalibrationError("the run had stragglers (stalls): fit DDP's costs from runs without them",
                                source=source, key="ddp_fit_input.stragglers")
     times = rec.get("step_times_s")
     if not isinstance(times, list) or not times or not all(
-            isinstance(t, (int, float)) and not isinstance(t, bool) and math.isfinite(t) and t > 0 for t in times):
-        raise CalibrationError(f"expected a list of positive step times, got {times!r:.60}", source=source,
-                               key="ddp_fit_input.step_times_s")
+            isinstance(t, (int, float)) and not isinstance(t, bool) and MIN_STEP_S <= t <= MAX_STEP_S for t in times):
+        raise CalibrationError(f"expected a list of step times in seconds, each from {MIN_STEP_S:g} to "
+                               f"{MAX_STEP_S:g}, got {times!r:.60}", source=source, key="ddp_fit_input.step_times_s")
+    if "scenario" not in rec:
+        raise CalibrationError("missing (fit_record writes the scenario the prediction used)", source=source,
+                               key="ddp_fit_input.scenario")
     try:
         cal = None if rec.get("calibration") is None else calibration_from_dict(rec["calibration"], source)
+    except CalibrationError as exc:  # its key path is the calibration's own: under the record's key
+        raise CalibrationError(exc.message, source=source,
+                               key="ddp_fit_input.calibration" + (f".{exc.path}" if exc.path else "")) from None
+    try:
+        _check_shape(rec["scenario"], source)
+        _check_record(rec["scenario"], source)  # the schema's reasons, at their keys, before the dataclasses'
         scenario = _scenario_from_dict(rec["scenario"], cal)
-        _check_record(rec["scenario"], source)
     except CalibrationError:
         raise
     except (KeyError, TypeError, ValueError) as exc:
@@ -266,7 +337,18 @@ class _Layout:
 
 
 def _simulated(runs: Sequence[DDPRun], h: float, s: float) -> np.ndarray:
-    return np.array([predicted_step_time(r, h, s) for r in runs])
+    """Every run's :func:`predicted_step_time`; CalibrationError naming the run where it is not
+    a finite time (a record the scenario reader takes but the engine overflows on, such as a
+    memory bandwidth of 1e-300 B/s), which the fit's costs and steps would carry as NaN."""
+    with np.errstate(all="ignore"):  # the overflow is reported below, once, not as numpy's warnings
+        out = np.array([predicted_step_time(r, h, s) for r in runs])
+    for r, t in zip(runs, out):
+        if not math.isfinite(t):
+            raise CalibrationError(f"the simulated step time of this run's record is {float(t)} s (with bucket_overhead "
+                                   f"{h:.3g} s, overlap_slowdown {s:.3g}): its scenario is not one the engine can "
+                                   "price (check the record's rates and times)", source=r.source,
+                                   key="ddp_fit_input.scenario")
+    return out
 
 
 def _residuals(runs: Sequence[DDPRun], theta: np.ndarray, lay: _Layout) -> np.ndarray:
@@ -402,6 +484,15 @@ def _fit_offset_only(runs, w, names: str, notes: List[str], dropped_s: bool) -> 
                   tuple(notes), c, se_c)
 
 
+def _same_scenario(a: spec.Scenario, b: spec.Scenario) -> bool:
+    """Whether two runs' scenarios are equal (a calibration holding arrays, whose == has no
+    single truth value, counts as different: two runs are refused as one only when certain)."""
+    try:
+        return bool(a == b)
+    except (ValueError, TypeError):
+        return False
+
+
 def fit_ddp_costs(runs: Sequence[DDPRun], fit_slowdown: Optional[bool] = None,
                   per_step: Optional[bool] = None) -> DDPFit:
     """Fit ``bucket_overhead``, the per-step constant (`per_step`) and ``overlap_slowdown``
@@ -413,6 +504,13 @@ def fit_ddp_costs(runs: Sequence[DDPRun], fit_slowdown: Optional[bool] = None,
     names = ", ".join(r.source for r in runs) or "no runs"
     if len(runs) < 2:
         raise CalibrationError(f"{names}: ddp.bucket_overhead needs runs at two or more bucket caps, got {len(runs)} run(s)")
+    for i, r in enumerate(runs):
+        # one run given twice (the same file twice, or a copy) would count its cap double
+        twin = next((q for q in runs[:i] if (q.step_time_s, q.stderr_s) == (r.step_time_s, r.stderr_s)
+                     and _same_scenario(q.scenario, r.scenario)), None)
+        if twin is not None:
+            raise CalibrationError(f"{twin.source} and {r.source} are the same run (the same scenario and step times): "
+                                   "give each run once")
     counts = sorted({r.buckets for r in runs})
     if len(counts) < 2:
         raise CalibrationError(f"{names}: ddp.bucket_overhead needs runs whose bucket counts differ; every run has "

@@ -10,6 +10,7 @@ constant, is one line on stderr and exit 2.
 from __future__ import annotations
 
 import json
+import os
 from typing import Sequence
 
 from commsim.cli.common import fail
@@ -29,6 +30,10 @@ def ddp_fit_command(reports: Sequence[str], output: str, other_source: bool) -> 
     if not reports:
         fail("--ddp-fit: no report given (expected REPORT.json [REPORT.json ...] from validate --mode ddp --json)")
     stdout_taken = check_outputs({"-o": output})
+    if not stdout_taken:
+        for path in reports:  # the fragment would replace a report it is read from
+            if os.path.exists(path) and os.path.exists(output) and os.path.samefile(path, output):
+                fail(f"-o {output}: is the report {path} read by --ddp-fit: give the fit its own file")
     echo = echo_to(stdout_taken)
     runs = []
     for path in reports:
@@ -38,6 +43,8 @@ def ddp_fit_command(reports: Sequence[str], output: str, other_source: bool) -> 
             doc = json.loads(text)
         except ValueError as exc:
             fail(f"{path}: not JSON ({exc})")
+        except RecursionError:  # json's recursive decoder: arrays or objects nested thousands deep
+            fail(f"{path}: not JSON as validate writes it (nested too deeply)")
         except InputError as exc:
             fail(str(exc))
         try:

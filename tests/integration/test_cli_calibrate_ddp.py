@@ -62,3 +62,48 @@ def test_ddp_fit_refusals_are_one_line_exit_2_and_write_nothing(tmp_path):
         assert text in res.output and "Traceback" not in res.output
         assert len(res.output.strip().splitlines()) == 1
         assert not out.exists()
+
+
+def test_ddp_fit_refuses_a_straggler_flag_that_is_not_a_count_or_boolean(tmp_path):
+    one, other = _report(tmp_path / "r1.json", 1), _report(tmp_path / "r25.json", 25)
+    doc = json.loads((tmp_path / "r25.json").read_text())
+    doc["ddp_fit_input"]["stragglers"] = "no"
+    (tmp_path / "r25.json").write_text(json.dumps(doc))
+    out = tmp_path / "ddp.yaml"
+    res = CliRunner().invoke(main, ["calibrate", "--ddp-fit", one, other, "-o", str(out)])
+    assert res.exit_code == 2, res.output
+    assert res.output.strip() == (f"commsim: error: {other}: ddp_fit_input.stragglers: expected the run's straggler count (an "
+                                  "integer >= 0, as fit_record writes it) or a boolean, got 'no'")
+    assert not out.exists()
+
+
+def test_ddp_fit_refuses_one_run_given_twice(tmp_path):
+    # the same file twice, by another name, or copied: its cap would count double in the fit
+    one, other = _report(tmp_path / "r1.json", 1), _report(tmp_path / "r25.json", 25)
+    (tmp_path / "copy.json").write_text((tmp_path / "r25.json").read_text())
+    out = tmp_path / "ddp.yaml"
+    for twice in (other, str(tmp_path / "." / "r25.json"), str(tmp_path / "copy.json")):
+        res = CliRunner().invoke(main, ["calibrate", "--ddp-fit", one, other, twice, "-o", str(out)])
+        assert res.exit_code == 2, res.output
+        assert res.output.strip() == (f"commsim: error: {other} and {twice} are the same run (the same scenario and "
+                                      "step times): give each run once")
+        assert not out.exists()
+
+
+def test_ddp_fit_does_not_write_over_a_report_it_reads(tmp_path):
+    one, other = _report(tmp_path / "r1.json", 1), _report(tmp_path / "r25.json", 25)
+    before = (tmp_path / "r1.json").read_bytes()
+    res = CliRunner().invoke(main, ["calibrate", "--ddp-fit", one, other, "-o", str(tmp_path / "." / "r1.json")])
+    assert res.exit_code == 2, res.output
+    assert "is the report" in res.output and "give the fit its own file" in res.output
+    assert len(res.output.strip().splitlines()) == 1
+    assert (tmp_path / "r1.json").read_bytes() == before
+
+
+def test_ddp_fit_refuses_json_nested_too_deeply_in_one_line(tmp_path):
+    one = _report(tmp_path / "r1.json", 1)
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    res = CliRunner().invoke(main, ["calibrate", "--ddp-fit", one, str(deep), "-o", str(tmp_path / "ddp.yaml")])
+    assert res.exit_code == 2, res.output
+    assert res.output.strip() == f"commsim: error: {deep}: not JSON as validate writes it (nested too deeply)"

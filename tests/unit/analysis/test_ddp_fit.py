@@ -120,7 +120,7 @@ def test_report_record_round_trip():
     ({"mode": "ddp"}, "ddp_fit_input"),
     ({"mode": "ddp", "ddp_fit_input": {**fit_record(job(1), None, [0.1]), "stragglers": 1}}, "ddp_fit_input.stragglers"),
     ({"mode": "ddp", "ddp_fit_input": {**fit_record(job(1), None, [0.1]), "step_times_s": []}}, "ddp_fit_input.step_times_s"),
-    ({"mode": "ddp", "ddp_fit_input": {**fit_record(job(1), None, [0.1]), "scenario": {"cluster": 3}}}, "ddp_fit_input.scenario"),
+    ({"mode": "ddp", "ddp_fit_input": {**fit_record(job(1), None, [0.1]), "scenario": {"cluster": 3}}}, "ddp_fit_input.scenario.model"),
 ])
 def test_bad_reports_name_the_file_and_key(report, key):
     with pytest.raises(CalibrationError) as err:
@@ -170,3 +170,34 @@ def test_costs_fitted_on_other_caps_predict_the_small_vs_large_difference(h, sig
     want = truth[1] - truth[25]
     assert (want > 0) == (sign > 0) and abs(want) > 0.01
     assert pred[1] - pred[25] == pytest.approx(want, rel=1e-3)
+
+
+def test_runs_at_different_comm_streams_fit_jointly_each_at_its_own_k():
+    # bucket_overhead and overlap_slowdown mean the same in the one-stream engine and the k-stream
+    # one (both charge commsim.sim.ddp_costs' costs); each run is re-simulated from its own record,
+    # its k included, so one job measured with 1 and 2 gloo threads is one fit. Two streams sharing
+    # a capacity of 2 make the 1 MB run 24% faster than one stream would: a fit that ran every
+    # record at one stream could not meet both
+    import json
+
+    s0 = spec.DDPCosts().overlap_slowdown
+    runs = []
+    for cap, k in ((1, 1), (1, 2), (25, 2), (4, 1), (2, 2)):
+        sc = replace(job(cap), ddp=replace(job(cap).ddp, comm_streams=k, comm_capacity=2.0 if k > 1 else 1.0))
+        t = predicted_step_time(DDPRun(sc, 1.0, 0.0), 3e-3, s0)
+        rec = json.loads(json.dumps({"mode": "ddp", "ddp_fit_input": fit_record(sc, None, [t * 0.999, t, t * 1.001])}))
+        runs.append(run_from_report(rec, f"cap{cap}_k{k}.json"))
+    assert [r.scenario.ddp.comm_streams for r in runs] == [1, 2, 2, 1, 2]
+    assert runs[1].step_time_s < 0.8 * runs[0].step_time_s  # same cap, two streams
+    fit = fit_ddp_costs(runs)
+    assert fit.bucket_overhead == pytest.approx(3e-3, rel=1e-4)
+    assert fit.predicted_s == pytest.approx(fit.measured_s, rel=1e-6)
+    one_stream = [replace(r, scenario=replace(r.scenario, ddp=replace(r.scenario.ddp, comm_streams=1, comm_capacity=1.0)))
+                  for r in runs]
+    assert fit_ddp_costs(one_stream).reduced_chi2 > 1e3
+
+
+def test_one_run_given_twice_is_refused():
+    a, b = measured([1, 25], 10e-3, spec.DDPCosts().overlap_slowdown)
+    with pytest.raises(CalibrationError, match=r"^cap25 and copy are the same run \(the same scenario and step times\)"):
+        fit_ddp_costs([a, b, replace(b, source="copy")])
