@@ -17,6 +17,7 @@ from commsim.scenario import spec
 from commsim.scenario.schema_fields import (
     SECTION_KEYS,
     TIME_HINT,
+    CrossKeyError,
     Section,
     choice,
     read_bool,
@@ -196,9 +197,10 @@ def _read_bucket_layout(m: Section, model: Optional[spec.Model]):
             total, grad = sum(out), float(model.grad_bytes)
             slack = max(BUCKET_TOTAL_TOLERANCE * grad, spec.BYTES_PER_ELEMENT[model.grad_dtype] * len(out))
             if abs(total - grad) > slack:
-                raise ScenarioError(source, "ddp.bucket_sizes",
+                raise CrossKeyError(source, "ddp.bucket_sizes",
                                     f"expected bucket sizes summing to the model's gradient bytes, {grad:.0f} B "
-                                    f"(model.parameters x {model.grad_dtype}, within 0.1%), got {total:.0f} B")
+                                    f"(model.parameters x {model.grad_dtype}, within 0.1%), got {total:.0f} B",
+                                    related=("model.parameters", "model.grad_dtype"))
         sizes = tuple(out)
     if m.has("bucket_ready"):
         raw = m.value["bucket_ready"]
