@@ -7,7 +7,7 @@ mappings, ``STRAGGLERS`` for each straggler kind), and the keys of scenarios/*.y
 tables in docs/scenario-format.md are checked to be among them, so that a key added to the schema,
 a file or the docs is walked too. Each key is set in a small base scenario (4 ranks, 2 steps) that
 holds it in a context where it is read (a bucket layout, concurrent streams, a preset's NIC
-arithmetic, one straggler of each kind).
+arithmetic, one straggler of each kind, sharding, an NCCL cost model), in every base that holds it.
 """
 
 from __future__ import annotations
@@ -70,6 +70,11 @@ BASES: Dict[str, Dict[str, Any]] = {
                "ddp": {"bucket_sizes": [3_000_000, 999_999, 1], "bucket_ready": [0.5, 0.9, 1.0], **_DDP_COSTS}},
     "streams": {**_COMMON, "cluster": _CLUSTER,
                 "ddp": {"bucket_cap": "1 MB", "comm_streams": 2, "comm_capacity": 1.5, "comm_shared": "bandwidth"}},
+    "sharded": {**_COMMON, "cluster": _CLUSTER, "stragglers": _STRAGGLERS[:1],
+                "ddp": {"bucket_cap": "1 MB", "first_bucket": "100 kB", "sharding": "fsdp", **_DDP_COSTS}},
+    "nccl": {**_COMMON, "cluster": {**_CLUSTER, "intra_kind": "pcie", "nics_per_node": 2},
+             "collective": {"algorithm": "auto", "model": "nccl-2.19"}, "stragglers": _STRAGGLERS[5:],
+             "ddp": {"bucket_cap": "1 MB", "first_bucket": "100 kB", **_DDP_COSTS}},
     "nics": {**_COMMON, "cluster": {"preset": "dgx-a100", "nodes": 2, "gpus_per_node": 2, "nics_per_node": 2,
                                     "nic_bandwidth": "100 Gbps", "oversubscription": 2}},
 }
@@ -120,6 +125,14 @@ ADDED = ("calibration",)
 
 def base_of(key: str) -> str:
     return next((name for name, doc in BASES.items() if _lookup(doc, key)), next(iter(BASES)))
+
+
+def bases_of(key: str) -> List[str]:
+    """Every base that holds the key (the first, for a key none holds)."""
+    return [name for name, doc in BASES.items() if _lookup(doc, key)] or [base_of(key)]
+
+
+CASES = [(base, key) for key in KEYS for base in bases_of(key)]
 
 
 def _flatten(node: Any, prefix: str = "") -> List[str]:
@@ -191,9 +204,9 @@ def _check_run(key: str, value: str, scenario) -> None:
     assert np.all(result.step_time > 0), f"{key}={value}: step times {result.step_time}"
 
 
-@pytest.mark.parametrize("key", KEYS)
-def test_an_extreme_value_is_refused_at_its_key_or_runs_finite(key, base_files):
-    source = base_files[base_of(key)]
+@pytest.mark.parametrize("base, key", CASES, ids=[f"{b}:{k}" for b, k in CASES])
+def test_an_extreme_value_is_refused_at_its_key_or_runs_finite(base, key, base_files):
+    source = base_files[base]
     for value in VALUES:
         override = f"{key}={value}"
         try:
