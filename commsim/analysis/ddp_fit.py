@@ -44,7 +44,8 @@ run i's step exposes, i.e. dT_i/dh; 1 / M_i for c; the overlapped compute for s)
   above its standard error. `fit_slowdown=True` forces it (refused where not of full rank).
 
 A constant the runs cannot determine when required is refused
-(:class:`commsim.calibration.CalibrationError`, one line).
+(:class:`commsim.calibration.CalibrationError`, one line), and so are runs on different
+backends (the reports' ``backend``: a bucket's host cost is NCCL's or gloo's own).
 
 Output (:func:`fit_yaml`): a ``ddp:`` mapping to copy into a scenario (or pass as
 ``--set ddp.bucket_overhead=...``), each constant with its standard error in a comment.
@@ -94,12 +95,14 @@ MIN_STEP_S, MAX_STEP_S = 1e-6, 86400.0
 @dataclass(frozen=True)
 class DDPRun:
     """One measured DDP run: the scenario its prediction used (measured compute, its bucket
-    cap), the measured median step time (s) and that median's standard error (s)."""
+    cap), the measured median step time (s) and that median's standard error (s); ``backend``:
+    the torch.distributed backend it ran on (the report's ``backend``), None where not known."""
 
     scenario: spec.Scenario
     step_time_s: float
     stderr_s: float
     source: str = "run"
+    backend: Optional[str] = None
 
     @property
     def buckets(self) -> int:
@@ -307,7 +310,18 @@ def run_from_report(report: Any, source: str) -> DDPRun:
         raise CalibrationError(f"not a scenario record ({type(exc).__name__}: {exc})", source=source,
                                key="ddp_fit_input.scenario") from None
     med, err = _median_stderr(times)
-    return DDPRun(scenario, med, err, source)
+    return DDPRun(scenario, med, err, source, _backend(report, source))
+
+
+def _backend(report: Mapping[str, Any], source: str) -> Optional[str]:
+    """The report's ``backend`` (``commsim validate`` writes it: gloo, nccl), None where absent."""
+    if "backend" not in report:
+        return None
+    v = report["backend"]
+    if not isinstance(v, str) or not v.strip():
+        raise CalibrationError(f"expected the torch.distributed backend the run used (a name such as gloo or nccl, "
+                               f"as validate writes it), got {v!r:.60}", source=source, key="backend")
+    return v
 
 
 # --- the fit ----------------------------------------------------------------------------------
@@ -511,6 +525,15 @@ def fit_ddp_costs(runs: Sequence[DDPRun], fit_slowdown: Optional[bool] = None,
         if twin is not None:
             raise CalibrationError(f"{twin.source} and {r.source} are the same run (the same scenario and step times): "
                                    "give each run once")
+    known = [r for r in runs if r.backend is not None]
+    other = next((r for r in known if r.backend != known[0].backend), None)
+    if other is not None:
+        # a bucket's host cost is the backend's own (NCCL's kernel launch and stream work against
+        # gloo's CPU threads): one constant for both would be neither's
+        first = known[0]
+        raise CalibrationError(f"{first.source} and {other.source} are runs on different backends "
+                               f"({first.backend} and {other.backend}, their reports' key backend): fit each "
+                               "backend's runs on their own")
     counts = sorted({r.buckets for r in runs})
     if len(counts) < 2:
         raise CalibrationError(f"{names}: ddp.bucket_overhead needs runs whose bucket counts differ; every run has "

@@ -35,6 +35,7 @@ from commsim.scenario.schema import (  # noqa: F401 - re-exported: the loader is
     STRAGGLER_KINDS,
     parse_scenario,
 )
+from commsim.scenario.schema_fields import CrossKeyError
 from commsim.units import describe
 from commsim.yamlio import parse_yaml, read_text_file
 
@@ -237,9 +238,12 @@ def load_scenario_document(
             budget.check(scenario, source)
         return scenario, doc
     except ScenarioError as err:
-        flag = _origin(err.path, origins)
+        related = getattr(err, "related", ())  # a check across keys: any of them may be the flag's
+        flag = next((f for f in (_origin(p, origins) for p in (err.path, *related)) if f is not None), None)
         if flag is None:
             raise
+        if isinstance(err, CrossKeyError):
+            raise CrossKeyError(f"{source} (after {flag})", err.path, err.message, related) from None
         kind = budget.BudgetError if isinstance(err, budget.BudgetError) else ScenarioError
         raise kind(f"{source} (after {flag})", err.path, err.message) from None
 

@@ -31,6 +31,7 @@ from commsim.scenario.schema_fields import (
     MAX_TIME,
     MIN_RATE,
     SECTION_KEYS,
+    CrossKeyError,
     Section,
     read_count,
     read_count_or_zero,
@@ -150,18 +151,21 @@ def parse_scenario(doc: Any, source: str) -> spec.Scenario:
     collective = read_collective(source, doc.get("collective", {}))
     buckets = model.grad_bytes / ddp.bucket_cap
     if buckets > MAX_BUCKETS:
-        raise ScenarioError(
+        raise CrossKeyError(
             source, "ddp.bucket_cap",
             f"expected at most {MAX_BUCKETS} buckets per step (gradient bytes / bucket_cap), "
-            f"got {model.grad_bytes:g} B / {ddp.bucket_cap:g} B = {buckets:.3g} buckets",
+            f"got {model.grad_bytes:g} B / {ddp.bucket_cap:g} B = {buckets:.3g} buckets "
+            f"(model.parameters {model.parameters} x {model.grad_dtype})",
+            related=("model.parameters", "model.grad_dtype"),
         )
     stragglers = read_stragglers(source, doc["stragglers"], cluster) if "stragglers" in doc else ()
     steps = top.get("steps", read_count, spec.Scenario.steps)
     if steps * cluster.world_size > MAX_RANK_STEPS:
-        raise ScenarioError(
+        raise CrossKeyError(
             source, "steps",
             f"expected steps x world size up to {MAX_RANK_STEPS} (the engine keeps per-rank, per-step "
             f"records), got {steps} x {cluster.world_size}",
+            related=("cluster.nodes", "cluster.gpus_per_node"),
         )
     calibration = read_calibration(source, doc["calibration"], collective) if "calibration" in doc else None
     if ddp.comm_streams > 1:

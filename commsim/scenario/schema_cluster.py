@@ -20,6 +20,7 @@ from commsim.scenario.schema_fields import (
     read_count,
     read_rate,
     read_time_or_zero,
+    MIN_RATE,
 )
 from commsim.units import parse_number
 
@@ -40,6 +41,9 @@ DEFAULT_INTRA_NODE_LATENCY = 3.4e-6
 DEFAULT_INTER_NODE_LATENCY = 14.0e-6
 
 MAX_WORLD_SIZE = 2**20  # ranks; about 64 times the largest jobs run today
+# Far beyond real tapers (2:1, 4:1): a typo's 1e300 derived a 1e-290 B/s network that was
+# refused at inter_node.bandwidth, a key the file never wrote
+MAX_OVERSUBSCRIPTION = 1000.0
 
 
 def _link(source: str, path: str, value: Any, default_latency: float) -> spec.Link:
@@ -56,6 +60,7 @@ def _link(source: str, path: str, value: Any, default_latency: float) -> spec.Li
 
 def read_cluster(source: str, value: Any) -> spec.Cluster:
     """The ``cluster`` mapping as a :class:`commsim.scenario.spec.Cluster`."""
+    derived = _derives_inter_bandwidth(value)
     if isinstance(value, dict):  # a named preset fills in what the file leaves out
         value = topology.expand_cluster(value, source, "cluster")
     m = Section(
@@ -79,8 +84,14 @@ def read_cluster(source: str, value: Any) -> spec.Cluster:
         over = m.get("oversubscription", parse_number)
         if over < 1:
             raise ScenarioError(source, "cluster.oversubscription", topology.OVERSUBSCRIPTION_EXPECTED.format(over))
+        if over > MAX_OVERSUBSCRIPTION:
+            raise ScenarioError(source, "cluster.oversubscription",
+                                f"expected a factor in [1, {MAX_OVERSUBSCRIPTION:g}] (1 = non-blocking, 2 = 2:1), "
+                                f"got {over:g}")
     if "nic_bandwidth" in m.value:
         m.get("nic_bandwidth", read_rate)
+    if derived:
+        _check_derived_bandwidth(source, m.value)
     return spec.Cluster(
         nodes=nodes,
         gpus_per_node=gpus,
@@ -88,4 +99,30 @@ def read_cluster(source: str, value: Any) -> spec.Cluster:
         inter_node=_link(source, "cluster.inter_node", m.value["inter_node"], DEFAULT_INTER_NODE_LATENCY),
         intra_kind=m.get("intra_kind", choice(INTRA_KINDS), spec.Cluster.intra_kind),
         nics_per_node=m.get("nics_per_node", read_count, None),
+    )
+
+
+def _derives_inter_bandwidth(value: Any) -> bool:
+    """Whether ``topology.expand_cluster`` derives inter_node.bandwidth from the NIC keys (the
+    file writes one of them and no inter_node.bandwidth)."""
+    if not isinstance(value, dict):
+        return False
+    inter = value.get("inter_node")
+    written = isinstance(inter, dict) and "bandwidth" in inter
+    return not written and any(k in value for k in ("nics_per_node", "nic_bandwidth", "oversubscription"))
+
+
+def _check_derived_bandwidth(source: str, value: dict) -> None:
+    """A derived network bandwidth out of range is refused at the NIC key it comes from, not at
+    inter_node.bandwidth, which the file does not write."""
+    inter = value.get("inter_node")
+    bandwidth = inter.get("bandwidth") if isinstance(inter, dict) else None
+    if not isinstance(bandwidth, float) or MIN_RATE <= bandwidth < float("inf"):
+        return  # written by a preset, or in range (the link reader checks it again)
+    over = value.get("oversubscription", 1)
+    raise ScenarioError(
+        source, "cluster.nic_bandwidth",
+        f"expected nics_per_node x nic_bandwidth / oversubscription (the inter_node.bandwidth it derives) of at "
+        f"least {MIN_RATE:g} B/s and finite, got {value.get('nics_per_node')} x {value.get('nic_bandwidth')} / "
+        f"{over} = {bandwidth:g} B/s",
     )

@@ -20,6 +20,7 @@ __all__ = [
     "MIN_RATE",
     "MISSING",
     "SECTION_KEYS",
+    "CrossKeyError",
     "RATE_HINT",
     "TIME_HINT",
     "COUNT_HINT",
@@ -45,6 +46,16 @@ MAX_TIME = 1e6  # seconds (11.6 days), for every duration in a scenario
 MIN_RATE = 1.0  # bytes/s
 
 MISSING = object()  # the default of Section.get: "no default, the key is optional"
+
+
+class CrossKeyError(ScenarioError):
+    """A check across keys, refused at ``path`` and caused as much by each key of ``related``
+    (``model.parameters`` for the buckets ``ddp.bucket_cap`` makes of them): the loader names
+    the ``--set`` flag that wrote any of them, as it does for ``path``'s own."""
+
+    def __init__(self, source: str, path: Optional[str], message: str, related: Sequence[str] = ()) -> None:
+        super().__init__(source, path, message)
+        self.related = tuple(related)
 
 RATE_HINT = "a rate like '100 Gbps' or '12.5 GB/s'"
 TIME_HINT = "a time like '5 us' or '0.5 s'"

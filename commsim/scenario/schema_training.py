@@ -17,16 +17,18 @@ from commsim.scenario import spec
 from commsim.scenario.schema_fields import (
     SECTION_KEYS,
     TIME_HINT,
+    CrossKeyError,
     Section,
     choice,
     read_bool,
     read_count,
+    read_rate,
     read_size,
     read_time,
     read_time_or_zero,
     ranged,
 )
-from commsim.units import describe, parse_rate, parse_time
+from commsim.units import describe
 
 __all__ = [
     "ALGORITHMS",
@@ -99,11 +101,13 @@ def read_ddp_costs(raw: Mapping[str, Any], source: str, where: str = "ddp",
     if not isinstance(raw, Mapping):
         raise ScenarioError(source, where, f"expected a mapping, got {describe(raw)}")
     kw = {} if memory_bandwidth is None else {"memory_bandwidth": float(memory_bandwidth)}
-    for key, parse in (("bucket_overhead", lambda v: parse_time(v, allow_zero=True)), ("memory_bandwidth", parse_rate)):
+    # the bounded readers every other time and rate of a scenario uses: a bare unit parser let
+    # 1e-300 B/s through (NaN copy times) and a 1e300 s overhead (a 2e300 s step)
+    for key, parse in (("bucket_overhead", read_time_or_zero), ("memory_bandwidth", read_rate)):
         if key in raw:
             try:
                 kw[key] = parse(raw[key])
-            except ValueError as exc:  # the unit parser's message says what was expected and given
+            except ValueError as exc:  # the reader's message says what was expected and given
                 raise ScenarioError(source, f"{where}.{key}", str(exc)) from None
     if "gradient_as_bucket_view" in raw:
         v = raw["gradient_as_bucket_view"]
@@ -193,9 +197,10 @@ def _read_bucket_layout(m: Section, model: Optional[spec.Model]):
             total, grad = sum(out), float(model.grad_bytes)
             slack = max(BUCKET_TOTAL_TOLERANCE * grad, spec.BYTES_PER_ELEMENT[model.grad_dtype] * len(out))
             if abs(total - grad) > slack:
-                raise ScenarioError(source, "ddp.bucket_sizes",
+                raise CrossKeyError(source, "ddp.bucket_sizes",
                                     f"expected bucket sizes summing to the model's gradient bytes, {grad:.0f} B "
-                                    f"(model.parameters x {model.grad_dtype}, within 0.1%), got {total:.0f} B")
+                                    f"(model.parameters x {model.grad_dtype}, within 0.1%), got {total:.0f} B",
+                                    related=("model.parameters", "model.grad_dtype"))
         sizes = tuple(out)
     if m.has("bucket_ready"):
         raw = m.value["bucket_ready"]

@@ -1,6 +1,7 @@
 """`commsim calibrate --from-nccl-tests` and `commsim collective --calibration`, end to end."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -207,3 +208,25 @@ def test_collective_says_when_it_extrapolates(tmp_path):
     assert "extrapolating" not in within.output
     beyond = run("collective", "--calibration", out, "--ranks", "64", "--sizes", "1M:4M")
     assert "# extrapolating: 64 ranks is 8 x the largest calibrated world size 8" in beyond.output
+
+
+@pytest.mark.parametrize("mode", [[], ["--physical", "--system", "dgx-a100"]], ids=["levels", "physical"])
+@pytest.mark.parametrize("alias", ["same", "symlink", "hardlink"])
+def test_an_output_over_an_input_log_is_refused_and_the_log_kept(mode, alias, tmp_path):
+    log = tmp_path / "a100.txt"
+    log.write_bytes(LOGS[0].read_bytes())
+    other = tmp_path / "other.txt"
+    other.write_bytes(LOGS[0].read_bytes())
+    out = {"same": log, "symlink": tmp_path / "link.txt", "hardlink": tmp_path / "hard.txt"}[alias]
+    if alias == "symlink":
+        out.symlink_to(log)
+    elif alias == "hardlink":
+        os.link(log, out)
+    r = CliRunner().invoke(cli, ["calibrate", "--from-nccl-tests", str(other), str(log), *mode, "-o", str(out)])
+    assert r.exit_code == 2, r.output
+    assert r.stderr.strip() == (f"commsim: error: -o {out}: is the nccl-tests log {log} read by --from-nccl-tests: "
+                                "give the calibration its own file")
+    assert log.read_bytes() == LOGS[0].read_bytes()  # untouched
+    # another file is written as usual
+    run("calibrate", "--from-nccl-tests", log, *mode, "-o", tmp_path / "cal.yaml")
+    assert calib.load_calibration(tmp_path / "cal.yaml").levels

@@ -1,6 +1,7 @@
 """`commsim calibrate --ddp-fit`: DDP's costs from validate --mode ddp reports (made by the simulator here)."""
 
 import json
+from pathlib import Path
 
 import pytest
 import yaml
@@ -107,3 +108,35 @@ def test_ddp_fit_refuses_json_nested_too_deeply_in_one_line(tmp_path):
     res = CliRunner().invoke(main, ["calibrate", "--ddp-fit", one, str(deep), "-o", str(tmp_path / "ddp.yaml")])
     assert res.exit_code == 2, res.output
     assert res.output.strip() == f"commsim: error: {deep}: not JSON as validate writes it (nested too deeply)"
+
+
+def _with_backend(path, backend):
+    doc = json.loads(path.read_text())
+    doc["backend"] = backend
+    path.write_text(json.dumps(doc))
+    return str(path)
+
+
+def test_ddp_fit_refuses_runs_on_different_backends(tmp_path):
+    # a bucket's host cost is the backend's own: one fit over a NCCL and a gloo run is neither's
+    nccl = _with_backend(Path(_report(tmp_path / "nccl_1MB.json", 1)), "nccl")
+    gloo = _with_backend(Path(_report(tmp_path / "gloo_25MB.json", 25)), "gloo")
+    out = tmp_path / "ddp.yaml"
+    res = CliRunner().invoke(main, ["calibrate", "--ddp-fit", nccl, gloo, "-o", str(out)])
+    assert res.exit_code == 2, res.output
+    assert res.output.strip() == (f"commsim: error: {nccl} and {gloo} are runs on different backends (nccl and gloo, "
+                                  "their reports' key backend): fit each backend's runs on their own")
+    assert not out.exists()
+    # the same backend throughout fits
+    both = _with_backend(Path(gloo), "nccl")
+    res = CliRunner().invoke(main, ["calibrate", "--ddp-fit", nccl, both, "-o", str(out)])
+    assert res.exit_code == 0, res.output
+
+
+def test_ddp_fit_refuses_a_backend_that_is_not_a_name(tmp_path):
+    one = _report(tmp_path / "r1.json", 1)
+    other = _with_backend(Path(_report(tmp_path / "r25.json", 25)), 3)
+    res = CliRunner().invoke(main, ["calibrate", "--ddp-fit", one, other, "-o", str(tmp_path / "ddp.yaml")])
+    assert res.exit_code == 2, res.output
+    assert res.output.strip() == (f"commsim: error: {other}: backend: expected the torch.distributed backend the run "
+                                  "used (a name such as gloo or nccl, as validate writes it), got 3")

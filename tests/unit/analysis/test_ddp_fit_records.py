@@ -184,13 +184,18 @@ def test_a_ddp_cost_out_of_range_is_refused_at_its_record_key():
 
 
 def test_a_record_the_engine_cannot_price_is_one_error_naming_the_run(recwarn):
-    # 1e-300 B/s of memory bandwidth passes the scenario reader but makes every simulated step
-    # NaN: the fit's start search found no finite cost and failed with a TypeError
-    from commsim.analysis.ddp_fit import fit_ddp_costs
+    # 1e-300 B/s of memory bandwidth made every simulated step NaN (the fit's start search found
+    # no finite cost and failed with a TypeError): the record's reader now refuses it at its key,
+    # as a scenario file's, and a run built in memory still gets the fit's own one-line refusal
+    from commsim.analysis.ddp_fit import DDPRun, fit_ddp_costs
 
-    bad = edited("ddp.costs.memory_bandwidth", 1e-300)
+    with pytest.raises(CalibrationError) as err:
+        run_from_report(edited("ddp.costs.memory_bandwidth", 1e-300), "r25.json")
+    assert str(err.value) == ("r25.json: ddp_fit_input.scenario.ddp.costs.memory_bandwidth: expected a rate of at "
+                              "least 1 B/s, got 1e-300")
     good = report(replace(job(), ddp=replace(job().ddp, bucket_cap=1 * MB)))
-    runs = [run_from_report(good, "r1.json"), run_from_report(bad, "r25.json")]
+    bad = replace(job(), ddp=replace(job().ddp, costs=replace(job().ddp.costs, memory_bandwidth=1e-300)))
+    runs = [run_from_report(good, "r1.json"), DDPRun(bad, 0.2, 0.005, "r25.json")]
     with pytest.raises(CalibrationError) as err:
         fit_ddp_costs(runs)
     assert str(err.value).startswith("r25.json: ddp_fit_input.scenario: the simulated step time of this run's record "

@@ -818,3 +818,18 @@ def test_named_source_names_the_set_that_touched_the_key():
     assert named_source("s.yaml", "stragglers", sets) == "s.yaml (after --set 'stragglers[0].factor=2')"
     assert named_source("s.yaml", "model.parameters", sets) == "s.yaml"
     assert named_source("s.yaml", None, sets) == "s.yaml"
+
+
+@pytest.mark.parametrize("override, path, flag", [
+    # a check across keys names the flag that wrote any of its keys, not only the key it is at
+    ("model.parameters=9223372036854775807", "ddp.bucket_cap", "model.parameters"),
+    ("ddp.bucket_cap=1", "ddp.bucket_cap", "ddp.bucket_cap"),
+    ("cluster.nodes=100000", "steps", "cluster.nodes"),
+])
+def test_a_check_across_keys_names_the_flag_of_either_key(tmp_path, override, path, flag):
+    scenario = write(tmp_path, FULL_YAML.replace("steps: 50", "steps: 10000"))
+    with pytest.raises(ScenarioError) as err:
+        load_scenario(scenario, overrides=[override])
+    text = str(err.value)
+    assert "\n" not in text and err.value.path == path, text
+    assert text.startswith(f"{scenario} (after --set {override!r}): {path}: expected"), text

@@ -72,3 +72,24 @@ def test_missing_keys_and_wrong_type():
 def test_a_preset_fills_in_links():
     c = read_cluster(SRC, {"preset": "dgx-h100", "nodes": 2})
     assert c.world_size == 16 and c.intra_node.bandwidth > c.inter_node.bandwidth
+
+
+NICS = {"nodes": 2, "gpus_per_node": 4, "intra_node": {"bandwidth": "300 GB/s"}, "inter_node": {"latency": "5 us"},
+        "nics_per_node": 2, "nic_bandwidth": "100 Gbps"}
+
+
+def test_the_oversubscription_is_bounded():
+    assert read_cluster(SRC, {**NICS, "oversubscription": 1000}).inter_node.bandwidth == 25e9 / 1000
+    assert error({**NICS, "oversubscription": 1e300}) == (
+        "c.yaml: cluster.oversubscription: expected a factor in [1, 1000] (1 = non-blocking, 2 = 2:1), got 1e+300")
+
+
+def test_a_derived_network_out_of_range_is_refused_at_the_nic_keys():
+    # refused before at cluster.inter_node.bandwidth, a key the file does not write
+    assert error({**NICS, "nic_bandwidth": 1, "oversubscription": 4}) == (
+        "c.yaml: cluster.nic_bandwidth: expected nics_per_node x nic_bandwidth / oversubscription (the "
+        "inter_node.bandwidth it derives) of at least 1 B/s and finite, got 2 x 1 / 4 = 0.5 B/s")
+    assert "= inf B/s" in error({**NICS, "nics_per_node": 2**62, "nic_bandwidth": 1e300})
+    # a bandwidth written beside the NIC keys is the link's, read (and checked) as written
+    written = {**NICS, "inter_node": {"bandwidth": "10 GB/s"}, "nic_bandwidth": 1, "oversubscription": 4}
+    assert read_cluster(SRC, written).inter_node.bandwidth == 10e9

@@ -165,3 +165,20 @@ def test_ddp_comm_shared_default_bandwidth_read_and_checked():
     assert msg == "t.yaml: ddp.comm_shared: expected one of bandwidth, all, got 'some'"
     with pytest.raises(ValueError, match="comm_shared"):
         spec.DDP(comm_shared="links")
+
+
+@pytest.mark.parametrize("key, value, message", [
+    # bare unit parsers let both through: NaN copy times, a 2e300 s step
+    ("memory_bandwidth", "1e-300", "ddp.memory_bandwidth: expected a rate of at least 1 B/s, got '1e-300'"),
+    ("memory_bandwidth", 0.5, "ddp.memory_bandwidth: expected a rate of at least 1 B/s, got 0.5"),
+    ("bucket_overhead", "1e300", "ddp.bucket_overhead: expected a time up to 1e+06 s (11.6 days), got '1e300'"),
+    ("bucket_overhead", "2e6 s", "ddp.bucket_overhead: expected a time up to 1e+06 s (11.6 days), got '2e6 s'"),
+])
+def test_ddp_costs_are_bounded_like_every_time_and_rate(key, value, message):
+    assert error(read_ddp, {key: value}) == f"t.yaml: {message}"
+
+
+def test_ddp_costs_at_their_bounds_are_read():
+    costs = read_ddp(SRC, {"memory_bandwidth": 1, "bucket_overhead": "1e6 s"}).costs
+    assert (costs.memory_bandwidth, costs.bucket_overhead) == (1.0, 1e6)
+    assert read_ddp(SRC, {"bucket_overhead": 0}).costs.bucket_overhead == 0.0
