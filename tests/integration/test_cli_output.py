@@ -122,6 +122,16 @@ def test_a_reader_that_goes_away_ends_the_command_quietly():
     assert proc.wait(timeout=120) == 0 and err == ""
 
 
+def test_a_reader_that_goes_away_from_the_report_ends_the_command_quietly():
+    """The same with the text report on stdout (rich's console, whose own handler of a closed
+    pipe exits 1): exit 0, nothing on stderr."""
+    proc = subprocess.Popen([sys.executable, "-m", "commsim.cli", "run", SMALL, "--steps", "3"],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 0 and err == ""
+
+
 def test_broken_pipe_through_head(tmp_path):
     """`commsim run ... | head -1` in a shell: exit 0, nothing on stderr (no "[Errno 32]").
     The CSV (60 bytes x 20,000 steps) is far larger than a pipe's buffer (64 KiB), so the
