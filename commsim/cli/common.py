@@ -248,7 +248,17 @@ def split_choices(text: str, option: str, choices: Sequence[str]) -> list:
     if bad or not items:
         raise click.BadParameter(f"expected a comma-separated list of {', '.join(choices)} or 'all', got {text!r}",
                                  param_hint=option)
+    _refuse_repeats(items, text, option)
     return items
+
+
+def _refuse_repeats(items: Sequence, text: str, option: str) -> None:
+    """A list option naming one item twice would print (and write) the same row twice."""
+    seen = set()
+    for item in items:
+        if item in seen:
+            raise click.BadParameter(f"expected each value once, got {item} twice in {text!r}", param_hint=option)
+        seen.add(item)
 
 
 class Seconds(click.ParamType):
@@ -313,4 +323,5 @@ def node_counts(text: str) -> list:
     if not counts or any(c < 1 for c in counts):
         raise click.BadParameter(f"expected comma-separated positive node counts like 4,32,256, got {text!r}",
                                  param_hint="--nodes")
+    _refuse_repeats(counts, text, "--nodes")
     return counts

@@ -56,6 +56,12 @@ CORPUS = [
     (["algorithms", SCENARIO, "--nodes", "0"], "--nodes"),
     (["algorithms", SCENARIO, "--steps", "0"], "--steps"),
     (["algorithms", SCENARIO, "--algorithm", "bogus"], "--algorithm"),
+    # a value named twice would print (and write) the same row twice
+    (["algorithms", SCENARIO, "--algorithm", "ring,tree,ring"], "got ring twice in 'ring,tree,ring'"),
+    (["algorithms", SCENARIO, "--model", "alpha-beta,alpha-beta"], "got alpha-beta twice"),
+    (["algorithms", SCENARIO, "--nodes", "2,4,02"], "--nodes: expected each value once, got 2 twice"),
+    (["compare", SCENARIO, "--nodes", "4,4"], "--nodes: expected each value once"),
+    (["collective", SCENARIO, "--algorithm", "tree,tree"], "got tree twice"),
     (["algorithms", SCENARIO, "--model", "logp"], "--model"),
     (["algorithms", SCENARIO, "--json", "{tmp}"], "is a directory"),
     (["algorithms", SCENARIO, "--algorithm", "hierarchical", "--model", "nccl-2.19"], "no (algorithm, model) pair"),
