@@ -217,7 +217,7 @@ def collective_cmd(scenario, cal_path, ranks, algorithm, model, overrides, sizes
     """
     from commsim.output.run_files import json_text
 
-    stdout_taken = check_outputs({"--json": json_path})
+    stdout_taken = check_outputs({"--json": json_path}, {"SCENARIO": scenario, "--calibration file": cal_path})
     physical_opts = [o for o, v in (("--gpus-per-node", gpus_per_node), ("--system", system_name),
                                     ("--nccl-algo", nccl_algo), ("--nccl-proto", nccl_proto),
                                     ("--collective", None if kind == "all_reduce" else kind)) if v]

@@ -46,7 +46,8 @@ def import_command(traces, output, calibration_out, name, steps, seed, batch_siz
     """
     from commsim.traces.importer import import_traces
 
-    stdout_taken = check_outputs({"-o": output, "--calibration-out": calibration_out})  # before reading anything
+    stdout_taken = check_outputs({"-o": output, "--calibration-out": calibration_out},
+                                 {"TRACE file": traces})  # before reading anything
     echo = echo_to(stdout_taken)
     name = name or (Path(output).stem if output != "-" else "imported")
     try:
@@ -95,7 +96,8 @@ def blame_command(traces, scenario, overrides, steps, seed, json_path, perfetto_
     from commsim.traces import perfetto
     from commsim.traces.text import format_blame
 
-    stdout_taken = check_outputs({"--json": json_path, "--perfetto": perfetto_path})  # before any work
+    stdout_taken = check_outputs({"--json": json_path, "--perfetto": perfetto_path},
+                                 {"TRACE file": traces, "--scenario file": scenario})  # before any work
     if scenario and traces:
         fail("give either TRACE files or --scenario, not both")
     if not scenario and not traces:

@@ -197,3 +197,37 @@ def test_a_full_stdout_is_one_line_exit_2():
                             "--sizes", "8:64"], cwd=ROOT, stdout=full, stderr=subprocess.PIPE, text=True)
     assert r.returncode == 2
     assert r.stderr.strip().splitlines() == ["commsim: error: cannot write to stdout: No space left on device"]
+
+
+TRACES = ("tests/data/traces/healthy/rank0.trace.json.gz", "tests/data/traces/healthy/rank1.trace.json.gz")
+
+
+@pytest.mark.parametrize("argv, victim", [
+    (["run", "{s}", "-q", "--json", "{s}"], "SCENARIO"),
+    (["run", "{link}", "-q", "--csv", "{s}"], "SCENARIO"),  # the same file through a symlink
+    (["run", "{s}", "-q", "--steps", "2", "--calibration", "{cal}", "--trace", "{cal}"], "--calibration file"),
+    (["compare", "{s}", "-q", "--json", "{s}"], "SCENARIO"),
+    (["algorithms", "{s}", "--json", "{s}"], "SCENARIO"),
+    (["collective", "{s}", "--json", "{s}"], "SCENARIO"),
+    (["blame", "--scenario", "{s}", "-q", "--json", "{s}"], "--scenario file"),
+    (["blame", "{t0}", "{t1}", "-q", "--perfetto", "{t1}"], "TRACE file"),
+    (["import", "{t0}", "{t1}", "-q", "-o", "{t0}"], "TRACE file"),
+    (["import", "{t0}", "{t1}", "-q", "-o", "{tmp}/x.yaml", "--calibration-out", "{t1}"], "TRACE file"),
+])
+def test_an_output_that_is_an_input_is_refused_and_the_input_kept(tmp_path, capsys, argv, victim):
+    """`commsim import rank*.json -o rank0.json` replaced the first trace by the scenario, and
+    `run S --json S` the scenario by its own summary: now one line, exit 2, every input intact."""
+    files = {"s": tmp_path / "s.yaml", "cal": tmp_path / "cal.yaml", "t0": tmp_path / "rank0.trace.json.gz",
+             "t1": tmp_path / "rank1.trace.json.gz"}
+    files["s"].write_bytes((ROOT / SCENARIO).read_bytes())
+    assert run_cli(["calibrate", "--from-nccl-tests", str(ROOT / LOG), "-o", str(files["cal"])]) == 0
+    for key, src in zip(("t0", "t1"), TRACES):
+        files[key].write_bytes((ROOT / src).read_bytes())
+    (tmp_path / "link.yaml").symlink_to(files["s"])
+    before = {k: p.read_bytes() for k, p in files.items()}
+    capsys.readouterr()
+    args = [a.format(tmp=tmp_path, link=tmp_path / "link.yaml", **files) for a in argv]
+    assert run_cli(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and f"got the {victim} itself" in err
+    assert {k: p.read_bytes() for k, p in files.items()} == before
