@@ -276,6 +276,20 @@ class Seconds(click.ParamType):
         return seconds
 
 
+class Fraction(click.FloatRange):
+    """A number in (0, 1]: click's FloatRange, which lets nan through (every comparison with
+    it is false), with nan refused."""
+
+    def __init__(self) -> None:
+        super().__init__(0, 1, min_open=True)
+
+    def convert(self, value, param, ctx) -> float:
+        number = super().convert(value, param, ctx)
+        if math.isnan(number):
+            self.fail(f"expected a number in (0, 1], got {value!r}", param, ctx)
+        return number
+
+
 POSITIVE_INT = click.IntRange(min=1)
 POSITIVE_SECONDS = Seconds()
 

@@ -107,6 +107,8 @@ CORPUS = [
     (["sweep", SCENARIO, "-o", "{tmp}/o"], "Missing option '--grid'"),
     (["sweep", SCENARIO, "-o", "{blocker}", "--grid", "cluster.nodes=1"], "is a file"),
     (["plot", "{tmp}/missing"], "missing"),
+    (["plot", "{tmp}", "--threshold", "nan"], "--threshold': expected a number in (0, 1], got 'nan'"),
+    (["plot", "{tmp}", "--threshold", "0"], "--threshold"),
 ]
 
 
