@@ -30,7 +30,8 @@ from commsim.errors import InputError
 @click.option("--name", help="The scenario's name (default: the output file's name).")
 @click.option("--steps", type=POSITIVE_INT, default=100, show_default=True,
               help="Steps the scenario simulates.")
-@click.option("--seed", type=int, default=0, show_default=True, help="The scenario's seed.")
+# the loader's bounds on a seed, checked before the traces are read (not on the imported scenario)
+@click.option("--seed", type=click.IntRange(0, 2**63 - 1), default=0, show_default=True, help="The scenario's seed.")
 @click.option("--batch-size", type=POSITIVE_INT, default=1, show_default=True,
               help="Samples per rank per step (traces do not say; used for throughput only).")
 @click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors.")
@@ -49,6 +50,8 @@ def import_command(traces, output, calibration_out, name, steps, seed, batch_siz
     stdout_taken = check_outputs({"-o": output, "--calibration-out": calibration_out},
                                  {"TRACE file": traces})  # before reading anything
     echo = echo_to(stdout_taken)
+    if name is not None and not name.strip():  # else the loader's error would name the unwritten output file
+        fail(f"--name: expected a non-empty scenario name, got {name!r}")
     name = name or (Path(output).stem if output != "-" else "imported")
     try:
         imported = import_traces(list(traces), name=name, steps=steps, seed=seed, batch_size=batch_size,
