@@ -17,11 +17,14 @@ that escapes a command propagates, so a bug is never passed off as bad input. A 
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import math
 import os
 import select
+import signal
 import sys
+import threading
 from typing import NoReturn, Optional, Sequence
 
 import click
@@ -70,10 +73,38 @@ class Command(click.Command):
     as the tests do. Nothing else is caught: an unexpected exception is a bug."""
 
     def invoke(self, ctx: click.Context):
-        try:
-            return super().invoke(ctx)
-        except InputError as exc:
-            raise CommandFailure(str(exc), EXIT_INPUT) from exc
+        with _sigterm_interrupts(self.name in SIGTERM_AS_CTRL_C):
+            try:
+                return super().invoke(ctx)
+            except InputError as exc:
+                raise CommandFailure(str(exc), EXIT_INPUT) from exc
+
+
+# Commands that do all their work in this process: SIGTERM (a scheduler's time limit, `kill`)
+# stops them as Ctrl-C does, exit 130 and "interrupted", instead of the default death by signal
+# (exit 143, no word). sweep, validate, calibrate and lab handle signals themselves, around
+# their worker processes.
+SIGTERM_AS_CTRL_C = frozenset({"run", "algorithms", "collective", "compare", "import", "blame"})
+
+
+def _raise_interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def _sigterm_interrupts(enabled: bool):
+    """While the body runs, SIGTERM raises KeyboardInterrupt, where it would otherwise kill the
+    process (a handler someone else installed stays; signals are the main thread's only)."""
+    term = getattr(signal, "SIGTERM", None)
+    if (not enabled or term is None or threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(term) is not signal.SIG_DFL):
+        yield
+        return
+    signal.signal(term, _raise_interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(term, signal.SIG_DFL)
 
 
 def command(name: str, **attrs):

@@ -231,3 +231,39 @@ def test_an_output_that_is_an_input_is_refused_and_the_input_kept(tmp_path, caps
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and f"got the {victim} itself" in err
     assert {k: p.read_bytes() for k, p in files.items()} == before
+
+
+_SIGTERM_DURING = """
+import os, signal, sys
+import commsim.sim.engine as engine
+from commsim.cli.main import run_cli
+
+real = engine.simulate
+
+def terminated(*args, **kwargs):
+    os.kill(os.getpid(), signal.SIGTERM)  # handled at the next bytecode: before the return
+    return real(*args, **kwargs)
+
+engine.simulate = terminated
+code = run_cli(sys.argv[1:])
+assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # restored after the command
+sys.exit(code)
+"""
+
+
+@pytest.mark.parametrize("argv", [
+    ["run", SMALL, "-q", "--steps", "3", "--json", "{out}"],
+    ["compare", SMALL, "-q", "--steps", "3", "--mitigations", "fp16", "--json", "{out}"],
+    ["blame", "--scenario", SMALL, "-q", "--steps", "3", "--json", "{out}"],
+])
+def test_sigterm_stops_an_in_process_command_like_ctrl_c(tmp_path, argv):
+    """SIGTERM (a batch scheduler's limit) arrives during the simulation: exit 130 and
+    "interrupted" as for Ctrl-C, the existing output kept. It killed the process before (exit
+    -15/143, not a word), against `commsim --help`'s exit codes. In a child process, which
+    without the handler dies of the signal."""
+    out = tmp_path / "out.json"
+    out.write_text("keep\n")
+    proc = subprocess.run([sys.executable, "-c", _SIGTERM_DURING, *[a.format(out=out) for a in argv]], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 130, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == "commsim: error: interrupted" and out.read_text() == "keep\n"
