@@ -23,7 +23,7 @@ from commsim.errors import InputError
 @command("import")
 @click.argument("traces", nargs=-1, required=True, metavar="TRACE...")
 @click.option("-o", "--output", "output", required=True, type=click.Path(dir_okay=False),
-              help="Write the scenario (YAML, with a comment header saying what it came from) here.")
+              help="Write the scenario (YAML, with a comment header saying what it came from) here ('-': stdout).")
 @click.option("--calibration-out", type=click.Path(dir_okay=False),
               help="Also write a calibration (commsim calibrate's format) fitted to the observed all-reduces "
                    "(and any nccl-tests logs among TRACE); the scenario then names it.")
@@ -80,9 +80,9 @@ def import_command(traces, output, calibration_out, name, steps, seed, batch_siz
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="With --scenario: override a key.")
 @click.option("--steps", type=POSITIVE_INT, help="With --scenario: steps to simulate.")
 @click.option("--seed", type=int, help="With --scenario: the seed.")
-@click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Write the whole report as JSON here.")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Write the whole report as JSON here ('-': stdout).")
 @click.option("--perfetto", "perfetto_path", type=click.Path(dir_okay=False),
-              help="Write a Perfetto/Chrome trace here: per-rank compute and per-bucket communication spans, "
+              help="Write a Perfetto/Chrome trace here ('-': stdout): per-rank compute and per-bucket communication spans, "
                    "arrows from each late arrival to the end of the collective it delayed.")
 @click.option("--top", type=POSITIVE_INT, default=8, show_default=True, help="Ranks in the table.")
 @click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors.")

@@ -171,3 +171,15 @@ def test_bad_import_options_are_named_as_options_not_as_the_unwritten_output(tmp
     assert run_cli(["import", *HEALTHY, "-q", "-o", str(out), *args]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and needle in err and str(out) not in err and not out.exists()
+
+
+@pytest.mark.parametrize("command, option", [("import", "--output"), ("blame", "--json"), ("blame", "--perfetto")])
+def test_the_help_of_an_output_that_takes_a_dash_says_so(command, option):
+    """They all write to stdout for '-' (the report then goes to stderr); their help did not say."""
+    import click
+
+    from commsim.cli.trace_commands import blame_command, import_command
+
+    cmd = {"import": import_command, "blame": blame_command}[command]
+    opt = next(p for p in cmd.params if isinstance(p, click.Option) and option in p.opts)
+    assert "('-': stdout)" in opt.help
