@@ -256,6 +256,11 @@ class ByteSize(click.ParamType):
         return size
 
 
+# The largest message a size table prices: 1 PiB, far past any all-reduce a job sends (nccl-tests
+# runs go to a few GiB) and far below where float byte counts stop being exact (2**53).
+MAX_TABLE_BYTES = 1 << 50
+
+
 class SizeRange(click.ParamType):
     """MIN:MAX[:FACTOR] in bytes (K/M/G binary): the sizes MIN, MIN*FACTOR, ... up to MAX."""
 
@@ -265,9 +270,13 @@ class SizeRange(click.ParamType):
         if isinstance(value, list):
             return value
         try:
-            return parse_size_range(str(value))
+            sizes = parse_size_range(str(value))
         except ValueError as exc:
             self.fail(str(exc), param, ctx)
+        if sizes[-1] > MAX_TABLE_BYTES:  # 8:1e300 printed a thousand rows up to a 300-digit size
+            self.fail(f"expected sizes up to 2**50 bytes ({MAX_TABLE_BYTES:,}), got {value!r}",
+                      param, ctx)
+        return sizes
 
 
 def split_choices(text: str, option: str, choices: Sequence[str]) -> list:
