@@ -57,7 +57,7 @@ def algorithms(scenario, nodes_text, algorithm_text, model_text, steps, override
     from commsim.analysis.algorithm_comparison import compare
     from commsim.collectives import algorithms_for
 
-    stdout_taken = check_outputs({"--json": json_path})
+    stdout_taken = check_outputs({"--json": json_path}, {"SCENARIO": scenario})
     names = split_choices(algorithm_text, "--algorithm", ALL_REDUCE)
     models = split_choices(model_text, "--model", COST_MODELS)
     counts = node_counts(nodes_text) if nodes_text else None

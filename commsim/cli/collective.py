@@ -143,6 +143,11 @@ def physical_table(cal_path, system_name, nodes, gpus_per_node, sizes, kind, ncc
         system = preset(system_name, "--system")
     if gpus_per_node is None:
         gpus_per_node = system.gpus_per_node
+    from commsim.scenario.loader import MAX_WORLD_SIZE
+
+    if nodes * gpus_per_node > MAX_WORLD_SIZE:  # the loader's limit on a scenario, here too (it ran for minutes)
+        fail(f"--nodes: expected a world size up to {MAX_WORLD_SIZE:,}, got {nodes * gpus_per_node:,} "
+             f"({nodes:,} nodes x {gpus_per_node})")
     try:
         rows, note = physical_rows(kind, nodes, gpus_per_node, sizes, fit=fit, system=system,
                                    algorithm=nccl_algo, protocol=nccl_proto, source="collective")
@@ -217,7 +222,7 @@ def collective_cmd(scenario, cal_path, ranks, algorithm, model, overrides, sizes
     """
     from commsim.output.run_files import json_text
 
-    stdout_taken = check_outputs({"--json": json_path})
+    stdout_taken = check_outputs({"--json": json_path}, {"SCENARIO": scenario, "--calibration file": cal_path})
     physical_opts = [o for o, v in (("--gpus-per-node", gpus_per_node), ("--system", system_name),
                                     ("--nccl-algo", nccl_algo), ("--nccl-proto", nccl_proto),
                                     ("--collective", None if kind == "all_reduce" else kind)) if v]

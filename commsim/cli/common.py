@@ -17,11 +17,14 @@ that escapes a command propagates, so a bug is never passed off as bad input. A 
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import math
 import os
 import select
+import signal
 import sys
+import threading
 from typing import NoReturn, Optional, Sequence
 
 import click
@@ -70,10 +73,38 @@ class Command(click.Command):
     as the tests do. Nothing else is caught: an unexpected exception is a bug."""
 
     def invoke(self, ctx: click.Context):
-        try:
-            return super().invoke(ctx)
-        except InputError as exc:
-            raise CommandFailure(str(exc), EXIT_INPUT) from exc
+        with _sigterm_interrupts(self.name in SIGTERM_AS_CTRL_C):
+            try:
+                return super().invoke(ctx)
+            except InputError as exc:
+                raise CommandFailure(str(exc), EXIT_INPUT) from exc
+
+
+# Commands that do all their work in this process: SIGTERM (a scheduler's time limit, `kill`)
+# stops them as Ctrl-C does, exit 130 and "interrupted", instead of the default death by signal
+# (exit 143, no word). sweep, validate, calibrate and lab handle signals themselves, around
+# their worker processes.
+SIGTERM_AS_CTRL_C = frozenset({"run", "algorithms", "collective", "compare", "import", "blame"})
+
+
+def _raise_interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def _sigterm_interrupts(enabled: bool):
+    """While the body runs, SIGTERM raises KeyboardInterrupt, where it would otherwise kill the
+    process (a handler someone else installed stays; signals are the main thread's only)."""
+    term = getattr(signal, "SIGTERM", None)
+    if (not enabled or term is None or threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(term) is not signal.SIG_DFL):
+        yield
+        return
+    signal.signal(term, _raise_interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(term, signal.SIG_DFL)
 
 
 def command(name: str, **attrs):
@@ -225,6 +256,11 @@ class ByteSize(click.ParamType):
         return size
 
 
+# The largest message a size table prices: 1 PiB, far past any all-reduce a job sends (nccl-tests
+# runs go to a few GiB) and far below where float byte counts stop being exact (2**53).
+MAX_TABLE_BYTES = 1 << 50
+
+
 class SizeRange(click.ParamType):
     """MIN:MAX[:FACTOR] in bytes (K/M/G binary): the sizes MIN, MIN*FACTOR, ... up to MAX."""
 
@@ -234,9 +270,13 @@ class SizeRange(click.ParamType):
         if isinstance(value, list):
             return value
         try:
-            return parse_size_range(str(value))
+            sizes = parse_size_range(str(value))
         except ValueError as exc:
             self.fail(str(exc), param, ctx)
+        if sizes[-1] > MAX_TABLE_BYTES:  # 8:1e300 printed a thousand rows up to a 300-digit size
+            self.fail(f"expected sizes up to 2**50 bytes ({MAX_TABLE_BYTES:,}), got {value!r}",
+                      param, ctx)
+        return sizes
 
 
 def split_choices(text: str, option: str, choices: Sequence[str]) -> list:
@@ -248,7 +288,17 @@ def split_choices(text: str, option: str, choices: Sequence[str]) -> list:
     if bad or not items:
         raise click.BadParameter(f"expected a comma-separated list of {', '.join(choices)} or 'all', got {text!r}",
                                  param_hint=option)
+    _refuse_repeats(items, text, option)
     return items
+
+
+def _refuse_repeats(items: Sequence, text: str, option: str) -> None:
+    """A list option naming one item twice would print (and write) the same row twice."""
+    seen = set()
+    for item in items:
+        if item in seen:
+            raise click.BadParameter(f"expected each value once, got {item} twice in {text!r}", param_hint=option)
+        seen.add(item)
 
 
 class Seconds(click.ParamType):
@@ -264,6 +314,20 @@ class Seconds(click.ParamType):
         if not (math.isfinite(seconds) and seconds > 0):
             self.fail(f"expected a finite number of seconds > 0, got {value!r}", param, ctx)
         return seconds
+
+
+class Fraction(click.FloatRange):
+    """A number in (0, 1]: click's FloatRange, which lets nan through (every comparison with
+    it is false), with nan refused."""
+
+    def __init__(self) -> None:
+        super().__init__(0, 1, min_open=True)
+
+    def convert(self, value, param, ctx) -> float:
+        number = super().convert(value, param, ctx)
+        if math.isnan(number):
+            self.fail(f"expected a number in (0, 1], got {value!r}", param, ctx)
+        return number
 
 
 POSITIVE_INT = click.IntRange(min=1)
@@ -313,4 +377,5 @@ def node_counts(text: str) -> list:
     if not counts or any(c < 1 for c in counts):
         raise click.BadParameter(f"expected comma-separated positive node counts like 4,32,256, got {text!r}",
                                  param_hint="--nodes")
+    _refuse_repeats(counts, text, "--nodes")
     return counts

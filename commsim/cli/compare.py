@@ -66,7 +66,7 @@ def compare_command(scenario, mitigations_text, nodes_text, steps, overrides, js
     from commsim.mitigations.compare import check_mitigations, compare
     from commsim.mitigations.spec import DEFAULT_MITIGATIONS, parse_mitigations
 
-    stdout_taken = check_outputs({"--json": json_path})
+    stdout_taken = check_outputs({"--json": json_path}, {"SCENARIO": scenario})
     if plot_dir:
         import os
 

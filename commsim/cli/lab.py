@@ -25,7 +25,8 @@ from typing import List
 
 import click
 
-from commsim.cli.common import fail
+from commsim.cli.common import POSITIVE_SECONDS, fail
+from commsim.cli.outputs import check_outputs, write_output
 from commsim.errors import EXIT_INTERRUPTED, EXIT_RUN_FAILED
 from commsim.lab import CommandError, Lab, LabError, LabSpec, LabUnavailable, describe_rate, parse_bits, parse_delay
 from commsim.lab.spec import PREFIX
@@ -232,7 +233,7 @@ def down_cmd(everything, name):
 @click.option("--iters", type=click.IntRange(min=1), default=5, show_default=True, help="Timed iterations per size.")
 @click.option("--tables", type=click.Path(file_okay=False), default=None,
               help="Folder for the per-level nccl-tests tables (default: OUTPUT without .yaml, plus .tables).")
-@click.option("--timeout", "timeout_s", type=float, default=300.0, show_default=True,
+@click.option("--timeout", "timeout_s", type=POSITIVE_SECONDS, default=300.0, show_default=True,
               help="Seconds without progress before a hung rank fails the run.")
 @NAME_OPTION
 @_guard
@@ -242,6 +243,7 @@ def calibrate_cmd(output, nodes, ranks_per_node, min_size, max_size, iters, tabl
     from commsim.benchsizes import parse_bench_size
     from commsim.cli.jobs import command_line, import_validate
 
+    check_outputs({"-o": output})  # before measuring anything, not after
     lab = Lab.attach(name)
     if nodes > lab.spec.nodes:
         raise LabError("--nodes", None, f"lab {name} has {lab.spec.nodes} nodes, asked for {nodes}")
@@ -273,8 +275,9 @@ def calibrate_cmd(output, nodes, ranks_per_node, min_size, max_size, iters, tabl
               help="Calibration YAML the prediction uses (e.g. from `commsim lab calibrate`).")
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a scenario key (as in `run`).")
 @click.option("--steps", type=click.IntRange(min=1), default=None, help="Timed steps (overrides the scenario's).")
-@click.option("--warmup-steps", type=click.IntRange(min=0), default=1, show_default=True)
-@click.option("--timeout", "timeout_s", type=float, default=120.0, show_default=True,
+@click.option("--warmup-steps", type=click.IntRange(min=0), default=1, show_default=True,
+              help="Untimed steps first.")
+@click.option("--timeout", "timeout_s", type=POSITIVE_SECONDS, default=120.0, show_default=True,
               help="Seconds without progress before a hung or dead rank fails the run.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None, help="Write the report as JSON.")
 @NAME_OPTION
@@ -286,10 +289,11 @@ def validate_cmd(scenario, cal_path, overrides, steps, warmup_steps, timeout_s, 
     import json
 
     from commsim.analysis.validation import format_comparison
-    from commsim.atomic import atomic_write_text
     from commsim.cli.common import load_or_fail
     from commsim.cli.validate import import_validate
 
+    # before the replay, not after it: a missing folder, or the scenario itself
+    check_outputs({"--json": json_path}, {"SCENARIO": scenario, "--calibration file": cal_path})
     sc = load_or_fail(scenario, overrides, steps, None, cal_path)
     lab = Lab.attach(name)
     job = import_validate("lab_validation")
@@ -310,7 +314,7 @@ def validate_cmd(scenario, cal_path, overrides, steps, warmup_steps, timeout_s, 
     click.echo(format_comparison(report))
     click.echo(f"stragglers seen: {report['stragglers_found_text']}")
     if json_path:
-        atomic_write_text(json_path, json.dumps(report, indent=2, default=float) + "\n")
+        write_output(json_path, json.dumps(report, indent=2, default=float) + "\n", "the report")
 
 
 def register(group: click.Group) -> None:

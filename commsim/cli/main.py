@@ -138,7 +138,8 @@ def run(scenario, steps, seed, overrides, calibration, json_path, csv_path, trac
     # every output is checked before the simulation runs, not after
     if plot_path:
         check_plot_output(plot_path)
-    stdout_taken = check_outputs({"--json": json_path, "--csv": csv_path, "--trace": trace_path, "--plot": plot_path})
+    stdout_taken = check_outputs({"--json": json_path, "--csv": csv_path, "--trace": trace_path, "--plot": plot_path},
+                                 {"SCENARIO": scenario, "--calibration file": calibration})
     # a bad scenario is an InputError: one line, exit 2 (as load_or_fail, which would not hand
     # back the document); `force` passed only when set, as load_or_fail does
     sc, document = load_scenario_document(scenario, overrides, steps, seed, calibration,

@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import stat
 import sys
-from typing import Mapping, Optional
+from typing import Mapping, Optional, Sequence, Union
 
 import click
 
@@ -26,6 +26,9 @@ from commsim.atomic import atomic_write_text
 from commsim.cli.common import fail
 
 STDOUT = "-"
+
+# An input of a command: a path, several (TRACE...), or None when not given.
+InputPaths = Union[str, os.PathLike, Sequence[Union[str, os.PathLike]], None]
 
 
 def is_stdout(path: Optional[str]) -> bool:
@@ -63,11 +66,31 @@ def check_output_path(path: str, option: str) -> None:
         fail(f"{option} {path}: cannot write here: the folder {folder} is not writable")
 
 
-def check_outputs(outputs: Mapping[str, Optional[str]]) -> bool:
+def _same_file(a: str, b: str) -> bool:
+    """Whether two paths name one file (a symlink or hard link included)."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one of them does not exist (yet)
+        return os.path.realpath(a) == os.path.realpath(b)
+
+
+def _check_not_an_input(path: str, option: str, inputs: Mapping[str, InputPaths]) -> None:
+    if is_stream(path):  # /dev/null and pipes are written into, never replaced
+        return
+    for what, given in inputs.items():
+        for source in ([given] if isinstance(given, (str, os.PathLike)) else given or ()):
+            if source is not None and not is_stdout(source) and _same_file(path, os.fspath(source)):
+                fail(f"{option} {path}: expected an output path other than the inputs, got the {what} itself "
+                     "(it would be overwritten)")
+
+
+def check_outputs(outputs: Mapping[str, Optional[str]], inputs: Optional[Mapping[str, InputPaths]] = None) -> bool:
     """Check every given output (option name -> path or None) before any work.
 
     Returns True when one of them is ``-`` (stdout is taken: print the report to stderr).
-    Two outputs cannot share a path, and at most one can be stdout."""
+    Two outputs cannot share a path, at most one can be stdout, and none can be one of the
+    command's `inputs` (what -> a path, a list of paths or None: ``{"SCENARIO": path}``), which
+    the atomic write would replace by the output."""
     given = {opt: os.fspath(p) for opt, p in outputs.items() if p is not None}
     to_stdout = [opt for opt, p in given.items() if p == STDOUT]
     if len(to_stdout) > 1:
@@ -81,6 +104,7 @@ def check_outputs(outputs: Mapping[str, Optional[str]]) -> bool:
             fail(f"{seen[key]} and {opt} both name {path}: give each output its own file")
         seen[key] = opt
         check_output_path(path, opt)
+        _check_not_an_input(path, opt, inputs or {})
     return bool(to_stdout)
 
 

@@ -12,7 +12,7 @@ from typing import Optional, Sequence, Tuple
 
 import click
 
-from commsim.cli.common import fail
+from commsim.cli.common import Fraction, fail
 from commsim.errors import EXIT_INTERRUPTED, EXIT_RUN_FAILED, InputError
 from commsim.sweep import signals
 from commsim.sweep.errors import SweepInterrupted, SweepRunFailed, os_error_text
@@ -101,7 +101,7 @@ def _plot(directory: Path, validations: Sequence[Path], calibration: Optional[Pa
                    "like validate output are picked up too.")
 @click.option("--calibration", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="A calibration YAML whose measured busbw points are drawn over the predicted curves.")
-@click.option("--threshold", type=click.FloatRange(0, 1, min_open=True), default=0.85,
+@click.option("--threshold", type=Fraction(), default=0.85,
               show_default=True, help="Scaling-efficiency threshold whose crossing (the knee) is marked.")
 def plot_command(directory: Path, validations: Tuple[Path, ...], calibration: Optional[Path],
                  threshold: float) -> None:

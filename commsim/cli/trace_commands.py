@@ -23,14 +23,15 @@ from commsim.errors import InputError
 @command("import")
 @click.argument("traces", nargs=-1, required=True, metavar="TRACE...")
 @click.option("-o", "--output", "output", required=True, type=click.Path(dir_okay=False),
-              help="Write the scenario (YAML, with a comment header saying what it came from) here.")
+              help="Write the scenario (YAML, with a comment header saying what it came from) here ('-': stdout).")
 @click.option("--calibration-out", type=click.Path(dir_okay=False),
               help="Also write a calibration (commsim calibrate's format) fitted to the observed all-reduces "
                    "(and any nccl-tests logs among TRACE); the scenario then names it.")
 @click.option("--name", help="The scenario's name (default: the output file's name).")
 @click.option("--steps", type=POSITIVE_INT, default=100, show_default=True,
               help="Steps the scenario simulates.")
-@click.option("--seed", type=int, default=0, show_default=True, help="The scenario's seed.")
+# the loader's bounds on a seed, checked before the traces are read (not on the imported scenario)
+@click.option("--seed", type=click.IntRange(0, 2**63 - 1), default=0, show_default=True, help="The scenario's seed.")
 @click.option("--batch-size", type=POSITIVE_INT, default=1, show_default=True,
               help="Samples per rank per step (traces do not say; used for throughput only).")
 @click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors.")
@@ -46,8 +47,11 @@ def import_command(traces, output, calibration_out, name, steps, seed, batch_siz
     """
     from commsim.traces.importer import import_traces
 
-    stdout_taken = check_outputs({"-o": output, "--calibration-out": calibration_out})  # before reading anything
+    stdout_taken = check_outputs({"-o": output, "--calibration-out": calibration_out},
+                                 {"TRACE file": traces})  # before reading anything
     echo = echo_to(stdout_taken)
+    if name is not None and not name.strip():  # else the loader's error would name the unwritten output file
+        fail(f"--name: expected a non-empty scenario name, got {name!r}")
     name = name or (Path(output).stem if output != "-" else "imported")
     try:
         imported = import_traces(list(traces), name=name, steps=steps, seed=seed, batch_size=batch_size,
@@ -76,9 +80,9 @@ def import_command(traces, output, calibration_out, name, steps, seed, batch_siz
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="With --scenario: override a key.")
 @click.option("--steps", type=POSITIVE_INT, help="With --scenario: steps to simulate.")
 @click.option("--seed", type=int, help="With --scenario: the seed.")
-@click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Write the whole report as JSON here.")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Write the whole report as JSON here ('-': stdout).")
 @click.option("--perfetto", "perfetto_path", type=click.Path(dir_okay=False),
-              help="Write a Perfetto/Chrome trace here: per-rank compute and per-bucket communication spans, "
+              help="Write a Perfetto/Chrome trace here ('-': stdout): per-rank compute and per-bucket communication spans, "
                    "arrows from each late arrival to the end of the collective it delayed.")
 @click.option("--top", type=POSITIVE_INT, default=8, show_default=True, help="Ranks in the table.")
 @click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors.")
@@ -95,7 +99,8 @@ def blame_command(traces, scenario, overrides, steps, seed, json_path, perfetto_
     from commsim.traces import perfetto
     from commsim.traces.text import format_blame
 
-    stdout_taken = check_outputs({"--json": json_path, "--perfetto": perfetto_path})  # before any work
+    stdout_taken = check_outputs({"--json": json_path, "--perfetto": perfetto_path},
+                                 {"TRACE file": traces, "--scenario file": scenario})  # before any work
     if scenario and traces:
         fail("give either TRACE files or --scenario, not both")
     if not scenario and not traces:

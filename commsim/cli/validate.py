@@ -128,7 +128,7 @@ def validate_cmd(ctx, scenario, cal_path, backend, nprocs, steps, warmup_steps, 
     job = host_job(ctx, nnodes, node_rank, rdzv_endpoint, nproc_per_node, ranks_from_env)
     if job is not None and (numerics or mode != "replay"):
         fail("across hosts validate replays a scenario (--mode replay); --numerics and --mode ddp run on one host")
-    stdout_taken = check_outputs({"--json": json_path})  # before launching anything
+    stdout_taken = check_outputs({"--json": json_path}, {"SCENARIO": scenario, "--calibration file": cal_path})  # before launching anything
     echo = echo_to(stdout_taken)
     if job is not None:
         _validate_on_hosts(scenario, cal_path, overrides, steps, force, backend, job, warmup_steps, timeout_s,

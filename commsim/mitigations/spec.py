@@ -293,6 +293,10 @@ def parse_mitigations(text: str, source: str = "--mitigations") -> Tuple[Mitigat
                 key, eq, value = pair.partition("=")
                 if not eq or not key.strip():
                     raise MitigationError(source, f"{name}", f"expected parameters as key=value after ':', got {pair!r}")
+                if key.strip() in params:  # powersgd:r=4:r=5 would quietly run r=5 under that label
+                    raise MitigationError(source, f"{name}.{key.strip()}",
+                                          f"expected each parameter once, got {key.strip()}="
+                                          f"{params[key.strip()]} and {key.strip()}={value.strip()}")
                 params[key.strip()] = value.strip()
             remedies.append(build_remedy(name, params, source, name))
         out.append(combine(item, remedies, source, item))

@@ -7,6 +7,7 @@ in a pipe or a file, splitting numbers from their units ("1,060.07" / "ms") and 
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Any, Dict, Sequence
 
 from commsim.network.costs import ring_traffic_bytes
@@ -21,12 +22,25 @@ if TYPE_CHECKING:  # rich is imported when text is printed: `commsim run -q` doe
 UNWRAPPED_WIDTH = 10_000
 
 
+@functools.lru_cache(maxsize=None)
+def _console_class():
+    from rich.console import Console
+
+    class _PipeConsole(Console):
+        """A console that lets a closed pipe surface as the BrokenPipeError it is: rich's own
+        handler points stdout at /dev/null and exits 1, while the CLI ends a command whose
+        reader went away (``| head -1``) quietly with exit 0 (commsim.cli.common.Group)."""
+
+        def on_broken_pipe(self) -> None:
+            raise BrokenPipeError(32, "Broken pipe")
+
+    return _PipeConsole
+
+
 def text_console(stderr: bool = False) -> "Console":
     """A rich console on stdout (or stderr) that wraps at the terminal's width on a terminal
     and never wraps elsewhere (a pipe, a file)."""
-    from rich.console import Console
-
-    console = Console(highlight=False, stderr=stderr)
+    console = _console_class()(highlight=False, stderr=stderr)
     if not console.is_terminal:
         console.width = UNWRAPPED_WIDTH
     return console

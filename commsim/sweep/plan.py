@@ -25,6 +25,7 @@ from commsim.mitigations.spec import Mitigation
 from commsim.scenario.loader import load_document, load_scenario
 from commsim.scenario.spec import Scenario
 from commsim.sim.engine import simulate
+from commsim.sweep.errors import SweepError
 from commsim.sweep.grid import Grid, value_text
 
 # a summary reads per-step and per-collective records only (step times, launch spreads, last
@@ -72,6 +73,26 @@ def point_key(scenario: Scenario, mitigations: Tuple[Mitigation, ...]) -> str:
     return hashlib.sha256((repr(scenario) + repr(mitigations)).encode()).hexdigest()[:32]
 
 
+def _refuse_shadowed_keys(grid: Grid, overrides: Sequence[str], steps: Optional[int],
+                          seed: Optional[int]) -> None:
+    """Refuse a swept key that another option also sets for every point.
+
+    The loader applies ``--set``, then the grid's values, then ``--steps``/``--seed``: a grid
+    over ``steps`` with ``--steps 7`` would run every point at 7 steps while the results' steps
+    column said 5, 10, ...; a ``--set`` of a swept key is silently replaced by the grid."""
+    swept = set(grid.keys)
+    for option, key in (("--steps", "steps" if steps is not None else None),
+                        ("--seed", "seed" if seed is not None else None)):
+        if key in swept:
+            raise SweepError(f"--grid {key}", None,
+                             f"expected {key} swept or set by {option}, got both: drop one of them")
+    for override in overrides:
+        key = override.partition("=")[0].strip()
+        if key in swept:
+            raise SweepError(f"--grid {key}", None,
+                             f"expected {key} swept or set by --set, got both: drop one of them")
+
+
 def plan_sweep(
     scenario_path: os.PathLike | str,
     grid: Grid,
@@ -84,6 +105,7 @@ def plan_sweep(
     Raises the loader's ``ScenarioError`` (or a ``MitigationError`` for the ``mitigation:``
     section), with the grid point appended, for the first point that does not validate."""
     load_document(scenario_path)  # a missing or broken file is reported once, not per point
+    _refuse_shadowed_keys(grid, overrides, steps, seed)
     points = []
     for index, params in enumerate(grid.points()):
         point_overrides = tuple(f"{k}={yaml_flow(v)}" for k, v in params.items())

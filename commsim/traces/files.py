@@ -10,7 +10,10 @@ neither format.
 from __future__ import annotations
 
 import gzip
+import io
 import json
+import os
+import stat
 import zlib
 from pathlib import Path
 from typing import Any, Tuple
@@ -21,9 +24,41 @@ GZIP_MAGIC = b"\x1f\x8b"
 PICKLE_PROTO = 0x80  # first byte of a pickle of protocol >= 2
 
 
+# The most bytes a trace file may hold, or unzip to. Profiler traces of real jobs run from
+# megabytes to a few hundred; past this, parsing the JSON would need tens of GiB of memory,
+# and a gzip bomb (a few MiB unzipping to terabytes) or /dev/zero would fill it.
+MAX_TRACE_BYTES = 2 * 1024**3
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISCHR(mode):
+        return "a character device"
+    if stat.S_ISBLK(mode):
+        return "a block device"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO (named pipe)"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "not a regular file"
+
+
+def _too_big(path: str, what: str) -> TraceError:
+    return TraceError(path, None, f"{what} more than {MAX_TRACE_BYTES:,} bytes, the most a trace may hold "
+                                  "(record fewer steps per file)")
+
+
 def read_bytes(path: str) -> bytes:
-    """The file's bytes, gunzipped when it is gzip (by content, not by name)."""
+    """The file's bytes, gunzipped when it is gzip (by content, not by name). A device, FIFO
+    or socket is refused (reading /dev/zero never ends; a FIFO blocks for a writer), as is a
+    file that holds, or unzips to, more than :data:`MAX_TRACE_BYTES`."""
     try:
+        info = os.stat(path)
+        if stat.S_ISDIR(info.st_mode):
+            raise IsADirectoryError
+        if not stat.S_ISREG(info.st_mode):
+            raise TraceError(path, None, f"is {_kind(info.st_mode)}, expected a trace file (a regular file)")
+        if info.st_size > MAX_TRACE_BYTES:
+            raise _too_big(path, "holds")
         raw = Path(path).read_bytes()
     except FileNotFoundError:
         raise TraceError(path, None, "file not found, expected a profiler trace or Flight Recorder dump") from None
@@ -33,12 +68,17 @@ def read_bytes(path: str) -> bytes:
         raise TraceError(path, None, f"cannot read the file: {err.strerror or err}") from None
     if raw[:2] == GZIP_MAGIC:
         try:
-            return gzip.decompress(raw)
+            # read one byte past the limit rather than all of it: a bomb stops there
+            with gzip.GzipFile(fileobj=io.BytesIO(raw)) as unzipped:
+                data = unzipped.read(MAX_TRACE_BYTES + 1)
         except EOFError:
             raise TraceError(path, None, "truncated gzip file (it ends before the end-of-stream marker): "
                                          "was it copied while still being written?") from None
         except (OSError, zlib.error) as err:
             raise TraceError(path, None, f"corrupt gzip file: {err}") from None
+        if len(data) > MAX_TRACE_BYTES:
+            raise _too_big(path, "unzips to")
+        return data
     return raw
 
 

@@ -28,6 +28,7 @@ profiler traces, sequence numbers; ``import`` needs the profiler traces.
 from __future__ import annotations
 
 import io
+import math
 import pickle
 import re
 from pathlib import Path
@@ -114,6 +115,27 @@ _REQUIRED = {"collective_seq_id": int, "profiling_name": str, "time_created_ns":
              "input_sizes": list, "input_dtypes": list}
 
 
+def _times(e: Dict[str, Any], source: str, where: str) -> Tuple[Optional[int], Optional[int], Optional[float]]:
+    """An entry's (started_ns, completed_ns, duration_ms), each None where the dump has none.
+
+    A collective that ends before it starts, or a negative or non-finite duration, is refused:
+    it would run a span backwards (and NaN or inf cannot become a time in nanoseconds)."""
+    def stamp(key: str) -> Optional[int]:
+        value = e.get(key)
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+    started, completed = stamp("time_discovered_started_ns"), stamp("time_discovered_completed_ns")
+    duration = e.get("duration_ms")
+    if not isinstance(duration, (int, float)) or isinstance(duration, bool):
+        duration = None
+    elif not math.isfinite(duration) or duration < 0:
+        raise TraceError(source, f"{where}.duration_ms", f"expected a finite duration >= 0, got {duration!r}")
+    if started is not None and completed is not None and completed < started:
+        raise TraceError(source, f"{where}.time_discovered_completed_ns",
+                         f"expected a time at or after time_discovered_started_ns ({started}), got {completed}")
+    return started, completed, duration
+
+
 def read_flight_recorder(doc: Any, source: str, rank: Optional[int] = None) -> RankTrace:
     """One rank's Flight Recorder dump (unpickled or JSON) as a RankTrace of collectives."""
     if not isinstance(doc, dict) or not isinstance(doc.get("entries"), list):
@@ -155,16 +177,14 @@ def read_flight_recorder(doc: Any, source: str, rank: Optional[int] = None) -> R
         if kind in ("all_gather", "gather") and isinstance(e.get("output_sizes"), list):
             nbytes, _ = _size(e["output_sizes"], e.get("output_dtypes") or [], source, f"{where}.output_sizes")
         created = e["time_created_ns"]
-        started = e.get("time_discovered_started_ns")
-        completed = e.get("time_discovered_completed_ns")
-        duration = e.get("duration_ms")
+        started, completed, duration = _times(e, source, where)
         if e.get("state") != "completed" and not e.get("retired"):
             in_flight += 1
         comms.append(CommEvent(
             kind=kind, group=group, nbytes=nbytes, dtype=dt, issue=created, seq=e["collective_seq_id"],
             start=started if isinstance(started, int) else None,
-            end=(completed if isinstance(completed, int) else
-                 (started + int(duration * 1e6) if isinstance(started, int) and isinstance(duration, (int, float)) else None)),
+            end=(completed if completed is not None else
+                 (started + int(duration * 1e6) if started is not None and duration is not None else None)),
             group_ranks=pgs.get(group) or None, group_size=len(pgs[group]) if pgs.get(group) else None,
             where=f"{where} ({e['profiling_name']})",
         ))

@@ -17,7 +17,7 @@ import yaml
 from commsim.traces.infer import Inferred, infer
 from commsim.traces.load import Inputs, job_from, read_inputs
 from commsim.traces.matching import Job
-from commsim.traces.steps import Timeline, timeline
+from commsim.traces.steps import Timeline, job_sources, timeline
 
 DEFAULT_STEPS = 100
 
@@ -147,7 +147,7 @@ def import_traces(paths: Sequence[str], name: str = "imported", steps: int = DEF
     inputs: Inputs = read_inputs(paths)
     job = job_from(inputs)
     tl = timeline(job)
-    inf = infer(tl, [t.host for t in job.traces])
+    inf = infer(tl, [t.host for t in job.traces], job_sources(job))
     notes = list(dict.fromkeys(inputs.notes + tl.notes + inf.notes + [n for t in job.traces for n in t.notes]))
     calibration = cal_text = None
     cal_ref = None

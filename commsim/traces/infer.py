@@ -107,11 +107,12 @@ def service_times(tl: Timeline) -> np.ndarray:
     return end - np.maximum(ready, prev)
 
 
-def infer(tl: Timeline, hosts: List[Optional[str]]) -> Inferred:
-    """The scenario's numbers from a timeline (`hosts`: each rank's host name, None unknown)."""
+def infer(tl: Timeline, hosts: List[Optional[str]], source: str = "(traces)") -> Inferred:
+    """The scenario's numbers from a timeline (`hosts`: each rank's host name, None unknown;
+    `source`: the traces' names, which a TraceError about the whole job starts with)."""
     n, S = tl.world_size, tl.steps
     if S < 2:
-        raise TraceError("(traces)", None, f"only {S} complete step(s) on every rank: a step time needs two or more "
+        raise TraceError(source, None, f"only {S} complete step(s) on every rank: a step time needs two or more "
                                            "(record more steps)")
     notes: List[str] = []
     F, B, O = tl.forward, tl.backward, tl.optimizer
@@ -179,7 +180,7 @@ def infer(tl: Timeline, hosts: List[Optional[str]]) -> Inferred:
             what = f"mixed dtypes ({dt.replace('+', ', ')})"
         else:
             what = f"{dt} gradients"
-        raise TraceError("(traces)", None, f"expected bucket gradients of one dtype commsim models (fp32, bf16 or "
+        raise TraceError(source, None, f"expected bucket gradients of one dtype commsim models (fp32, bf16 or "
                                            f"fp16), got {what}")
     sizes = tl.bucket_bytes.astype(np.int64)
     total = int(sizes.sum())
@@ -194,7 +195,7 @@ def infer(tl: Timeline, hosts: List[Optional[str]]) -> Inferred:
     t_mean = np.nanmean(T, axis=0)
     samples = [(float(sizes[j]), float(T[s, j])) for s in range(S) for j in range(len(sizes))
                if np.isfinite(T[s, j]) and T[s, j] > 0]
-    alpha, bw, link_note = _fit_link(sizes.astype(float), t_mean, n)
+    alpha, bw, link_note = _fit_link(sizes.astype(float), t_mean, n, source)
     # -- where the buckets were issued, against the simulator's uniform-rate assumption -------
     frac = np.nanmedian(tl.ready_fraction, axis=(0, 2))
     ready = ready_points(frac)
@@ -259,7 +260,7 @@ def cv_for_expected_max(ratio: float, n: int, hi: float = 3.0) -> float:
     return 0.5 * (lo + top)
 
 
-def _fit_link(sizes: np.ndarray, times: np.ndarray, n: int) -> Tuple[float, float, str]:
+def _fit_link(sizes: np.ndarray, times: np.ndarray, n: int, source: str = "(traces)") -> Tuple[float, float, str]:
     """(alpha, bandwidth, note) of the ring model for this job's buckets.
 
     Ordinary least squares on the times themselves, T = a + b S with a = 2(n-1) alpha and
@@ -271,7 +272,7 @@ def _fit_link(sizes: np.ndarray, times: np.ndarray, n: int) -> Tuple[float, floa
     commsim's default latency (or none) and the bandwidth that gives the measured total."""
     good = np.isfinite(times)
     if not good.any() or times[good].mean() <= 0:
-        raise TraceError("(traces)", None, "no all-reduce end times in the traces: the bucket communication "
+        raise TraceError(source, None, "no all-reduce end times in the traces: the bucket communication "
                                            "cannot be timed")
     s, t = sizes[good], times[good]
     steps = 2 * (n - 1)

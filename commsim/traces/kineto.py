@@ -102,6 +102,11 @@ def _numel(dims: Any) -> Optional[int]:
     return int(np.prod(first)) if first else 1
 
 
+def _is_number(value: Any) -> bool:
+    """An int or float that is not a bool (JSON true is no timestamp)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 class _Reader:
     def __init__(self, doc: Any, source: str):
         self.source = source
@@ -125,8 +130,13 @@ class _Reader:
             if not isinstance(e, dict) or e.get("ph") != "X":
                 continue
             ts, dur = e.get("ts"), e.get("dur", 0)
-            if not isinstance(ts, (int, float)) or not isinstance(dur, (int, float)) or not math.isfinite(ts):
+            if not _is_number(ts) or not _is_number(dur) or not math.isfinite(ts):
                 raise TraceError(self.source, f"traceEvents[{i}]", f"expected numeric ts and dur, got {ts!r} and {dur!r}")
+            # the trace-event format's dur is an elapsed time: a negative or non-finite one
+            # would run a span backwards and skew every compute and collective time read from it
+            if not math.isfinite(dur) or dur < 0:
+                raise TraceError(self.source, f"traceEvents[{i}].dur",
+                                 f"expected a finite duration >= 0 (microseconds), got {dur!r}")
             name = e.get("name")
             if not isinstance(name, str):
                 continue

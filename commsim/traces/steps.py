@@ -94,10 +94,15 @@ def _per_step(arr: np.ndarray) -> Dict[int, Tuple[float, float]]:
     return out
 
 
+def job_sources(job: Job) -> str:
+    """The job's trace files as an error's source: the first two, then "..."."""
+    return ", ".join(job.sources[:2]) + (" ..." if len(job.sources) > 2 else "")
+
+
 def timeline(job: Job) -> Timeline:
     """Reconstruct the steps of `job` (TraceError when its traces hold no usable step)."""
     n = job.world_size
-    srcs = ", ".join(job.sources[:2]) + (" ..." if n > 2 else "")
+    srcs = job_sources(job)
     if any(t.format != "kineto" for t in job.traces):
         t = next(t for t in job.traces if t.format != "kineto")
         raise TraceError(t.source, None, "a Flight Recorder dump has collectives only, no forward, backward or "
@@ -174,7 +179,9 @@ def timeline(job: Job) -> Timeline:
         # the worker's span can close after the rank already moved on (its thread descheduled
         # once the work was marked done): a bucket was done by the time Optimizer.step began
         ben = np.minimum(ben, os_[:, None, :])
-    comm_end = np.nanmax(ben, axis=1) if B else be.copy()
+    # fmax ignores NaN like nanmax, without its "All-NaN slice" warning on stderr for a step
+    # none of whose buckets has an end (those steps get the fallback below)
+    comm_end = np.fmax.reduce(ben, axis=1) if B else be.copy()
     comm_end = np.where(np.isfinite(comm_end), comm_end, os_ if has_opt else be)
     if not has_opt:
         oe = np.maximum(be, comm_end)

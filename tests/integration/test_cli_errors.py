@@ -56,6 +56,12 @@ CORPUS = [
     (["algorithms", SCENARIO, "--nodes", "0"], "--nodes"),
     (["algorithms", SCENARIO, "--steps", "0"], "--steps"),
     (["algorithms", SCENARIO, "--algorithm", "bogus"], "--algorithm"),
+    # a value named twice would print (and write) the same row twice
+    (["algorithms", SCENARIO, "--algorithm", "ring,tree,ring"], "got ring twice in 'ring,tree,ring'"),
+    (["algorithms", SCENARIO, "--model", "alpha-beta,alpha-beta"], "got alpha-beta twice"),
+    (["algorithms", SCENARIO, "--nodes", "2,4,02"], "--nodes: expected each value once, got 2 twice"),
+    (["compare", SCENARIO, "--nodes", "4,4"], "--nodes: expected each value once"),
+    (["collective", SCENARIO, "--algorithm", "tree,tree"], "got tree twice"),
     (["algorithms", SCENARIO, "--model", "logp"], "--model"),
     (["algorithms", SCENARIO, "--json", "{tmp}"], "is a directory"),
     (["algorithms", SCENARIO, "--algorithm", "hierarchical", "--model", "nccl-2.19"], "no (algorithm, model) pair"),
@@ -70,6 +76,9 @@ CORPUS = [
     (["collective", "--calibration", "{cal}", "--ranks", "8", "--json", "{tmp}"], "is a directory"),
     (["collective", "--algorithm", "tree", "--ranks", "8"], "SCENARIO"),
     (["collective", SCENARIO, "--algorithm", "trees"], "--algorithm"),
+    (["collective", SCENARIO, "--sizes", "8:1e300"], "--sizes': expected sizes up to 2**50 bytes"),
+    (["collective", "--system", "dgx-h100", "--nodes", "100000000"],
+     "--nodes: expected a world size up to 1,048,576, got 800,000,000"),
     (["collective", SCENARIO, "--ranks", "12"], "--ranks"),
     (["collective", SCENARIO, "--model", "logp"], "--model"),
     (["collective", SCENARIO, "--algorithm", "hierarchical", "--model", "nccl-2.19"], "covers algorithms"),
@@ -101,6 +110,8 @@ CORPUS = [
     (["sweep", SCENARIO, "-o", "{tmp}/o"], "Missing option '--grid'"),
     (["sweep", SCENARIO, "-o", "{blocker}", "--grid", "cluster.nodes=1"], "is a file"),
     (["plot", "{tmp}/missing"], "missing"),
+    (["plot", "{tmp}", "--threshold", "nan"], "--threshold': expected a number in (0, 1], got 'nan'"),
+    (["plot", "{tmp}", "--threshold", "0"], "--threshold"),
 ]
 
 

@@ -122,6 +122,16 @@ def test_a_reader_that_goes_away_ends_the_command_quietly():
     assert proc.wait(timeout=120) == 0 and err == ""
 
 
+def test_a_reader_that_goes_away_from_the_report_ends_the_command_quietly():
+    """The same with the text report on stdout (rich's console, whose own handler of a closed
+    pipe exits 1): exit 0, nothing on stderr."""
+    proc = subprocess.Popen([sys.executable, "-m", "commsim.cli", "run", SMALL, "--steps", "3"],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 0 and err == ""
+
+
 def test_broken_pipe_through_head(tmp_path):
     """`commsim run ... | head -1` in a shell: exit 0, nothing on stderr (no "[Errno 32]").
     The CSV (60 bytes x 20,000 steps) is far larger than a pipe's buffer (64 KiB), so the
@@ -187,3 +197,73 @@ def test_a_full_stdout_is_one_line_exit_2():
                             "--sizes", "8:64"], cwd=ROOT, stdout=full, stderr=subprocess.PIPE, text=True)
     assert r.returncode == 2
     assert r.stderr.strip().splitlines() == ["commsim: error: cannot write to stdout: No space left on device"]
+
+
+TRACES = ("tests/data/traces/healthy/rank0.trace.json.gz", "tests/data/traces/healthy/rank1.trace.json.gz")
+
+
+@pytest.mark.parametrize("argv, victim", [
+    (["run", "{s}", "-q", "--json", "{s}"], "SCENARIO"),
+    (["run", "{link}", "-q", "--csv", "{s}"], "SCENARIO"),  # the same file through a symlink
+    (["run", "{s}", "-q", "--steps", "2", "--calibration", "{cal}", "--trace", "{cal}"], "--calibration file"),
+    (["compare", "{s}", "-q", "--json", "{s}"], "SCENARIO"),
+    (["algorithms", "{s}", "--json", "{s}"], "SCENARIO"),
+    (["collective", "{s}", "--json", "{s}"], "SCENARIO"),
+    (["blame", "--scenario", "{s}", "-q", "--json", "{s}"], "--scenario file"),
+    (["blame", "{t0}", "{t1}", "-q", "--perfetto", "{t1}"], "TRACE file"),
+    (["import", "{t0}", "{t1}", "-q", "-o", "{t0}"], "TRACE file"),
+    (["import", "{t0}", "{t1}", "-q", "-o", "{tmp}/x.yaml", "--calibration-out", "{t1}"], "TRACE file"),
+])
+def test_an_output_that_is_an_input_is_refused_and_the_input_kept(tmp_path, capsys, argv, victim):
+    """`commsim import rank*.json -o rank0.json` replaced the first trace by the scenario, and
+    `run S --json S` the scenario by its own summary: now one line, exit 2, every input intact."""
+    files = {"s": tmp_path / "s.yaml", "cal": tmp_path / "cal.yaml", "t0": tmp_path / "rank0.trace.json.gz",
+             "t1": tmp_path / "rank1.trace.json.gz"}
+    files["s"].write_bytes((ROOT / SCENARIO).read_bytes())
+    assert run_cli(["calibrate", "--from-nccl-tests", str(ROOT / LOG), "-o", str(files["cal"])]) == 0
+    for key, src in zip(("t0", "t1"), TRACES):
+        files[key].write_bytes((ROOT / src).read_bytes())
+    (tmp_path / "link.yaml").symlink_to(files["s"])
+    before = {k: p.read_bytes() for k, p in files.items()}
+    capsys.readouterr()
+    args = [a.format(tmp=tmp_path, link=tmp_path / "link.yaml", **files) for a in argv]
+    assert run_cli(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and f"got the {victim} itself" in err
+    assert {k: p.read_bytes() for k, p in files.items()} == before
+
+
+_SIGTERM_DURING = """
+import os, signal, sys
+import commsim.sim.engine as engine
+from commsim.cli.main import run_cli
+
+real = engine.simulate
+
+def terminated(*args, **kwargs):
+    os.kill(os.getpid(), signal.SIGTERM)  # handled at the next bytecode: before the return
+    return real(*args, **kwargs)
+
+engine.simulate = terminated
+code = run_cli(sys.argv[1:])
+assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # restored after the command
+sys.exit(code)
+"""
+
+
+@pytest.mark.parametrize("argv", [
+    ["run", SMALL, "-q", "--steps", "3", "--json", "{out}"],
+    ["compare", SMALL, "-q", "--steps", "3", "--mitigations", "fp16", "--json", "{out}"],
+    ["blame", "--scenario", SMALL, "-q", "--steps", "3", "--json", "{out}"],
+])
+def test_sigterm_stops_an_in_process_command_like_ctrl_c(tmp_path, argv):
+    """SIGTERM (a batch scheduler's limit) arrives during the simulation: exit 130 and
+    "interrupted" as for Ctrl-C, the existing output kept. It killed the process before (exit
+    -15/143, not a word), against `commsim --help`'s exit codes. In a child process, which
+    without the handler dies of the signal."""
+    out = tmp_path / "out.json"
+    out.write_text("keep\n")
+    proc = subprocess.run([sys.executable, "-c", _SIGTERM_DURING, *[a.format(out=out) for a in argv]], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 130, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == "commsim: error: interrupted" and out.read_text() == "keep\n"

@@ -157,3 +157,29 @@ def test_an_nccl_tests_log_among_the_inputs_joins_the_calibration(tmp_path):
     sizes = {row[0] for row in doc["levels"]["intra_node"]["table"]["rows"]}
     assert len(sizes) > 20  # the log's sweep and the traces' five bucket sizes
     assert "# nccl-tests log: " + log in out.read_text().replace("#   nccl-tests log", "# nccl-tests log")
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--seed", "-5"], "Invalid value for '--seed': -5 is not in the range 0<=x<="),
+    (["--name", "   "], "--name: expected a non-empty scenario name, got '   '"),
+    (["--name", ""], "--name: expected a non-empty scenario name, got ''"),
+])
+def test_bad_import_options_are_named_as_options_not_as_the_unwritten_output(tmp_path, capsys, args, needle):
+    """They were reported against the output file ("s.yaml: seed: ..."), which does not exist,
+    after every trace was read; an empty --name fell back to the default silently."""
+    out = tmp_path / "s.yaml"
+    assert run_cli(["import", *HEALTHY, "-q", "-o", str(out), *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and needle in err and str(out) not in err and not out.exists()
+
+
+@pytest.mark.parametrize("command, option", [("import", "--output"), ("blame", "--json"), ("blame", "--perfetto")])
+def test_the_help_of_an_output_that_takes_a_dash_says_so(command, option):
+    """They all write to stdout for '-' (the report then goes to stderr); their help did not say."""
+    import click
+
+    from commsim.cli.trace_commands import blame_command, import_command
+
+    cmd = {"import": import_command, "blame": blame_command}[command]
+    opt = next(p for p in cmd.params if isinstance(p, click.Option) and option in p.opts)
+    assert "('-': stdout)" in opt.help

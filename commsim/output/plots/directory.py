@@ -16,6 +16,7 @@ What is drawn is chosen by what the sweep varied:
 from __future__ import annotations
 
 import json
+import stat
 import sys
 from pathlib import Path
 from typing import List, Optional, Sequence
@@ -78,10 +79,30 @@ def plot_sweep(table: SweepTable, out_dir: Path, threshold: float = 0.85,
     return written
 
 
+# A validate report is a few kB; a *.json in the folder far larger than this is something else
+# and is not read whole to find out.
+MAX_FOUND_JSON_BYTES = 64 * 1024**2
+
+
+def _regular(path: Path) -> bool:
+    """Whether `path` (its symlinks followed) is a regular file: a device (/dev/zero) or FIFO
+    would be read forever or block for a writer."""
+    try:
+        return stat.S_ISREG(path.stat().st_mode)
+    except OSError:
+        return False
+
+
+def _check_input_file(path: Path, expected: str) -> None:
+    """A given input that exists must be a regular file (a missing one is its reader's to name)."""
+    if path.exists() and not _regular(path):
+        raise PlotError(str(path), f"expected {expected} (a regular file), got a device, FIFO or socket")
+
+
 def _validation_files(directory: Path) -> List[Path]:
     found = []
     for f in sorted(directory.glob("*.json")):
-        if f.name == "results.json":
+        if f.name == "results.json" or not _regular(f) or f.stat().st_size > MAX_FOUND_JSON_BYTES:
             continue
         try:
             if is_validation(json.loads(f.read_text())):
@@ -100,9 +121,12 @@ def plot_directory(directory: Path, validations: Sequence[Path] = (), calibratio
     :class:`PlotError`."""
     directory = Path(directory)
     check_plot_folder(directory)
+    results = directory / "results.json"
+    _check_input_file(results, "the results.json of commsim sweep")
+    for given in validations:
+        _check_input_file(Path(given), "commsim validate JSON")
     try:
         written: List[Path] = []
-        results = directory / "results.json"
         table = SweepTable.load(results) if results.exists() else None
         if table is not None:
             written += plot_sweep(table, directory, threshold, calibration)

@@ -45,6 +45,8 @@ def test_reduce_bytes_of_a_16_bit_all_reduce():
     ("fp16:reduce_bytes=4B", "fp16.reduce_bytes", "expected the bytes per element"),
     ("fp16,,bf16", None, "empty item"),
     ("fp16,fp16", "fp16", "listed twice"),
+    ("powersgd:r=4:r=5", "powersgd.r", "expected each parameter once, got r=4 and r=5"),
+    ("fp16+powersgd:start=1: start =2", "powersgd.start", "expected each parameter once"),
 ])
 def test_bad_remedies_are_one_line_input_errors_naming_the_key(text, key, words):
     with pytest.raises(MitigationError) as err:

@@ -482,3 +482,21 @@ def test_a_sweep_of_one_point_names_results_json_and_the_missing_axis(scenario, 
     with pytest.raises(plots.PlotError, match=r"results\.json: nothing to plot: expected a sweep with a key of "
                                               r"two or more values .*got one point per key"):
         plots.plot_directory(out)
+
+
+def test_a_device_or_fifo_among_the_inputs_is_refused_not_read(tmp_path):
+    """DIR/results.json or a --validation file that is /dev/zero (a symlink) was read until a
+    MemoryError; a FIFO blocked for a writer. A *.json in DIR that is one is passed over."""
+    if not os.path.exists("/dev/zero"):
+        pytest.skip("no /dev/zero here")
+    folder = tmp_path / "d"
+    folder.mkdir()
+    validation_json(folder / "ok.json", "ok", 1.0, 1.1)
+    (folder / "zero.json").symlink_to("/dev/zero")  # found by the folder scan: skipped
+    os.mkfifo(tmp_path / "fifo.json")
+    with pytest.raises(plots.PlotError, match=r"fifo\.json: expected commsim validate JSON \(a regular file\)"):
+        plots.plot_directory(folder, validations=[tmp_path / "fifo.json"])
+    assert [p.name for p in plots.plot_directory(folder)] == ["predicted_vs_measured.png", "predicted_vs_measured.svg"]
+    (folder / "results.json").symlink_to("/dev/zero")
+    with pytest.raises(plots.PlotError, match=r"results\.json: expected the results\.json of commsim sweep \(a regular"):
+        plots.plot_directory(folder)

@@ -62,3 +62,23 @@ def test_run_point_keeps_no_per_rank_records(monkeypatch):
     monkeypatch.setattr(engine.Engine, "run", recording_run)
     assert run_point(sc) == expected
     assert kept == [0, 0]  # the run and its baseline
+
+
+@pytest.mark.parametrize("grid_arg, kwargs, option", [
+    ("steps=2,3", {"steps": 4}, "--steps"),   # every point would run 4 steps, its row saying 2 or 3
+    ("seed=0,1", {"seed": 5}, "--seed"),
+    ("cluster.nodes=2,4", {"overrides": ["cluster.nodes=8"]}, "--set"),
+])
+def test_a_swept_key_set_by_another_option_is_refused(scenario, tmp_path, grid_arg, kwargs, option):
+    from commsim.sweep.errors import SweepError
+
+    out = tmp_path / "out"
+    with pytest.raises(SweepError, match=f"set by {option}, got both") as err:
+        run_sweep(scenario, parse_grid_args([grid_arg]), out, jobs=1, **kwargs)
+    assert str(err.value).startswith(f"--grid {grid_arg.partition('=')[0]}: ") and "\n" not in str(err.value)
+    assert not out.exists()
+
+
+def test_other_options_beside_the_grid_still_apply(scenario):
+    points = plan_sweep(scenario, parse_grid_args(["seed=0,1"]), ["cluster.nodes=4"], steps=3)
+    assert [(p.scenario.steps, p.scenario.seed, p.scenario.world_size) for p in points] == [(3, 0, 8), (3, 1, 8)]  # 4 nodes x 2 GPUs

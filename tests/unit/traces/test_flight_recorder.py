@@ -104,3 +104,31 @@ def test_bad_entries_name_the_key():
         read_flight_recorder(doc, "d_rank0")
     with pytest.raises(TraceError, match="does not say its rank"):
         read_flight_recorder(synth.flight_recorder(0, 2, synth.plan(2, 1)[0]), "dump.pkl")
+
+
+@pytest.mark.parametrize("duration", [float("nan"), float("inf"), -1.0])
+def test_a_bad_duration_is_named_not_a_traceback(duration):
+    """Without time_discovered_completed_ns the end is started + duration_ms: NaN or inf cannot
+    become nanoseconds (a ValueError/OverflowError before), a negative one runs backwards."""
+    doc = synth.flight_recorder(0, 2, synth.plan(2, 1)[0], nccl=True)
+    doc["entries"][1]["time_discovered_completed_ns"] = None
+    doc["entries"][1]["duration_ms"] = duration
+    with pytest.raises(TraceError, match=r"d_rank0: entries\[1\]\.duration_ms: expected a finite duration >= 0"):
+        read_flight_recorder(doc, "d_rank0")
+
+
+def test_a_collective_that_ends_before_it_starts_is_refused():
+    doc = synth.flight_recorder(0, 2, synth.plan(2, 1)[0], nccl=True)
+    e = doc["entries"][0]
+    e["time_discovered_completed_ns"] = e["time_discovered_started_ns"] - 1
+    with pytest.raises(TraceError, match=r"entries\[0\]\.time_discovered_completed_ns: expected a time at or after"):
+        read_flight_recorder(doc, "d_rank0")
+
+
+def test_the_end_comes_from_the_duration_without_a_completion_time():
+    doc = synth.flight_recorder(0, 2, synth.plan(2, 1)[0], nccl=True)
+    whole = read_flight_recorder(doc, "d_rank0")
+    for e in doc["entries"]:
+        e["time_discovered_completed_ns"] = None
+    from_duration = read_flight_recorder(doc, "d_rank0")
+    assert [c.end for c in from_duration.comms] == pytest.approx([c.end for c in whole.comms], abs=2e-9)

@@ -143,3 +143,26 @@ def test_a_collective_cut_off_by_the_trace_end_does_not_make_the_dtypes_mixed(tm
     cut.write_text(json.dumps(doc))
     im = import_traces([str(cut), str(data / "rank1.trace.json.gz")], name="cut", steps=5)
     assert im.scenario.model.grad_dtype == "fp32" and im.timeline.grad_dtype == "fp32"
+
+
+def test_a_worker_span_under_an_unknown_name_is_named_by_file_and_warns_nothing(tmp_path):
+    """Rank 0's gloo worker spans renamed (an unknown event name): its buckets keep only DDP's
+    c10d op, without a dtype. The error names the traces (it said "(traces)"), and the step
+    reconstruction prints no numpy "All-NaN slice" warning on the way."""
+    import warnings
+
+    paths = []
+    for r in range(2):
+        doc = json.loads(gzip.decompress((DATA / "healthy" / f"rank{r}.trace.json.gz").read_bytes()))
+        if r == 0:
+            for e in doc["traceEvents"]:
+                if e.get("name") == "gloo:all_reduce":
+                    e["name"] = "gloo:frobnicate"
+        p = tmp_path / f"rank{r}.json"
+        p.write_text(json.dumps(doc))
+        paths.append(str(p))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(TraceError, match="expected bucket gradients of one dtype") as err:
+            import_traces(paths)
+    assert str(err.value).startswith(f"{paths[0]}, {paths[1]}: ")

@@ -90,6 +90,23 @@ def test_rank_from_metadata_then_file_name():
         read_kineto(doc, "/x/trace.json")
 
 
+@pytest.mark.parametrize("dur", [-5.0, float("inf"), float("nan")])
+def test_a_negative_or_non_finite_duration_is_named(dur):
+    doc = synth.kineto(0, 2, synth.plan(2, 1)[0], gpu=True)
+    i = next(i for i, e in enumerate(doc["traceEvents"]) if e.get("ph") == "X" and e.get("dur"))
+    doc["traceEvents"][i]["dur"] = dur
+    with pytest.raises(TraceError, match=rf"rank0\.json: traceEvents\[{i}\]\.dur: expected a finite duration >= 0"):
+        read_kineto(doc, "rank0.json")
+
+
+def test_a_boolean_timestamp_is_not_a_number():
+    doc = synth.kineto(0, 2, synth.plan(2, 1)[0], gpu=True)
+    i = next(i for i, e in enumerate(doc["traceEvents"]) if e.get("ph") == "X")
+    doc["traceEvents"][i]["ts"] = True
+    with pytest.raises(TraceError, match=rf"traceEvents\[{i}\]: expected numeric ts and dur, got True"):
+        read_kineto(doc, "rank0.json")
+
+
 def test_no_complete_events():
     with pytest.raises(TraceError, match=r"e\.json: traceEvents: no complete"):
         read_kineto({"traceEvents": [{"ph": "M", "name": "process_name"}]}, "e.json")

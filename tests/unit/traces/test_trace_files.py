@@ -61,3 +61,41 @@ def test_sniff_tells_formats_apart():
         sniff(b'{"foo": 1}', "a")
     with pytest.raises(TraceError, match="neither a profiler trace"):
         sniff(b"hello", "a")
+
+
+@pytest.mark.parametrize("path, kind", [("/dev/zero", "a character device"), ("{tmp}/fifo", "a FIFO")])
+def test_a_device_or_fifo_is_refused_without_reading_it(tmp_path, path, kind):
+    """/dev/zero was read until memory ran out (a MemoryError traceback); a FIFO blocked for a writer."""
+    import os
+
+    if path.startswith("{tmp}"):
+        path = path.format(tmp=tmp_path)
+        os.mkfifo(path)
+    if not os.path.exists(path):
+        pytest.skip(f"{path} does not exist here")
+    with pytest.raises(TraceError, match=rf"is {kind}.*, expected a trace file \(a regular file\)"):
+        read_bytes(path)
+
+
+def test_a_gzip_bomb_stops_at_the_limit(tmp_path, monkeypatch):
+    import commsim.traces.files as files
+
+    monkeypatch.setattr(files, "MAX_TRACE_BYTES", 1000)
+    p = tmp_path / "bomb.json.gz"
+    p.write_bytes(gzip.compress(b"[" + b" " * 100_000 + b"]"))  # 100 kB of JSON in a few hundred bytes
+    assert p.stat().st_size < 1000
+    with pytest.raises(TraceError, match=r"bomb\.json\.gz: unzips to more than 1,000 bytes"):
+        read_bytes(str(p))
+    small = tmp_path / "ok.json.gz"
+    small.write_bytes(gzip.compress(b"[" + b" " * 998 + b"]"))  # exactly the limit
+    assert len(read_bytes(str(small))) == 1000
+    plain = tmp_path / "big.json"
+    plain.write_bytes(b"[" + b" " * 1000 + b"]")
+    with pytest.raises(TraceError, match=r"big\.json: holds more than 1,000 bytes"):
+        read_bytes(str(plain))
+
+
+def test_a_multi_member_gzip_is_read_whole(tmp_path):
+    p = tmp_path / "two.json.gz"
+    p.write_bytes(gzip.compress(b'{"traceEvents": ') + gzip.compress(b"[]}"))
+    assert read_bytes(str(p)) == b'{"traceEvents": []}'
