@@ -8,7 +8,6 @@ Wire into the main group with ``register(main)``.
 
 from __future__ import annotations
 
-import os
 from typing import NoReturn, Sequence
 
 import click
@@ -52,17 +51,6 @@ def _fail_naming(exc: InputError, sources: Sequence[str]) -> NoReturn:
     if any(text.startswith(s) for s in sources):
         fail(text)
     fail(f"{', '.join(sources)}: {text}")
-
-
-def refuse_output_over_inputs(output: str, inputs: Sequence[str], what: str, option: str) -> None:
-    """Fail (exit 2) before anything is read when ``-o`` names one of ``inputs`` (the same file:
-    one path, a link or a hard link to it): the output would replace what it is fitted from.
-    ``what`` names an input ("the nccl-tests log"), ``option`` the mode that reads it."""
-    if output == "-" or not os.path.exists(output):
-        return
-    for path in inputs:
-        if os.path.exists(path) and os.path.samefile(path, output):
-            fail(f"-o {output}: is {what} {path} read by {option}: give the calibration its own file")
 
 
 def _from_logs(logs, level, ranks, in_place, same_system=False):
@@ -234,9 +222,9 @@ def calibrate_cmd(click_ctx, logs, from_nccl, output, level, ranks, in_place, sa
     if compute_params == 1:
         raise click.BadParameter("expected 0 (skip the compute timing) or >= 2 parameters, got 1",
                                  param_hint="--compute-params")
-    stdout_taken = check_outputs({"-o": output})  # before reading or measuring anything
-    if from_nccl:  # --physical reads the same logs; --backend reads no file (LOG arguments are refused)
-        refuse_output_over_inputs(output, logs, "the nccl-tests log", "--from-nccl-tests")
+    # before reading or measuring anything; --physical reads the same logs, --backend reads no
+    # file (LOG arguments are refused with it)
+    stdout_taken = check_outputs({"-o": output}, {"nccl-tests log": list(logs) if from_nccl else None})
     echo = echo_to(stdout_taken)
     if not physical and (system_name or nodes or gpus_per_node):
         raise click.UsageError("--system, --nodes and --gpus-per-node go with --physical")

@@ -10,7 +10,6 @@ constant, is one line on stderr and exit 2.
 from __future__ import annotations
 
 import json
-import os
 from typing import Sequence
 
 from commsim.cli.common import fail
@@ -29,11 +28,7 @@ def ddp_fit_command(reports: Sequence[str], output: str, other_source: bool) -> 
         fail("--ddp-fit fits DDP's costs from validate --mode ddp reports: give no --from-nccl-tests or --backend with it")
     if not reports:
         fail("--ddp-fit: no report given (expected REPORT.json [REPORT.json ...] from validate --mode ddp --json)")
-    stdout_taken = check_outputs({"-o": output})
-    if not stdout_taken:
-        for path in reports:  # the fragment would replace a report it is read from
-            if os.path.exists(path) and os.path.exists(output) and os.path.samefile(path, output):
-                fail(f"-o {output}: is the report {path} read by --ddp-fit: give the fit its own file")
+    stdout_taken = check_outputs({"-o": output}, {"report": list(reports)})  # the fragment would replace a report
     echo = echo_to(stdout_taken)
     runs = []
     for path in reports:

@@ -80,7 +80,8 @@ def _check_not_an_input(path: str, option: str, inputs: Mapping[str, InputPaths]
     for what, given in inputs.items():
         for source in ([given] if isinstance(given, (str, os.PathLike)) else given or ()):
             if source is not None and not is_stdout(source) and _same_file(path, os.fspath(source)):
-                fail(f"{option} {path}: expected an output path other than the inputs, got the {what} itself "
+                named = "" if os.fspath(source) == path else f", {os.fspath(source)}"  # a link to it, or another spelling
+                fail(f"{option} {path}: expected an output path other than the inputs, got the {what} itself{named} "
                      "(it would be overwritten)")
 
 

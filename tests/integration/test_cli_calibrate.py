@@ -224,8 +224,9 @@ def test_an_output_over_an_input_log_is_refused_and_the_log_kept(mode, alias, tm
         os.link(log, out)
     r = CliRunner().invoke(cli, ["calibrate", "--from-nccl-tests", str(other), str(log), *mode, "-o", str(out)])
     assert r.exit_code == 2, r.output
-    assert r.stderr.strip() == (f"commsim: error: -o {out}: is the nccl-tests log {log} read by --from-nccl-tests: "
-                                "give the calibration its own file")
+    named = "" if out == log else f", {log}"
+    assert r.stderr.strip() == (f"commsim: error: -o {out}: expected an output path other than the inputs, got the "
+                                f"nccl-tests log itself{named} (it would be overwritten)")
     assert log.read_bytes() == LOGS[0].read_bytes()  # untouched
     # another file is written as usual
     run("calibrate", "--from-nccl-tests", log, *mode, "-o", tmp_path / "cal.yaml")

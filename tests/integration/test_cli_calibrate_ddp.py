@@ -96,7 +96,7 @@ def test_ddp_fit_does_not_write_over_a_report_it_reads(tmp_path):
     before = (tmp_path / "r1.json").read_bytes()
     res = CliRunner().invoke(main, ["calibrate", "--ddp-fit", one, other, "-o", str(tmp_path / "." / "r1.json")])
     assert res.exit_code == 2, res.output
-    assert "is the report" in res.output and "give the fit its own file" in res.output
+    assert "got the report itself (it would be overwritten)" in res.output
     assert len(res.output.strip().splitlines()) == 1
     assert (tmp_path / "r1.json").read_bytes() == before
 
