@@ -10,6 +10,11 @@ from typing import List
 
 from commsim.units import parse_size
 
+# The largest message a size range may reach: 1 PiB, far past any all-reduce a job sends
+# (nccl-tests runs go to a few GiB) and far below where float byte counts stop being exact
+# (2**53). Without it "8:1e300" is a thousand sizes up to a 300-digit one.
+MAX_TABLE_BYTES = 1 << 50
+
 _NCCL_SIZE = re.compile(r"^\s*(\d+)\s*([KMGT]?)\s*$", re.IGNORECASE)
 
 
@@ -27,7 +32,10 @@ def parse_bench_size(text: str) -> int:
 
 
 def parse_size_range(text: str) -> List[int]:
-    """"MIN:MAX[:FACTOR]" -> MIN, MIN*FACTOR, ... <= MAX (factor 2 by default, as nccl-tests -f 2)."""
+    """"MIN:MAX[:FACTOR]" -> MIN, MIN*FACTOR, ... <= MAX (factor 2 by default, as nccl-tests -f 2).
+
+    MAX may be at most :data:`MAX_TABLE_BYTES` (2**50); anything else is a ValueError whose
+    message names the range and what was expected."""
     parts = text.split(":")
     if len(parts) not in (2, 3):
         raise ValueError(f"--sizes {text!r}: expected MIN:MAX or MIN:MAX:FACTOR, e.g. 8:1G")
@@ -35,6 +43,10 @@ def parse_size_range(text: str) -> List[int]:
     factor = int(parts[2]) if len(parts) == 3 and parts[2].strip().isdigit() else (2 if len(parts) == 2 else 0)
     if lo < 1 or hi < lo or factor < 2:
         raise ValueError(f"--sizes {text!r}: expected 1 <= MIN <= MAX and an integer FACTOR >= 2")
+    if hi > MAX_TABLE_BYTES:
+        given = f"{hi:,}" if hi < 10**18 else f"{float(hi):.3g}"  # not 300 digits for 1e300
+        raise ValueError(f"--sizes {text!r}: expected sizes up to 2**50 bytes ({MAX_TABLE_BYTES:,}), "
+                         f"got MAX = {given} bytes")
     sizes = []
     s = lo
     while s <= hi:

@@ -35,6 +35,7 @@ __all__ = [
     "parse_count",
     "parse_number",
     "describe",
+    "counted",
     "SIZE_UNITS",
     "RATE_UNITS",
     "TIME_UNITS",
@@ -146,6 +147,13 @@ def describe(value: object) -> str:
     if isinstance(value, (str, int, float)):
         return short.repr(value)
     return f"{short.repr(value)} (a {type(value).__name__})"
+
+
+def counted(n: int, noun: str, spec: str = "") -> str:
+    """``n`` and ``noun`` as a summary reads them: "1 point", "0 points", "1,024 GPUs" (``spec``
+    formats the number, "," for thousands); the plural adds an s, which every noun the summaries
+    count takes."""
+    return f"{n:{spec}} {noun if n == 1 else noun + 's'}"
 
 
 def _digit_hint(value: object) -> str:

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
@@ -24,6 +26,10 @@ GPU_KEYS = ("cluster.nodes", "cluster.gpus_per_node")
 LINK_PREFIXES = ("cluster.intra_node", "cluster.inter_node")
 STRAGGLER_PREFIX = "stragglers"
 MAX_PANELS = 12
+# The most bytes a JSON document read here may hold. A sweep's results.json is a few kB per
+# point and a validate report a few kB; far past this a file is something else, and parsing
+# it whole would take gigabytes. The plot command reads no JSON file larger either.
+MAX_JSON_BYTES = 64 * 1024**2
 REQUIRED_COLUMNS = ("world_size", "step_time_s.mean", "baseline_step_time_s", "compute_time_s", "scaling_efficiency")
 
 Row = Dict[str, Any]
@@ -37,15 +43,50 @@ class ResultsError(InputError):
         super().__init__(source, path, message)
 
 
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def _check_regular(mode: int, source: str, expected: str) -> None:
+    if stat.S_ISDIR(mode):
+        raise ResultsError(source, f"is a directory, expected {expected}")
+    if not stat.S_ISREG(mode):
+        raise ResultsError(source, f"is {_kind(mode)}, expected {expected} (a regular file)")
+
+
+def _too_big(size: int, source: str, expected: str) -> ResultsError:
+    return ResultsError(source, f"is {size:,} bytes, more than the {MAX_JSON_BYTES:,}-byte limit for {expected}")
+
+
 def read_json_document(path: Path, expected: str) -> Any:
-    """The JSON document in `path`; an unreadable file or invalid JSON is a ResultsError saying
-    what was `expected` ("the results.json of commsim sweep")."""
+    """The JSON document in `path`; a file that is not regular (reading /dev/zero never ends, a
+    FIFO blocks for a writer), holds more than :data:`MAX_JSON_BYTES`, cannot be read or is
+    not valid JSON is a ResultsError saying what was `expected` ("the results.json of commsim
+    sweep")."""
+    source = str(path)
     try:
-        return json.loads(Path(path).read_text())
+        info = os.stat(path)
+        _check_regular(info.st_mode, source, expected)  # before opening: opening a FIFO blocks
+        if info.st_size > MAX_JSON_BYTES:
+            raise _too_big(info.st_size, source, expected)
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+        with os.fdopen(fd, "rb") as handle:
+            _check_regular(os.fstat(handle.fileno()).st_mode, source, expected)  # replaced since the stat
+            raw = handle.read(MAX_JSON_BYTES + 1)  # st_size can lie (a file still growing)
     except OSError as exc:
-        raise ResultsError(str(path), f"cannot read {expected}: {exc.strerror or exc}") from None
-    except ValueError as exc:
-        raise ResultsError(str(path), f"expected {expected}, got invalid JSON ({exc})") from None
+        raise ResultsError(source, f"cannot read {expected}: {exc.strerror or exc}") from None
+    except ValueError:  # os.stat refuses a path with a NUL character
+        raise ResultsError(source, f"cannot read {expected}: the path contains a NUL character") from None
+    if len(raw) > MAX_JSON_BYTES:
+        raise _too_big(len(raw), source, expected)
+    try:
+        return json.loads(raw)
+    except ValueError as exc:  # UnicodeDecodeError included
+        raise ResultsError(source, f"expected {expected}, got invalid JSON ({exc})") from None
 
 
 # ---------------------------------------------------------------------------------------

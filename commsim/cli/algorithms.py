@@ -45,7 +45,8 @@ def check_calibrated_pairs(scenario, pairs) -> None:
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, allow_dash=True),
               help="Write the rows as JSON here ('-': stdout).")
 @click.option("--force", is_flag=True, help=FORCE_HELP)
-def algorithms(scenario, nodes_text, algorithm_text, model_text, steps, overrides, json_path, force):
+@click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors (--json is still written).")
+def algorithms(scenario, nodes_text, algorithm_text, model_text, steps, overrides, json_path, force, quiet):
     """Simulate SCENARIO with each all-reduce algorithm (and cost model) at each node count.
 
     \b
@@ -80,7 +81,8 @@ def algorithms(scenario, nodes_text, algorithm_text, model_text, steps, override
     if json_path:
         doc = {"scenario": sc.name, "rows": rows}
         write_output(json_path, json.dumps(doc, indent=2, sort_keys=True) + "\n", "the JSON rows")
-    echo_to(stdout_taken)(format_rows(rows))
+    if not quiet:
+        echo_to(stdout_taken)(format_rows(rows))
 
 
 def format_rows(rows) -> str:

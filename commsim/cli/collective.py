@@ -203,8 +203,9 @@ def physical_table(cal_path, system_name, nodes, gpus_per_node, sizes, kind, ncc
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, allow_dash=True), default=None,
               help="Also write the rows as JSON ('-': stdout, the table then goes to stderr).")
 @click.option("--force", is_flag=True, help=FORCE_HELP)
+@click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors (--json is still written).")
 def collective_cmd(scenario, cal_path, ranks, algorithm, model, overrides, sizes, level, nodes, gpus_per_node,
-                   system_name, kind, nccl_algo, nccl_proto, json_path, force):
+                   system_name, kind, nccl_algo, nccl_proto, json_path, force, quiet):
     """Print predicted all-reduce tables in nccl-tests' own columns.
 
     \b
@@ -246,7 +247,8 @@ def collective_cmd(scenario, cal_path, ranks, algorithm, model, overrides, sizes
         rows, text = calibration_table(cal_path, ranks, sizes, level)
     if json_path:
         write_output(json_path, json_text(rows), "the JSON rows")
-    echo_to(stdout_taken)(text)
+    if not quiet:
+        echo_to(stdout_taken)(text)
 
 
 def register(group: click.Group) -> None:

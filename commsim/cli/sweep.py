@@ -65,10 +65,7 @@ def sweep_command(scenario: Path, grids: Tuple[str, ...], out_dir: Path, overrid
             fail(str(exc), EXIT_RUN_FAILED)
         except KeyboardInterrupt:  # outside the run proper (planning the grid, a second Ctrl-C)
             fail(f"interrupted; rerun with --resume to complete the sweep in {out_dir}", EXIT_INTERRUPTED)
-        click.echo(
-            f"{len(result.points)} points ({result.ran} run, {result.reused} reused) in "
-            f"{result.wall_s:.1f} s -> {out_dir / 'results.csv'}, {out_dir / 'results.json'}"
-        )
+        click.echo(result.summary())
         if make_plots:
             try:
                 _plot(out_dir, (), None, 0.85)

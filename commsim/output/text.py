@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Dict, Sequence
 
 from commsim.network.costs import ring_traffic_bytes
 from commsim.scenario.spec import Scenario
+from commsim.units import counted
 
 if TYPE_CHECKING:  # rich is imported when text is printed: `commsim run -q` does without it
     from rich.console import Console
@@ -57,8 +58,9 @@ def print_summary(sc: Scenario, s: Dict[str, Any], console: "Console | None" = N
     console = console or text_console()
     c = sc.cluster
     console.print(
-        f"[bold]{s['scenario']}[/bold]: {s['world_size']} GPUs ({c.nodes} nodes x {c.gpus_per_node}), "
-        f"{sc.model.parameters:,} parameters ({sc.model.grad_dtype}), {s['buckets']} buckets, {s['steps']} steps, seed {s['seed']}"
+        f"[bold]{s['scenario']}[/bold]: {counted(s['world_size'], 'GPU')} ({counted(c.nodes, 'node')} x {c.gpus_per_node}), "
+        f"{counted(sc.model.parameters, 'parameter', ',')} ({sc.model.grad_dtype}), {counted(s['buckets'], 'bucket')}, "
+        f"{counted(s['steps'], 'step')}, seed {s['seed']}"
     )
     st = s["step_time_s"]
     t = Table(show_header=True, header_style="bold")

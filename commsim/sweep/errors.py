@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Optional
 
 from commsim.errors import InputError
+from commsim.units import counted
 
 
 class SweepError(InputError):
@@ -57,7 +58,7 @@ class SweepInterrupted(Exception):
 
     def __init__(self, done: int, total: int, out_dir: Path, note: str = ""):
         super().__init__(
-            f"interrupted: {done} of {total} points saved in {out_dir}{'; ' + note if note else ''}; "
+            f"interrupted: {done} of {counted(total, 'point')} saved in {out_dir}{'; ' + note if note else ''}; "
             "rerun with --resume to complete the sweep"
         )
         self.done, self.total, self.out_dir = done, total, out_dir
@@ -69,6 +70,6 @@ class SweepRunFailed(Exception):
 
     def __init__(self, reason: str, done: int, total: int, out_dir: Path):
         super().__init__(
-            f"{reason}; {done} of {total} points saved in {out_dir}; rerun with --resume to complete the sweep"
+            f"{reason}; {done} of {counted(total, 'point')} saved in {out_dir}; rerun with --resume to complete the sweep"
         )
         self.done, self.total, self.out_dir = done, total, out_dir

@@ -38,6 +38,7 @@ from commsim.sweep.journal import JOURNAL, Journal, read_journal
 from commsim.sweep.lock import LOCK_FILE, sweep_lock
 from commsim.sweep.plan import Point, fingerprint, plan_sweep, run_point
 from commsim.sweep.results import RESULTS_CSV, RESULTS_JSON, ResultsWriter, result_rows, write_results
+from commsim.units import counted
 
 __all__ = [
     "JOURNAL", "LOCK_FILE", "RESULTS_CSV", "RESULTS_JSON", "Grid", "Point", "ProgressHook", "SweepError",
@@ -56,6 +57,11 @@ class SweepResult:
     ran: int
     reused: int
     wall_s: float
+
+    def summary(self) -> str:
+        """The line `commsim sweep` prints when done: "1 point (1 run, 0 reused) in 0.4 s -> ..."."""
+        return (f"{counted(len(self.points), 'point')} ({self.ran} run, {self.reused} reused) in "
+                f"{self.wall_s:.1f} s -> {self.out_dir / RESULTS_CSV}, {self.out_dir / RESULTS_JSON}")
 
 
 ProgressHook = Callable[[int, int], None]
@@ -172,7 +178,7 @@ def _run_points(points: Sequence[Point], writer: ResultsWriter, jobs: Optional[i
         stream.close()
         state = writer.settle()
         raise exc.with_summary(
-            f"{finished} of {total} points saved in {writer.journal.path}, {state}; "
+            f"{finished} of {counted(total, 'point')} saved in {writer.journal.path}, {state}; "
             "make room and rerun with --resume to complete the sweep"
         ) from None
     except WorkerDied as exc:

@@ -164,3 +164,15 @@ def test_sweep_into_a_file_and_plot_of_foreign_json_are_one_line_errors(tmp_path
     assert run_cli(["plot", str(d)]) == 2
     err = capsys.readouterr().err
     assert "lacks world_size" in err and "Traceback" not in err
+
+
+def test_run_summary_counts_one_of_a_thing_in_the_singular(capsys):
+    # A 1-GPU, 1-step run of a model that fits one bucket read "1 GPUs (1 nodes x 1), 1 buckets, 1 steps".
+    assert run_cli(["run", SCENARIO, "--steps", "1", "--set", "cluster.nodes=1", "--set", "cluster.gpus_per_node=1",
+                    "--set", "model.parameters=1000", "--set", "stragglers=[]"]) == 0
+    head = capsys.readouterr().out.splitlines()[0]
+    assert head.endswith(": 1 GPU (1 node x 1), 1,000 parameters (fp32), 1 bucket, 1 step, seed 0"), head
+    assert run_cli(["run", SCENARIO, "--steps", "2", "--set", "cluster.nodes=2", "--set", "cluster.gpus_per_node=1",
+                    "--set", "model.parameters=1", "--set", "stragglers=[]"]) == 0
+    head = capsys.readouterr().out.splitlines()[0]
+    assert head.endswith(": 2 GPUs (2 nodes x 1), 1 parameter (fp32), 1 bucket, 2 steps, seed 0"), head

@@ -60,3 +60,30 @@ def test_bad_requests_exit_2(args, needle, capsys):
     assert run_cli(args) == 2
     err = capsys.readouterr().err
     assert needle in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("command", [
+    ["collective", SCENARIO, "--algorithm", "ring,tree", "--sizes", "1K:1M:8"],
+    ["collective", "--system", "dgx-h100", "--nodes", "2", "--sizes", "1K:1M:8"],
+    ["algorithms", SCENARIO, "--nodes", "1,2", "--steps", "2"],
+])
+@pytest.mark.parametrize("flag", ["-q", "--quiet"])
+def test_quiet_prints_nothing_but_still_writes_the_json(tmp_path, capsys, command, flag):
+    loud, quiet = tmp_path / "loud.json", tmp_path / "quiet.json"
+    assert run_cli([*command, "--json", str(loud)]) == 0
+    assert capsys.readouterr().out.strip()  # the table, without the flag
+    assert run_cli([*command, flag, "--json", str(quiet)]) == 0
+    got = capsys.readouterr()
+    assert (got.out, got.err) == ("", "")
+    assert quiet.read_bytes() == loud.read_bytes()
+    # --json - with --quiet: stdout holds the JSON alone (no table on stderr either)
+    assert run_cli([*command, flag, "--json", "-"]) == 0
+    got = capsys.readouterr()
+    assert got.out.encode() == loud.read_bytes() and got.err == ""
+
+
+@pytest.mark.parametrize("command", ["collective", "algorithms"])
+def test_quiet_is_in_the_help(capsys, command):
+    assert run_cli([command, "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())  # click wraps the help at the terminal's width
+    assert "-q, --quiet Print nothing but errors (--json is still written)." in text

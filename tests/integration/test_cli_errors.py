@@ -76,7 +76,7 @@ CORPUS = [
     (["collective", "--calibration", "{cal}", "--ranks", "8", "--json", "{tmp}"], "is a directory"),
     (["collective", "--algorithm", "tree", "--ranks", "8"], "SCENARIO"),
     (["collective", SCENARIO, "--algorithm", "trees"], "--algorithm"),
-    (["collective", SCENARIO, "--sizes", "8:1e300"], "--sizes': expected sizes up to 2**50 bytes"),
+    (["collective", SCENARIO, "--sizes", "8:1e300"], "--sizes '8:1e300': expected sizes up to 2**50 bytes (1,125,899,906,842,624), got MAX = 1e+300 bytes"),
     (["collective", "--system", "dgx-h100", "--nodes", "100000000"],
      "--nodes: expected a world size up to 1,048,576, got 800,000,000"),
     (["collective", SCENARIO, "--ranks", "12"], "--ranks"),

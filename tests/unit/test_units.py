@@ -395,3 +395,10 @@ def test_any_magnitude_is_a_number_or_a_unit_error(value):
             assert "\n" not in str(err)
         else:
             assert math.isfinite(result)
+
+
+def test_counted_is_singular_for_one_only():
+    from commsim.units import counted
+
+    assert [counted(n, "point") for n in (0, 1, 2)] == ["0 points", "1 point", "2 points"]
+    assert counted(1024, "GPU", ",") == "1,024 GPUs" and counted(1, "GPU", ",") == "1 GPU"

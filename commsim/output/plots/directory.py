@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import List, Optional, Sequence
 
 from commsim.analysis.busbw_curve import BusbwCurve, calibration_points, stored_curves, sweep_curves
-from commsim.analysis.sweep_table import GPU_KEYS, SweepTable
+from commsim.analysis.sweep_table import GPU_KEYS, MAX_JSON_BYTES, SweepTable
 from commsim.analysis.validation_cases import is_validation, load_cases
 from commsim.errors import InputError
 from commsim.sweep.grid import Grid
@@ -80,8 +80,8 @@ def plot_sweep(table: SweepTable, out_dir: Path, threshold: float = 0.85,
 
 
 # A validate report is a few kB; a *.json in the folder far larger than this is something else
-# and is not read whole to find out.
-MAX_FOUND_JSON_BYTES = 64 * 1024**2
+# and is not read whole to find out (the limit every JSON input of the plots is read under).
+MAX_FOUND_JSON_BYTES = MAX_JSON_BYTES
 
 
 def _regular(path: Path) -> bool:

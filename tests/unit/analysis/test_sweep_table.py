@@ -3,15 +3,18 @@ the stacked parts, the scaling knee and the slowdown grids."""
 
 from __future__ import annotations
 
+import errno
 import json
+import os
+import threading
 
 import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
-from commsim.analysis.sweep_table import (ResultsError, SweepTable, breakdown_by_gpus, breakdown_by_key,
+from commsim.analysis.sweep_table import (MAX_JSON_BYTES, ResultsError, SweepTable, breakdown_by_gpus, breakdown_by_key,
                                           key_value_label, knee, natural_key, numeric_order, scaling_panels,
-                                          slowdown_grids, value_text)
+                                          read_json_document, slowdown_grids, value_text)
 from commsim.errors import InputError
 
 
@@ -120,3 +123,63 @@ def test_foreign_results_are_one_line_input_errors(tmp_path):
         SweepTable({"grid": {}, "rows": []}, "x.json")
     with pytest.raises(ResultsError, match="grid"):
         SweepTable({"grid": {"a": 1}, "rows": [row(8, {})]}, "x.json")
+
+
+RESULTS = "the results.json of commsim sweep"
+
+
+def test_a_device_is_refused_before_it_is_read():
+    # /dev/null stands for /dev/zero (which was read until MemoryError): the same kind of file,
+    # and without the check it reads as "invalid JSON" rather than hanging the test.
+    with pytest.raises(ResultsError) as info:
+        read_json_document("/dev/null", RESULTS)
+    assert str(info.value) == f"/dev/null: is a character device, expected {RESULTS} (a regular file)"
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no named pipes on this platform")
+def test_a_fifo_is_refused_without_waiting_for_a_writer(tmp_path):
+    fifo = tmp_path / "results.json"
+    os.mkfifo(fifo)
+    done = threading.Event()
+
+    def writer():
+        # Feeds "{}" to any reader that opens the FIFO, so that a reader that should not
+        # have opened it gets a document instead of blocking the test for ever.
+        while not done.is_set():
+            try:
+                fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+            except OSError as exc:
+                if exc.errno != errno.ENXIO:  # ENXIO: no reader yet
+                    raise
+                done.wait(0.01)
+                continue
+            os.write(fd, b"{}")
+            os.close(fd)
+            return
+
+    thread = threading.Thread(target=writer, daemon=True)
+    thread.start()
+    try:
+        with pytest.raises(ResultsError) as info:
+            read_json_document(fifo, RESULTS)
+    finally:
+        done.set()
+        thread.join()
+    assert str(info.value) == f"{fifo}: is a named pipe (FIFO), expected {RESULTS} (a regular file)"
+
+
+def test_a_file_over_64_mib_is_refused_unread(tmp_path):
+    big = tmp_path / "results.json"
+    with open(big, "wb") as f:  # sparse: no 64 MiB written to the disk
+        f.truncate(MAX_JSON_BYTES + 1)
+    with pytest.raises(ResultsError) as info:
+        SweepTable.load(big)
+    assert str(info.value) == (f"{big}: is 67,108,865 bytes, more than the 67,108,864-byte limit for {RESULTS}")
+    exact = tmp_path / "exact.json"
+    exact.write_bytes(b"{}" + b" " * (MAX_JSON_BYTES - 2))  # the limit itself is read
+    assert read_json_document(exact, RESULTS) == {}
+
+
+def test_a_directory_is_named_as_one(tmp_path):
+    with pytest.raises(ResultsError, match=f"is a directory, expected {RESULTS}$"):
+        read_json_document(tmp_path, RESULTS)

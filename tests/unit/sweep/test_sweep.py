@@ -14,6 +14,7 @@ from click.testing import CliRunner
 
 from commsim.cli.main import run_cli
 from commsim.cli.sweep import register
+from commsim.sweep.errors import SweepInterrupted, SweepRunFailed
 from commsim.sweep.grid import parse_grid_args
 from commsim.sweep.journal import JOURNAL, read_journal
 from commsim.sweep.run import run_sweep
@@ -43,6 +44,27 @@ def test_cli_sweep_writes_results(scenario, tmp_path):
     rows = json.loads((out / "results.json").read_text())["rows"]
     assert {row["steps"] for row in rows} == {3}
     assert rows[0]["compute_time_s"] == pytest.approx(1e-3 + 4e-3)
+
+
+def test_cli_sweep_of_one_point_says_point(scenario, tmp_path):
+    # It said "1 points (1 run, 0 reused)".
+    out = tmp_path / "out"
+    args = ["sweep", str(scenario), "-o", str(out), "--grid", "cluster.nodes=2", "--jobs", "1", "--quiet", "--steps", "2"]
+    r = CliRunner().invoke(cli(), args)
+    assert r.exit_code == 0, r.output
+    assert r.output.startswith("1 point (1 run, 0 reused) in "), r.output
+    r = CliRunner().invoke(cli(), [*args, "--resume"])
+    assert r.exit_code == 0, r.output
+    assert r.output.startswith("1 point (0 run, 1 reused) in ") and r.output.rstrip().endswith(
+        f"s -> {out / 'results.csv'}, {out / 'results.json'}"), r.output
+
+
+def test_interrupted_and_failed_sweeps_of_one_point_say_point(tmp_path):
+    assert str(SweepInterrupted(0, 1, tmp_path)) == (
+        f"interrupted: 0 of 1 point saved in {tmp_path}; rerun with --resume to complete the sweep")
+    assert str(SweepRunFailed("worker died", 1, 1, tmp_path)) == (
+        f"worker died; 1 of 1 point saved in {tmp_path}; rerun with --resume to complete the sweep")
+    assert "0 of 2 points saved" in str(SweepInterrupted(0, 2, tmp_path))
 
 
 @pytest.mark.parametrize("grid", ["cluster.nodse=1,2", "cluster.nodes=", "cluster.nodes=1,-1",
