@@ -291,7 +291,12 @@ def leftovers(prefix: str = PREFIX) -> List[str]:
 @contextlib.contextmanager
 def signals_raise() -> Iterator[None]:
     """Inside: SIGTERM and SIGHUP raise KeyboardInterrupt (as SIGINT does), so that the
-    ``finally`` that tears the lab down runs for them too. Main thread only; elsewhere a no-op."""
+    ``finally`` that tears the lab down runs for them too. Main thread only; elsewhere a no-op.
+
+    The three are also unblocked: a signal mask is inherited across fork and exec, so a process
+    started by a supervisor that blocks SIGTERM would otherwise never see it (a handler does not
+    unblock), and the lab would outlive the SIGTERM meant to remove it. (An inherited SIG_IGN for
+    SIGINT, as a shell gives a background job, is kept: that is the shell's choice.)"""
     import threading
 
     if threading.current_thread() is not threading.main_thread():
@@ -302,8 +307,10 @@ def signals_raise() -> Iterator[None]:
         raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
 
     old = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGHUP)}
+    mask = signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM, signal.SIGHUP})
     try:
         yield
     finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         for s, h in old.items():
             signal.signal(s, h)

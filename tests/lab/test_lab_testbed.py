@@ -88,6 +88,7 @@ HOLDER = """
 import faulthandler, signal, subprocess, sys, time
 from commsim.lab import Lab, LabSpec, signals_raise
 faulthandler.register(signal.SIGUSR1, file=open(sys.argv[2], "w"), all_threads=True)  # where it is, if it hangs
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal: a background job's pytest ignores it
 lab = Lab(LabSpec(nodes=2, rate_bps=100e6, name=sys.argv[1]))
 with signals_raise(), lab:
     p = subprocess.Popen(lab.command(1, ["sleep", "300"]))
@@ -96,19 +97,28 @@ with signals_raise(), lab:
 """
 
 
-def start_holder(name, stacks, code=HOLDER):
+def _block_signals():
+    # what a supervisor that blocks them passes on: a signal mask survives fork and exec
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM, signal.SIGHUP})
+
+
+def start_holder(name, stacks, code=HOLDER, blocked=False):
     proc = subprocess.Popen([sys.executable, "-c", code, name, str(stacks)], cwd=str(REPO), stdout=subprocess.PIPE,
-                            text=True, start_new_session=True, env=dict(os.environ, PYTHONPATH=str(REPO)))
+                            text=True, start_new_session=True, env=dict(os.environ, PYTHONPATH=str(REPO)),
+                            preexec_fn=_block_signals if blocked else None)
     inner = int(proc.stdout.readline())
     assert running(inner)
     return proc, inner
 
 
 @pytest.mark.lab
+@pytest.mark.parametrize("blocked", [False, True], ids=["plain", "inherited-mask"])
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
-def test_ctrl_c_and_sigterm_tear_everything_down(lab_name, sig, tmp_path):
+def test_ctrl_c_and_sigterm_tear_everything_down(lab_name, sig, blocked, tmp_path):
+    """Also when the holder's parent had the signals blocked (the mask is inherited; a handler
+    alone does not unblock one): signals_raise unblocks them."""
     stacks = tmp_path / "holder-stacks.txt"
-    proc, inner = start_holder(lab_name, stacks)
+    proc, inner = start_holder(lab_name, stacks, blocked=blocked)
     prefix = f"cslab-{lab_name}-"
     assert len(leftovers(prefix)) == 3
     proc.send_signal(sig)
