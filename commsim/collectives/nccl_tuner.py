@@ -757,6 +757,53 @@ def nvls_tree_pipeline_us(system: System, scale: Scale, sizes, intra_GBps: float
     return np.maximum(0.0, path - period)
 
 
+def nvls_chunk_bytes(sizes, concurrent_ops: int) -> np.ndarray:
+    """Single-node NVLS chunk (bytes) per all-reduce size: src/enqueue.cc calcCollChunking, the
+    NCCL_ALGO_NVLS branch (v2.18.5-1 .. v2.29.2-1, the same rule): start from NCCL_NVLS_CHUNKSIZE
+    (128 KiB; a fixed 131072 before 2.21), then 64 KiB while ``nBytes < 64 * concurrentOps *
+    chunkSize``, 32 KiB while ``< 8 * ...``, 16 KiB while ``< 2 * ...``, each test on the chunk the
+    previous one left. concurrentOps = nChannels x nvls.nHeads. From 2.22 NCCL calls it per channel
+    (scheduleCollTasksToPlan: nChannels = 1 on the channel's even share), which is the same test.
+    (The 32 KiB cap across nodes applies to CollNet NVLS only, not here.)"""
+    S = np.asarray(sizes, dtype=float)
+    c = np.full(S.shape, float(NVLS_CHUNK_BYTES))
+    for times, cap in ((64, 65536.0), (8, 32768.0), (2, 16384.0)):
+        c = np.where((S < times * concurrent_ops * c) & (c > cap), cap, c)
+    return c
+
+
+def nvls_pipeline_us(system: System, scale: Scale, sizes, intra_GBps: float, alg_bw) -> np.ndarray:
+    """Time (us) a single-node NVLS all-reduce spends filling and draining its chunk pipeline,
+    beyond its bandwidth term S / alg_bw, per size (0 across nodes: NVLS tree has its own,
+    :func:`nvls_tree_pipeline_us`, and NVLS over CollNet is not modelled here).
+
+    The kernel (src/device/all_reduce.h, RunWorkColl NVLS/Simple, ``work->oneNode``, v2.27.3-1 and
+    v2.29.2-1 the same text) walks each channel's share in loops of nvls.nHeads chunks
+    (:func:`nvls_chunk_bytes`), through three warp groups of its own, each a Simple step
+    (ProtoSimple<1, 1>) stored and forwarded whole. Per loop, in order:
+
+    - scatter: every rank writes the whole loop, one chunk per head, into its NVLS buffers
+      (``prims.scatter(offset, nelem = loopCount, ...)``);
+    - reduce-broadcast: each head reduces its chunk over the node and multicasts the sum
+      (``prims.directRecvDirectSend``, multimem load-reduce and store);
+    - gather: every rank reads the whole loop back from all heads' chunks (``prims.gather``).
+
+    Every channel runs its own pipeline at 1/nChannels of the rate, so a loop over all channels is
+    nChannels x nHeads x chunk bytes. Each stage runs at `intra_GBps`, the one in-node rate the
+    description gives (as :func:`nvls_tree_pipeline_us` does); the path is then (2 + 1/nHeads)
+    loops, the period one loop at `alg_bw`, and what is added is path - period, at least 0. A
+    partial loop moves what is left (the size itself below one loop)."""
+    S = np.asarray(sizes, dtype=float)
+    if scale.domains > 1:
+        return np.zeros(S.shape)
+    heads = nvls_graph(system, scale).channels
+    ops = nvls_channels(system, scale) * heads
+    loop = np.minimum(S, ops * nvls_chunk_bytes(S, ops))
+    path = (2.0 + 1.0 / heads) * loop / (1000.0 * intra_GBps)  # scatter, a head's chunk, gather
+    period = loop / (1000.0 * np.asarray(alg_bw, dtype=float))
+    return np.maximum(0.0, path - period)
+
+
 def _intra_hw(system: System) -> str:
     return "NVLINK" if system.intra_kind in ("nvswitch", "nvlink") else "PCI"
 
@@ -1247,6 +1294,9 @@ def physical_time_us(kind: str, algorithm: str, protocol: str, sizes, system: Sy
         h_nvls = system.intra_hop_us * t["hw"]["NVLINK"][a][2] / intra_nominal
         if a == "nvls":
             lat_s = system.launch_us + h_nvls + (h_net if D > 1 else 0.0)
+            if kind == "all_reduce":
+                # its chunks pipeline through the kernel's scatter, head and gather stages
+                lat_s = lat_s + nvls_pipeline_us(system, scale, S, intra, alg_bw)
         else:
             # the tree NCCL connects is nvls_tree_height deep, and its chunks pipeline through it
             lat_s = lat + h_nvls + 2 * nvls_tree_height(D) * h_net
