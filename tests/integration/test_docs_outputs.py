@@ -3,6 +3,7 @@
 A default that moves every step time (a DDP cost, a link preset) makes these fail, naming the
 block or row that went stale, instead of leaving the documentation quietly out of date."""
 
+import os
 import re
 import shlex
 import subprocess
@@ -123,3 +124,135 @@ def test_calibration_collective_example_is_the_commands_output(tmp_path):
     assert len(rows) == len(got) == 4
     for want, have in zip(rows, got):
         assert want[0] == have[0] and want[2:] == have[-(len(want) - 2):], (want, have)
+
+
+def _run_here(command: str, cwd: Path) -> subprocess.CompletedProcess:
+    """A documented `commsim ...` line run with this checkout in `cwd`, not checked."""
+    line = command.replace("commsim ", f"{shlex.quote(sys.executable)} -m commsim.cli ")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run(["bash", "-c", line], cwd=cwd, capture_output=True, text=True, env=env)
+
+
+def _with_tests_dir(tmp_path: Path) -> Path:
+    """A scratch folder whose `tests/` and `scenarios/` are the repository's, so a documented
+    command with relative input paths runs there and writes its outputs there, as printed."""
+    for name in ("tests", "scenarios"):
+        (tmp_path / name).symlink_to(ROOT / name)
+    return tmp_path
+
+
+CAPACITY_PLANNING = ROOT / "docs" / "capacity-planning.md"
+
+
+def _sweep_error_examples():
+    text = CAPACITY_PLANNING.read_text()
+    lines = re.findall(r"^\$ (commsim sweep .*)\n(commsim: error: .*)$", text, re.M)
+    return [pytest.param(c, e, id=f"example{i}") for i, (c, e) in enumerate(lines)]
+
+
+@pytest.mark.parametrize("command, error", _sweep_error_examples())
+def test_capacity_sweep_error_examples_are_what_sweep_prints(command, error, tmp_path):
+    """docs/capacity-planning.md's "Validation first" lines: the sweep refuses each (exit 2)
+    with exactly the line shown, before it writes anything."""
+    assert len(_sweep_error_examples()) == 3
+    done = _run_here(command, _with_tests_dir(tmp_path))
+    assert done.returncode == 2
+    assert done.stderr == error + "\n"
+    assert not (tmp_path / "out").exists()
+
+
+TRACES = ROOT / "docs" / "traces.md"
+
+
+def test_traces_blame_block_is_the_start_of_blames_output():
+    """The blame block quotes the first two lines (summary and verdict) of the report."""
+    command, printed = next((c, out) for c, out in _shell_blocks(TRACES.read_text()) if c.startswith("commsim blame"))
+    assert len(printed.splitlines()) == 2
+    assert _commsim(command).startswith(printed)
+
+
+def test_traces_import_line_and_what_if_table(tmp_path):
+    """The import block's printed line, and the what-if table's rows: the imported scenario run
+    at 8, 64 and 1,024 GPUs (1, 8 and 128 nodes of 8)."""
+    text = TRACES.read_text()
+    command, printed = next((c, out) for c, out in _shell_blocks(text) if c.startswith("commsim import"))
+    lines = printed.splitlines()
+    assert lines[1].startswith("$ commsim run job.yaml")
+    done = _run_here(command, _with_tests_dir(tmp_path))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == lines[0] + "\n"
+    table = text[text.index("| GPUs | mean step | baseline | straggler cost |"):]
+    rows = table[:table.index("\n\n")].splitlines()[2:]
+    assert len(rows) == 3
+    for row, nodes in zip(rows, (1, 8, 128)):
+        s = summarize(load_scenario(tmp_path / "job.yaml", [f"cluster.nodes={nodes}", "cluster.gpus_per_node=8"]))
+        ms = (s["step_time_s"]["mean"], s["baseline_step_time_s"], s["straggler_cost_s"])
+        assert row == f"| {s['world_size']:,} | " + " | ".join(f"{v * 1e3:.2f} ms" for v in ms) + " |"
+
+
+def _calibration_v100_blocks():
+    blocks = [(c, out) for c, out in _shell_blocks(CALIBRATION.read_text()) if "v100.yaml" in c]
+    return [pytest.param(c, out, id=c.split()[1]) for c, out in blocks]
+
+
+def test_calibration_v100_blocks_are_the_commands_output(tmp_path):
+    """docs/calibration.md's V100 example: the calibrate report, then the collective table over
+    the calibration it wrote (the collective's header elides the size ranges with '...')."""
+    blocks = _calibration_v100_blocks()
+    assert [p.id for p in blocks] == ["calibrate", "collective"]
+    cwd = _with_tests_dir(tmp_path)
+    for param in blocks:
+        command, printed = param.values
+        done = _run_here(command, cwd)
+        assert done.returncode == 0, done.stderr
+        want, got = printed.splitlines(), done.stdout.splitlines()
+        assert len(want) == len(got)
+        for w, g in zip(want, got):
+            if w.endswith("...)"):
+                assert g.startswith(w[:-4]), (w, g)
+            else:
+                assert w == g.rstrip(), (w, g)
+
+
+def _collectives_table(header: str):
+    text = COLLECTIVES.read_text()
+    table = text[text.index(header):]
+    return [[c.strip() for c in line.strip("|").split("|")] for line in table[:table.index("\n\n")].splitlines()[2:]]
+
+
+def test_collectives_alpha_beta_against_nccl_table_is_the_snippets_output():
+    """The ring/tree × model table of docs/collectives.md, recomputed as its snippet does."""
+    from commsim.collectives import table
+    from commsim.scenario import topology
+
+    models = ("alpha-beta", "nccl-2.7", "nccl-2.19", "nccl-2.30")
+    sizes = {"64 KiB": 65536, "1 MiB": 1 << 20, "25 MiB": 25 << 20, "1 GiB": 1 << 30}
+    rows = _collectives_table("| GPUs | size | ring alpha-beta |")
+    assert len(rows) == 12
+    for gpus, size, *cells in rows:
+        f = topology.fabric("dgx-h100", int(gpus) // 8)
+        t = {(r["algorithm"], m): r for m in models for r in table(["ring", "tree"], f, [sizes[size]], m)}
+        want = []
+        for a in ("ring", "tree"):
+            for m in models:
+                r = t[(a, m)]
+                cell = f"{r['time_s'] * 1e3:.3f}"
+                want.append(cell if m == "alpha-beta" else f"{cell} ({r['chosen'].split('/')[1]})")
+        assert cells == want, (gpus, size)
+
+
+def test_collectives_p5_table_is_the_presets_prediction():
+    """The predicted columns of the 2 × p5 H100 table (dgx-h100 preset, 2 nodes)."""
+    from commsim.collectives import table
+    from commsim.scenario import topology
+
+    f = topology.fabric("dgx-h100", 2)
+    rows = _collectives_table("| size | measured busbw | ring α-β |")
+    assert len(rows) == 5
+    for size, _measured, *cells in rows:
+        s = int(size.split()[0]) << 20
+        want = [f"{r['busbw'] / 1e9:.0f}" for r in table(["ring", "tree", "auto"], f, [s], "alpha-beta")]
+        for m in ("nccl-2.19", "nccl-2.30"):
+            r = table(["auto"], f, [s], m)[0]
+            want.append(f"{r['busbw'] / 1e9:.0f} ({r['chosen']})")
+        assert cells == want, size
