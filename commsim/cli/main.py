@@ -68,7 +68,8 @@ Exit codes:
   1    an unexpected error: a bug, shown with its traceback (also: validate --numerics
        when a check fails)
   {EXIT_INPUT}    bad input: a file, key, option or output path (one line on stderr)
-  {EXIT_RUN_FAILED}    the job failed at run time: a rank died or hung (validate, calibrate --backend)
+  {EXIT_RUN_FAILED}    the job failed at run time: a rank died or hung (validate, calibrate --backend,
+       lab), or a sweep's worker died
   {EXIT_INTERRUPTED}  interrupted (Ctrl-C, SIGTERM); what was measured or finished is kept
 
 \b
