@@ -8,8 +8,8 @@ An output that names an existing device or pipe (``/dev/null``, ``/dev/stdout``,
 written into, not replaced: an atomic write renames a new file over its path, which would
 turn ``/dev/null`` into a regular file for every process on the machine.
 
-A bad output path (a folder that does not exist or cannot be written, a directory named as
-the file, an unsupported plot suffix, no matplotlib) is reported before the simulation or
+A bad output path (empty, a folder that does not exist or cannot be written, a directory named
+as the file or a path ending in '/', an unsupported plot suffix, no matplotlib) is reported before the simulation or
 measurement runs, not after it.
 """
 
@@ -52,12 +52,18 @@ def check_output_path(path: str, option: str) -> None:
     if is_stdout(path):
         return
     path = os.fspath(path)
+    if not path:  # the commands test their outputs by truth value: an empty path wrote nothing, silently
+        fail(f"{option}: expected a file path or '-', got an empty path")
     if is_stream(path):
         if not os.access(path, os.W_OK):
             fail(f"{option} {path}: cannot write here: permission denied")
         return
     if os.path.isdir(path):
         fail(f"{option} {path}: cannot write here: it is a directory (expected a file path)")
+    if path.endswith(os.sep) or (os.altsep and path.endswith(os.altsep)):
+        # a folder's path that does not exist (yet): the atomic writer resolves it to the file
+        # `path` without its slash, which writes a file where a folder was asked for
+        fail(f"{option} {path}: cannot write here: it names a folder (ends in '{path[-1]}'; expected a file path)")
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
         what = "is not a directory" if os.path.exists(folder) else "does not exist"
