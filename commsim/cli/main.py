@@ -142,8 +142,11 @@ def run(scenario, steps, seed, overrides, calibration, json_path, csv_path, trac
                                  {"SCENARIO": scenario, "--calibration file": calibration})
     # a bad scenario is an InputError: one line, exit 2 (as load_or_fail, which would not hand
     # back the document); `force` passed only when set, as load_or_fail does
+    # the budget counts the --trace run and its spans too (--steps 20000 --trace of an 8-rank
+    # scenario passed it and outgrew 8 GiB)
     sc, document = load_scenario_document(scenario, overrides, steps, seed, calibration,
-                                          **({"force": True} if force else {}))
+                                          **({"force": True} if force else {}),
+                                          **({"trace_ranks": trace_ranks} if trace_path else {}))
     # a `mitigation:` section is compare's and sweep's: refused here (a MitigationError, one
     # line, exit 2) rather than ignored; read from the document the loader parsed, not the file again
     refuse_section(scenario, overrides, document=document)
