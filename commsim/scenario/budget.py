@@ -123,6 +123,12 @@ DDP_COSTS = (28e-6, 3e-9)
 # 4e-6, near the slower runs: an estimate that refuses what would overrun, not one that is met
 # only on a quiet machine. The scan it replaced took 2e-6 per collective and rank^2.
 STREAMS_RANK = 4e-6
+# ddp.comm_shared: all puts every collective in flight into the shared pool for its whole time
+# (no fixed part runs free), and each event of the loop advances every member of the pool: 1.4-1.7
+# times the seconds of the default (bandwidth) at 1,024 ranks, the same process alternating the
+# two (k 2-64, capacity 1 and 1e6: 4.7-5.6e-6 against 3.3e-6 for k 2, bandwidth; k 8, bandwidth:
+# 3.8e-6). Without it a 100-step, 8,192-rank scale run with comm_shared all passed at ~7 min.
+STREAMS_SHARED_ALL = 1.7
 
 # What counts as large for each key, to name the one to change, and which way to change it
 # (fewer buckets take a larger bucket_cap).
@@ -227,18 +233,26 @@ def estimate(scenario: spec.Scenario, trace_ranks: int = 0) -> Estimate:
     memory = M0 + steps * n * B_RANK_STEP + steps * c * B_OP_STEP + n * B_RANK
     simulated = steps if _stochastic(scenario) else min(steps, STEADY_STEPS)
     baseline = min(steps, STEADY_STEPS)
-    per_step = sum(_call_seconds(kind, n) for kind in kinds)
-    if n > 1 and ddp.costs.on:
-        per_step += c * (DDP_COSTS[0] + DDP_COSTS[1] * n)
+    calls = sum(_call_seconds(kind, n) for kind in kinds)
+    once = 0.0  # per run, not per step
     if ddp.comm_streams > 1:  # every step of both runs, event by event
         simulated = baseline = steps
-        per_step += c * STREAMS_RANK * n
-    seconds = (simulated + baseline) * per_step + steps * n * FILL + _straggler_seconds(scenario)
+        # the kernels are planned once and asked their time alone once each, not called every
+        # step; DDP's costs are scalars per rank and event there, in STREAMS_RANK's measurement
+        once = calls
+        per_step = c * STREAMS_RANK * n * (STREAMS_SHARED_ALL if ddp.comm_shared == "all" else 1.0)
+    else:
+        per_step = calls
+        if n > 1 and ddp.costs.on:
+            per_step += c * (DDP_COSTS[0] + DDP_COSTS[1] * n)
+    seconds = ((simulated + baseline) * per_step + 2 * once + steps * n * FILL
+               + _straggler_seconds(scenario))
     traced = min(int(trace_ranks), n) if trace_ranks > 0 else 0
     if traced:  # a third run, as the scenario's, and its spans
         spans = steps * c * traced
         memory += spans * (TRACE_SPAN_BYTES + 24)
-        seconds += simulated * per_step + steps * n * FILL + _straggler_seconds(scenario) + spans * TRACE_SPAN
+        seconds += (simulated * per_step + once + steps * n * FILL + _straggler_seconds(scenario)
+                    + spans * TRACE_SPAN)
     common = max(set(kinds), key=kinds.count) if kinds else "ring"
     return Estimate(memory, seconds, steps, n, c, simulated, common, traced)
 
