@@ -115,6 +115,23 @@ def check_outputs(outputs: Mapping[str, Optional[str]], inputs: Optional[Mapping
     return bool(to_stdout)
 
 
+def check_not_inputs(outputs: Mapping[str, Optional[str]], inputs: Mapping[str, InputPaths]) -> None:
+    """Refuse an output that is one of `inputs` known only once the scenario is read (the
+    calibration file a scenario names), as :func:`check_outputs` does for the command's own."""
+    for opt, path in outputs.items():
+        if path is not None and not is_stdout(path):
+            _check_not_an_input(os.fspath(path), opt, inputs)
+
+
+def scenario_calibration(scenario: str, document: Mapping) -> Optional[str]:
+    """The calibration file a scenario document names (``calibration:``, relative to the
+    scenario file; an absolute path after ``--calibration``), or None."""
+    from commsim.scenario.schema_training import calibration_file
+
+    value = document.get("calibration") if isinstance(document, Mapping) else None
+    return str(calibration_file(str(scenario), value)) if isinstance(value, str) and value else None
+
+
 def check_plot_output(path: str, option: str = "--plot") -> None:
     """Fail before any work unless a figure can be written to `path`: a writable file path
     with a .png/.svg/.pdf suffix, and matplotlib (the plot extra) installed."""

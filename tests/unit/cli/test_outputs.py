@@ -47,3 +47,32 @@ def test_a_file_with_a_trailing_slash_is_a_folder_path_too(tmp_path):
 def test_a_plain_new_file_and_stdout_pass(tmp_path):
     assert check_outputs({"--json": str(tmp_path / "a.json"), "--csv": None}) is False
     assert check_outputs({"--json": "-"}) is True
+
+
+def test_run_refuses_an_output_over_the_calibration_the_scenario_names(tmp_path, capsys):
+    # `calibration: cal.yaml` in the scenario (relative to it) is an input as --calibration is:
+    # run S --json cal.yaml replaced the calibration with the summary, exit 0
+    from commsim.cli.main import run_cli as cli
+
+    cal = tmp_path / "cal.yaml"
+    assert cli(["calibrate", "--from-nccl-tests", "tests/data/nccl-tests/A100-SXM4-80GB-1node_8ranks_gh-notes-dkh.txt",
+                "-o", str(cal)]) == 0
+    kept = cal.read_bytes()
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(open("scenarios/seed_1b_8gpu_ib100.yaml").read() + "\ncalibration: cal.yaml\n")
+    capsys.readouterr()
+    for option in ("--json", "--csv", "--trace"):
+        assert cli(["run", str(scenario), "-q", option, str(cal)]) == 2
+        assert capsys.readouterr().err == (f"commsim: error: {option} {cal}: expected an output path other than the "
+                                           "inputs, got the scenario's calibration file itself (it would be overwritten)\n")
+        assert cal.read_bytes() == kept
+    # another spelling of it (relative to the current directory, through a symlink) is the same file
+    link = tmp_path / "link.yaml"
+    link.symlink_to(cal)
+    assert cli(["run", str(scenario), "-q", "--json", str(link)]) == 2
+    assert "got the scenario's calibration file itself, " in capsys.readouterr().err
+    assert cal.read_bytes() == kept
+    # a file of the same name elsewhere is no input
+    other = tmp_path / "elsewhere"
+    other.mkdir()
+    assert cli(["run", str(scenario), "-q", "--json", str(other / "cal.yaml")]) == 0
