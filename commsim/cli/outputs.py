@@ -64,7 +64,9 @@ def check_output_path(path: str, option: str) -> None:
         # a folder's path that does not exist (yet): the atomic writer resolves it to the file
         # `path` without its slash, which writes a file where a folder was asked for
         fail(f"{option} {path}: cannot write here: it names a folder (ends in '{path[-1]}'; expected a file path)")
-    folder = os.path.dirname(os.path.abspath(path))
+    # the atomic writer replaces what a symlink points to: its folder is the one to check (a
+    # dangling link into a missing folder failed only after the run)
+    folder = os.path.dirname(os.path.realpath(path) if os.path.islink(path) else os.path.abspath(path))
     if not os.path.isdir(folder):
         what = "is not a directory" if os.path.exists(folder) else "does not exist"
         fail(f"{option} {path}: cannot write here: the folder {folder} {what}")

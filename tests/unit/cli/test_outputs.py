@@ -76,3 +76,19 @@ def test_run_refuses_an_output_over_the_calibration_the_scenario_names(tmp_path,
     other = tmp_path / "elsewhere"
     other.mkdir()
     assert cli(["run", str(scenario), "-q", "--json", str(other / "cal.yaml")]) == 0
+
+
+def test_a_dangling_symlink_into_a_missing_folder_is_refused_before_the_run(tmp_path):
+    # the atomic writer writes where the link points: the link's own folder exists, the
+    # target's does not, and the write failed only after the simulation
+    link = tmp_path / "out.json"
+    link.symlink_to(tmp_path / "missing" / "out.json")
+    assert refused({"--json": str(link)}) == (f"--json {link}: cannot write here: the folder "
+                                              f"{tmp_path / 'missing'} does not exist")
+
+
+def test_a_symlink_to_a_new_file_in_an_existing_folder_passes(tmp_path):
+    (tmp_path / "real").mkdir()
+    link = tmp_path / "out.json"
+    link.symlink_to(tmp_path / "real" / "out.json")
+    assert check_outputs({"--json": str(link)}) is False
