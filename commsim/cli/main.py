@@ -15,7 +15,8 @@ import click
 
 from commsim import __version__
 from commsim.cli.common import FORCE_HELP, POSITIVE_INT, Group, command
-from commsim.cli.outputs import check_outputs, check_plot_output, write_output
+from commsim.cli.outputs import (check_not_inputs, check_outputs, check_plot_output, scenario_calibration,
+                                 write_output)
 from commsim.errors import EXIT_INPUT, EXIT_INTERRUPTED, EXIT_RUN_FAILED
 
 # Commands that live in their own modules: module -> the commands its register(group) adds.
@@ -143,11 +144,17 @@ def run(scenario, steps, seed, overrides, calibration, json_path, csv_path, trac
                                  {"SCENARIO": scenario, "--calibration file": calibration})
     # a bad scenario is an InputError: one line, exit 2 (as load_or_fail, which would not hand
     # back the document); `force` passed only when set, as load_or_fail does
+    # the budget counts the --trace run and its spans too (--steps 20000 --trace of an 8-rank
+    # scenario passed it and outgrew 8 GiB)
     sc, document = load_scenario_document(scenario, overrides, steps, seed, calibration,
-                                          **({"force": True} if force else {}))
+                                          **({"force": True} if force else {}),
+                                          **({"trace_ranks": trace_ranks} if trace_path else {}))
     # a `mitigation:` section is compare's and sweep's: refused here (a MitigationError, one
     # line, exit 2) rather than ignored; read from the document the loader parsed, not the file again
     refuse_section(scenario, overrides, document=document)
+    # the calibration file the scenario names is an input too (--json cal.yaml replaced it)
+    check_not_inputs({"--json": json_path, "--csv": csv_path, "--trace": trace_path, "--plot": plot_path},
+                     {"scenario's calibration file": scenario_calibration(scenario, document)})
     # per-rank records only for what an output reads (memory O(ranks + steps)): the plot
     # reads every rank's waiting time, the trace its first --trace-ranks ranks; the summary and
     # the CSV read per-step aggregates only

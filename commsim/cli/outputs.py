@@ -8,8 +8,8 @@ An output that names an existing device or pipe (``/dev/null``, ``/dev/stdout``,
 written into, not replaced: an atomic write renames a new file over its path, which would
 turn ``/dev/null`` into a regular file for every process on the machine.
 
-A bad output path (a folder that does not exist or cannot be written, a directory named as
-the file, an unsupported plot suffix, no matplotlib) is reported before the simulation or
+A bad output path (empty, a folder that does not exist or cannot be written, a directory named
+as the file or a path ending in '/', an unsupported plot suffix, no matplotlib) is reported before the simulation or
 measurement runs, not after it.
 """
 
@@ -52,13 +52,21 @@ def check_output_path(path: str, option: str) -> None:
     if is_stdout(path):
         return
     path = os.fspath(path)
+    if not path:  # the commands test their outputs by truth value: an empty path wrote nothing, silently
+        fail(f"{option}: expected a file path or '-', got an empty path")
     if is_stream(path):
         if not os.access(path, os.W_OK):
             fail(f"{option} {path}: cannot write here: permission denied")
         return
     if os.path.isdir(path):
         fail(f"{option} {path}: cannot write here: it is a directory (expected a file path)")
-    folder = os.path.dirname(os.path.abspath(path))
+    if path.endswith(os.sep) or (os.altsep and path.endswith(os.altsep)):
+        # a folder's path that does not exist (yet): the atomic writer resolves it to the file
+        # `path` without its slash, which writes a file where a folder was asked for
+        fail(f"{option} {path}: cannot write here: it names a folder (ends in '{path[-1]}'; expected a file path)")
+    # the atomic writer replaces what a symlink points to: its folder is the one to check (a
+    # dangling link into a missing folder failed only after the run)
+    folder = os.path.dirname(os.path.realpath(path) if os.path.islink(path) else os.path.abspath(path))
     if not os.path.isdir(folder):
         what = "is not a directory" if os.path.exists(folder) else "does not exist"
         fail(f"{option} {path}: cannot write here: the folder {folder} {what}")
@@ -107,6 +115,23 @@ def check_outputs(outputs: Mapping[str, Optional[str]], inputs: Optional[Mapping
         check_output_path(path, opt)
         _check_not_an_input(path, opt, inputs or {})
     return bool(to_stdout)
+
+
+def check_not_inputs(outputs: Mapping[str, Optional[str]], inputs: Mapping[str, InputPaths]) -> None:
+    """Refuse an output that is one of `inputs` known only once the scenario is read (the
+    calibration file a scenario names), as :func:`check_outputs` does for the command's own."""
+    for opt, path in outputs.items():
+        if path is not None and not is_stdout(path):
+            _check_not_an_input(os.fspath(path), opt, inputs)
+
+
+def scenario_calibration(scenario: str, document: Mapping) -> Optional[str]:
+    """The calibration file a scenario document names (``calibration:``, relative to the
+    scenario file; an absolute path after ``--calibration``), or None."""
+    from commsim.scenario.schema_training import calibration_file
+
+    value = document.get("calibration") if isinstance(document, Mapping) else None
+    return str(calibration_file(str(scenario), value)) if isinstance(value, str) and value else None
 
 
 def check_plot_output(path: str, option: str = "--plot") -> None:

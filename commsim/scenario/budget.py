@@ -81,6 +81,10 @@ B_RANK_STEP = 96
 B_OP_STEP = 64
 B_RANK = 1024
 
+# One span of ``run --trace`` (module docstring): peak memory and seconds to build and write it
+TRACE_SPAN_BYTES = 1536
+TRACE_SPAN = 20e-6
+
 STEADY_STEPS = 16
 FILL = 10e-9  # seconds per rank and step: the engine's records, written once per step
 SETUP = 10e-6  # seconds per rank per random straggler entry: its own seeded generator
@@ -119,6 +123,12 @@ DDP_COSTS = (28e-6, 3e-9)
 # 4e-6, near the slower runs: an estimate that refuses what would overrun, not one that is met
 # only on a quiet machine. The scan it replaced took 2e-6 per collective and rank^2.
 STREAMS_RANK = 4e-6
+# ddp.comm_shared: all puts every collective in flight into the shared pool for its whole time
+# (no fixed part runs free), and each event of the loop advances every member of the pool: 1.4-1.7
+# times the seconds of the default (bandwidth) at 1,024 ranks, the same process alternating the
+# two (k 2-64, capacity 1 and 1e6: 4.7-5.6e-6 against 3.3e-6 for k 2, bandwidth; k 8, bandwidth:
+# 3.8e-6). Without it a 100-step, 8,192-rank scale run with comm_shared all passed at ~7 min.
+STREAMS_SHARED_ALL = 1.7
 
 # What counts as large for each key, to name the one to change, and which way to change it
 # (fewer buckets take a larger bucket_cap).
@@ -127,7 +137,20 @@ _ADVICE = {"steps": "lower steps", "cluster.nodes": "lower cluster.nodes", "ddp.
 
 
 class BudgetError(ScenarioError):
-    """A scenario whose estimated memory or run time exceeds the limits (``--force`` runs it)."""
+    """``commsim run --trace`` adds a run of its own that records every collective on its first
+``--trace-ranks`` ranks (``k`` = min(trace ranks, n)) and then one span per step, collective and
+traced rank in the Chrome trace: ``S*c*k`` spans, built as Python dicts and serialized at once.
+That adds the run's simulated steps (as the scenario's) and::
+
+    memory += S*c*k*(TRACE_SPAN_BYTES + 24)      seconds += S*c*k*TRACE_SPAN
+
+(24: the run's three (S, c, k) float64 records of issue, start and finish). Measured with
+``/usr/bin/time`` on ``commsim run --trace`` minus the same run without it: 1.3-1.5 KiB of peak
+RSS and 12-19 us per span (seed_1b_8gpu_ib100 at 100-400 steps, 8 ranks, 161 buckets;
+32gpu_throttle at 50-200 steps, 32 ranks, 120 buckets); without the term, ``--steps 20000
+--trace`` of the 8-rank example passed the check and grew past 8 GiB of memory in 2 minutes.
+
+A scenario whose estimated memory or run time exceeds the limits (``--force`` runs it)."""
 
 
 @dataclass(frozen=True)
@@ -141,6 +164,7 @@ class Estimate:
     collectives: int  # per step
     simulated_steps: int  # of the scenario run (the baseline simulates min(steps, STEADY_STEPS))
     algorithm: str  # the kernel most collectives run (after `auto`)
+    trace_ranks: int = 0  # ranks of the --trace run (0: none)
 
     def key(self, memory: bool) -> str:
         """The key that makes the run big: the factor furthest above its typical value."""
@@ -198,8 +222,9 @@ def _collective_kinds(scenario: spec.Scenario, sizes) -> list:
     return [chosen[size] for size in sizes]
 
 
-def estimate(scenario: spec.Scenario) -> Estimate:
-    """The estimated peak memory and run time of simulating ``scenario`` and its baseline."""
+def estimate(scenario: spec.Scenario, trace_ranks: int = 0) -> Estimate:
+    """The estimated peak memory and run time of simulating ``scenario`` and its baseline, and
+    with `trace_ranks` > 0 of ``run --trace`` on that many ranks too (module docstring)."""
     n, steps = scenario.world_size, scenario.steps
     ddp = scenario.ddp
     sizes = scenario.gradient_buckets()
@@ -208,15 +233,28 @@ def estimate(scenario: spec.Scenario) -> Estimate:
     memory = M0 + steps * n * B_RANK_STEP + steps * c * B_OP_STEP + n * B_RANK
     simulated = steps if _stochastic(scenario) else min(steps, STEADY_STEPS)
     baseline = min(steps, STEADY_STEPS)
-    per_step = sum(_call_seconds(kind, n) for kind in kinds)
-    if n > 1 and ddp.costs.on:
-        per_step += c * (DDP_COSTS[0] + DDP_COSTS[1] * n)
+    calls = sum(_call_seconds(kind, n) for kind in kinds)
+    once = 0.0  # per run, not per step
     if ddp.comm_streams > 1:  # every step of both runs, event by event
         simulated = baseline = steps
-        per_step += c * STREAMS_RANK * n
-    seconds = (simulated + baseline) * per_step + steps * n * FILL + _straggler_seconds(scenario)
+        # the kernels are planned once and asked their time alone once each, not called every
+        # step; DDP's costs are scalars per rank and event there, in STREAMS_RANK's measurement
+        once = calls
+        per_step = c * STREAMS_RANK * n * (STREAMS_SHARED_ALL if ddp.comm_shared == "all" else 1.0)
+    else:
+        per_step = calls
+        if n > 1 and ddp.costs.on:
+            per_step += c * (DDP_COSTS[0] + DDP_COSTS[1] * n)
+    seconds = ((simulated + baseline) * per_step + 2 * once + steps * n * FILL
+               + _straggler_seconds(scenario))
+    traced = min(int(trace_ranks), n) if trace_ranks > 0 else 0
+    if traced:  # a third run, as the scenario's, and its spans
+        spans = steps * c * traced
+        memory += spans * (TRACE_SPAN_BYTES + 24)
+        seconds += (simulated * per_step + once + steps * n * FILL + _straggler_seconds(scenario)
+                    + spans * TRACE_SPAN)
     common = max(set(kinds), key=kinds.count) if kinds else "ring"
-    return Estimate(memory, seconds, steps, n, c, simulated, common)
+    return Estimate(memory, seconds, steps, n, c, simulated, common, traced)
 
 
 def _read_int(path: str) -> Optional[int]:
@@ -257,6 +295,10 @@ def available_memory(meminfo: str = "/proc/meminfo", cgroup: str = "/sys/fs/cgro
     return min(found) if found else None
 
 
+def _advice(key: str, est: Estimate) -> str:
+    return f"{_ADVICE[key]} or --trace-ranks" if est.trace_ranks else _ADVICE[key]
+
+
 def _bytes_text(value: float) -> str:
     for unit, scale in (("GiB", 1024**3), ("MiB", 1024**2)):
         if value >= scale:
@@ -276,11 +318,15 @@ def check(
     scenario: spec.Scenario,
     source: str,
     available: Callable[[], Optional[int]] = available_memory,
+    trace_ranks: int = 0,
 ) -> Estimate:
-    """The scenario's :class:`Estimate`, or :class:`BudgetError` (at the key to change) when it
-    exceeds :data:`MAX_MEMORY_BYTES`, the memory ``available()`` or :data:`MAX_SECONDS`."""
-    est = estimate(scenario)
+    """The scenario's :class:`Estimate` (with a ``--trace`` of `trace_ranks` ranks when > 0), or
+    :class:`BudgetError` (at the key to change) when it exceeds :data:`MAX_MEMORY_BYTES`, the
+    memory ``available()`` or :data:`MAX_SECONDS`."""
+    est = estimate(scenario, trace_ranks)
     shape = f"{est.steps:,} steps x {est.ranks:,} ranks, {est.collectives:,} collectives per step"
+    if est.trace_ranks:
+        shape += f", a trace of {est.trace_ranks:,} ranks"
     limit, limit_text = MAX_MEMORY_BYTES, f"the {_bytes_text(MAX_MEMORY_BYTES)} limit"
     free = available()
     if free is not None and free < limit:
@@ -290,7 +336,7 @@ def check(
         raise BudgetError(
             source, key,
             f"the run needs about {_bytes_text(est.memory_bytes)} of memory ({shape}), more than {limit_text}; "
-            f"{_ADVICE[key]}, or pass --force to run it anyway",
+            f"{_advice(key, est)}, or pass --force to run it anyway",
         )
     if est.seconds > MAX_SECONDS:
         key = est.key(memory=False)
@@ -298,6 +344,6 @@ def check(
             source, key,
             f"the run would take about {_seconds_text(est.seconds)} ({est.simulated_steps:,} steps simulated x "
             f"{est.ranks:,} ranks, {est.collectives:,} {est.algorithm} collectives per step), more than the "
-            f"{_seconds_text(MAX_SECONDS)} limit; {_ADVICE[key]}, or pass --force to run it anyway",
+            f"{_seconds_text(MAX_SECONDS)} limit; {_advice(key, est)}, or pass --force to run it anyway",
         )
     return est

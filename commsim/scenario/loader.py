@@ -211,10 +211,12 @@ def load_scenario_document(
     seed: Optional[int] = None,
     calibration: Optional[Union[str, Path]] = None,
     force: bool = False,
+    trace_ranks: int = 0,
 ) -> Tuple[spec.Scenario, Dict[Any, Any]]:
     """:func:`load_scenario`, and the mapping the scenario was validated from (the file after
     the overrides and flags), so that a caller reading a key the scenario leaves out (the
-    ``mitigation:`` section) needs no second read and parse of the file."""
+    ``mitigation:`` section) needs no second read and parse of the file. `trace_ranks` > 0:
+    the budget counts ``run --trace``'s run and spans on that many ranks too."""
     source = str(path)
     overrides = list(overrides)
     doc = apply_overrides(load_document(path), overrides)
@@ -235,7 +237,7 @@ def load_scenario_document(
     try:
         scenario = parse_scenario(doc, source)
         if not force:
-            budget.check(scenario, source)
+            budget.check(scenario, source, trace_ranks=trace_ranks)
         return scenario, doc
     except ScenarioError as err:
         related = getattr(err, "related", ())  # a check across keys: any of them may be the flag's

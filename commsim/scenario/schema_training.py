@@ -237,6 +237,14 @@ def read_collective(source: str, value: Any) -> spec.Collective:
     return spec.Collective(algorithm=algorithm, model=model)
 
 
+def calibration_file(source: str, value: str) -> Path:
+    """The file a scenario's ``calibration: PATH`` names: relative to the scenario file."""
+    path = Path(value)
+    if not path.is_absolute() and Path(source).parent.is_dir():
+        path = Path(source).parent / path
+    return path
+
+
 def read_calibration(source: str, value: Any, collective: spec.Collective):
     """`calibration: PATH` (relative to the scenario file): a file from `commsim calibrate`."""
     if not isinstance(value, str) or not value:
@@ -251,9 +259,7 @@ def read_calibration(source: str, value: Any, collective: spec.Collective):
     # scenario that names a calibration: most runs have none and should not pay for it
     from commsim.calibration.file import load_calibration
 
-    path = Path(value)
-    if not path.is_absolute() and Path(source).parent.is_dir():
-        path = Path(source).parent / path
+    path = calibration_file(source, value)
     from commsim.calibration.records import default_level
 
     try:

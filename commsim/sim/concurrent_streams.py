@@ -289,7 +289,8 @@ class ConcurrentStreams:
         keyed (time, rank), and is re-planned only where that rank's state changes: the rank
         whose compute event it is (its entry replaced at the top), the rank an issue launches on
         (a new entry; the old one, stale, is dropped when it surfaces) and, at a collective's end,
-        every rank (the heap rebuilt). O(log ranks) an event, not a scan of every rank, so a step
+        every rank (the heap rebuilt). The event heap holds each rank's next issue only (its later
+        ones, later in time and sequence, wait in order), so it stays O(ranks) deep. O(log ranks) an event, not a scan of every rank, so a step
         is O(buckets x ranks x log ranks). The events, their order (ties: the pool, then the event
         heap, then the lowest rank) and every subtraction are those of the scan
         (tests/unit/sim/streams_scan.py), so the times are the same bit for bit."""
@@ -320,6 +321,12 @@ class ConcurrentStreams:
         joined = [0] * nb
         heap: List[Tuple[float, int, int, int, int]] = []  # (time, kind, seq, rank, bucket)
         seq = 0
+        # a rank's issues come in order (time and seq both grow), so only its next one need be on
+        # the heap, the rest wait here: the heap's first entry is the same, and it stays O(ranks)
+        # deep where a bucket_overhead above a bucket's compute queued every rank's issues there
+        # (30,000 buckets: a million entries, 4 us a pop)
+        later = [deque() for _ in range(n)]
+        on_heap = [False] * n
         pool: dict = {}  # bucket -> bandwidth part left
         pool_mark = 0.0
         finished = 0
@@ -382,7 +389,11 @@ class ConcurrentStreams:
             j = bucket[r]
             last_issue[r] = at = max(t, last_issue[r]) + overhead
             issue[j, r] = at
-            heappush(heap, (at, _ISSUE, seq, r, j))
+            if on_heap[r]:
+                later[r].append((at, _ISSUE, seq, r, j))
+            else:
+                heappush(heap, (at, _ISSUE, seq, r, j))
+                on_heap[r] = True
             seq += 1
             copying[r] = False
             bucket[r] = j + 1
@@ -453,6 +464,10 @@ class ConcurrentStreams:
                         collective_done(j, t)
                         replan_all()
                 else:
+                    if later[r]:  # r's next issue takes its place
+                        heappush(heap, later[r].popleft())
+                    else:
+                        on_heap[r] = False
                     queue[r].append(j)
                     if try_launch(r, t) and not done[r]:
                         version[r] += 1

@@ -115,6 +115,24 @@ _REQUIRED = {"collective_seq_id": int, "profiling_name": str, "time_created_ns":
              "input_sizes": list, "input_dtypes": list}
 
 
+MAX_NS = 2**63  # the dump's nanosecond stamps are int64 (c10d's time_created_ns and the rest)
+
+
+def _finite(value: Any) -> bool:
+    """Whether a number is finite as a float (an integer past float's range is not)."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
+def _check_stamp(value: int, source: str, key: str) -> None:
+    # past int64 a stamp is no clock reading, and past float's range the times in seconds
+    # ((stamp - origin) * 1e-9) were an OverflowError traceback
+    if not 0 <= value < MAX_NS:
+        raise TraceError(source, key, f"expected nanoseconds from 0 to 2**63 - 1, got {value!r:.60}")
+
+
 def _times(e: Dict[str, Any], source: str, where: str) -> Tuple[Optional[int], Optional[int], Optional[float]]:
     """An entry's (started_ns, completed_ns, duration_ms), each None where the dump has none.
 
@@ -122,14 +140,19 @@ def _times(e: Dict[str, Any], source: str, where: str) -> Tuple[Optional[int], O
     it would run a span backwards (and NaN or inf cannot become a time in nanoseconds)."""
     def stamp(key: str) -> Optional[int]:
         value = e.get(key)
-        return value if isinstance(value, int) and not isinstance(value, bool) else None
+        if not isinstance(value, int) or isinstance(value, bool):
+            return None
+        _check_stamp(value, source, f"{where}.{key}")
+        return value
 
     started, completed = stamp("time_discovered_started_ns"), stamp("time_discovered_completed_ns")
     duration = e.get("duration_ms")
     if not isinstance(duration, (int, float)) or isinstance(duration, bool):
         duration = None
-    elif not math.isfinite(duration) or duration < 0:
-        raise TraceError(source, f"{where}.duration_ms", f"expected a finite duration >= 0, got {duration!r}")
+    elif not _finite(duration) or duration < 0 or duration * 1e6 >= MAX_NS:
+        # in nanoseconds (an end = start + duration) it must be an int64 as the stamps are
+        raise TraceError(source, f"{where}.duration_ms",
+                         f"expected a finite duration >= 0 (below 2**63 ns), got {duration!r:.60}")
     if started is not None and completed is not None and completed < started:
         raise TraceError(source, f"{where}.time_discovered_completed_ns",
                          f"expected a time at or after time_discovered_started_ns ({started}), got {completed}")
@@ -177,6 +200,7 @@ def read_flight_recorder(doc: Any, source: str, rank: Optional[int] = None) -> R
         if kind in ("all_gather", "gather") and isinstance(e.get("output_sizes"), list):
             nbytes, _ = _size(e["output_sizes"], e.get("output_dtypes") or [], source, f"{where}.output_sizes")
         created = e["time_created_ns"]
+        _check_stamp(created, source, f"{where}.time_created_ns")
         started, completed, duration = _times(e, source, where)
         if e.get("state") != "completed" and not e.get("retired"):
             in_flight += 1

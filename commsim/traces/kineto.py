@@ -102,9 +102,21 @@ def _numel(dims: Any) -> Optional[int]:
     return int(np.prod(first)) if first else 1
 
 
+MAX_NS = 2**63  # the profiler's and Flight Recorder's nanosecond stamps are int64
+
+
 def _is_number(value: Any) -> bool:
     """An int or float that is not a bool (JSON true is no timestamp)."""
     return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _finite(value: Any) -> bool:
+    """Whether a number is finite as a float: JSON's integers have no bound, and one past
+    float's range (a 400-digit ts) makes math.isfinite raise OverflowError."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
 
 
 class _Reader:
@@ -118,6 +130,11 @@ class _Reader:
         self.doc = doc
         self.events = events
         base = doc.get("baseTimeNanoseconds", 0)
+        if _is_number(base) and isinstance(base, int) and base >= MAX_NS:
+            # the profiler writes an int64 of nanoseconds; past float's range the ranks' alignment
+            # ((origin - first origin) * 1e-9) was an OverflowError traceback
+            raise TraceError(source, "baseTimeNanoseconds",
+                             f"expected nanoseconds since the epoch (an integer below 2**63), got {base!r:.60}")
         self.base_ns = base if isinstance(base, int) and base >= 0 else 0
         self.dist = doc.get("distributedInfo") if isinstance(doc.get("distributedInfo"), dict) else {}
         self.notes: List[str] = []
@@ -130,13 +147,13 @@ class _Reader:
             if not isinstance(e, dict) or e.get("ph") != "X":
                 continue
             ts, dur = e.get("ts"), e.get("dur", 0)
-            if not _is_number(ts) or not _is_number(dur) or not math.isfinite(ts):
-                raise TraceError(self.source, f"traceEvents[{i}]", f"expected numeric ts and dur, got {ts!r} and {dur!r}")
+            if not _is_number(ts) or not _is_number(dur) or not _finite(ts):
+                raise TraceError(self.source, f"traceEvents[{i}]", f"expected numeric ts and dur, got {ts!r:.60} and {dur!r:.60}")
             # the trace-event format's dur is an elapsed time: a negative or non-finite one
             # would run a span backwards and skew every compute and collective time read from it
-            if not math.isfinite(dur) or dur < 0:
+            if not _finite(dur) or dur < 0:
                 raise TraceError(self.source, f"traceEvents[{i}].dur",
-                                 f"expected a finite duration >= 0 (microseconds), got {dur!r}")
+                                 f"expected a finite duration >= 0 (microseconds), got {dur!r:.60}")
             name = e.get("name")
             if not isinstance(name, str):
                 continue

@@ -303,3 +303,39 @@ def test_estimate_against_a_measured_mid_size_run():
     # measured 202 MiB peak RSS against 254 MiB estimated (x1.26); 0.36-0.64 s CPU against 0.37 s
     assert 0.5 <= m["est_memory"] / m["peak"] <= 2, m
     assert 0.25 <= m["est_seconds"] / m["seconds"] <= 4, m
+
+
+# --- run --trace: a run of its own and a span per step, collective and traced rank ----------------
+
+def test_a_trace_adds_its_spans_and_its_run():
+    sc = scenario(stragglers=[{"kind": "jitter", "cv": 0.05}])
+    plain, traced = estimate(sc), estimate(sc, trace_ranks=8)
+    spans = sc.steps * plain.collectives * 8
+    assert traced.memory_bytes - plain.memory_bytes == spans * (budget.TRACE_SPAN_BYTES + 24)
+    # the third run simulates what the scenario's does (no more than both runs together), plus the spans
+    extra = traced.seconds - plain.seconds - spans * budget.TRACE_SPAN
+    assert 0 < extra < plain.seconds
+    assert traced.trace_ranks == 8 and plain.trace_ranks == 0
+
+
+def test_a_trace_counts_at_most_the_world():
+    sc = scenario()  # 32 ranks
+    assert estimate(sc, trace_ranks=10**6) == estimate(sc, trace_ranks=32)
+    assert estimate(sc, trace_ranks=10**6).trace_ranks == 32
+
+
+def test_a_long_trace_is_refused_where_the_run_alone_passes():
+    # 8 ranks, 20,000 steps, 5 collectives a step: the run alone is small, its trace's 800,000
+    # spans are not (a trace the check did not count grew past 8 GiB on the 8-rank example)
+    sc = scenario(steps=400_000, cluster__nodes=1)
+    check(sc, SRC, no_memory_limit)
+    err = refusal_traced(sc, 64)
+    assert err.path == "steps"
+    assert "a trace of 8 ranks" in err.message and "lower steps or --trace-ranks" in err.message
+
+
+def refusal_traced(sc, ranks) -> BudgetError:
+    with pytest.raises(BudgetError) as err:
+        check(sc, SRC, no_memory_limit, trace_ranks=ranks)
+    assert "\n" not in str(err.value)
+    return err.value

@@ -48,3 +48,37 @@ def test_the_streams_estimate_counts_every_step_and_grows_with_the_ranks():
     streams_term = 2 * 40 * two.collectives * two.ranks * budget.STREAMS_RANK
     assert two.collectives == 78 and two.ranks == 512
     assert 0.8 * two.seconds < streams_term < two.seconds
+
+
+def _with(sc, **ddp_or_algorithm):
+    import dataclasses
+
+    algorithm = ddp_or_algorithm.pop("algorithm", None)
+    sc = dataclasses.replace(sc, ddp=dataclasses.replace(sc.ddp, **ddp_or_algorithm))
+    if algorithm:
+        sc = dataclasses.replace(sc, collective=dataclasses.replace(sc.collective, algorithm=algorithm))
+    return sc
+
+
+def test_comm_shared_all_costs_more_and_its_100_steps_at_8192_ranks_are_refused():
+    # every collective sits in the shared pool for its whole time, and every event advances the
+    # pool: 1.4-1.7 times the loop's seconds measured; at the default's ~7 min, over the 10 min
+    sc = _streams(1024, 100)
+    shared = _with(sc, comm_shared="all")
+    term = lambda s: 2 * 100 * 78 * 8192 * budget.STREAMS_RANK * s  # noqa: E731
+    assert budget.estimate(shared).seconds - budget.estimate(sc).seconds == pytest.approx(
+        term(budget.STREAMS_SHARED_ALL) - term(1.0), rel=1e-9)
+    budget.check(sc, "s.yaml", available=lambda: None)
+    with pytest.raises(budget.BudgetError) as err:
+        budget.check(shared, "s.yaml", available=lambda: None)
+    assert "more than the 10 min limit" in str(err.value)
+
+
+def test_the_streams_kernels_are_charged_once_a_run_not_every_step():
+    # the concurrent-streams loop asks each planned kernel its time alone once: a tree's
+    # 20 ms a call at 8,192 ranks is not paid 78 times a step (that refused runs that fit)
+    ring, tree = (budget.estimate(_with(_streams(1024, 100), algorithm=a)) for a in ("ring", "tree"))
+    assert tree.algorithm == "tree"
+    assert tree.seconds < 1.01 * ring.seconds
+    assert budget.estimate(_streams(1024, 200)).seconds == pytest.approx(
+        2 * budget.estimate(_streams(1024, 100)).seconds, rel=0.01)

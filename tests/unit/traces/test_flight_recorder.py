@@ -132,3 +132,25 @@ def test_the_end_comes_from_the_duration_without_a_completion_time():
         e["time_discovered_completed_ns"] = None
     from_duration = read_flight_recorder(doc, "d_rank0")
     assert [c.end for c in from_duration.comms] == pytest.approx([c.end for c in whole.comms], abs=2e-9)
+
+
+@pytest.mark.parametrize("key", ["time_created_ns", "time_discovered_started_ns", "time_discovered_completed_ns"])
+@pytest.mark.parametrize("value", [10**400, 2**63, -1])
+def test_a_stamp_outside_int64_is_named_not_an_overflow(key, value):
+    # 10**400 (a pickle's or JSON's int has no bound) was an OverflowError traceback in the
+    # times in seconds; the dump's stamps are int64 nanoseconds
+    doc = synth.flight_recorder(0, 2, synth.plan(2, 1)[0], nccl=True)
+    doc["entries"][1][key] = value
+    if key == "time_discovered_started_ns":
+        doc["entries"][1]["time_discovered_completed_ns"] = None
+    with pytest.raises(TraceError, match=rf"d_rank0: entries\[1\]\.{key}: expected nanoseconds from 0 to 2\*\*63 - 1"):
+        read_flight_recorder(doc, "d_rank0")
+
+
+@pytest.mark.parametrize("duration", [10**400, 1e308, 2**63 / 1e6])
+def test_a_duration_past_int64_nanoseconds_is_named(duration):
+    doc = synth.flight_recorder(0, 2, synth.plan(2, 1)[0], nccl=True)
+    doc["entries"][1]["time_discovered_completed_ns"] = None
+    doc["entries"][1]["duration_ms"] = duration
+    with pytest.raises(TraceError, match=r"d_rank0: entries\[1\]\.duration_ms: expected a finite duration >= 0"):
+        read_flight_recorder(doc, "d_rank0")

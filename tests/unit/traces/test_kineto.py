@@ -142,3 +142,24 @@ def test_names():
     assert dtype_name("BFloat16") == dtype_name("c10::BFloat16") == "bf16"
     assert dtype_name("float") == dtype_name("Float") == "fp32"
     assert dtype_name("long int") == "int64"
+
+
+@pytest.mark.parametrize("key", ["ts", "dur"])
+def test_an_integer_past_floats_range_is_named_not_an_overflow(key):
+    # JSON's integers are unbounded: math.isfinite(10**400) raised OverflowError (a traceback)
+    doc = synth.kineto(0, 2, synth.plan(2, 1)[0], gpu=True)
+    i = next(i for i, e in enumerate(doc["traceEvents"]) if e.get("ph") == "X" and e.get("dur"))
+    doc["traceEvents"][i][key] = 10**400
+    where = rf"traceEvents\[{i}\]" + (r"\.dur" if key == "dur" else "")
+    with pytest.raises(TraceError, match=rf"rank0\.json: {where}: expected"):
+        read_kineto(doc, "rank0.json")
+
+
+def test_a_base_time_past_int64_is_named():
+    # it was added to the origin in nanoseconds, and the ranks' alignment overflowed a float
+    doc = synth.kineto(0, 2, synth.plan(2, 1)[0], gpu=True)
+    doc["baseTimeNanoseconds"] = 2**63
+    with pytest.raises(TraceError, match=r"rank0\.json: baseTimeNanoseconds: expected nanoseconds since the epoch"):
+        read_kineto(doc, "rank0.json")
+    doc["baseTimeNanoseconds"] = 2**63 - 1
+    assert read_kineto(doc, "rank0.json").origin_ns >= 2**63 - 1

@@ -99,3 +99,11 @@ def test_a_multi_member_gzip_is_read_whole(tmp_path):
     p = tmp_path / "two.json.gz"
     p.write_bytes(gzip.compress(b'{"traceEvents": ') + gzip.compress(b"[]}"))
     assert read_bytes(str(p)) == b'{"traceEvents": []}'
+
+
+def test_a_json_number_of_thousands_of_digits_is_named_not_a_traceback(tmp_path):
+    # Python's int() refuses over 4,300 digits with a ValueError that is no JSONDecodeError
+    path = tmp_path / "rank0.json"
+    path.write_text('{"traceEvents": [{"ph": "X", "ts": ' + "1" * 5000 + ', "dur": 1}]}')
+    with pytest.raises(TraceError, match="rank0.json: invalid JSON for a trace: a number of more than 4,300 digits"):
+        sniff(read_bytes(str(path)), str(path))
