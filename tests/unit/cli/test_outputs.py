@@ -92,3 +92,20 @@ def test_a_symlink_to_a_new_file_in_an_existing_folder_passes(tmp_path):
     link = tmp_path / "out.json"
     link.symlink_to(tmp_path / "real" / "out.json")
     assert check_outputs({"--json": str(link)}) is False
+
+
+def test_compare_refuses_an_output_over_the_calibration_the_scenario_names(tmp_path, capsys):
+    # compare S --json cal.yaml replaced the calibration the scenario names with the rows, exit 0
+    from commsim.cli.main import run_cli as cli
+
+    cal = tmp_path / "cal.yaml"
+    assert cli(["calibrate", "--from-nccl-tests", "tests/data/nccl-tests/A100-SXM4-80GB-1node_8ranks_gh-notes-dkh.txt",
+                "-o", str(cal)]) == 0
+    kept = cal.read_bytes()
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(open("scenarios/seed_1b_8gpu_ib100.yaml").read() + "\ncalibration: cal.yaml\n")
+    capsys.readouterr()
+    assert cli(["compare", str(scenario), "-q", "--steps", "2", "--json", str(cal)]) == 2
+    assert capsys.readouterr().err == (f"commsim: error: --json {cal}: expected an output path other than the "
+                                       "inputs, got the scenario's calibration file itself (it would be overwritten)\n")
+    assert cal.read_bytes() == kept
