@@ -29,7 +29,7 @@ from typing import NoReturn, Optional, Sequence
 
 import click
 
-from commsim.benchsizes import MAX_TABLE_BYTES, parse_bench_size, parse_size_range
+from commsim.benchsizes import parse_bench_size, parse_size_range
 from commsim.errors import EXIT_INPUT, EXIT_INTERRUPTED, InputError
 
 PROG = "commsim"

@@ -98,7 +98,7 @@ def parse_json(data: bytes, path: str) -> Any:
             raise TraceError(path, None, f"truncated JSON: the document ends inside a value at line {err.lineno} "
                                          f"column {err.colno} (was the trace still being written?)") from None
         raise TraceError(path, None, f"invalid JSON at line {err.lineno} column {err.colno}: {err.msg}") from None
-    except ValueError as err:  # not a JSONDecodeError: Python's int() refuses a number of over 4,300 digits
+    except ValueError:  # not a JSONDecodeError: Python's int() refuses a number of over 4,300 digits
         raise TraceError(path, None, "invalid JSON for a trace: a number of more than 4,300 digits "
                                      "(Python reads no longer integer)") from None
     except RecursionError:

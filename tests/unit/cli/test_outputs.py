@@ -49,18 +49,25 @@ def test_a_plain_new_file_and_stdout_pass(tmp_path):
     assert check_outputs({"--json": "-"}) is True
 
 
-def test_run_refuses_an_output_over_the_calibration_the_scenario_names(tmp_path, capsys):
-    # `calibration: cal.yaml` in the scenario (relative to it) is an input as --calibration is:
-    # run S --json cal.yaml replaced the calibration with the summary, exit 0
+def _a_scenario_naming_a_calibration(tmp_path, capsys):
+    """(cal.yaml, s.yaml naming it as `calibration: cal.yaml`, cal.yaml's bytes)."""
     from commsim.cli.main import run_cli as cli
 
     cal = tmp_path / "cal.yaml"
     assert cli(["calibrate", "--from-nccl-tests", "tests/data/nccl-tests/A100-SXM4-80GB-1node_8ranks_gh-notes-dkh.txt",
                 "-o", str(cal)]) == 0
-    kept = cal.read_bytes()
     scenario = tmp_path / "s.yaml"
     scenario.write_text(open("scenarios/seed_1b_8gpu_ib100.yaml").read() + "\ncalibration: cal.yaml\n")
     capsys.readouterr()
+    return cal, scenario, cal.read_bytes()
+
+
+def test_run_refuses_an_output_over_the_calibration_the_scenario_names(tmp_path, capsys):
+    # `calibration: cal.yaml` in the scenario (relative to it) is an input as --calibration is:
+    # run S --json cal.yaml replaced the calibration with the summary, exit 0
+    from commsim.cli.main import run_cli as cli
+
+    cal, scenario, kept = _a_scenario_naming_a_calibration(tmp_path, capsys)
     for option in ("--json", "--csv", "--trace"):
         assert cli(["run", str(scenario), "-q", option, str(cal)]) == 2
         assert capsys.readouterr().err == (f"commsim: error: {option} {cal}: expected an output path other than the "
@@ -98,13 +105,7 @@ def test_compare_refuses_an_output_over_the_calibration_the_scenario_names(tmp_p
     # compare S --json cal.yaml replaced the calibration the scenario names with the rows, exit 0
     from commsim.cli.main import run_cli as cli
 
-    cal = tmp_path / "cal.yaml"
-    assert cli(["calibrate", "--from-nccl-tests", "tests/data/nccl-tests/A100-SXM4-80GB-1node_8ranks_gh-notes-dkh.txt",
-                "-o", str(cal)]) == 0
-    kept = cal.read_bytes()
-    scenario = tmp_path / "s.yaml"
-    scenario.write_text(open("scenarios/seed_1b_8gpu_ib100.yaml").read() + "\ncalibration: cal.yaml\n")
-    capsys.readouterr()
+    cal, scenario, kept = _a_scenario_naming_a_calibration(tmp_path, capsys)
     assert cli(["compare", str(scenario), "-q", "--steps", "2", "--json", str(cal)]) == 2
     assert capsys.readouterr().err == (f"commsim: error: --json {cal}: expected an output path other than the "
                                        "inputs, got the scenario's calibration file itself (it would be overwritten)\n")

@@ -10,10 +10,10 @@ import pytest
 
 from commsim.collectives import nccl_tuner as nt
 from commsim.network.system import PRESETS
+from tests.unit.collectives.flow_shop import flow_shop_us
 
 KB = 1024.0
 MB = 1024.0 * KB
-NCCL_STEPS = 8  # src/include/device.h
 
 
 def _chunk_per_channel(channel_bytes, heads):
@@ -28,26 +28,6 @@ def _chunk_per_channel(channel_bytes, heads):
     if channel_bytes < 2 * ops * chunk and chunk > 16384:
         chunk = 16384
     return chunk
-
-
-def _flow_shop_us(stages, k, depth=NCCL_STEPS):
-    """Makespan of k loops through `stages` in order, one loop at a time per stage, a stage's
-    output held in `depth` slots until the next stage takes it (the Simple FIFO)."""
-    m = len(stages)
-    start = np.zeros((m, k))
-    finish = np.zeros((m, k))
-    for j in range(k):
-        for i in range(m):
-            t = 0.0
-            if i > 0:
-                t = max(t, finish[i - 1, j])
-            if j > 0:
-                t = max(t, finish[i, j - 1])
-            if i + 1 < m and j >= depth:
-                t = max(t, start[i + 1, j - depth])
-            start[i, j] = t
-            finish[i, j] = t + stages[i]
-    return finish[-1, -1]
 
 
 CASES = [("dgx-h100", "2.29", 8), ("dgx-h100", "2.29", 4), ("gb200-nvl72", "2.27.3", 4)]
@@ -93,7 +73,7 @@ def test_fill_equals_a_step_by_step_walk_of_the_kernel_s_stages(preset, version,
         loop = heads * chunk
         stages = [loop / (1000 * rate), chunk / (1000 * rate), loop / (1000 * rate)]
         period = loop / (1000 * rate)
-        walk = _flow_shop_us(stages, k)
+        walk = flow_shop_us(stages, k)
         got = nt.nvls_pipeline_us(s, sc, [S], intra, intra)[0]
         assert walk - k * period == pytest.approx(got, rel=1e-9)
         walked += 1
