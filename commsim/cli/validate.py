@@ -17,6 +17,7 @@ from click.core import ParameterSource
 from commsim.cli.common import FORCE_HELP, POSITIVE_SECONDS, command, fail, load_or_fail
 from commsim.cli.jobs import check_backend, import_validate, launched_job
 from commsim.cli.outputs import check_outputs, echo_to, write_output
+from commsim.units import counted
 
 
 def run_numerics(backend: str, nprocs: int, timeout_s: float, json_path: Optional[str],
@@ -153,7 +154,7 @@ def validate_cmd(ctx, scenario, cal_path, backend, nprocs, steps, warmup_steps, 
               "calibration": cal_path, **report}
     if json_path:
         write_output(json_path, json_text(report), "the validation report")
-    echo(f"# {sc.name}: {n} ranks, {sc.steps} steps, calibration {cal_path}")
+    echo(report_head(sc.name, n, sc.steps, cal_path))
     echo(format_comparison(report))
     if "stragglers_found_text" in report:  # the replay names what it saw; the DDP job does not
         echo(f"stragglers seen: {report['stragglers_found_text']}")
@@ -187,9 +188,16 @@ def _validate_on_hosts(scenario, cal_path, overrides, steps, force, backend, job
               "steps": sc.steps, "calibration": cal_path, "nnodes": sc.cluster.nodes, **report}
     if json_path:
         write_output(json_path, json_text(report), "the validation report")
-    echo(f"# {sc.name}: {sc.world_size} ranks on {sc.cluster.nodes} hosts, {sc.steps} steps, calibration {cal_path}")
+    echo(report_head(sc.name, sc.world_size, sc.steps, cal_path, hosts=sc.cluster.nodes))
     echo(format_comparison(report))
     echo(f"stragglers seen: {report['stragglers_found_text']}")
+
+
+def report_head(name: str, ranks: int, steps: int, cal_path: str, hosts: Optional[int] = None) -> str:
+    """The "# NAME: 2 ranks, 1 step, calibration CAL" line over validate's report (across
+    hosts: "8 ranks on 2 hosts")."""
+    where = counted(ranks, "rank") + (f" on {counted(hosts, 'host')}" if hosts is not None else "")
+    return f"# {name}: {where}, {counted(steps, 'step')}, calibration {cal_path}"
 
 
 @contextlib.contextmanager
