@@ -12,7 +12,7 @@ from typing import Optional, Sequence, Tuple
 
 import click
 
-from commsim.cli.common import Fraction, fail
+from commsim.cli.common import Fraction, command, fail
 from commsim.errors import EXIT_INTERRUPTED, EXIT_RUN_FAILED, InputError
 from commsim.sweep import signals
 from commsim.sweep.errors import SweepInterrupted, SweepRunFailed, os_error_text
@@ -90,7 +90,7 @@ def _plot(directory: Path, validations: Sequence[Path], calibration: Optional[Pa
         click.echo(str(path))
 
 
-@click.command("plot")
+@command("plot")  # a commsim Command: SIGTERM stops it as Ctrl-C does (SIGTERM_AS_CTRL_C)
 @click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--validation", "validations", multiple=True,
               type=click.Path(dir_okay=False, path_type=Path),
