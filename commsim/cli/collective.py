@@ -15,7 +15,7 @@ import click
 
 from commsim.calibration import LEVELS
 from commsim.cli.common import FORCE_HELP, SizeRange, command, fail, load_or_fail, split_choices
-from commsim.cli.outputs import check_outputs, echo_to, write_output
+from commsim.cli.outputs import check_not_named_calibration, check_outputs, echo_to, write_output
 from commsim.errors import InputError
 from commsim.units import counted
 from commsim.output.nccl_table import ELEMENT_BYTES, format_nccl_table
@@ -49,12 +49,13 @@ def resized(scenario, ranks: int):
     fail(f"--ranks: expected a multiple of the scenario's gpus_per_node ({g}) or fewer, got {ranks}")
 
 
-def algorithm_tables(scenario_path, overrides, algorithm, model, ranks, cal_path, sizes, force=False):
+def algorithm_tables(scenario_path, overrides, algorithm, model, ranks, cal_path, sizes, force=False, outputs=None):
     """Rows and text of `commsim collective SCENARIO --algorithm NAME|LIST|all`.
 
     One algorithm: the nccl-tests columns. Several: time and busbw side by side, '*' on the
     fastest all-reduce of each size. Rows: size_bytes, algorithm, chosen, time_us,
-    algbw_GBps, busbw_GBps, fastest.
+    algbw_GBps, busbw_GBps, fastest. `outputs` (option -> path): refused over the calibration
+    file the scenario names, once it is read.
     """
     from commsim.analysis.collective_table import algorithm_rows
     from commsim.calibration import extrapolation_note
@@ -65,6 +66,7 @@ def algorithm_tables(scenario_path, overrides, algorithm, model, ranks, cal_path
     from commsim.sim.links import fitted_fabric, scenario_fabric
 
     sc = load_or_fail(scenario_path, overrides, None, None, force=force)
+    check_not_named_calibration(outputs or {}, scenario_path, overrides)
     model = model or sc.collective.model
     if model not in COST_MODELS:
         fail(f"--model: expected one of {', '.join(COST_MODELS)}, got {model!r}")
@@ -241,7 +243,8 @@ def collective_cmd(scenario, cal_path, ranks, algorithm, model, overrides, sizes
     elif scenario is not None or algorithm is not None or model is not None or overrides:
         if scenario is None:
             fail("--algorithm, --model and --set need a SCENARIO: its cluster is the topology the algorithms run on")
-        rows, text = algorithm_tables(scenario, overrides, algorithm, model, ranks, cal_path, sizes, force)
+        rows, text = algorithm_tables(scenario, overrides, algorithm, model, ranks, cal_path, sizes, force,
+                                      {"--json": json_path})
     else:
         if cal_path is None or ranks is None:
             fail("give --calibration CAL.yaml and --ranks N (the calibration's curve), or a SCENARIO (its cluster)")

@@ -26,7 +26,7 @@ from typing import List
 import click
 
 from commsim.cli.common import POSITIVE_SECONDS, fail
-from commsim.cli.outputs import check_outputs, write_output
+from commsim.cli.outputs import check_not_named_calibration, check_outputs, write_output
 from commsim.errors import EXIT_INTERRUPTED, EXIT_RUN_FAILED
 from commsim.units import counted
 from commsim.lab import CommandError, Lab, LabError, LabSpec, LabUnavailable, describe_rate, parse_bits, parse_delay
@@ -307,6 +307,8 @@ def validate_cmd(scenario, cal_path, overrides, steps, warmup_steps, timeout_s, 
     # before the replay, not after it: a missing folder, or the scenario itself
     check_outputs({"--json": json_path}, {"SCENARIO": scenario, "--calibration file": cal_path})
     sc = load_or_fail(scenario, overrides, steps, None, cal_path)
+    # the calibration the scenario file names is kept too, though --calibration replaces it here
+    check_not_named_calibration({"--json": json_path}, scenario, overrides)
     lab = Lab.attach(name)
     job = import_validate("lab_validation")
     launch_mod = import_validate("launch")

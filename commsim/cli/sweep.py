@@ -54,6 +54,7 @@ def sweep_command(scenario: Path, grids: Tuple[str, ...], out_dir: Path, overrid
     with signals.interrupts_handled():
         try:
             grid = parse_grid_args(grids)
+            _check_not_over_calibration(scenario, overrides, grid, out_dir)
             result = run_sweep(scenario, grid, out_dir, overrides=overrides, steps=steps, seed=seed,
                                jobs=jobs, dask_scheduler=dask_scheduler, resume=resume,
                                progress=not quiet and sys.stderr.isatty())
@@ -72,6 +73,22 @@ def sweep_command(scenario: Path, grids: Tuple[str, ...], out_dir: Path, overrid
             except KeyboardInterrupt:
                 fail(f"interrupted while plotting; the sweep's results are complete in {out_dir}",
                      EXIT_INTERRUPTED)
+
+
+def _check_not_over_calibration(scenario: Path, overrides: Sequence[str], grid, out_dir: Path) -> None:
+    """Refuse a sweep whose -o folder would write one of its files (results, journal, lock)
+    over a calibration file the scenario or a --grid calibration=... names."""
+    from commsim.cli.outputs import check_not_inputs, named_calibrations
+    from commsim.sweep.journal import JOURNAL
+    from commsim.sweep.lock import LOCK_FILE
+    from commsim.sweep.results import RESULTS_CSV, RESULTS_JSON
+
+    try:
+        named = named_calibrations(str(scenario), overrides, grid.as_dict().get("calibration", ()))
+    except InputError:
+        return  # a scenario that cannot be read, or a bad --set: run_sweep reports it, as before
+    for name in (RESULTS_CSV, RESULTS_JSON, JOURNAL, LOCK_FILE):
+        check_not_inputs({"-o": str(out_dir / name)}, {"scenario's calibration file": named})
 
 
 def _plot(directory: Path, validations: Sequence[Path], calibration: Optional[Path],

@@ -16,7 +16,7 @@ from click.core import ParameterSource
 
 from commsim.cli.common import FORCE_HELP, POSITIVE_SECONDS, command, fail, load_or_fail
 from commsim.cli.jobs import check_backend, import_validate, launched_job
-from commsim.cli.outputs import check_outputs, echo_to, write_output
+from commsim.cli.outputs import check_not_named_calibration, check_outputs, echo_to, write_output
 from commsim.units import counted
 
 
@@ -142,6 +142,8 @@ def validate_cmd(ctx, scenario, cal_path, backend, nprocs, steps, warmup_steps, 
     # loaded through the scenario, so that its checks apply (a calibration prices the ring
     # all-reduce under the alpha-beta model: collective.algorithm and .model must say so)
     sc = load_or_fail(scenario, overrides, steps, None, cal_path, force=force)
+    # the calibration the scenario file names is kept too, though --calibration replaces it here
+    check_not_named_calibration({"--json": json_path}, scenario, overrides)
     n = nprocs or sc.world_size
     if n != sc.world_size:
         fail(f"{scenario}: cluster: the scenario has {sc.world_size} ranks but --nprocs is {n}; "
@@ -167,6 +169,8 @@ def _validate_on_hosts(scenario, cal_path, overrides, steps, force, backend, job
     from commsim.output.run_files import json_text
 
     sc = load_or_fail(scenario, overrides, steps, None, cal_path, force=force)
+    # the calibration the scenario file names is kept too, though --calibration replaces it here
+    check_not_named_calibration({"--json": json_path}, scenario, overrides)
     if job.world_size != sc.world_size or (not job.from_env and (job.nnodes, job.nproc_per_node)
                                            != (sc.cluster.nodes, sc.cluster.gpus_per_node)):
         layout = f"{job.world_size} ranks" if job.from_env else f"{job.nnodes} nodes x {job.nproc_per_node} ranks"
