@@ -13,7 +13,7 @@ import click
 from commsim.analysis.algorithm_comparison import with_algorithm, with_nodes
 from commsim.cli.common import (FORCE_HELP, POSITIVE_INT, check_resized, command, fail, load_or_fail, node_counts,
                                 split_choices)
-from commsim.cli.outputs import check_outputs, echo_to, write_output
+from commsim.cli.outputs import check_not_named_calibration, check_outputs, echo_to, write_output
 from commsim.collectives import ALL_REDUCE
 from commsim.collectives.kernels import COST_MODELS
 from commsim.errors import InputError
@@ -63,6 +63,7 @@ def algorithms(scenario, nodes_text, algorithm_text, model_text, steps, override
     models = split_choices(model_text, "--model", COST_MODELS)
     counts = node_counts(nodes_text) if nodes_text else None
     sc = load_or_fail(scenario, overrides, steps, None, force=force)
+    check_not_named_calibration({"--json": json_path}, scenario, overrides)  # known once the scenario is read
     pairs = [(a, m) for m in models for a in names if a in algorithms_for(m)]
     if not pairs:
         covered = "; ".join(f"{m} covers {', '.join(algorithms_for(m))}" for m in models)

@@ -13,7 +13,7 @@ from typing import NoReturn, Sequence
 import click
 
 from commsim import calibration as calib
-from commsim.cli.common import POSITIVE_SECONDS, ByteSize, command, fail
+from commsim.cli.common import POSITIVE_SECONDS, ByteSize, command, fail, sigterm_interrupts
 from commsim.cli.jobs import check_backend, command_line, import_validate, launched_job
 from commsim.cli.outputs import check_outputs, echo_to, write_output
 from commsim.cli.validate import host_job, multihost_options
@@ -210,13 +210,26 @@ def calibrate_cmd(click_ctx, logs, from_nccl, output, level, ranks, in_place, sa
     A rank that dies or hangs exits 3, Ctrl-C exits 130; both keep the measurements taken
     so far in CAL.yaml.partial.json.
     """
-    from commsim.calibration.file import dump_calibration
-
     if ddp_fit:
         from commsim.cli.calibrate_ddp import ddp_fit_command
-        return ddp_fit_command(logs, output, from_nccl or backend is not None)
+        with sigterm_interrupts():  # in this process: SIGTERM stops it as Ctrl-C does (exit 130)
+            return ddp_fit_command(logs, output, from_nccl or backend is not None)
     if from_nccl == (backend is not None):
         raise click.UsageError("give either --from-nccl-tests LOG [LOG ...] or --backend gloo|nccl")
+    # fitting logs runs in this process: SIGTERM stops it as Ctrl-C does (exit 130, the output
+    # untouched); a measurement's launcher handles the signals around its ranks itself
+    with sigterm_interrupts(from_nccl):
+        _calibrate(click_ctx, logs, from_nccl, output, level, ranks, in_place, same_system, physical, system_name,
+                   nodes, gpus_per_node, backend, nprocs, max_size, iters, warmup, compute_params, timeout_s,
+                   nnodes, node_rank, rdzv_endpoint, nproc_per_node, ranks_from_env, tables)
+
+
+def _calibrate(click_ctx, logs, from_nccl, output, level, ranks, in_place, same_system, physical, system_name,
+               nodes, gpus_per_node, backend, nprocs, max_size, iters, warmup, compute_params, timeout_s,
+               nnodes, node_rank, rdzv_endpoint, nproc_per_node, ranks_from_env, tables) -> None:
+    """`commsim calibrate` from its checks on, for --from-nccl-tests or --backend."""
+    from commsim.calibration.file import dump_calibration
+
     if not from_nccl and logs:
         raise click.UsageError("LOG arguments are only read with --from-nccl-tests")
     if compute_params == 1:

@@ -15,8 +15,9 @@ import click
 
 from commsim.calibration import LEVELS
 from commsim.cli.common import FORCE_HELP, SizeRange, command, fail, load_or_fail, split_choices
-from commsim.cli.outputs import check_outputs, echo_to, write_output
+from commsim.cli.outputs import check_not_named_calibration, check_outputs, echo_to, write_output
 from commsim.errors import InputError
+from commsim.units import counted
 from commsim.output.nccl_table import ELEMENT_BYTES, format_nccl_table
 
 
@@ -48,12 +49,13 @@ def resized(scenario, ranks: int):
     fail(f"--ranks: expected a multiple of the scenario's gpus_per_node ({g}) or fewer, got {ranks}")
 
 
-def algorithm_tables(scenario_path, overrides, algorithm, model, ranks, cal_path, sizes, force=False):
+def algorithm_tables(scenario_path, overrides, algorithm, model, ranks, cal_path, sizes, force=False, outputs=None):
     """Rows and text of `commsim collective SCENARIO --algorithm NAME|LIST|all`.
 
     One algorithm: the nccl-tests columns. Several: time and busbw side by side, '*' on the
     fastest all-reduce of each size. Rows: size_bytes, algorithm, chosen, time_us,
-    algbw_GBps, busbw_GBps, fastest.
+    algbw_GBps, busbw_GBps, fastest. `outputs` (option -> path): refused over the calibration
+    file the scenario names, once it is read.
     """
     from commsim.analysis.collective_table import algorithm_rows
     from commsim.calibration import extrapolation_note
@@ -64,6 +66,7 @@ def algorithm_tables(scenario_path, overrides, algorithm, model, ranks, cal_path
     from commsim.sim.links import fitted_fabric, scenario_fabric
 
     sc = load_or_fail(scenario_path, overrides, None, None, force=force)
+    check_not_named_calibration(outputs or {}, scenario_path, overrides)
     model = model or sc.collective.model
     if model not in COST_MODELS:
         fail(f"--model: expected one of {', '.join(COST_MODELS)}, got {model!r}")
@@ -81,7 +84,7 @@ def algorithm_tables(scenario_path, overrides, algorithm, model, ranks, cal_path
     cal = load_calibration(cal_path) if cal_path else None
     links = fitted_fabric(fabric, cal) if cal else fabric  # priced per size range by the fit
     rows = algorithm_rows(names, lambda size: links, sizes, model)
-    where = f"{sc.world_size} ranks ({sc.cluster.nodes} nodes x {sc.cluster.gpus_per_node}), model {model}"
+    where = f"{counted(sc.world_size, 'rank')} ({counted(sc.cluster.nodes, 'node')} x {sc.cluster.gpus_per_node}), model {model}"
     links = f"calibration {cal_path}" if cal else "nominal links"
     head = f"# commsim collective: {scenario_path}, {where}, {links}"
     note = extrapolation_note(cal, sc.world_size, nodes=sc.cluster.nodes) if cal else None
@@ -113,7 +116,7 @@ def calibration_table(cal_path: str, ranks: int, sizes, level: Optional[str]):
                        for r in lv.ranges)
     finite = [r["busbw_GBps"] for r in rows if math.isfinite(r["busbw_GBps"])]
     note = extrapolation_note(cal, ranks, level=lv.level)
-    lines = [f"# commsim collective: all_reduce, {ranks} ranks, level {lv.level}, calibration {cal_path}",
+    lines = [f"# commsim collective: all_reduce, {counted(ranks, 'rank')}, level {lv.level}, calibration {cal_path}",
              *([f"# {note}"] if note else []),
              f"# {n_table} of {len(rows)} sizes from the measured table, the rest from the alpha-beta model ({ranges})",
              format_nccl_table(rows),
@@ -156,7 +159,7 @@ def physical_table(cal_path, system_name, nodes, gpus_per_node, sizes, kind, ncc
                   "gpus_per_node": "--gpus-per-node"}.get(exc.path or "", exc.source)
         fail(f"{option}: {exc.message}")
     what = f"calibration {cal_path} (physical fit)" if fit else f"nominal {system.name}"
-    head = [f"# commsim collective: {kind}, {nodes} nodes x {gpus_per_node} GPUs, {what}, NCCL {system.nccl_version}",
+    head = [f"# commsim collective: {kind}, {counted(nodes, 'node')} x {counted(gpus_per_node, 'GPU')}, {what}, NCCL {system.nccl_version}",
             *([f"# {note}"] if note else [])]
     table = format_nccl_table([nccl_columns(r) for r in rows])
     lines = table.split("\n")
@@ -240,7 +243,8 @@ def collective_cmd(scenario, cal_path, ranks, algorithm, model, overrides, sizes
     elif scenario is not None or algorithm is not None or model is not None or overrides:
         if scenario is None:
             fail("--algorithm, --model and --set need a SCENARIO: its cluster is the topology the algorithms run on")
-        rows, text = algorithm_tables(scenario, overrides, algorithm, model, ranks, cal_path, sizes, force)
+        rows, text = algorithm_tables(scenario, overrides, algorithm, model, ranks, cal_path, sizes, force,
+                                      {"--json": json_path})
     else:
         if cal_path is None or ranks is None:
             fail("give --calibration CAL.yaml and --ranks N (the calibration's curve), or a SCENARIO (its cluster)")

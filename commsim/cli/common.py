@@ -73,7 +73,7 @@ class Command(click.Command):
     as the tests do. Nothing else is caught: an unexpected exception is a bug."""
 
     def invoke(self, ctx: click.Context):
-        with _sigterm_interrupts(self.name in SIGTERM_AS_CTRL_C):
+        with sigterm_interrupts(self.name in SIGTERM_AS_CTRL_C):
             try:
                 return super().invoke(ctx)
             except InputError as exc:
@@ -82,9 +82,10 @@ class Command(click.Command):
 
 # Commands that do all their work in this process: SIGTERM (a scheduler's time limit, `kill`)
 # stops them as Ctrl-C does, exit 130 and "interrupted", instead of the default death by signal
-# (exit 143, no word). sweep, validate, calibrate and lab handle signals themselves, around
-# their worker processes.
-SIGTERM_AS_CTRL_C = frozenset({"run", "algorithms", "collective", "compare", "import", "blame"})
+# (exit 143, no word). sweep, validate, calibrate --backend and lab handle signals themselves,
+# around their worker processes; calibrate's in-process paths (--from-nccl-tests, --physical,
+# --ddp-fit) turn it on with :func:`sigterm_interrupts` once they know which path runs.
+SIGTERM_AS_CTRL_C = frozenset({"run", "algorithms", "collective", "compare", "import", "blame", "plot"})
 
 
 def _raise_interrupt(signum, frame) -> None:
@@ -92,7 +93,7 @@ def _raise_interrupt(signum, frame) -> None:
 
 
 @contextlib.contextmanager
-def _sigterm_interrupts(enabled: bool):
+def sigterm_interrupts(enabled: bool = True):
     """While the body runs, SIGTERM raises KeyboardInterrupt, where it would otherwise kill the
     process (a handler someone else installed stays; signals are the main thread's only)."""
     term = getattr(signal, "SIGTERM", None)

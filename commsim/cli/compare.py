@@ -12,6 +12,7 @@ import click
 
 from commsim.cli.common import FORCE_HELP, POSITIVE_INT, command, fail, load_or_fail, node_counts
 from commsim.cli.outputs import check_not_inputs, check_outputs, echo_to, scenario_calibration, write_output
+from commsim.units import counted
 
 MITIGATIONS_HELP = ("Comma-separated remedies, each compared on its own; parameters after ':' "
                     "(powersgd:r=4:start=10), '+' combines (fp16+powersgd:r=1). Remedies: fp16, bf16 "
@@ -133,22 +134,22 @@ def _own(row) -> str:
     d = row["details"]
     m = row["mitigation"]
     if "dropped_fraction_mean" in d:
-        return (f"{d['workers']} GPUs, {d['dropped_fraction_mean']:.0%} of gradients dropped, "
+        return (f"{counted(d['workers'], 'GPU')}, {d['dropped_fraction_mean']:.0%} of gradients dropped, "
                 f"{d['time_saved_s'] * 1e3:.1f} ms saved vs no backups ({d['without_backups_step_time_s'] * 1e3:.1f} ms)")
     if "staleness" in d:
         st = d["staleness"]
         return (f"staleness mean {st['mean']:.1f} p95 {st['p95']:.0f}; {d['gradients_per_s']:.1f} gradients/s "
                 f"of {d['link_capacity_gradients_per_s']:.1f} the links allow")
     if "curve" in d:
-        return f"bucket cap {d['bucket_cap'] / 2**20:.1f} MiB ({d['buckets']} buckets)"
+        return f"bucket cap {d['bucket_cap'] / 2**20:.1f} MiB ({counted(d['buckets'], 'bucket')})"
     if "compression_ratio" in d:
-        return f"{d['compression_ratio']:.0f}x fewer bytes; after {d['warmup_steps']} warm-up steps"
+        return f"{d['compression_ratio']:.0f}x fewer bytes; after {counted(d['warmup_steps'], 'warm-up step')}"
     if "wire_dtype" in d:
         return f"gradients sent as {d['wire_dtype']}"
     if "H" in d:
-        return f"parameters averaged every {d['H']} steps"
+        return f"parameters averaged every {counted(d['H'], 'step')}"
     if m == "baseline":
-        return f"{d['buckets']} buckets"
+        return counted(d['buckets'], 'bucket')
     return ""
 
 

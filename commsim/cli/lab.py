@@ -26,8 +26,9 @@ from typing import List
 import click
 
 from commsim.cli.common import POSITIVE_SECONDS, fail
-from commsim.cli.outputs import check_outputs, write_output
+from commsim.cli.outputs import check_not_named_calibration, check_outputs, write_output
 from commsim.errors import EXIT_INTERRUPTED, EXIT_RUN_FAILED
+from commsim.units import counted
 from commsim.lab import CommandError, Lab, LabError, LabSpec, LabUnavailable, describe_rate, parse_bits, parse_delay
 from commsim.lab.spec import PREFIX
 from commsim.lab.testbed import leftovers, signals_raise, teardown
@@ -252,8 +253,7 @@ def calibrate_cmd(output, nodes, ranks_per_node, min_size, max_size, iters, tabl
     folder = tables or (output[:-5] if output.endswith(".yaml") else output) + ".tables"
     options = {"out": os.path.abspath(folder), "calibration": os.path.abspath(output), "command": command_line(),
                "min_size": parse_bench_size(min_size), "max_size": parse_bench_size(max_size), "iters": iters}
-    click.echo(f"# commsim lab calibrate: {nodes} nodes x {ranks_per_node} ranks of lab {name}, "
-               f"all_reduce {options['min_size']}..{options['max_size']} B, {iters} iterations")
+    click.echo(calibrate_head(nodes, ranks_per_node, name, options['min_size'], options['max_size'], iters))
     try:
         with signals_raise():
             done = multinode.launch_on(lab, "validate.collectives_multi:rank_calibrate", nodes, ranks_per_node,
@@ -267,6 +267,18 @@ def calibrate_cmd(output, nodes, ranks_per_node, min_size, max_size, iters, tabl
         click.echo(f"{level}: alpha = {lv['alpha_s'] * 1e6:.1f} us/step, beta = {lv['beta_Bps'] * 8 / 1e6:.1f} Mbit/s")
     click.echo(f"tables in {folder}")
     click.echo(f"wrote {output}")
+
+
+def calibrate_head(nodes: int, ranks_per_node: int, name: str, min_size: int, max_size: int, iters: int) -> str:
+    """The "# commsim lab calibrate: 2 nodes x 1 rank of lab NAME, ..." line before the measurement."""
+    return (f"# commsim lab calibrate: {counted(nodes, 'node')} x {counted(ranks_per_node, 'rank')} of lab {name}, "
+            f"all_reduce {min_size}..{max_size} B, {counted(iters, 'iteration')}")
+
+
+def validate_head(sc, cal_path: str) -> str:
+    """The "# NAME: 2 lab nodes x 1, 1 step, calibration CAL" line over `lab validate`'s report."""
+    return (f"# {sc.name}: {counted(sc.cluster.nodes, 'lab node')} x {sc.cluster.gpus_per_node}, "
+            f"{counted(sc.steps, 'step')}, calibration {cal_path}")
 
 
 @lab_group.command("validate")
@@ -295,6 +307,8 @@ def validate_cmd(scenario, cal_path, overrides, steps, warmup_steps, timeout_s, 
     # before the replay, not after it: a missing folder, or the scenario itself
     check_outputs({"--json": json_path}, {"SCENARIO": scenario, "--calibration file": cal_path})
     sc = load_or_fail(scenario, overrides, steps, None, cal_path)
+    # the calibration the scenario file names is kept too, though --calibration replaces it here
+    check_not_named_calibration({"--json": json_path}, scenario, overrides)
     lab = Lab.attach(name)
     job = import_validate("lab_validation")
     launch_mod = import_validate("launch")
@@ -309,8 +323,7 @@ def validate_cmd(scenario, cal_path, overrides, steps, warmup_steps, timeout_s, 
         fail(" ".join(str(exc).splitlines()))
     report = {"scenario": sc.name, "lab": lab.spec.to_json(), "world_size": sc.world_size, "steps": sc.steps,
               "calibration": cal_path, **report}
-    click.echo(f"# {sc.name}: {sc.cluster.nodes} lab nodes x {sc.cluster.gpus_per_node}, {sc.steps} steps, "
-               f"calibration {cal_path}")
+    click.echo(validate_head(sc, cal_path))
     click.echo(format_comparison(report))
     click.echo(f"stragglers seen: {report['stragglers_found_text']}")
     if json_path:

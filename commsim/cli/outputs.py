@@ -134,6 +134,26 @@ def scenario_calibration(scenario: str, document: Mapping) -> Optional[str]:
     return str(calibration_file(str(scenario), value)) if isinstance(value, str) and value else None
 
 
+def named_calibrations(scenario: str, overrides: Sequence[str] = (), grid_values: Sequence = ()) -> list:
+    """The calibration files the scenario file names (its ``calibration:`` after any ``--set``,
+    relative to the file), and those a sweep's ``--grid calibration=...`` names: the inputs an
+    output must not replace. Read from the file, not the loaded scenario, so that a command
+    whose ``--calibration`` replaces the scenario's own (validate) still keeps that file."""
+    from commsim.scenario.loader import apply_overrides, load_document
+
+    document = apply_overrides(load_document(scenario), overrides)
+    named = [scenario_calibration(scenario, document)]
+    named += [scenario_calibration(scenario, {"calibration": value}) for value in grid_values]
+    return [path for path in named if path is not None]
+
+
+def check_not_named_calibration(outputs: Mapping[str, Optional[str]], scenario: str, overrides: Sequence[str] = (),
+                                grid_values: Sequence = ()) -> None:
+    """Refuse an output over a calibration file the scenario names (see :func:`named_calibrations`),
+    once the scenario has been read and before any work: one line, exit 2, the file untouched."""
+    check_not_inputs(outputs, {"scenario's calibration file": named_calibrations(scenario, overrides, grid_values)})
+
+
 def check_plot_output(path: str, option: str = "--plot") -> None:
     """Fail before any work unless a figure can be written to `path`: a writable file path
     with a .png/.svg/.pdf suffix, and matplotlib (the plot extra) installed."""

@@ -12,7 +12,7 @@ from typing import Optional, Sequence, Tuple
 
 import click
 
-from commsim.cli.common import Fraction, fail
+from commsim.cli.common import Fraction, command, fail
 from commsim.errors import EXIT_INTERRUPTED, EXIT_RUN_FAILED, InputError
 from commsim.sweep import signals
 from commsim.sweep.errors import SweepInterrupted, SweepRunFailed, os_error_text
@@ -54,6 +54,7 @@ def sweep_command(scenario: Path, grids: Tuple[str, ...], out_dir: Path, overrid
     with signals.interrupts_handled():
         try:
             grid = parse_grid_args(grids)
+            _check_not_over_calibration(scenario, overrides, grid, out_dir)
             result = run_sweep(scenario, grid, out_dir, overrides=overrides, steps=steps, seed=seed,
                                jobs=jobs, dask_scheduler=dask_scheduler, resume=resume,
                                progress=not quiet and sys.stderr.isatty())
@@ -74,6 +75,22 @@ def sweep_command(scenario: Path, grids: Tuple[str, ...], out_dir: Path, overrid
                      EXIT_INTERRUPTED)
 
 
+def _check_not_over_calibration(scenario: Path, overrides: Sequence[str], grid, out_dir: Path) -> None:
+    """Refuse a sweep whose -o folder would write one of its files (results, journal, lock)
+    over a calibration file the scenario or a --grid calibration=... names."""
+    from commsim.cli.outputs import check_not_inputs, named_calibrations
+    from commsim.sweep.journal import JOURNAL
+    from commsim.sweep.lock import LOCK_FILE
+    from commsim.sweep.results import RESULTS_CSV, RESULTS_JSON
+
+    try:
+        named = named_calibrations(str(scenario), overrides, grid.as_dict().get("calibration", ()))
+    except InputError:
+        return  # a scenario that cannot be read, or a bad --set: run_sweep reports it, as before
+    for name in (RESULTS_CSV, RESULTS_JSON, JOURNAL, LOCK_FILE):
+        check_not_inputs({"-o": str(out_dir / name)}, {"scenario's calibration file": named})
+
+
 def _plot(directory: Path, validations: Sequence[Path], calibration: Optional[Path],
           threshold: float) -> None:
     from commsim.output.plots import PlotError, plot_directory
@@ -90,7 +107,7 @@ def _plot(directory: Path, validations: Sequence[Path], calibration: Optional[Pa
         click.echo(str(path))
 
 
-@click.command("plot")
+@command("plot")  # a commsim Command: SIGTERM stops it as Ctrl-C does (SIGTERM_AS_CTRL_C)
 @click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--validation", "validations", multiple=True,
               type=click.Path(dir_okay=False, path_type=Path),

@@ -18,6 +18,12 @@ import click
 from commsim.cli.common import POSITIVE_INT, command, fail, load_or_fail
 from commsim.cli.outputs import check_outputs, echo_to, write_output
 from commsim.errors import InputError
+from commsim.units import counted
+
+
+def trace_shape(world_size: int, steps: int, buckets: int) -> str:
+    """What `commsim import` says the traces held: "8 ranks, 1 step, 12 buckets"."""
+    return f"{counted(world_size, 'rank')}, {counted(steps, 'step')}, {counted(buckets, 'bucket')}"
 
 
 @command("import")
@@ -65,8 +71,8 @@ def import_command(traces, output, calibration_out, name, steps, seed, batch_siz
         inf = imported.inferred
         stragglers = [f"slow_rank {r} x{f:.2f}" for r, f in inf.slow] + \
             [f"stall ranks {s['ranks']}" for s in inf.stalls] + ([f"jitter cv {inf.jitter_cv:.3f}"] if inf.jitter_cv else [])
-        echo(f"{output}: {inf.world_size} ranks, {imported.timeline.steps} steps, "
-                   f"{len(imported.timeline.bucket_bytes)} buckets; measured mean step "
+        echo(f"{output}: {trace_shape(inf.world_size, imported.timeline.steps, len(imported.timeline.bucket_bytes))}; "
+                   f"measured mean step "
                    f"{inf.measured_step_time * 1e3:.3f} ms, simulated {imported.simulated_step_time * 1e3:.3f} ms "
                    f"({imported.step_time_error * 100:+.1f}%); stragglers: {', '.join(stragglers) or 'none'}")
         if calibration_out:

@@ -16,7 +16,8 @@ from click.core import ParameterSource
 
 from commsim.cli.common import FORCE_HELP, POSITIVE_SECONDS, command, fail, load_or_fail
 from commsim.cli.jobs import check_backend, import_validate, launched_job
-from commsim.cli.outputs import check_outputs, echo_to, write_output
+from commsim.cli.outputs import check_not_named_calibration, check_outputs, echo_to, write_output
+from commsim.units import counted
 
 
 def run_numerics(backend: str, nprocs: int, timeout_s: float, json_path: Optional[str],
@@ -141,6 +142,8 @@ def validate_cmd(ctx, scenario, cal_path, backend, nprocs, steps, warmup_steps, 
     # loaded through the scenario, so that its checks apply (a calibration prices the ring
     # all-reduce under the alpha-beta model: collective.algorithm and .model must say so)
     sc = load_or_fail(scenario, overrides, steps, None, cal_path, force=force)
+    # the calibration the scenario file names is kept too, though --calibration replaces it here
+    check_not_named_calibration({"--json": json_path}, scenario, overrides)
     n = nprocs or sc.world_size
     if n != sc.world_size:
         fail(f"{scenario}: cluster: the scenario has {sc.world_size} ranks but --nprocs is {n}; "
@@ -153,7 +156,7 @@ def validate_cmd(ctx, scenario, cal_path, backend, nprocs, steps, warmup_steps, 
               "calibration": cal_path, **report}
     if json_path:
         write_output(json_path, json_text(report), "the validation report")
-    echo(f"# {sc.name}: {n} ranks, {sc.steps} steps, calibration {cal_path}")
+    echo(report_head(sc.name, n, sc.steps, cal_path))
     echo(format_comparison(report))
     if "stragglers_found_text" in report:  # the replay names what it saw; the DDP job does not
         echo(f"stragglers seen: {report['stragglers_found_text']}")
@@ -166,6 +169,8 @@ def _validate_on_hosts(scenario, cal_path, overrides, steps, force, backend, job
     from commsim.output.run_files import json_text
 
     sc = load_or_fail(scenario, overrides, steps, None, cal_path, force=force)
+    # the calibration the scenario file names is kept too, though --calibration replaces it here
+    check_not_named_calibration({"--json": json_path}, scenario, overrides)
     if job.world_size != sc.world_size or (not job.from_env and (job.nnodes, job.nproc_per_node)
                                            != (sc.cluster.nodes, sc.cluster.gpus_per_node)):
         layout = f"{job.world_size} ranks" if job.from_env else f"{job.nnodes} nodes x {job.nproc_per_node} ranks"
@@ -187,9 +192,16 @@ def _validate_on_hosts(scenario, cal_path, overrides, steps, force, backend, job
               "steps": sc.steps, "calibration": cal_path, "nnodes": sc.cluster.nodes, **report}
     if json_path:
         write_output(json_path, json_text(report), "the validation report")
-    echo(f"# {sc.name}: {sc.world_size} ranks on {sc.cluster.nodes} hosts, {sc.steps} steps, calibration {cal_path}")
+    echo(report_head(sc.name, sc.world_size, sc.steps, cal_path, hosts=sc.cluster.nodes))
     echo(format_comparison(report))
     echo(f"stragglers seen: {report['stragglers_found_text']}")
+
+
+def report_head(name: str, ranks: int, steps: int, cal_path: str, hosts: Optional[int] = None) -> str:
+    """The "# NAME: 2 ranks, 1 step, calibration CAL" line over validate's report (across
+    hosts: "8 ranks on 2 hosts")."""
+    where = counted(ranks, "rank") + (f" on {counted(hosts, 'host')}" if hosts is not None else "")
+    return f"# {name}: {where}, {counted(steps, 'step')}, calibration {cal_path}"
 
 
 @contextlib.contextmanager

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional
 
+from commsim.units import counted
+
 MAX_STEPS_SHOWN = 20
 
 
@@ -23,8 +25,8 @@ def format_blame(report: Dict[str, Any], title: str, top: int = 8) -> str:
     sigma = report.get("noise_sigma_s")
     noise = (f"noise sigma {_t(sigma)}, late above {_t(report['threshold_s'])}" if sigma is not None
              else "late above the straggler-free baseline's spread")
-    lines.append(f"{title}: {report['world_size']} ranks, {report['collectives']} collectives, "
-                 f"{report['steps']} steps; {noise}")
+    lines.append(f"{title}: {counted(report['world_size'], 'rank')}, {counted(report['collectives'], 'collective')}, "
+                 f"{counted(report['steps'], 'step')}; {noise}")
     lines.append(f"verdict: {report['verdict']}")
     ranks = sorted(report["ranks"], key=lambda r: (-r["waited_on_s"], -r["last_count"], r["rank"]))
     lines.append("")
@@ -35,7 +37,7 @@ def format_blame(report: Dict[str, Any], title: str, top: int = 8) -> str:
                      f"{r['steps_named']:>6} {_t(r['mean_lateness_s']):>11} {_t(r['total_lateness_s']):>11} "
                      f"{_t(r['waited_on_s']):>14}")
     if len(ranks) > top:
-        lines.append(f"  ... {len(ranks) - top} more ranks (all in --json)")
+        lines.append(f"  ... {counted(len(ranks) - top, 'more rank')} (all in --json)")
     steps = report["per_step"]
     if steps:
         lines.append("")
@@ -48,5 +50,5 @@ def format_blame(report: Dict[str, Any], title: str, top: int = 8) -> str:
             lines.append(f"{st['step']:>6} {_t(st.get('step_time_s')):>10}  {who:<14} {rank:>5} {coll:>11} "
                          f"{st.get('chain', 0):>6} {_t(st.get('lateness_s')):>10}")
         if len(steps) > MAX_STEPS_SHOWN:
-            lines.append(f"  ... {len(steps) - MAX_STEPS_SHOWN} more steps (all in --json)")
+            lines.append(f"  ... {counted(len(steps) - MAX_STEPS_SHOWN, 'more step')} (all in --json)")
     return "\n".join(lines) + "\n"

@@ -110,3 +110,36 @@ def test_compare_refuses_an_output_over_the_calibration_the_scenario_names(tmp_p
     assert capsys.readouterr().err == (f"commsim: error: --json {cal}: expected an output path other than the "
                                        "inputs, got the scenario's calibration file itself (it would be overwritten)\n")
     assert cal.read_bytes() == kept
+
+
+# Every command that reads a scenario and writes a file keeps the calibration the scenario names
+# ({cal}: cal.yaml beside it), as run and compare do; each replaced it with its output, exit 0
+# (sweep: a -o folder whose results.json is that file). validate and lab validate replace the
+# scenario's calibration by --calibration ({other}), and still keep the file it names.
+@pytest.mark.parametrize("argv, option", [
+    (["algorithms", "{s}", "-q", "--algorithm", "ring", "--steps", "2", "--json", "{cal}"], "--json"),
+    (["collective", "{s}", "-q", "--algorithm", "ring", "--sizes", "8:64", "--json", "{cal}"], "--json"),
+    (["validate", "{s}", "--calibration", "{other}", "--backend", "gloo", "--json", "{cal}"], "--json"),
+    (["lab", "validate", "{s}", "--calibration", "{other}", "--json", "{cal}"], "--json"),
+    (["sweep", "{s}", "-q", "--steps", "2", "-j", "1", "--grid", "seed=1,2", "-o", "{tmp}"], "-o"),
+    (["sweep", "{s_grid}", "-q", "--steps", "2", "-j", "1", "--grid", "calibration={tmp}/results.json",
+      "-o", "{tmp}"], "-o"),
+], ids=["algorithms", "collective", "validate", "lab-validate", "sweep", "sweep-grid"])
+def test_every_command_refuses_an_output_over_the_calibration_the_scenario_names(argv, option, tmp_path, capsys):
+    from commsim.cli.main import run_cli as cli
+
+    cal, scenario, kept = _a_scenario_naming_a_calibration(tmp_path, capsys)
+    if argv[0] == "sweep":  # the -o folder's results.json is the calibration
+        os.replace(cal, tmp_path / "results.json")
+        cal = tmp_path / "results.json"
+        scenario.write_text(scenario.read_text().replace("calibration: cal.yaml", "calibration: results.json"))
+    other = tmp_path / "other.yaml"
+    other.write_bytes(kept)
+    plain = tmp_path / "plain.yaml"  # names no calibration: --grid calibration=... does
+    plain.write_text(open("scenarios/seed_1b_8gpu_ib100.yaml").read())
+    args = [a.format(s=scenario, s_grid=plain, cal=cal, other=other, tmp=tmp_path) for a in argv]
+    assert cli(args) == 2
+    err = capsys.readouterr().err
+    assert err == (f"commsim: error: {option} {cal}: expected an output path other than the inputs, got the "
+                   "scenario's calibration file itself (it would be overwritten)\n")
+    assert cal.read_bytes() == kept
