@@ -81,7 +81,19 @@ B_RANK_STEP = 96
 B_OP_STEP = 64
 B_RANK = 1024
 
-# One span of ``run --trace`` (module docstring): peak memory and seconds to build and write it
+# ``commsim run --trace`` adds a run of its own that records every collective on its first
+# ``--trace-ranks`` ranks (``k`` = min(trace ranks, n)) and then one span per step, collective and
+# traced rank in the Chrome trace: ``S*c*k`` spans, built as Python dicts and serialized at once.
+# That adds the run's simulated steps (as the scenario's) and::
+#
+#     memory += S*c*k*(TRACE_SPAN_BYTES + 24)      seconds += S*c*k*TRACE_SPAN
+#
+# (24: the run's three (S, c, k) float64 records of issue, start and finish). Measured with
+# ``/usr/bin/time`` on ``commsim run --trace`` minus the same run without it: 1.3-1.5 KiB of peak
+# RSS and 12-19 us per span (seed_1b_8gpu_ib100 at 100-400 steps, 8 ranks, 161 buckets;
+# 32gpu_throttle at 50-200 steps, 32 ranks, 120 buckets); without the term, ``--steps 20000
+# --trace`` of the 8-rank example passed the check and grew past 8 GiB of memory in 2 minutes.
+# One span of ``run --trace``: peak memory and seconds to build and write it
 TRACE_SPAN_BYTES = 1536
 TRACE_SPAN = 20e-6
 
@@ -137,20 +149,7 @@ _ADVICE = {"steps": "lower steps", "cluster.nodes": "lower cluster.nodes", "ddp.
 
 
 class BudgetError(ScenarioError):
-    """``commsim run --trace`` adds a run of its own that records every collective on its first
-``--trace-ranks`` ranks (``k`` = min(trace ranks, n)) and then one span per step, collective and
-traced rank in the Chrome trace: ``S*c*k`` spans, built as Python dicts and serialized at once.
-That adds the run's simulated steps (as the scenario's) and::
-
-    memory += S*c*k*(TRACE_SPAN_BYTES + 24)      seconds += S*c*k*TRACE_SPAN
-
-(24: the run's three (S, c, k) float64 records of issue, start and finish). Measured with
-``/usr/bin/time`` on ``commsim run --trace`` minus the same run without it: 1.3-1.5 KiB of peak
-RSS and 12-19 us per span (seed_1b_8gpu_ib100 at 100-400 steps, 8 ranks, 161 buckets;
-32gpu_throttle at 50-200 steps, 32 ranks, 120 buckets); without the term, ``--steps 20000
---trace`` of the 8-rank example passed the check and grew past 8 GiB of memory in 2 minutes.
-
-A scenario whose estimated memory or run time exceeds the limits (``--force`` runs it)."""
+    """A scenario whose estimated memory or run time exceeds the limits (``--force`` runs it)."""
 
 
 @dataclass(frozen=True)
@@ -224,7 +223,7 @@ def _collective_kinds(scenario: spec.Scenario, sizes) -> list:
 
 def estimate(scenario: spec.Scenario, trace_ranks: int = 0) -> Estimate:
     """The estimated peak memory and run time of simulating ``scenario`` and its baseline, and
-    with `trace_ranks` > 0 of ``run --trace`` on that many ranks too (module docstring)."""
+    with `trace_ranks` > 0 of ``run --trace`` on that many ranks too (see TRACE_SPAN)."""
     n, steps = scenario.world_size, scenario.steps
     ddp = scenario.ddp
     sizes = scenario.gradient_buckets()
