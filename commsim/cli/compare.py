@@ -11,7 +11,7 @@ import json
 import click
 
 from commsim.cli.common import FORCE_HELP, POSITIVE_INT, command, fail, load_or_fail, node_counts
-from commsim.cli.outputs import check_not_inputs, check_outputs, echo_to, scenario_calibration, write_output
+from commsim.cli.outputs import check_not_named_calibration, check_outputs, echo_to, write_output
 from commsim.units import counted
 
 MITIGATIONS_HELP = ("Comma-separated remedies, each compared on its own; parameters after ':' "
@@ -66,7 +66,6 @@ def compare_command(scenario, mitigations_text, nodes_text, steps, overrides, js
     """
     from commsim.mitigations.compare import check_mitigations, compare
     from commsim.mitigations.spec import DEFAULT_MITIGATIONS, parse_mitigations
-    from commsim.scenario.loader import load_scenario_document
 
     stdout_taken = check_outputs({"--json": json_path}, {"SCENARIO": scenario})
     if plot_dir:
@@ -84,8 +83,7 @@ def compare_command(scenario, mitigations_text, nodes_text, steps, overrides, js
     counts = node_counts(nodes_text) if nodes_text else None
     scenarios, section = _load(scenario, overrides, steps, counts, force)
     # the calibration file the scenario names is an input too, known once the scenario is read
-    _, document = load_scenario_document(scenario, overrides, steps, None, None, **({"force": True} if force else {}))
-    check_not_inputs({"--json": json_path}, {"scenario's calibration file": scenario_calibration(scenario, document)})
+    check_not_named_calibration({"--json": json_path}, scenario, overrides)
     if mitigations_text is not None:
         mitigations = parse_mitigations(mitigations_text)
         source = "--mitigations"
