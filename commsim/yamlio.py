@@ -237,12 +237,17 @@ _NOT_REGULAR = (
 )
 
 
+def file_kind(mode: int) -> str:
+    """What a file that is neither a regular file nor a directory is, for a message ("a named
+    pipe (FIFO)", "a character device", ...), from its st_mode."""
+    return next((name for test, name in _NOT_REGULAR if test(mode)), "not a regular file")
+
+
 def _check_kind(mode: int, source: str, expected: str, error: Type[InputError]) -> None:
     if stat.S_ISDIR(mode):
         raise error(source, None, f"is a directory, expected {expected}")
     if not stat.S_ISREG(mode):
-        kind = next((name for test, name in _NOT_REGULAR if test(mode)), "not a regular file")
-        raise error(source, None, f"is {kind}, expected {expected} (a regular file)")
+        raise error(source, None, f"is {file_kind(mode)}, expected {expected} (a regular file)")
 
 
 def _too_big(size: int) -> str:

@@ -21,6 +21,7 @@ import numpy as np
 
 from commsim.errors import InputError
 from commsim.units import UnitError, parse_number, parse_rate, parse_size, parse_time
+from commsim.yamlio import file_kind
 
 GPU_KEYS = ("cluster.nodes", "cluster.gpus_per_node")
 LINK_PREFIXES = ("cluster.intra_node", "cluster.inter_node")
@@ -43,19 +44,11 @@ class ResultsError(InputError):
         super().__init__(source, path, message)
 
 
-def _kind(mode: int) -> str:
-    for test, name in ((stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISCHR, "a character device"),
-                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
-        if test(mode):
-            return name
-    return "not a regular file"
-
-
 def _check_regular(mode: int, source: str, expected: str) -> None:
     if stat.S_ISDIR(mode):
         raise ResultsError(source, f"is a directory, expected {expected}")
     if not stat.S_ISREG(mode):
-        raise ResultsError(source, f"is {_kind(mode)}, expected {expected} (a regular file)")
+        raise ResultsError(source, f"is {file_kind(mode)}, expected {expected} (a regular file)")
 
 
 def _too_big(size: int, source: str, expected: str) -> ResultsError:
