@@ -536,6 +536,73 @@ def print_ring_steps(block: dict, file=None) -> None:
           f"{q['intercept_us']:9.0f} +- {q['intercept_stderr_us']:4.0f} {q['model_latency_us']:10.0f}")
 
 
+def ring_steps_of(kind: str, ranks: int) -> int:
+    """Steps of one ring pass: 2 (n - 1) for all_reduce (reduce-scatter then all-gather), n - 1
+    for all_gather and reduce_scatter (NCCL's runRing)."""
+    return 2 * (ranks - 1) if kind == "all_reduce" else ranks - 1
+
+
+def fixed_and_step_us(t_lo: float, steps_lo: int, t_hi: float, steps_hi: int) -> Tuple[float, float]:
+    """The line time = F + steps x s through two measured times of the same chunk at two ring
+    sizes: (F, s) in us. F is what a collective costs whatever its step count; a fit at one ring
+    size alone cannot tell it from a per-step cost (it sees F / steps + s)."""
+    s = (t_hi - t_lo) / (steps_hi - steps_lo)
+    return t_lo - steps_lo * s, s
+
+
+def scale_pair_rows(series: Series, pick: str = "nccl") -> List[dict]:
+    """Per kind and per size of the series' smallest-scale log: the same bytes per rank at each
+    larger scale (size x the ranks' ratio, so the same chunk per channel where both run the same
+    channels), both measured times, their ring step counts, the nominal system's NCCL pick at
+    each scale, and :func:`fixed_and_step_us` through the two (rows where the picks differ
+    compare different kernels: read them with care)."""
+    nominal = nominal_system(series.preset, series_nccl_version(series))
+    tables = [m for log in series.logs for m in read_log(series.folder, log, series.name)]
+    rows: List[dict] = []
+    for kind in dict.fromkeys(m.kind for m in tables):
+        mine = sorted((m for m in tables if m.kind == kind), key=lambda m: m.nodes * m.gpus_per_node)
+        lo = mine[0]
+        n_lo = lo.nodes * lo.gpus_per_node
+        for hi in mine[1:]:
+            n_hi = hi.nodes * hi.gpus_per_node
+            if n_hi == n_lo:
+                continue
+            at_hi = dict(zip(hi.sizes.astype(int), hi.time_us))
+            pairs = [(int(S), float(T), int(S) * n_hi // n_lo) for S, T in zip(lo.sizes, lo.time_us)
+                     if (int(S) * n_hi) % n_lo == 0 and int(S) * n_hi // n_lo in at_hi]
+            if not pairs:
+                continue
+            pick_lo = plan(kind, nominal, lo.nodes, lo.gpus_per_node, pick=pick).choose(np.array([p[0] for p in pairs], float))
+            pick_hi = plan(kind, nominal, hi.nodes, hi.gpus_per_node, pick=pick).choose(np.array([p[2] for p in pairs], float))
+            k_lo, k_hi = ring_steps_of(kind, n_lo), ring_steps_of(kind, n_hi)
+            for (S_lo, T_lo, S_hi), c_lo, c_hi in zip(pairs, pick_lo, pick_hi):
+                T_hi = float(at_hi[S_hi])
+                F, step = fixed_and_step_us(T_lo, k_lo, T_hi, k_hi)
+                rows.append({"kind": kind, "scales": f"{lo.nodes}x{lo.gpus_per_node}->{hi.nodes}x{hi.gpus_per_node}",
+                             "bytes_per_rank": S_lo // n_lo, "size_lo": S_lo, "size_hi": S_hi,
+                             "time_lo_us": T_lo, "time_hi_us": T_hi, "steps_lo": k_lo, "steps_hi": k_hi,
+                             "pick_lo": "/".join(c_lo), "pick_hi": "/".join(c_hi),
+                             "fixed_us": F, "step_us": step})
+    return rows
+
+
+def print_scale_pairs(name: str, rows: Sequence[dict], file=None) -> None:
+    """The :func:`scale_pair_rows` table of series `name`."""
+    p = lambda *a: print(*a, file=file or sys.stdout)
+    p("")
+    if not rows:
+        p(f"Scale pairs: {name}: no two scales with the same bytes per rank")
+        return
+    p(f"Scale pairs ({name}): the same bytes per rank at two ring sizes; time = F + steps x s through both")
+    p(f"{'kind':14} {'scales':10} {'B/rank':>7} {'t_lo':>8} {'t_hi':>8} {'steps':>7} {'pick lo':12} {'pick hi':12} "
+      f"{'s (us)':>7} {'F (us)':>7}")
+    for r in rows:
+        b = r["bytes_per_rank"]
+        p(f"{r['kind']:14} {r['scales']:10} {(_kb(b) if b >= KB else f'{b}B'):>7} {r['time_lo_us']:8.1f} {r['time_hi_us']:8.1f} "
+          f"{r['steps_lo']:3d}/{r['steps_hi']:<3d} {r['pick_lo']:12} {r['pick_hi']:12} {r['step_us']:7.1f} "
+          f"{r['fixed_us']:7.1f}")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", help="write every figure (and each predicted row; with --ring-steps, its rows under "
@@ -547,10 +614,17 @@ def main(argv=None) -> int:
     ap.add_argument("--ring-steps", metavar="SYSTEM", nargs="?", const="H100-cluster01",
                     help="also list, per predicted ring size of SYSTEM (default H100-cluster01), the time per "
                          "ring step measured and modelled, with channels, chunk and loops")
+    ap.add_argument("--scale-pairs", metavar="SYSTEM", nargs="?", const="Polaris-A100 (NCCL 2.21)",
+                    help="also list, for SYSTEM (default Polaris-A100 (NCCL 2.21)), the same bytes per rank "
+                         "measured at two ring sizes and the fixed cost per collective and per-step cost "
+                         "through both")
     args = ap.parse_args(argv)
     steps_series = [x for x in SERIES if x.name == args.ring_steps]
     if args.ring_steps is not None and not steps_series:  # '' too: it names no series
         ap.error(f"--ring-steps: no series {args.ring_steps!r} (one of: {', '.join(x.name for x in SERIES)})")
+    pair_series = [x for x in SERIES if x.name == args.scale_pairs]
+    if args.scale_pairs is not None and not pair_series:
+        ap.error(f"--scale-pairs: no series {args.scale_pairs!r} (one of: {', '.join(x.name for x in SERIES)})")
     if args.json is not None:  # before the minutes of fitting
         folder = os.path.dirname(os.path.abspath(args.json)) if args.json else ""
         if not args.json:
@@ -570,10 +644,15 @@ def main(argv=None) -> int:
     steps = ring_steps(steps_series[0], args.pick) if steps_series else None
     if steps is not None:
         print_ring_steps(steps)
+    pairs = scale_pair_rows(pair_series[0], args.pick) if pair_series else None
+    if pairs is not None:
+        print_scale_pairs(pair_series[0].name, pairs)
     if args.json:
         doc = {"series": results, "single_scale_nominal": single, "interpolation": interp}
         if steps is not None:
             doc["ring_steps"] = steps
+        if pairs is not None:
+            doc["scale_pairs"] = {"system": pair_series[0].name, "rows": pairs}
         # whole or not at all (a write cut short leaves the previous file)
         atomic_write_text(args.json, json.dumps(doc, indent=1, sort_keys=True))
     return 0
