@@ -89,10 +89,10 @@ def _import_figures(im, results):
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--repeats", type=int, default=2)
-    p.add_argument("--nprocs", type=int, nargs="+", default=[2, 4])
-    p.add_argument("--steps", type=int, default=12)
-    p.add_argument("--delay", type=float, default=0.2)
+    p.add_argument("--repeats", type=int, default=2, help="jobs recorded per case and rank count")
+    p.add_argument("--nprocs", type=int, nargs="+", default=[2, 4], help="gloo rank counts to record, one job set each")
+    p.add_argument("--steps", type=int, default=12, help="DDP steps per recorded job")
+    p.add_argument("--delay", type=float, default=0.2, help="seconds the last rank sleeps in its backward every step (delay case)")
     p.add_argument("--json", help="write every figure here")
     a = p.parse_args(argv)
     rows = []

@@ -496,18 +496,18 @@ def read_raw(path: str, calibrations: int) -> tuple:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=12)
-    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=12, help="measurement rounds (each: an all-reduce sweep, then every cap's steps interleaved)")
+    ap.add_argument("--steps", type=int, default=5, help="DDP steps of every cap per round")
     ap.add_argument("--caps", default="1MB,25MB", help="the two bucket caps compared, smallest first")
     ap.add_argument("--fit-caps", default="2MB,4MB,10MB", help="caps DDP's costs are fitted on (not the compared ones)")
-    ap.add_argument("--parameters", type=float, default=5e6)
-    ap.add_argument("--batch-size", type=int, default=1)
+    ap.add_argument("--parameters", type=float, default=5e6, help="fp32 parameters of the DDP model")
+    ap.add_argument("--batch-size", type=int, default=1, help="samples per rank and step")
     ap.add_argument("--width", type=int, default=256,
                     help="layer width (4 width^2 bytes per weight: DDP puts a larger one alone in a bucket); 0: 1024-wide layers")
     ap.add_argument("--calibrations", type=int, default=3, help="separately measured calibrations (round groups)")
     ap.add_argument("--gloo-threads", type=int, default=None,
                     help="worker threads of DDP's gloo group (default: torch's, 2); 1 runs one all-reduce at a time")
-    ap.add_argument("--json", default=None)
+    ap.add_argument("--json", default=None, help="also write every figure here")
     ap.add_argument("--save-raw", default=None, metavar="RAW.json",
                     help="also write the measurement itself (every rank's rounds), for --from-raw")
     ap.add_argument("--from-raw", default=None, metavar="RAW.json",

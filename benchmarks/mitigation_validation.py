@@ -219,10 +219,10 @@ def table(report: dict) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--nprocs", type=int, default=2)
+    ap.add_argument("--nprocs", type=int, default=2, help="local gloo ranks, one per node")
     ap.add_argument("--calibration", help="gloo calibration YAML (default: measure one first)")
     ap.add_argument("--steps", type=int, default=12, help="timed steps per case (a multiple of H=4)")
-    ap.add_argument("--parameters", type=float, default=4 * (1024 * 1024 + 1024))
+    ap.add_argument("--parameters", type=float, default=4 * (1024 * 1024 + 1024), help="fp32 parameters of the DDP model")
     ap.add_argument("--bucket-cap", default="32MB", help="DDP's bucket cap; at least the gradient's bytes "
                     "(one bucket) for powerSGD_hook on gloo (validate.mitigation_job, POWERSGD_ONE_BUCKET)")
     ap.add_argument("--slow-stall", default="30ms", help="rank 1's stall before every forward in the slow cases")
@@ -232,8 +232,8 @@ def main(argv=None) -> int:
     ap.add_argument("--cal-iters", type=int, default=20, help="timed iterations per size in each sweep")
     ap.add_argument("--machine-rounds", type=int, default=MACHINE_ROUNDS,
                     help="rounds in all of the job's once-per-machine measurements, interleaved with the cases")
-    ap.add_argument("--timeout", type=float, default=600.0)
-    ap.add_argument("--json", dest="json_path")
+    ap.add_argument("--timeout", type=float, default=600.0, help="seconds the cases' torch job may run before it is stopped (the calibration sweeps have their own 300 s)")
+    ap.add_argument("--json", dest="json_path", help="also write every figure here")
     args = ap.parse_args(argv)
     sc = scenario_for(args.nprocs, args.parameters, parse_size(args.bucket_cap), args.steps)
     figures = None

@@ -397,8 +397,8 @@ def bound_run_fsdp_charged(sc: Scenario) -> np.ndarray:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("ranks", type=int)
-    ap.add_argument("--steps", type=int, default=100)
+    ap.add_argument("ranks", type=int, help="ranks of the scale scenario")
+    ap.add_argument("--steps", type=int, default=100, help="steps simulated")
     ap.add_argument("--algorithm", default="ring", help="an all-reduce algorithm, or fsdp (ring halves)")
     ap.add_argument("--costs-off", action="store_true", help="without DDP's own costs (the engine's ddp costs all off)")
     a = ap.parse_args()

@@ -41,10 +41,10 @@ GRID = [
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--scenario", default=str(ROOT / "scenarios" / "scaling_1024.yaml"))
-    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--scenario", default=str(ROOT / "scenarios" / "scaling_1024.yaml"), help="the scenario every point runs")
+    ap.add_argument("--jobs", type=int, default=2, help="worker processes, for the pool and the Dask cluster alike")
     ap.add_argument("--json", default=None, help="also write the figures here")
-    ap.add_argument("--skip-dask", action="store_true")
+    ap.add_argument("--skip-dask", action="store_true", help="time the process pool only")
     args = ap.parse_args(argv)
 
     grid = combine_grids(parse_grid_option(g) for g in GRID)
