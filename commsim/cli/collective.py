@@ -105,6 +105,10 @@ def calibration_table(cal_path: str, ranks: int, sizes, level: Optional[str]):
 
     from commsim.calibration import CalibrationError
 
+    from commsim.scenario.loader import MAX_WORLD_SIZE
+
+    if ranks > MAX_WORLD_SIZE:  # the limit the other modes (and a scenario) have
+        fail(f"--ranks: expected a world size up to {MAX_WORLD_SIZE:,}, got {ranks:,}")
     cal = load_calibration(cal_path)
     try:
         lv = cal.level(level)

@@ -1,0 +1,38 @@
+"""Odd but plausible requests of a demanding user, each refused with one line and exit 2 (or
+served correctly): limits the other modes had, addresses and logs of unusual shape."""
+
+import pytest
+
+from commsim.cli.main import run_cli
+
+# A hand-written calibration: one level, one range, a one-row measured table.
+CALIBRATION = """\
+format: commsim-calibration/1
+provenance: {backend: nccl-tests, world_size: 8}
+levels:
+  intra_node:
+    alpha_s: 2.7e-06
+    beta_Bps: 1.5e+11
+    ranges:
+    - {min_size_bytes: 8, alpha_s: 2.7e-06, beta_Bps: 1.5e+11}
+    table:
+      columns: [size_bytes, time_s, algbw_Bps, busbw_Bps, world_size]
+      rows:
+      - [8, 3.484e-05, 229621.1251435132, 401836.9690011481, 8]
+"""
+
+
+@pytest.fixture
+def calibration(tmp_path):
+    path = tmp_path / "cal.yaml"
+    path.write_text(CALIBRATION)
+    return str(path)
+
+
+def test_the_calibrations_curve_at_a_world_size_past_the_limit_is_refused(calibration, capsys):
+    # --nodes and SCENARIO --ranks stop at the loader's world-size limit; the measured-curve
+    # mode printed times for 1e23 ranks
+    assert run_cli(["collective", "--calibration", calibration, "--ranks", str(10 ** 23), "--sizes", "8:64"]) == 2
+    err = capsys.readouterr().err
+    assert "--ranks: expected a world size up to 1,048,576, got 100,000,000,000,000,000,000,000" in err
+    assert run_cli(["collective", "--calibration", calibration, "--ranks", str(2 ** 20), "--sizes", "8:8"]) == 0
