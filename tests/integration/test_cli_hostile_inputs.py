@@ -36,3 +36,14 @@ def test_the_calibrations_curve_at_a_world_size_past_the_limit_is_refused(calibr
     err = capsys.readouterr().err
     assert "--ranks: expected a world size up to 1,048,576, got 100,000,000,000,000,000,000,000" in err
     assert run_cli(["collective", "--calibration", calibration, "--ranks", str(2 ** 20), "--sizes", "8:8"]) == 0
+
+
+def test_a_dask_scheduler_address_without_a_port_is_refused_before_anything_is_written(tmp_path, capsys):
+    pytest.importorskip("distributed")
+    out = tmp_path / "sweep"
+    code = run_cli(["sweep", "scenarios/seed_1b_8gpu_ib100.yaml", "--steps", "2", "-q", "-o", str(out),
+                    "--grid", "cluster.nodes=1,2", "--dask-scheduler", "bogus"])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--dask-scheduler bogus: expected a scheduler address" in err
+    assert not out.exists()
