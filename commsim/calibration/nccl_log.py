@@ -250,6 +250,10 @@ def parse_nccl_log(text: str, source: str = "<log>", world_size: Optional[int] =
     perf_name = None
     avg = None
     has_root: Optional[bool] = None
+    # the collective of each "# Collective test starting: X_perf" section, per row: a log of
+    # several tables (one script running all_reduce_perf then all_gather_perf) keeps one table
+    section: Optional[str] = None
+    row_sections: List[Optional[str]] = []
 
     for lineno, raw in enumerate(text.splitlines(), start=1):
         if len(raw) > MAX_LINE_CHARS:
@@ -278,7 +282,7 @@ def parse_nccl_log(text: str, source: str = "<log>", world_size: Optional[int] =
                 if m.group(2):
                     nccl_version = nccl_version or _nccl_version_from_code(m.group(2))
             elif (m := _COLLECTIVE.match(stripped)):
-                collective_line = m.group(1)
+                collective_line = section = m.group(1)
             elif (m := _AVG.match(stripped)):
                 try:
                     avg = float(m.group(1))
@@ -301,6 +305,7 @@ def parse_nccl_log(text: str, source: str = "<log>", world_size: Optional[int] =
             row = _parse_row(lineno, toks, has_root, skipped)
             if row is not None:
                 rows.append(row)
+                row_sections.append(section)
                 if has_root is None:  # the first complete row fixes the layout for cut-off rows
                     has_root = row.root is not None
             continue
@@ -311,6 +316,8 @@ def parse_nccl_log(text: str, source: str = "<log>", world_size: Optional[int] =
     if not rows:
         raise NcclLogError("no nccl-tests data table found (expected rows like "
                            "'   8   2  float  sum  -1  12.3  0.00  0.00  0 ...')", source)
+
+    rows, collective_line = _one_table(source, rows, row_sections, collective, collective_line, skipped)
 
     # A log that names no collective follows all-reduce's bus factor, unless its rows say they are
     # no reduction (redop 'none', no root: all_gather_perf): judged by all-reduce's factor, its
@@ -340,6 +347,31 @@ def parse_nccl_log(text: str, source: str = "<log>", world_size: Optional[int] =
         notes=tuple(sorted(skipped)),
         bus_kind=kind,
     )
+
+
+def _one_table(source, rows, row_sections, collective, collective_line, notes):
+    """The rows of one collective's table and its benchmark name. A log whose rows lie in the
+    sections of several collectives keeps the table of `collective` (NcclLogError when it has
+    none); without `collective`, its all_reduce table, else its first, noting the tables left
+    out. Each table follows its own bus factor, so their rows cannot be checked as one table
+    (the all_reduce rows of all_reduce_perf + all_gather_perf were judged by all_gather's factor)."""
+    names = list(dict.fromkeys(row_sections))
+    if len(names) < 2:
+        return rows, collective_line
+    want = collective or "all_reduce"
+    keep = next((n for n in names if n is not None and collective_of(n) == want), None)
+    if keep is None and collective is None:
+        keep = names[0]
+    if keep is None:
+        listed = ", ".join(n or "(before any 'Collective test starting' line)" for n in names)
+        raise NcclLogError(f"holds the tables of several collectives ({listed}) and none of {want}", source)
+    first_line = {}
+    for r, n in zip(rows, row_sections):
+        first_line.setdefault(n, r.line)
+    for n in names:
+        if n != keep:
+            notes.append((first_line[n], f"table of {n or 'an unnamed collective'} skipped: the log's {keep} table is read"))
+    return [r for r, n in zip(rows, row_sections) if n == keep], keep or collective_line
 
 
 def _device(line: str) -> Optional[Device]:
