@@ -47,3 +47,32 @@ def test_a_dask_scheduler_address_without_a_port_is_refused_before_anything_is_w
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--dask-scheduler bogus: expected a scheduler address" in err
     assert not out.exists()
+
+
+def _one_rank_network_sweep(out):
+    return run_cli(["sweep", "scenarios/seed_1b_8gpu_ib100.yaml", "--steps", "2", "-j", "1", "-q", "-o", str(out),
+                    "--set", "cluster.nodes=1", "--grid", "cluster.inter_node.bandwidth=100 Gbps,200 Gbps", "--plot"])
+
+
+def test_a_sweep_of_one_rank_stores_no_nan_busbw_curve_and_plots(tmp_path):
+    # one rank runs no all-reduce: its busbw curve was all NaN, written as bare NaN into
+    # results.json, and --plot then died on a log axis with nothing positive (a traceback)
+    out = tmp_path / "sweep"
+    assert _one_rank_network_sweep(out) == 0
+    text = (out / "results.json").read_text()
+    assert "NaN" not in text
+    assert (out / "step_time_by_cluster_inter_node_bandwidth.svg").is_file()
+    assert not (out / "busbw_vs_size.svg").exists()
+
+
+def test_plot_of_an_older_results_json_with_a_nan_curve_skips_it(tmp_path):
+    import json
+
+    out = tmp_path / "sweep"
+    assert _one_rank_network_sweep(out) == 0
+    doc = json.loads((out / "results.json").read_text())
+    doc["busbw_curves"] = [{"label": "scenario", "world_size": 1, "algorithm": "ring", "model": "alpha-beta",
+                            "size_bytes": [8, 16], "busbw_Bps": [float("nan"), float("nan")]}]
+    (out / "results.json").write_text(json.dumps(doc))
+    assert run_cli(["plot", str(out)]) == 0
+    assert not (out / "busbw_vs_size.svg").exists()
