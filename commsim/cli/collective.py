@@ -82,6 +82,14 @@ def algorithm_tables(scenario_path, overrides, algorithm, model, ranks, cal_path
         sc = resized(sc, ranks)
     fabric = scenario_fabric(replace(sc, calibration=None))  # nominal links unless --calibration
     cal = load_calibration(cal_path) if cal_path else None
+    if cal is not None:
+        from commsim.calibration import CalibrationError
+        from commsim.calibration.records import default_level
+
+        try:  # the links are priced per level: a physical fit alone failed mid-table, naming no file
+            default_level(cal)
+        except CalibrationError as err:
+            raise CalibrationError(err.message, source=str(cal_path)) from None
     links = fitted_fabric(fabric, cal) if cal else fabric  # priced per size range by the fit
     rows = algorithm_rows(names, lambda size: links, sizes, model)
     where = f"{counted(sc.world_size, 'rank')} ({counted(sc.cluster.nodes, 'node')} x {sc.cluster.gpus_per_node}), model {model}"

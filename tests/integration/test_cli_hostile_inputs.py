@@ -76,3 +76,17 @@ def test_plot_of_an_older_results_json_with_a_nan_curve_skips_it(tmp_path):
     (out / "results.json").write_text(json.dumps(doc))
     assert run_cli(["plot", str(out)]) == 0
     assert not (out / "busbw_vs_size.svg").exists()
+
+
+def test_a_physical_fit_alone_on_a_scenarios_cluster_is_refused_naming_the_file(tmp_path, capsys):
+    # the algorithms are priced by the calibration's link levels; a physical-only file failed
+    # mid-table as "calibration has no link level 'intra_node' (it has )", naming no file
+    cal = tmp_path / "phys.yaml"
+    log = "tests/data/nccl-tests-multiscale/Snellius-H100_1x4_odissei-allgather.txt"  # no all-reduce: no level
+    assert run_cli(["calibrate", "--from-nccl-tests", log, "--physical", "--system", "dgx-h100", "-o", str(cal)]) == 0
+    capsys.readouterr()
+    assert run_cli(["collective", "scenarios/32gpu_throttle.yaml", "--calibration", str(cal), "--algorithm", "ring",
+                    "--sizes", "8:64"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"commsim: error: {cal}: calibration has no link level, only a physical fit")
+    assert err.count("\n") == 1
