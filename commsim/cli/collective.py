@@ -255,6 +255,9 @@ def collective_cmd(scenario, cal_path, ranks, algorithm, model, overrides, sizes
     elif scenario is not None or algorithm is not None or model is not None or overrides:
         if scenario is None:
             fail("--algorithm, --model and --set need a SCENARIO: its cluster is the topology the algorithms run on")
+        if level is not None:  # it was ignored: the cluster's levels are priced by the calibration's own
+            fail("--level goes with --calibration CAL --ranks N (no SCENARIO); on a SCENARIO's cluster each link "
+                 "level is priced by the calibration's matching level")
         rows, text = algorithm_tables(scenario, overrides, algorithm, model, ranks, cal_path, sizes, force,
                                       {"--json": json_path})
     else:

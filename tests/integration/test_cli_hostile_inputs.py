@@ -90,3 +90,9 @@ def test_a_physical_fit_alone_on_a_scenarios_cluster_is_refused_naming_the_file(
     err = capsys.readouterr().err
     assert err.startswith(f"commsim: error: {cal}: calibration has no link level, only a physical fit")
     assert err.count("\n") == 1
+
+
+def test_level_with_a_scenario_is_refused_not_ignored(calibration, capsys):
+    assert run_cli(["collective", "scenarios/32gpu_throttle.yaml", "--calibration", calibration, "--level", "flat",
+                    "--algorithm", "ring", "--sizes", "8:64"]) == 2
+    assert "--level goes with --calibration CAL --ranks N (no SCENARIO)" in capsys.readouterr().err
