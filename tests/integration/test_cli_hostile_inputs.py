@@ -96,3 +96,20 @@ def test_level_with_a_scenario_is_refused_not_ignored(calibration, capsys):
     assert run_cli(["collective", "scenarios/32gpu_throttle.yaml", "--calibration", calibration, "--level", "flat",
                     "--algorithm", "ring", "--sizes", "8:64"]) == 2
     assert "--level goes with --calibration CAL --ranks N (no SCENARIO)" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("bad", [["/nonexistent/scenario.yaml"], ["scenarios/32gpu_throttle.yaml", "--mitigations", "bogus"]])
+def test_compare_leaves_no_plot_folder_behind_on_bad_input(bad, tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    folder = tmp_path / "plots"
+    assert run_cli(["compare", *bad, "--plot", str(folder)]) == 2
+    assert not folder.exists()  # made before the scenario was read, left empty
+
+
+def test_compare_refuses_a_new_plot_folder_named_like_a_figure(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    target = tmp_path / "compare.svg"
+    assert run_cli(["compare", "scenarios/32gpu_throttle.yaml", "--plot", str(target)]) == 2
+    assert "expected a folder (compare.png and compare.svg are written into it), got a figure's file name (.svg)" in \
+        capsys.readouterr().err
+    assert not target.exists()  # was a folder named compare.svg
