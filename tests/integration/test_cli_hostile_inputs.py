@@ -113,3 +113,12 @@ def test_compare_refuses_a_new_plot_folder_named_like_a_figure(tmp_path, capsys)
     assert "expected a folder (compare.png and compare.svg are written into it), got a figure's file name (.svg)" in \
         capsys.readouterr().err
     assert not target.exists()  # was a folder named compare.svg
+
+
+def test_calibrate_takes_quiet_as_every_other_command_does(tmp_path, capsys):
+    log = "tests/data/nccl-tests/A100-SXM4-80GB-1node_8ranks_gh-notes-dkh.txt"
+    out = tmp_path / "cal.yaml"
+    assert run_cli(["calibrate", "--from-nccl-tests", log, "-o", str(out), "-q"]) == 0
+    captured = capsys.readouterr()
+    assert (captured.out, captured.err) == ("", "")
+    assert out.read_text().startswith("# commsim calibration")
