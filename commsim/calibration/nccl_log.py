@@ -28,12 +28,15 @@ Pure module: no numpy needed, no torch.
 from __future__ import annotations
 
 import math
+import os
 import re
+import stat
 from dataclasses import dataclass
 from typing import List, Optional, Tuple
 
 from commsim.calibration.errors import CalibrationError
 from commsim.collectives.busbw import BUSBW_FACTORS, busbw_factor
+from commsim.yamlio import file_kind
 
 # nccl-tests counts GB/s as 1e9 bytes/s (src/common.cu: 1.0E9)
 GB = 1.0e9
@@ -539,14 +542,44 @@ def _world_size(source, rows, devices, nranks_info, file_nranks, given, kind="al
     return n, where
 
 
-def load_nccl_log(path: str, world_size: Optional[int] = None, collective: Optional[str] = None) -> NcclLog:
-    """Read and parse a log file (NcclLogError if unreadable or unusable); see
-    :func:`parse_nccl_log` for `collective`."""
+# Largest log read. An NCCL_DEBUG=INFO log of 1,024 ranks is some 100 INFO lines per rank of at
+# most a few hundred characters: tens of MB; the shipped logs are at most 50 kB.
+MAX_LOG_BYTES = 64 * 1024 * 1024
+
+
+def read_log_text(path: str) -> str:
+    """The text of the log file at `path` (undecodable bytes replaced), refused with an
+    NcclLogError unless it is a regular file of at most :data:`MAX_LOG_BYTES`: reading
+    /dev/zero never ended (it filled memory until the process was killed) and a FIFO blocked
+    for a writer."""
+    source = str(path)
     try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            text = fh.read()
+        info = os.stat(path)
+        if stat.S_ISDIR(info.st_mode):
+            raise NcclLogError("is a directory, expected an nccl-tests log", source)
+        if not stat.S_ISREG(info.st_mode):
+            raise NcclLogError(f"is {file_kind(info.st_mode)}, expected an nccl-tests log (a regular file)", source)
+        # O_NONBLOCK: a FIFO put in the file's place after the stat opens without waiting
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+        with os.fdopen(fd, "rb") as fh:
+            if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+                raise NcclLogError("is not a regular file, expected an nccl-tests log", source)
+            raw = fh.read(MAX_LOG_BYTES + 1)  # st_size can lie (a growing file, /proc)
+    except NcclLogError:  # a ValueError too: not the NUL case below
+        raise
     except OSError as exc:
-        raise NcclLogError(f"cannot read log: {exc.strerror or exc}", str(path)) from None
+        raise NcclLogError(f"cannot read log: {exc.strerror or exc}", source) from None
+    except ValueError:  # a path with a NUL character
+        raise NcclLogError("cannot read log: the path contains a NUL character", source) from None
+    if len(raw) > MAX_LOG_BYTES:
+        raise NcclLogError(f"is more than {MAX_LOG_BYTES:,} bytes, the limit for an nccl-tests log", source)
+    return raw.decode("utf-8-sig", errors="replace")  # a BOM (Windows editors) dropped
+
+
+def load_nccl_log(path: str, world_size: Optional[int] = None, collective: Optional[str] = None) -> NcclLog:
+    """Read (:func:`read_log_text`) and parse a log file (NcclLogError if unreadable or
+    unusable); see :func:`parse_nccl_log` for `collective`."""
+    text = read_log_text(path)
     return parse_nccl_log(text, source=str(path), world_size=world_size, collective=collective)
 
 
