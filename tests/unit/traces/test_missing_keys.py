@@ -1,4 +1,4 @@
-"""A Flight Recorder entry without a key it needs is named as missing, not as holding null."""
+"""A trace entry without a key it needs (Flight Recorder, Kineto) is named as missing, not as holding null."""
 
 import pytest
 
@@ -21,3 +21,13 @@ def test_a_null_is_still_said_null():
     doc["entries"][1]["time_created_ns"] = None
     with pytest.raises(TraceError, match=r"entries\[1\]\.time_created_ns: expected int, got None"):
         read_flight_recorder(doc, "d_rank0")
+
+
+def test_a_kineto_event_without_its_start_is_said_missing():
+    from commsim.traces.kineto import read_kineto
+
+    doc = synth.kineto(0, 2, synth.plan(2, 1)[0])
+    i = next(k for k, e in enumerate(doc["traceEvents"]) if e.get("ph") == "X")
+    del doc["traceEvents"][i]["ts"]
+    with pytest.raises(TraceError, match=rf"rank0\.json: traceEvents\[{i}\]\.ts: missing key"):
+        read_kineto(doc, "rank0.json")
