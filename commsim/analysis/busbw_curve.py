@@ -113,6 +113,8 @@ def sweep_curves(points: Sequence[Any], link_keys: Sequence[str],
     if not points:
         return []
     top = max(p.scenario.world_size for p in points)
+    if top < 2:  # no all-reduce on one rank: its curve would be all NaN (and bare NaN in results.json)
+        return []
 
     # curves in numeric order of their link values (25 Gbps before 100 Gbps), whatever the grid order
     order = {}

@@ -28,12 +28,15 @@ Pure module: no numpy needed, no torch.
 from __future__ import annotations
 
 import math
+import os
 import re
+import stat
 from dataclasses import dataclass
 from typing import List, Optional, Tuple
 
 from commsim.calibration.errors import CalibrationError
 from commsim.collectives.busbw import BUSBW_FACTORS, busbw_factor
+from commsim.yamlio import file_kind
 
 # nccl-tests counts GB/s as 1e9 bytes/s (src/common.cu: 1.0E9)
 GB = 1.0e9
@@ -250,6 +253,10 @@ def parse_nccl_log(text: str, source: str = "<log>", world_size: Optional[int] =
     perf_name = None
     avg = None
     has_root: Optional[bool] = None
+    # the collective of each "# Collective test starting: X_perf" section, per row: a log of
+    # several tables (one script running all_reduce_perf then all_gather_perf) keeps one table
+    section: Optional[str] = None
+    row_sections: List[Optional[str]] = []
 
     for lineno, raw in enumerate(text.splitlines(), start=1):
         if len(raw) > MAX_LINE_CHARS:
@@ -278,7 +285,7 @@ def parse_nccl_log(text: str, source: str = "<log>", world_size: Optional[int] =
                 if m.group(2):
                     nccl_version = nccl_version or _nccl_version_from_code(m.group(2))
             elif (m := _COLLECTIVE.match(stripped)):
-                collective_line = m.group(1)
+                collective_line = section = m.group(1)
             elif (m := _AVG.match(stripped)):
                 try:
                     avg = float(m.group(1))
@@ -301,6 +308,7 @@ def parse_nccl_log(text: str, source: str = "<log>", world_size: Optional[int] =
             row = _parse_row(lineno, toks, has_root, skipped)
             if row is not None:
                 rows.append(row)
+                row_sections.append(section)
                 if has_root is None:  # the first complete row fixes the layout for cut-off rows
                     has_root = row.root is not None
             continue
@@ -311,6 +319,8 @@ def parse_nccl_log(text: str, source: str = "<log>", world_size: Optional[int] =
     if not rows:
         raise NcclLogError("no nccl-tests data table found (expected rows like "
                            "'   8   2  float  sum  -1  12.3  0.00  0.00  0 ...')", source)
+
+    rows, collective_line = _one_table(source, rows, row_sections, collective, collective_line, skipped)
 
     # A log that names no collective follows all-reduce's bus factor, unless its rows say they are
     # no reduction (redop 'none', no root: all_gather_perf): judged by all-reduce's factor, its
@@ -340,6 +350,31 @@ def parse_nccl_log(text: str, source: str = "<log>", world_size: Optional[int] =
         notes=tuple(sorted(skipped)),
         bus_kind=kind,
     )
+
+
+def _one_table(source, rows, row_sections, collective, collective_line, notes):
+    """The rows of one collective's table and its benchmark name. A log whose rows lie in the
+    sections of several collectives keeps the table of `collective` (NcclLogError when it has
+    none); without `collective`, its all_reduce table, else its first, noting the tables left
+    out. Each table follows its own bus factor, so their rows cannot be checked as one table
+    (the all_reduce rows of all_reduce_perf + all_gather_perf were judged by all_gather's factor)."""
+    names = list(dict.fromkeys(row_sections))
+    if len(names) < 2:
+        return rows, collective_line
+    want = collective or "all_reduce"
+    keep = next((n for n in names if n is not None and collective_of(n) == want), None)
+    if keep is None and collective is None:
+        keep = names[0]
+    if keep is None:
+        listed = ", ".join(n or "(before any 'Collective test starting' line)" for n in names)
+        raise NcclLogError(f"holds the tables of several collectives ({listed}) and none of {want}", source)
+    first_line = {}
+    for r, n in zip(rows, row_sections):
+        first_line.setdefault(n, r.line)
+    for n in names:
+        if n != keep:
+            notes.append((first_line[n], f"table of {n or 'an unnamed collective'} skipped: the log's {keep} table is read"))
+    return [r for r, n in zip(rows, row_sections) if n == keep], keep or collective_line
 
 
 def _device(line: str) -> Optional[Device]:
@@ -507,14 +542,44 @@ def _world_size(source, rows, devices, nranks_info, file_nranks, given, kind="al
     return n, where
 
 
-def load_nccl_log(path: str, world_size: Optional[int] = None, collective: Optional[str] = None) -> NcclLog:
-    """Read and parse a log file (NcclLogError if unreadable or unusable); see
-    :func:`parse_nccl_log` for `collective`."""
+# Largest log read. An NCCL_DEBUG=INFO log of 1,024 ranks is some 100 INFO lines per rank of at
+# most a few hundred characters: tens of MB; the shipped logs are at most 50 kB.
+MAX_LOG_BYTES = 64 * 1024 * 1024
+
+
+def read_log_text(path: str) -> str:
+    """The text of the log file at `path` (undecodable bytes replaced), refused with an
+    NcclLogError unless it is a regular file of at most :data:`MAX_LOG_BYTES`: reading
+    /dev/zero never ended (it filled memory until the process was killed) and a FIFO blocked
+    for a writer."""
+    source = str(path)
     try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            text = fh.read()
+        info = os.stat(path)
+        if stat.S_ISDIR(info.st_mode):
+            raise NcclLogError("is a directory, expected an nccl-tests log", source)
+        if not stat.S_ISREG(info.st_mode):
+            raise NcclLogError(f"is {file_kind(info.st_mode)}, expected an nccl-tests log (a regular file)", source)
+        # O_NONBLOCK: a FIFO put in the file's place after the stat opens without waiting
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+        with os.fdopen(fd, "rb") as fh:
+            if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+                raise NcclLogError("is not a regular file, expected an nccl-tests log", source)
+            raw = fh.read(MAX_LOG_BYTES + 1)  # st_size can lie (a growing file, /proc)
+    except NcclLogError:  # a ValueError too: not the NUL case below
+        raise
     except OSError as exc:
-        raise NcclLogError(f"cannot read log: {exc.strerror or exc}", str(path)) from None
+        raise NcclLogError(f"cannot read log: {exc.strerror or exc}", source) from None
+    except ValueError:  # a path with a NUL character
+        raise NcclLogError("cannot read log: the path contains a NUL character", source) from None
+    if len(raw) > MAX_LOG_BYTES:
+        raise NcclLogError(f"is more than {MAX_LOG_BYTES:,} bytes, the limit for an nccl-tests log", source)
+    return raw.decode("utf-8-sig", errors="replace")  # a BOM (Windows editors) dropped
+
+
+def load_nccl_log(path: str, world_size: Optional[int] = None, collective: Optional[str] = None) -> NcclLog:
+    """Read (:func:`read_log_text`) and parse a log file (NcclLogError if unreadable or
+    unusable); see :func:`parse_nccl_log` for `collective`."""
+    text = read_log_text(path)
     return parse_nccl_log(text, source=str(path), world_size=world_size, collective=collective)
 
 

@@ -16,7 +16,8 @@ import re
 from dataclasses import dataclass
 from typing import List, Optional, Tuple
 
-from commsim.calibration.nccl_log import TRANSIENT_RATIO, NcclLog, NcclLogError, collective_of, parse_nccl_log
+from commsim.calibration.nccl_log import (TRANSIENT_RATIO, NcclLog, NcclLogError, collective_of, parse_nccl_log,
+                                          read_log_text)
 
 __all__ = ["KIND_OF_PERF", "TRANSIENT_RATIO", "Table", "LogTables", "parse_tables", "load_tables"]
 
@@ -120,10 +121,7 @@ def _log_tables(source: str, tables: List[Table], logs: List[NcclLog]) -> LogTab
 
 
 def load_tables(path: str, world_size: Optional[int] = None, kind_hint: Optional[str] = None) -> LogTables:
-    """Read and split a log file (NcclLogError if unreadable or without usable tables)."""
-    try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            text = fh.read()
-    except OSError as exc:
-        raise NcclLogError(f"cannot read log: {exc.strerror or exc}", str(path)) from None
+    """Read (:func:`commsim.calibration.nccl_log.read_log_text`) and split a log file
+    (NcclLogError if unreadable or without usable tables)."""
+    text = read_log_text(path)
     return parse_tables(text, source=str(path), world_size=world_size, kind_hint=kind_hint)

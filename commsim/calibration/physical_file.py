@@ -140,6 +140,8 @@ def physical_from_dict(doc: Any, source: str, where: str = "physical") -> Physic
         c = r.mapping(cdoc[name], w, CONSTANT_KEYS, CONSTANT_OPTIONAL_KEYS)
         value = r.number(c["value"], w + ".value", positive=True)
         stderr = None if c["stderr"] is None else r.number(c["stderr"], w + ".stderr")
+        if stderr is not None and stderr < 0:
+            raise r.err(w + ".stderr", f"expected a standard error >= 0, got {stderr!r}")
         if not isinstance(c["determined"], bool):
             raise r.err(w + ".determined", f"expected true or false, got {c['determined']!r}")
         if c["determined"] and stderr is None:
@@ -173,6 +175,13 @@ def physical_from_dict(doc: Any, source: str, where: str = "physical") -> Physic
             cov[i, j] = r.number(v, f"{where}.covariance[{i}][{j}]")
     if free and (not np.allclose(cov, cov.T, rtol=1e-6, atol=1e-12) or np.any(np.diag(cov) < 0)):
         raise r.err(f"{where}.covariance", "expected a symmetric matrix with a non-negative diagonal")
+    # A covariance is positive semi-definite; one that is not gives some prediction a negative
+    # variance, and its interval NaN (sqrt of a negative). The tolerance admits the rounding of
+    # a fitted (J^T J)^-1 written with 17 significant digits.
+    lowest = np.linalg.eigvalsh(cov).min() if free else 0.0
+    if lowest < -1e-9 * max(np.diag(cov).max() if free else 0.0, 1e-300):
+        raise r.err(f"{where}.covariance", "expected a positive semi-definite matrix (a covariance), "
+                                           f"got one with eigenvalue {lowest:.3g}")
     rms = r.number(top["rms_log_error"], f"{where}.rms_log_error")
     if rms < 0:
         raise r.err(f"{where}.rms_log_error", f"expected a number >= 0, got {rms!r}")

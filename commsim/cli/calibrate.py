@@ -15,7 +15,7 @@ import click
 from commsim import calibration as calib
 from commsim.cli.common import POSITIVE_SECONDS, ByteSize, command, fail, sigterm_interrupts
 from commsim.cli.jobs import check_backend, command_line, import_validate, launched_job
-from commsim.cli.outputs import check_outputs, echo_to, write_output
+from commsim.cli.outputs import check_outputs, echo_to, quiet_echo, write_output
 from commsim.cli.validate import host_job, multihost_options
 from commsim.errors import InputError
 LEVEL_CHOICES = ("auto",) + calib.LEVELS
@@ -189,10 +189,11 @@ def _measured_on_hosts(output, job, tables, backend, max_size, iters, warmup, co
 @click.option("--ddp-fit", "ddp_fit", is_flag=True,
               help="Fit ddp.bucket_overhead (and overlap_slowdown) to `validate --mode ddp --json` reports (the "
                    "arguments) of one job at two or more bucket caps; -o gets a scenario ddp: fragment.")
+@click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors (-o is still written).")
 @click.pass_context
 def calibrate_cmd(click_ctx, logs, from_nccl, output, level, ranks, in_place, same_system, physical, system_name,
                   nodes, gpus_per_node, backend, nprocs, max_size, iters, warmup, compute_params, timeout_s,
-                  nnodes, node_rank, rdzv_endpoint, nproc_per_node, ranks_from_env, tables, ddp_fit):
+                  nnodes, node_rank, rdzv_endpoint, nproc_per_node, ranks_from_env, tables, ddp_fit, quiet):
     """Write a calibration file: fit alpha/beta per link level and keep the measured table.
 
     \b
@@ -213,7 +214,7 @@ def calibrate_cmd(click_ctx, logs, from_nccl, output, level, ranks, in_place, sa
     if ddp_fit:
         from commsim.cli.calibrate_ddp import ddp_fit_command
         with sigterm_interrupts():  # in this process: SIGTERM stops it as Ctrl-C does (exit 130)
-            return ddp_fit_command(logs, output, from_nccl or backend is not None)
+            return ddp_fit_command(logs, output, from_nccl or backend is not None, quiet)
     if from_nccl == (backend is not None):
         raise click.UsageError("give either --from-nccl-tests LOG [LOG ...] or --backend gloo|nccl")
     # fitting logs runs in this process: SIGTERM stops it as Ctrl-C does (exit 130, the output
@@ -221,12 +222,12 @@ def calibrate_cmd(click_ctx, logs, from_nccl, output, level, ranks, in_place, sa
     with sigterm_interrupts(from_nccl):
         _calibrate(click_ctx, logs, from_nccl, output, level, ranks, in_place, same_system, physical, system_name,
                    nodes, gpus_per_node, backend, nprocs, max_size, iters, warmup, compute_params, timeout_s,
-                   nnodes, node_rank, rdzv_endpoint, nproc_per_node, ranks_from_env, tables)
+                   nnodes, node_rank, rdzv_endpoint, nproc_per_node, ranks_from_env, tables, quiet)
 
 
 def _calibrate(click_ctx, logs, from_nccl, output, level, ranks, in_place, same_system, physical, system_name,
                nodes, gpus_per_node, backend, nprocs, max_size, iters, warmup, compute_params, timeout_s,
-               nnodes, node_rank, rdzv_endpoint, nproc_per_node, ranks_from_env, tables) -> None:
+               nnodes, node_rank, rdzv_endpoint, nproc_per_node, ranks_from_env, tables, quiet=False) -> None:
     """`commsim calibrate` from its checks on, for --from-nccl-tests or --backend."""
     from commsim.calibration.file import dump_calibration
 
@@ -238,7 +239,7 @@ def _calibrate(click_ctx, logs, from_nccl, output, level, ranks, in_place, same_
     # before reading or measuring anything; --physical reads the same logs, --backend reads no
     # file (LOG arguments are refused with it)
     stdout_taken = check_outputs({"-o": output}, {"nccl-tests log": list(logs) if from_nccl else None})
-    echo = echo_to(stdout_taken)
+    echo = quiet_echo if quiet else echo_to(stdout_taken)
     if not physical and (system_name or nodes or gpus_per_node):
         raise click.UsageError("--system, --nodes and --gpus-per-node go with --physical")
     if physical and not from_nccl:

@@ -14,14 +14,15 @@ from typing import Sequence
 
 from commsim.cli.common import fail
 from commsim.cli.jobs import command_line
-from commsim.cli.outputs import check_outputs, echo_to, write_output
+from commsim.cli.outputs import check_outputs, echo_to, quiet_echo, write_output
 from commsim.errors import InputError
 from commsim.yamlio import read_text_file
 
 
-def ddp_fit_command(reports: Sequence[str], output: str, other_source: bool) -> None:
+def ddp_fit_command(reports: Sequence[str], output: str, other_source: bool, quiet: bool = False) -> None:
     """The whole `--ddp-fit` branch of `commsim calibrate`: `reports` are its arguments
-    (`other_source`: --from-nccl-tests or --backend was given too, which a DDP fit does not read)."""
+    (`other_source`: --from-nccl-tests or --backend was given too, which a DDP fit does not read;
+    `quiet`: print nothing but errors)."""
     from commsim.analysis.ddp_fit import fit_ddp_costs, fit_lines, fit_yaml, run_from_report
 
     if other_source:
@@ -29,7 +30,7 @@ def ddp_fit_command(reports: Sequence[str], output: str, other_source: bool) -> 
     if not reports:
         fail("--ddp-fit: no report given (expected REPORT.json [REPORT.json ...] from validate --mode ddp --json)")
     stdout_taken = check_outputs({"-o": output}, {"report": list(reports)})  # the fragment would replace a report
-    echo = echo_to(stdout_taken)
+    echo = quiet_echo if quiet else echo_to(stdout_taken)
     runs = []
     for path in reports:
         try:

@@ -82,6 +82,14 @@ def algorithm_tables(scenario_path, overrides, algorithm, model, ranks, cal_path
         sc = resized(sc, ranks)
     fabric = scenario_fabric(replace(sc, calibration=None))  # nominal links unless --calibration
     cal = load_calibration(cal_path) if cal_path else None
+    if cal is not None:
+        from commsim.calibration import CalibrationError
+        from commsim.calibration.records import default_level
+
+        try:  # the links are priced per level: a physical fit alone failed mid-table, naming no file
+            default_level(cal)
+        except CalibrationError as err:
+            raise CalibrationError(err.message, source=str(cal_path)) from None
     links = fitted_fabric(fabric, cal) if cal else fabric  # priced per size range by the fit
     rows = algorithm_rows(names, lambda size: links, sizes, model)
     where = f"{counted(sc.world_size, 'rank')} ({counted(sc.cluster.nodes, 'node')} x {sc.cluster.gpus_per_node}), model {model}"
@@ -105,6 +113,10 @@ def calibration_table(cal_path: str, ranks: int, sizes, level: Optional[str]):
 
     from commsim.calibration import CalibrationError
 
+    from commsim.scenario.loader import MAX_WORLD_SIZE
+
+    if ranks > MAX_WORLD_SIZE:  # the limit the other modes (and a scenario) have
+        fail(f"--ranks: expected a world size up to {MAX_WORLD_SIZE:,}, got {ranks:,}")
     cal = load_calibration(cal_path)
     try:
         lv = cal.level(level)
@@ -243,6 +255,9 @@ def collective_cmd(scenario, cal_path, ranks, algorithm, model, overrides, sizes
     elif scenario is not None or algorithm is not None or model is not None or overrides:
         if scenario is None:
             fail("--algorithm, --model and --set need a SCENARIO: its cluster is the topology the algorithms run on")
+        if level is not None:  # it was ignored: the cluster's levels are priced by the calibration's own
+            fail("--level goes with --calibration CAL --ranks N (no SCENARIO); on a SCENARIO's cluster each link "
+                 "level is priced by the calibration's matching level")
         rows, text = algorithm_tables(scenario, overrides, algorithm, model, ranks, cal_path, sizes, force,
                                       {"--json": json_path})
     else:

@@ -69,17 +69,7 @@ def compare_command(scenario, mitigations_text, nodes_text, steps, overrides, js
 
     stdout_taken = check_outputs({"--json": json_path}, {"SCENARIO": scenario})
     if plot_dir:
-        import os
-
-        from commsim.output.plots import check_plot_folder
-
-        parent = os.path.dirname(os.path.abspath(plot_dir))
-        if not os.path.exists(plot_dir) and os.path.isdir(parent):
-            os.mkdir(plot_dir)  # the folder itself, as sweep -o makes its own; never its parents
-        elif not os.path.exists(plot_dir):  # name the folder that is missing, not the plot's
-            what = "is not a directory" if os.path.exists(parent) else "does not exist"
-            fail(f"--plot {plot_dir}: cannot create the plot folder: {parent} {what}")
-        check_plot_folder(plot_dir)  # a PlotError (exit 2) before any work
+        _check_plot_dir(plot_dir)
     counts = node_counts(nodes_text) if nodes_text else None
     scenarios, section = _load(scenario, overrides, steps, counts, force)
     # the calibration file the scenario names is an input too, known once the scenario is read
@@ -103,11 +93,38 @@ def compare_command(scenario, mitigations_text, nodes_text, steps, overrides, js
         doc = {"scenario": first.name, "seed": first.seed, "steps": first.steps, "rows": rows}
         write_output(json_path, json.dumps(doc, indent=2, sort_keys=True) + "\n", "the JSON rows")
     if plot_dir:
+        import os
+
         from commsim.output.plots.compare import plot_compare
 
+        if not os.path.exists(plot_dir):
+            os.mkdir(plot_dir)  # the folder itself, as sweep -o makes its own; never its parents
         plot_compare(rows, plot_dir, first.name)
     if not quiet:
         echo(format_rows(rows))
+
+
+def _check_plot_dir(plot_dir: str) -> None:
+    """Fail (exit 2) before any work unless the --plot folder exists and is writable, or can be
+    made: its parent a writable folder. It is made only when the plots are written, so that a
+    bad scenario or remedy leaves no empty folder behind; a new name with a figure's suffix
+    (compare.svg) is refused: it would become a folder of that name."""
+    import os
+
+    from commsim.output.plots import check_plot_folder
+
+    if os.path.exists(plot_dir):
+        check_plot_folder(plot_dir)  # a PlotError (exit 2)
+        return
+    parent = os.path.dirname(os.path.abspath(plot_dir))
+    if not os.path.isdir(parent):  # name the folder that is missing, not the plot's
+        what = "is not a directory" if os.path.exists(parent) else "does not exist"
+        fail(f"--plot {plot_dir}: cannot create the plot folder: {parent} {what}")
+    suffix = os.path.splitext(plot_dir)[1].lower()
+    if suffix in (".png", ".svg", ".pdf"):
+        fail(f"--plot {plot_dir}: expected a folder (compare.png and compare.svg are written into it), "
+             f"got a figure's file name ({suffix})")
+    check_plot_folder(parent)
 
 
 def _defaults_that_fit(scenarios, mitigations, source):

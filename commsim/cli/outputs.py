@@ -178,6 +178,10 @@ def echo_to(stdout_taken: bool):
     return echo
 
 
+def quiet_echo(message: str = "") -> None:
+    """The report stream of a command run with -q: nothing is printed (errors still are, by fail)."""
+
+
 # Written to stdout in pieces: one large write() that a closed pipe cuts short is dropped
 # silently by Python's buffered writer, while a piece-wise write reports the broken pipe.
 STDOUT_CHUNK = 1 << 16

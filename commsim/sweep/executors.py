@@ -166,6 +166,31 @@ def iter_process_pool(todo: Sequence[Point], jobs: int) -> Finished:
                 stop_workers(pool)
 
 
+# Schemes whose address is HOST:PORT (distributed.comm: tcp, tls, and the websocket ones)
+_HOST_PORT_SCHEMES = ("tcp", "tls", "ws", "wss")
+
+
+def check_scheduler_address(address: str) -> None:
+    """SweepError unless `address` reads as a Dask scheduler address ("tcp://host:8786",
+    "host:8786", "tls://...", other schemes as given): a port is required and must be 1..65535.
+    Checked before anything runs; an address without a port was a ValueError traceback from
+    inside distributed, and one with port 99999 waited 10 s to time out."""
+    option = f"--dask-scheduler {address}"
+    try:
+        from distributed.comm.addressing import parse_address, parse_host_port
+    except ImportError:
+        return  # iter_dask says that dask.distributed is missing
+    try:
+        scheme, loc = parse_address(address)
+        if scheme not in _HOST_PORT_SCHEMES:
+            return
+        host, port = parse_host_port(loc)
+    except (ValueError, TypeError) as exc:
+        raise SweepError(option, None, f"expected a scheduler address like tcp://HOST:8786 ({exc})") from None
+    if not 1 <= port <= 65535:
+        raise SweepError(option, None, f"expected a port 1..65535 in the scheduler address, got {port}")
+
+
 def iter_dask(todo: Sequence[Point], client=None, address: Optional[str] = None) -> Finished:
     """Yield (point, summary) as points finish on a Dask distributed cluster."""
     try:
@@ -179,7 +204,7 @@ def iter_dask(todo: Sequence[Point], client=None, address: Optional[str] = None)
     if own_client:
         try:
             client = Client(address, timeout="10s")
-        except (OSError, TimeoutError) as exc:
+        except (OSError, TimeoutError, ValueError) as exc:  # ValueError: an address distributed cannot parse
             raise SweepError(f"--dask-scheduler {address}", None, f"cannot reach the scheduler: {exc}") from None
     futures = {}
     try:

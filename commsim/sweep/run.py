@@ -32,7 +32,7 @@ from commsim.analysis.busbw_curve import RESULTS_KEY, results_field
 from commsim.sweep import signals
 from commsim.sweep.errors import (SweepError, SweepInterrupted, SweepLocked, SweepRunFailed, SweepWriteError,
                                   os_error_text)
-from commsim.sweep.executors import WorkerDied, iter_dask, iter_process_pool, progress_bar
+from commsim.sweep.executors import WorkerDied, check_scheduler_address, iter_dask, iter_process_pool, progress_bar
 from commsim.sweep.grid import Grid, combine_grids, load_grid_file, parse_grid_args, parse_grid_option
 from commsim.sweep.journal import JOURNAL, Journal, read_journal
 from commsim.sweep.lock import LOCK_FILE, sweep_lock
@@ -93,6 +93,8 @@ def run_sweep(
     (from the main thread) and SweepWriteError when an output file cannot be written (a full
     disk), both after saving what finished; SweepRunFailed if a pool worker dies."""
     t0 = time.perf_counter()
+    if dask_scheduler is not None:
+        check_scheduler_address(dask_scheduler)
     points = plan_sweep(scenario_path, grid, overrides, steps, seed)
     out = _output_dir(Path(out_dir))
     meta = {

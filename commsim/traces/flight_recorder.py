@@ -184,6 +184,8 @@ def read_flight_recorder(doc: Any, source: str, rank: Optional[int] = None) -> R
         if not isinstance(e, dict):
             raise TraceError(source, where, f"expected a mapping, got {type(e).__name__}")
         for key, typ in _REQUIRED.items():
+            if key not in e:  # said as missing: "got None" read as if the dump held a null
+                raise TraceError(source, f"{where}.{key}", f"missing key (expected {typ.__name__})")
             if not isinstance(e.get(key), typ) or isinstance(e.get(key), bool):
                 raise TraceError(source, f"{where}.{key}", f"expected {typ.__name__}, got {e.get(key)!r}")
         if e.get("is_p2p"):

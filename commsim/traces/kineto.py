@@ -147,6 +147,9 @@ class _Reader:
             if not isinstance(e, dict) or e.get("ph") != "X":
                 continue
             ts, dur = e.get("ts"), e.get("dur", 0)
+            if "ts" not in e:  # said as missing: "got None" read as if the trace held a null
+                raise TraceError(self.source, f"traceEvents[{i}].ts", "missing key: a complete ('ph': 'X') event "
+                                                                        "needs its start time")
             if not _is_number(ts) or not _is_number(dur) or not _finite(ts):
                 raise TraceError(self.source, f"traceEvents[{i}]", f"expected numeric ts and dur, got {ts!r:.60} and {dur!r:.60}")
             # the trace-event format's dur is an elapsed time: a negative or non-finite one

@@ -72,7 +72,9 @@ def plot_sweep(table: SweepTable, out_dir: Path, threshold: float = 0.85,
         for key in [k for k in varied if k not in GPU_KEYS][:1]:
             written += plot_breakdown_by_key(table, key, out_dir)
     if table.link_keys() or calibration is not None:
-        curves = sweep_busbw_curves(table)
+        # a results.json written before one-rank sweeps stored no curve holds one of NaN only:
+        # nothing a log axis can draw
+        curves = [c for c in sweep_busbw_curves(table) if any(b > 0 for b in c.busbw_Bps)]
         measured = calibration_points(calibration) if calibration is not None else []
         if curves or measured:
             written += plot_busbw(curves, out_dir, measured)

@@ -1,0 +1,53 @@
+"""The physical: section's uncertainty, read strictly: a covariance that is not positive
+semi-definite, or a negative standard error, is refused naming its key path (before, either
+loaded and gave NaN intervals and a numpy RuntimeWarning in every prediction)."""
+
+import copy
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from commsim.calibration import CalibrationError
+from commsim.calibration.physical_file import physical_from_dict, physical_to_dict
+from commsim.calibration.physical_fit import Measurement, fit_physical
+from commsim.collectives.nccl_tuner import plan
+from commsim.network.system import preset
+
+SIZES = np.array([2.0 ** k for k in range(12, 31, 3)])
+
+
+@pytest.fixture(scope="module")
+def doc():
+    nominal = replace(preset("hgx-h100-4gpu"), nccl_version="2.22")
+    truth = nominal.with_constants({"intra_bw_GBps": 300.0, "launch_us": 8.0}, "truth")
+    t = plan("all_reduce", truth, 1, 4, choice_system=nominal).time_us(SIZES)
+    fit = fit_physical([Measurement("log1x4", "all_reduce", 1, 4, SIZES, t * (1 + 0.01 * np.sin(SIZES)))], nominal)
+    return physical_to_dict(fit)
+
+
+def _not_psd(d):
+    k = len(d["free"])
+    m = np.eye(k)
+    m[0, 1] = m[1, 0] = 2.0  # symmetric, diagonal 1: eigenvalues -1 and 3
+    d["covariance"] = m.tolist()
+
+
+def test_the_fitted_covariance_reads(doc):
+    assert len(doc["free"]) >= 2
+    physical_from_dict(copy.deepcopy(doc), "cal.yaml")
+
+
+def test_a_covariance_that_is_not_positive_semi_definite_is_refused(doc):
+    bad = copy.deepcopy(doc)
+    _not_psd(bad)
+    with pytest.raises(CalibrationError, match=r"cal.yaml: physical.covariance: expected a positive semi-definite"):
+        physical_from_dict(bad, "cal.yaml")
+
+
+def test_a_negative_standard_error_is_refused(doc):
+    bad = copy.deepcopy(doc)
+    name = bad["free"][0]
+    bad["constants"][name]["stderr"] = -3.0
+    with pytest.raises(CalibrationError, match=rf"physical.constants.{name}.stderr: expected a standard error >= 0, got -3.0"):
+        physical_from_dict(bad, "cal.yaml")
