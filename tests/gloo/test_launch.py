@@ -73,20 +73,33 @@ def kill_all(pids):
             pass
 
 
-def test_results_from_every_rank(tmp_path):
-    out = launch(w.sum_ranks, 2, "gloo", timeout_s=60, args=(10,), result_dir=str(tmp_path))
+def test_results_from_every_rank(tmp_path, monkeypatch):
+    # without a result_dir: the launch's own temporary folder, removed after a success (one
+    # launch for both; a given result_dir is the other tests')
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    out = launch(w.sum_ranks, 2, "gloo", timeout_s=60, args=(10,))
     assert [r["rank"] for r in out] == [0, 1]
     assert all(r["sum"] == 21.0 for r in out)  # (0+10) + (1+10)
     assert not any(alive(r["pid"]) for r in out)
+    assert not list(tmp_path.glob("commsim-launch-*"))
 
 
-def test_dead_rank_is_named_and_partial_results_kept(tmp_path):
+def test_dead_rank_is_named_and_partial_results_kept(tmp_path, monkeypatch):
+    # without a result_dir: the launch's own temporary folder, kept after a failure and named
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     t0 = time.monotonic()
     with pytest.raises(LaunchError, match=r"rank 1 failed: RuntimeError: injected failure at iteration 2") as exc:
-        launch(w.die_on_rank, 2, "gloo", timeout_s=30, args=(1, 2), result_dir=str(tmp_path))
+        launch(w.die_on_rank, 2, "gloo", timeout_s=30, args=(1, 2))
     assert time.monotonic() - t0 < 30
     assert exc.value.partial[0][:2] == [{"iteration": 0}, {"iteration": 1}]
     assert exc.value.partial[1] == [{"iteration": 0}, {"iteration": 1}]
+    left = list(tmp_path.glob("commsim-launch-*"))
+    assert len(left) == 1 and str(exc.value).endswith(f"; partial measurements in {left[0]}")
+    assert exc.value.result_dir == str(left[0]) and exc.value.measured
 
 
 def test_hung_rank_is_named_within_timeout_and_killed(tmp_path):
@@ -137,19 +150,6 @@ def test_rank_setup_failure_is_reported_not_raised(tmp_path, monkeypatch):
         monkeypatch.setenv(key, "")  # _run_rank sets them; restored afterwards
     assert _run_rank(0, 1, "nccl", 0, 5.0, w.sum_ranks, (1,), str(tmp_path), None) == 1
     assert (tmp_path / "rank0.error.txt").read_text().splitlines()[0]
-
-
-def test_own_temporary_folder_removed_after_success_kept_after_failure(tmp_path, monkeypatch):
-    import tempfile
-
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    launch(w.sum_ranks, 2, "gloo", timeout_s=60, args=(1,))
-    assert not list(tmp_path.glob("commsim-launch-*"))
-    with pytest.raises(LaunchError) as exc:
-        launch(w.die_on_rank, 2, "gloo", timeout_s=30, args=(1, 2))
-    left = list(tmp_path.glob("commsim-launch-*"))
-    assert len(left) == 1 and str(exc.value).endswith(f"; partial measurements in {left[0]}")
-    assert exc.value.result_dir == str(left[0]) and exc.value.measured
 
 
 def test_stopped_rank_is_named_within_timeout_and_killed(tmp_path):

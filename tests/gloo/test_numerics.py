@@ -6,13 +6,12 @@ import pytest
 
 pytest.importorskip("torch")
 
-from validate.launch import launch  # noqa: E402
-from validate.numerics import format_result, rank_numerics  # noqa: E402
+from validate.numerics import format_result  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def results(tmp_path_factory):
-    out = launch(rank_numerics, 2, "gloo", timeout_s=120, result_dir=str(tmp_path_factory.mktemp("num")))
+def results(numerics_run):
+    out = numerics_run  # launch(rank_numerics, 2, "gloo", ...), shared with the CLI's test (conftest.py)
     return {r["check"]: r for r in out[0]}, out
 
 

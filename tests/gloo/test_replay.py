@@ -1,5 +1,6 @@
 """End-to-end: `commsim validate SCENARIO` (replay on 2 gloo ranks) and `--numerics` through the CLI."""
 
+import copy
 import json
 
 import click
@@ -73,9 +74,22 @@ def test_validate_needs_matching_world_size(files):
     assert r.exit_code == 2 and "the scenario has 2 ranks but --nprocs is 3" in r.output
 
 
-def test_validate_numerics_cli(tmp_path):
+def test_validate_numerics_cli(tmp_path, monkeypatch, numerics_run):
+    # the CLI's launch is the one tests/gloo/test_numerics.py makes for real (numerics_run): the
+    # command must ask for that very run, and its report is made from that run's records
+    import validate.launch
+    from validate.numerics import rank_numerics
+
+    asked = []
+
+    def launched(fn, nprocs, backend, timeout_s):
+        asked.append((fn, nprocs, backend))
+        return copy.deepcopy(numerics_run)  # the shared records stay as the launch returned them
+
+    monkeypatch.setattr(validate.launch, "launch", launched)
     js = tmp_path / "n.json"
     r = CliRunner().invoke(cli, ["validate", "--numerics", "--backend", "gloo", "--nprocs", "2", "--json", str(js)])
+    assert asked == [(rank_numerics, 2, "gloo")]
     assert r.exit_code == 0, r.output
     assert r.output.count("PASS") == 4 and "4 passed, 0 failed" in r.output
     checks = json.loads(js.read_text())["checks"]

@@ -20,8 +20,9 @@ from tests.unit.sweep.helpers import alive, children, kill_session, poll, start_
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 
 # 8 points of about a second each on one core: long enough that the sweep is surely mid-way
-# when a test acts on it (each test acts as soon as what it waits for is there).
-SLOW = ["--steps", "20000",  # ~2 s a point here: the signals land mid-sweep however fast the engine gets
+# when a test acts on it (each test acts as soon as what it waits for is there, polling every
+# 10 ms; after the first finished point 7 are left, at least 3 points' time on 2 workers).
+SLOW = ["--steps", "10000",  # ~1 s a point here (20,000 waited 5-13 s for the first point under load)
         "--grid", "cluster.nodes=4,5,6,7", "--grid", "stragglers[0].cv=0.01,0.02"]
 
 
