@@ -29,6 +29,8 @@ __all__ = [
     "UnitError",
     "UnknownUnitError",
     "WrongUnitKindError",
+    "SignError",
+    "NotFiniteError",
     "parse_size",
     "parse_rate",
     "parse_time",
@@ -54,6 +56,23 @@ class UnknownUnitError(UnitError):
 
 class WrongUnitKindError(UnitError):
     """A string whose unit is of another kind ("5 us" where a size belongs)."""
+
+
+class SignError(UnitError):
+    """A negative quantity, or zero where only a positive one will do; ``reason`` is
+    "negative" or "zero" (for a caller that words its own message)."""
+
+    def __init__(self, message: str, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class NotFiniteError(UnitError):
+    """NaN, an infinity, or a number too large to hold; ``reason`` says which."""
+
+    def __init__(self, message: str, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 def _prefixed(base: str, scale: Decimal, *, si: bool = True, binary: bool = True,
@@ -119,6 +138,11 @@ _QUANTITY = re.compile(
     re.VERBOSE,
 )
 
+# What is not a number, diagnosed so that the message says why: NaN or an infinity (Python's
+# float() and Decimal read them, the quantity syntax does not), no number at all, a sign alone.
+_NON_FINITE = re.compile(r"^\s*(?P<sign>[+-]?)\s*(?P<word>nan|inf(?:inity)?)\s*(?P<unit>.*?)\s*$", re.IGNORECASE)
+_NO_NUMBER = re.compile(r"^\s*(?P<sign>[+-]?)\s*(?P<unit>[^\s0-9.+\-_].*?)?\s*$")
+
 # Python refuses to print (or parse) integers of more digits than this (sys.int_info).
 _MAX_INT_DIGITS = 4300
 
@@ -182,7 +206,7 @@ def _to_decimal(value: object, kind: str) -> Tuple[Decimal, Optional[str]]:
     if isinstance(value, str):
         match = _QUANTITY.match(value)
         if match is None:
-            raise UnitError(f"expected {expected}, got {describe(value)}{_digit_hint(value)}")
+            _not_a_number(value, kind, expected)
         text = match.group("number").replace("_", "")
         try:
             number = Decimal(text)
@@ -191,13 +215,38 @@ def _to_decimal(value: object, kind: str) -> Tuple[Decimal, Optional[str]]:
                 number = Decimal(0)  # what it rounds to anyway
             else:
                 bound = "a whole number up to 2**63-1" if kind == "count" else f"a finite {kind}"
-                raise UnitError(f"expected {bound}, got {describe(value)} (too large)") from None
+                raise NotFiniteError(f"expected {bound}, got {describe(value)} (too large)", "too large") from None
         return number, match.group("unit")
     if isinstance(value, float) and not math.isfinite(value):
-        raise UnitError(f"expected a finite {kind}, got {value!r}")
+        raise NotFiniteError(f"expected a finite {kind}, got {value!r}", "NaN" if math.isnan(value) else "infinite")
     if isinstance(value, int) and value.bit_length() > 3 * _MAX_INT_DIGITS:  # > 10**3900 or so
-        raise UnitError(f"expected a finite {kind}, got {describe(value)} (too large)")
+        raise NotFiniteError(f"expected a finite {kind}, got {describe(value)} (too large)", "too large")
     return Decimal(value), None  # exact for int and float
+
+
+def _not_a_number(value: str, kind: str, expected: str):
+    """Raise the UnitError of a string the quantity syntax does not read, saying why where it
+    can: NaN or an infinity (whatever the unit), nothing at all, a unit or a sign without a
+    number. "-5Mbit" read "unknown unit" before: the sign is said first where it is wrong."""
+    units = _KINDS[kind][0]
+    non_finite = _NON_FINITE.match(value)
+    if non_finite and (not non_finite.group("unit") or _unit_kind(non_finite.group("unit"))):
+        nan = non_finite.group("word").lower() == "nan"
+        why = "NaN: not a number" if nan else "infinite"
+        raise NotFiniteError(f"expected a finite {kind}, got {describe(value)} ({why})", "NaN" if nan else "infinite")
+    if not value.strip():
+        raise UnitError(f"expected {expected}, got {describe(value)} (empty)")
+    no_number = None if _digit_hint(value) else _NO_NUMBER.match(value)
+    if no_number:
+        unit = no_number.group("unit")
+        if unit is None:
+            why = f"a sign {no_number.group('sign')!r} without a number"
+        elif unit in units or _unit_kind(unit):
+            why = f"no number before the unit {unit!r}"
+        else:
+            why = "no number"
+        raise UnitError(f"expected {expected}, got {describe(value)} ({why})")
+    raise UnitError(f"expected {expected}, got {describe(value)}{_digit_hint(value)}")
 
 
 def _quantity(value: object, kind: str, allow_zero: bool) -> float:
@@ -214,6 +263,8 @@ def _quantity(value: object, kind: str, allow_zero: bool) -> float:
         hint = _suggest_unit(unit, units)
         if _digit_hint(value):
             hint += "; digits must be ASCII 0-9"
+        if number < 0 or (number == 0 and not allow_zero):  # whatever the unit, the sign is wrong
+            _check_sign(float(number), value, kind, allow_zero, f" (and unknown unit {unit!r}{hint})")
         raise UnknownUnitError(
             f"expected {expected}, got {describe(value)} (unknown unit {unit!r}{hint})"
         )
@@ -224,15 +275,16 @@ def _quantity(value: object, kind: str, allow_zero: bool) -> float:
     except (DecimalException, OverflowError):
         result = math.inf
     if not math.isfinite(result):
-        raise UnitError(f"expected a finite {kind}, got {describe(value)} (too large)")
+        raise NotFiniteError(f"expected a finite {kind}, got {describe(value)} (too large)", "too large")
     _check_sign(result, value, kind, allow_zero)
-    return result
+    return result + 0.0  # "-0" is zero, not negative zero (which prints as "-0.0")
 
 
-def _check_sign(result: Number, value: object, kind: str, allow_zero: bool) -> None:
+def _check_sign(result: Number, value: object, kind: str, allow_zero: bool, also: str = "") -> None:
     if result < 0 or (result == 0 and not allow_zero):
         bound = ">= 0" if allow_zero else "> 0"
-        raise UnitError(f"expected a {_sign_text(allow_zero)} {kind} ({bound}), got {describe(value)}")
+        raise SignError(f"expected a {_sign_text(allow_zero)} {kind} ({bound}), got {describe(value)}{also}",
+                        "negative" if result < 0 else "zero")
 
 
 def _suggest_unit(unit: str, units: Dict[str, Decimal]) -> str:
@@ -296,5 +348,5 @@ def parse_number(value: object) -> float:
     except OverflowError:
         result = math.inf
     if not math.isfinite(result):
-        raise UnitError(f"expected a finite number, got {describe(value)}")
+        raise NotFiniteError(f"expected a finite number, got {describe(value)}", "too large")
     return result

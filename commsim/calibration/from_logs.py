@@ -4,6 +4,7 @@ group their rows by link level, fit each level."""
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass, replace as _replace
 from typing import TYPE_CHECKING, List, Optional, Sequence, Tuple
 
@@ -148,6 +149,55 @@ def calibration_from_nccl_logs(
     return Calibration(tuple(levels), prov), logs
 
 
+# NCCL's tuning row of a GPU (src/graph/tuning.cc: compute capability >= 10.0 Blackwell, >= 9.0
+# Hopper, >= 8.0 Ampere, else Volta), from the model name the device list prints ("NVIDIA
+# A100-SXM4-40GB", "Tesla V100-SXM2-16GB"). Ada (8.9) is NCCL's Ampere row, Turing (7.5) and
+# Pascal its Volta row. First match wins; a name none matches ("NVIDIA Graphics Device", what
+# a driver older than the GPU prints) is not judged.
+_GPU_ARCH_PATTERNS = (
+    ("blackwell", r"\bG?B[123]00\b|Blackwell|RTX 50[5-9]0"),
+    ("hopper", r"\bG?H(100|200|800|20)\b"),
+    ("ampere", r"\bA(100|800|10G?|16|2|30|40)\b|RTX A\d{4}|RTX 30[5-9]0|\bL(4|20|40S?)\b|RTX 40[6-9]0|Ada"),
+    ("volta", r"\bV100\b|\bT4\b|\bP(4|40|100)\b|RTX 20[6-8]0|TITAN|Quadro|GTX"),
+)
+
+
+def gpu_arch_of(gpu_name: Optional[str]) -> Optional[str]:
+    """NCCL's tuning row (a :data:`commsim.network.system.ARCHS` name) of a device-list GPU
+    model name; None for a name it does not know."""
+    for arch, pattern in _GPU_ARCH_PATTERNS:
+        if gpu_name and re.search(pattern, gpu_name):
+            return arch
+    return None
+
+
+def check_log_gpu(path: str, gpu_name: Optional[str], system: "System") -> None:
+    """CalibrationError at ``--system`` when the log's GPU is of another generation than the
+    system's: a fit starts from the system's nominal constants and NCCL's per-generation
+    priors, so an A100 log fitted as H100 hardware gives H100 constants that describe neither."""
+    arch = gpu_arch_of(gpu_name)
+    if arch is not None and arch != system.gpu_arch:
+        from commsim.network.system import PRESETS
+
+        same = sorted(name for name, s in PRESETS.items() if s.gpu_arch == arch)
+        raise CalibrationError(
+            f"expected a system of the log's GPU ({gpu_name}: {arch}), got {system.name} ({system.gpu_arch}); "
+            f"presets of {arch} GPUs: {', '.join(same)}", path, "--system")
+
+
+def _log_says(path: str, lt, nodes: Optional[int], gpus_per_node: Optional[int], ranks: Optional[int]) -> None:
+    """CalibrationError naming the flag when --nodes, --gpus-per-node or --ranks contradicts the
+    log's device list (its hosts and ranks): the flags are for logs that do not say, and a
+    flag the log contradicts was silently ignored (or forced a wrong world size)."""
+    per_node = lt.world_size // lt.nodes
+    says = f"the log's device list has {lt.nodes} node{'s' if lt.nodes > 1 else ''} x {per_node} ranks"
+    for flag, given, logged in (("--nodes", nodes, lt.nodes), ("--gpus-per-node", gpus_per_node, per_node),
+                                ("--ranks", ranks, lt.world_size)):
+        if given is not None and given != logged:
+            raise CalibrationError(f"{says} ({lt.world_size} ranks), {flag} says {given}: drop {flag} "
+                                   "(it is for logs that do not say)", path, flag)
+
+
 @dataclass(frozen=True)
 class PhysicalLogs:
     """What :func:`physical_fit_from_nccl_logs` read: per log its path, scale and tables."""
@@ -158,6 +208,21 @@ class PhysicalLogs:
     kinds: Tuple[str, ...]
     rows: int
     scale_from: str
+
+
+def _load_physical(path: str, world: Optional[int], nodes, gpus_per_node, ranks):
+    """The log's tables; what its device list says wins, and a flag that contradicts it is
+    refused (:func:`_log_says`); a log without one is read with the world size of the flags."""
+    try:
+        lt = load_tables(path)
+    except CalibrationError:  # e.g. no world size of its own: the flags give it
+        if world is None:
+            raise
+        return load_tables(path, world_size=world)
+    if lt.nodes and lt.world_size % lt.nodes == 0:
+        _log_says(path, lt, nodes, gpus_per_node, ranks)
+        return lt
+    return lt if world is None else load_tables(path, world_size=world)
 
 
 def physical_fit_from_nccl_logs(
@@ -174,9 +239,10 @@ def physical_fit_from_nccl_logs(
     if not paths:
         raise CalibrationError("no nccl-tests log given")
     measurements, read, versions = [], [], []
+    world = ranks or (nodes * gpus_per_node if nodes and gpus_per_node else None)
     for path in paths:
-        world = ranks or (nodes * gpus_per_node if nodes and gpus_per_node else None)
-        lt = load_tables(str(path), world_size=world)
+        lt = _load_physical(str(path), world, nodes, gpus_per_node, ranks)
+        check_log_gpu(str(path), lt.gpu_name, system)
         n_nodes, gpn, origin = lt.nodes, None, "device list"
         if n_nodes and lt.world_size % n_nodes == 0:
             gpn = lt.world_size // n_nodes

@@ -14,7 +14,7 @@ from typing import Optional
 import click
 
 from commsim.calibration import LEVELS
-from commsim.cli.common import FORCE_HELP, SizeRange, command, fail, load_or_fail, split_choices
+from commsim.cli.common import FORCE_HELP, SizeRange, command, fail, load_or_fail, split_choices, split_list
 from commsim.cli.outputs import check_not_named_calibration, check_outputs, echo_to, write_output
 from commsim.errors import InputError
 from commsim.units import counted
@@ -251,6 +251,9 @@ def collective_cmd(scenario, cal_path, ranks, algorithm, model, overrides, sizes
             fail(f"--nodes predicts with the physical model; {clash[0]} belongs to the other modes")
         if not cal_path and not system_name:
             fail("--nodes needs --calibration CAL.yaml (its physical fit) or --system PRESET (nominal hardware)")
+        for option, selection in (("--nccl-algo", nccl_algo), ("--nccl-proto", nccl_proto)):
+            if selection:  # NCCL_ALGO syntax: an optional ^ (all but these), then a comma list
+                split_list(selection, option, negatable=True)
         rows, text = physical_table(cal_path, system_name, nodes, gpus_per_node, sizes, kind, nccl_algo, nccl_proto)
     elif scenario is not None or algorithm is not None or model is not None or overrides:
         if scenario is None:

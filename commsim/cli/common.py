@@ -273,9 +273,22 @@ class SizeRange(click.ParamType):
         return sizes
 
 
+def split_list(text: str, option: str, negatable: bool = False) -> list:
+    """The stripped items of the comma-separated list `text` given to `option`; a usage error
+    for an empty item ("ring,", "1,,2": a typo, which was dropped without a word). Every comma
+    list of the command line is split here. `negatable`: a leading ``^`` (NCCL_ALGO's "all
+    but these") is not part of the first item."""
+    body = str(text).strip()
+    items = [t.strip() for t in (body[1:] if negatable and body.startswith("^") else body).split(",")]
+    if any(not t for t in items) and any(items):
+        raise click.BadParameter(f"expected a comma-separated list without empty items, got {text!r} "
+                                 "(a stray comma)", param_hint=option)
+    return [t for t in items if t]
+
+
 def split_choices(text: str, option: str, choices: Sequence[str]) -> list:
     """A comma-separated list of `choices` (or 'all': every choice) given to `option`."""
-    items = [t.strip() for t in text.split(",") if t.strip()]
+    items = split_list(text, option)
     if items == ["all"]:
         return list(choices)
     bad = [t for t in items if t not in choices]
@@ -365,7 +378,7 @@ def check_resized(scenario, option: str, force: bool = False) -> None:
 def node_counts(text: str) -> list:
     """``--nodes 4,32,256``: comma-separated positive node counts (a usage error otherwise)."""
     try:
-        counts = [int(t) for t in text.split(",") if t.strip()]
+        counts = [int(t) for t in split_list(text, "--nodes")]
     except ValueError:
         counts = []
     if not counts or any(c < 1 for c in counts):

@@ -26,7 +26,7 @@ from typing import List
 import click
 
 from commsim.cli.common import POSITIVE_SECONDS, fail
-from commsim.cli.outputs import check_not_named_calibration, check_outputs, write_output
+from commsim.cli.outputs import check_not_named_calibration, check_outputs, quiet_echo, write_output
 from commsim.errors import EXIT_INTERRUPTED, EXIT_RUN_FAILED
 from commsim.units import counted
 from commsim.lab import CommandError, Lab, LabError, LabSpec, LabUnavailable, describe_rate, parse_bits, parse_delay
@@ -35,6 +35,12 @@ from commsim.lab.testbed import leftovers, signals_raise, teardown
 
 NAME_OPTION = click.option("--name", default="lab", show_default=True,
                            help="Which lab (its namespaces are cslab-NAME-*).")
+QUIET_OPTION = click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors.")
+
+
+def _echo(quiet: bool):
+    """The report stream: click.echo, or nothing with -q (errors still reach stderr)."""
+    return quiet_echo if quiet else click.echo
 
 
 def _guard(fn):
@@ -69,8 +75,9 @@ def lab_group() -> None:
 @click.option("--slow-node", type=int, default=None, help="A node whose link runs at --slow-bandwidth.")
 @click.option("--slow-bandwidth", default=None, help="That node's link rate (default: half of --bandwidth).")
 @NAME_OPTION
+@QUIET_OPTION
 @_guard
-def up_cmd(nodes, bandwidth, latency, slow_node, slow_bandwidth, name):
+def up_cmd(nodes, bandwidth, latency, slow_node, slow_bandwidth, name, quiet):
     """Build the lab and leave it up (remove it with `commsim lab down`)."""
     rate = parse_bits(bandwidth, "--bandwidth")
     slow = {}
@@ -85,7 +92,7 @@ def up_cmd(nodes, bandwidth, latency, slow_node, slow_bandwidth, name):
         except KeyboardInterrupt:
             click.echo("commsim: interrupted; the lab was removed", err=True)
             raise SystemExit(EXIT_INTERRUPTED)
-    click.echo(_describe(spec))
+    _echo(quiet)(_describe(spec))
 
 
 def _describe(spec: LabSpec) -> str:
@@ -161,57 +168,62 @@ def _stop(procs: List[subprocess.Popen]) -> None:
 @click.option("--cut", is_flag=True, help="Unplug the node's cable at the switch.")
 @click.option("--mend", is_flag=True, help="Plug it back in.")
 @NAME_OPTION
+@QUIET_OPTION
 @_guard
-def link_cmd(node, bandwidth, reset, cut, mend, name):
+def link_cmd(node, bandwidth, reset, cut, mend, name, quiet):
     """Change one node's link while the lab is up: a slow link, a cut cable."""
     chosen = [flag for flag, on in (("--bandwidth", bandwidth is not None), ("--reset", reset), ("--cut", cut),
                                      ("--mend", mend)) if on]
     if len(chosen) != 1:
         raise LabError("lab link", None, f"give exactly one of --bandwidth, --reset, --cut, --mend (got {len(chosen)})")
+    echo = _echo(quiet)
     lab = Lab.attach(name)
     lab.spec.check_node(node)
     if cut:
         lab.cut(node)
-        click.echo(f"node {node}: link cut")
+        echo(f"node {node}: link cut")
     elif mend:
         lab.mend(node)
-        click.echo(f"node {node}: link mended")
+        echo(f"node {node}: link mended")
     else:
         lab.set_rate(node, None if reset else parse_bits(bandwidth, "--bandwidth"))
-        click.echo(f"node {node}: {describe_rate(lab.spec.rate(node))}")
+        echo(f"node {node}: {describe_rate(lab.spec.rate(node))}")
 
 
 @lab_group.command("status")
 @NAME_OPTION
+@click.option("--quiet", "-q", is_flag=True, help="Print nothing: the exit code alone says whether the lab is up.")
 @_guard
-def status_cmd(name):
+def status_cmd(name, quiet):
     """Say whether the lab is up, its nodes, links and what runs in them (exit 1: not up)."""
     from commsim.lab import commands
     from commsim.lab.state import read_spec
 
+    echo = _echo(quiet)
     spec = read_spec(name)
     present = leftovers(f"{PREFIX}{name}-")
     if spec is None:
         if present:
-            click.echo(f"lab {name}: no state file, but namespaces {', '.join(present)} are left "
-                       f"(`commsim lab down --name {name}` removes them)")
+            echo(f"lab {name}: no state file, but namespaces {', '.join(present)} are left "
+                 f"(`commsim lab down --name {name}` removes them)")
         else:
-            click.echo(f"lab {name}: not up")
+            echo(f"lab {name}: not up")
         raise SystemExit(1)
-    click.echo(_describe(spec))
+    echo(_describe(spec))
     for ns in spec.namespaces():
         state = f"{len(commands.namespace_pids(ns))} processes" if ns in present else "MISSING"
-        click.echo(f"  {ns}: {state}")
+        echo(f"  {ns}: {state}")
     others = sorted(set(leftovers()) - set(spec.namespaces()))
     if others:
-        click.echo(f"other lab namespaces: {', '.join(others)}")
+        echo(f"other lab namespaces: {', '.join(others)}")
 
 
 @lab_group.command("down")
 @click.option("--all", "everything", is_flag=True, help="Remove every lab on this machine (all cslab-* namespaces).")
 @NAME_OPTION
+@QUIET_OPTION
 @_guard
-def down_cmd(everything, name):
+def down_cmd(everything, name, quiet):
     """Remove the lab: its processes, namespaces, veths, bridge, qdiscs and state file."""
     from commsim.lab.state import known_labs, remove_state
 
@@ -221,7 +233,7 @@ def down_cmd(everything, name):
             remove_state(known)
     else:
         removed = teardown(f"{PREFIX}{name}-", state_name=name)
-    click.echo(f"removed {', '.join(removed)}" if removed else "nothing to remove")
+    _echo(quiet)(f"removed {', '.join(removed)}" if removed else "nothing to remove")
 
 
 @lab_group.command("calibrate")
@@ -237,13 +249,15 @@ def down_cmd(everything, name):
 @click.option("--timeout", "timeout_s", type=POSITIVE_SECONDS, default=300.0, show_default=True,
               help="Seconds without progress before a hung rank fails the run.")
 @NAME_OPTION
+@QUIET_OPTION
 @_guard
-def calibrate_cmd(output, nodes, ranks_per_node, min_size, max_size, iters, tables, timeout_s, name):
+def calibrate_cmd(output, nodes, ranks_per_node, min_size, max_size, iters, tables, timeout_s, name, quiet):
     """Measure the lab per level (2 ranks on node 0, 1 rank on each of nodes 0 and 1, the whole
     job) and write the calibration, as `commsim calibrate --backend gloo` does on one host."""
     from commsim.benchsizes import parse_bench_size
     from commsim.cli.jobs import command_line, import_validate
 
+    echo = _echo(quiet)
     check_outputs({"-o": output})  # before measuring anything, not after
     lab = Lab.attach(name)
     if nodes > lab.spec.nodes:
@@ -253,7 +267,7 @@ def calibrate_cmd(output, nodes, ranks_per_node, min_size, max_size, iters, tabl
     folder = tables or (output[:-5] if output.endswith(".yaml") else output) + ".tables"
     options = {"out": os.path.abspath(folder), "calibration": os.path.abspath(output), "command": command_line(),
                "min_size": parse_bench_size(min_size), "max_size": parse_bench_size(max_size), "iters": iters}
-    click.echo(calibrate_head(nodes, ranks_per_node, name, options['min_size'], options['max_size'], iters))
+    echo(calibrate_head(nodes, ranks_per_node, name, options['min_size'], options['max_size'], iters))
     try:
         with signals_raise():
             done = multinode.launch_on(lab, "validate.collectives_multi:rank_calibrate", nodes, ranks_per_node,
@@ -264,9 +278,9 @@ def calibrate_cmd(output, nodes, ranks_per_node, min_size, max_size, iters, tabl
         raise SystemExit(EXIT_INTERRUPTED)
     doc = done[0]["result"]
     for level, lv in doc.get("levels", {}).items():
-        click.echo(f"{level}: alpha = {lv['alpha_s'] * 1e6:.1f} us/step, beta = {lv['beta_Bps'] * 8 / 1e6:.1f} Mbit/s")
-    click.echo(f"tables in {folder}")
-    click.echo(f"wrote {output}")
+        echo(f"{level}: alpha = {lv['alpha_s'] * 1e6:.1f} us/step, beta = {lv['beta_Bps'] * 8 / 1e6:.1f} Mbit/s")
+    echo(f"tables in {folder}")
+    echo(f"wrote {output}")
 
 
 def calibrate_head(nodes: int, ranks_per_node: int, name: str, min_size: int, max_size: int, iters: int) -> str:
@@ -293,8 +307,9 @@ def validate_head(sc, cal_path: str) -> str:
               help="Seconds without progress before a hung or dead rank fails the run.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None, help="Write the report as JSON.")
 @NAME_OPTION
+@QUIET_OPTION
 @_guard
-def validate_cmd(scenario, cal_path, overrides, steps, warmup_steps, timeout_s, json_path, name):
+def validate_cmd(scenario, cal_path, overrides, steps, warmup_steps, timeout_s, json_path, name, quiet):
     """Replay SCENARIO on the lab's nodes (gpus_per_node gloo ranks each), every straggler kind
     injected for real (slow_link: the node's link shaped), compare with its simulation and name
     the stragglers the measurements show."""
@@ -304,6 +319,7 @@ def validate_cmd(scenario, cal_path, overrides, steps, warmup_steps, timeout_s, 
     from commsim.cli.common import load_or_fail
     from commsim.cli.validate import import_validate
 
+    echo = _echo(quiet)
     # before the replay, not after it: a missing folder, or the scenario itself
     check_outputs({"--json": json_path}, {"SCENARIO": scenario, "--calibration file": cal_path})
     sc = load_or_fail(scenario, overrides, steps, None, cal_path)
@@ -314,7 +330,7 @@ def validate_cmd(scenario, cal_path, overrides, steps, warmup_steps, timeout_s, 
     launch_mod = import_validate("launch")
     try:
         with signals_raise():
-            report = job.validate_in_lab(lab, sc, warmup_steps, timeout_s, echo=click.echo)
+            report = job.validate_in_lab(lab, sc, warmup_steps, timeout_s, echo=echo)
     except launch_mod.LaunchError as exc:
         fail(str(exc), code=EXIT_RUN_FAILED)
     except KeyboardInterrupt:
@@ -323,9 +339,9 @@ def validate_cmd(scenario, cal_path, overrides, steps, warmup_steps, timeout_s, 
         fail(" ".join(str(exc).splitlines()))
     report = {"scenario": sc.name, "lab": lab.spec.to_json(), "world_size": sc.world_size, "steps": sc.steps,
               "calibration": cal_path, **report}
-    click.echo(validate_head(sc, cal_path))
-    click.echo(format_comparison(report))
-    click.echo(f"stragglers seen: {report['stragglers_found_text']}")
+    echo(validate_head(sc, cal_path))
+    echo(format_comparison(report))
+    echo(f"stragglers seen: {report['stragglers_found_text']}")
     if json_path:
         write_output(json_path, json.dumps(report, indent=2, default=float) + "\n", "the report")
 

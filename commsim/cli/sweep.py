@@ -36,7 +36,8 @@ from commsim.sweep.errors import SweepInterrupted, SweepRunFailed, os_error_text
 @click.option("--resume", is_flag=True,
               help="Skip points already finished in the output directory and run the rest.")
 @click.option("--plot", "make_plots", is_flag=True, help="Write the plots (commsim plot) when done.")
-@click.option("--quiet", "-q", is_flag=True, help="No progress bar (it is shown only on a terminal anyway).")
+@click.option("--quiet", "-q", is_flag=True,
+              help="Print nothing but errors: no progress bar, no summary (the results are still written).")
 def sweep_command(scenario: Path, grids: Tuple[str, ...], out_dir: Path, overrides: Tuple[str, ...],
                   steps: Optional[int], seed: Optional[int], jobs: Optional[int],
                   dask_scheduler: Optional[str], resume: bool, make_plots: bool, quiet: bool) -> None:
@@ -66,10 +67,11 @@ def sweep_command(scenario: Path, grids: Tuple[str, ...], out_dir: Path, overrid
             fail(str(exc), EXIT_RUN_FAILED)
         except KeyboardInterrupt:  # outside the run proper (planning the grid, a second Ctrl-C)
             fail(f"interrupted; rerun with --resume to complete the sweep in {out_dir}", EXIT_INTERRUPTED)
-        click.echo(result.summary())
+        if not quiet:
+            click.echo(result.summary())
         if make_plots:
             try:
-                _plot(out_dir, (), None, 0.85)
+                _plot(out_dir, (), None, 0.85, quiet)
             except KeyboardInterrupt:
                 fail(f"interrupted while plotting; the sweep's results are complete in {out_dir}",
                      EXIT_INTERRUPTED)
@@ -92,7 +94,7 @@ def _check_not_over_calibration(scenario: Path, overrides: Sequence[str], grid, 
 
 
 def _plot(directory: Path, validations: Sequence[Path], calibration: Optional[Path],
-          threshold: float) -> None:
+          threshold: float, quiet: bool = False) -> None:
     from commsim.output.plots import PlotError, plot_directory
 
     try:
@@ -103,7 +105,7 @@ def _plot(directory: Path, validations: Sequence[Path], calibration: Optional[Pa
     except OSError as exc:  # a read-only or full directory
         where = f"{exc.filename}: " if exc.filename else f"{directory}: "
         fail(f"{where}cannot write the plots: {os_error_text(exc)}")
-    for path in written:
+    for path in written if not quiet else ():
         click.echo(str(path))
 
 
@@ -117,10 +119,11 @@ def _plot(directory: Path, validations: Sequence[Path], calibration: Optional[Pa
               help="A calibration YAML whose measured busbw points are drawn over the predicted curves.")
 @click.option("--threshold", type=Fraction(), default=0.85,
               show_default=True, help="Scaling-efficiency threshold whose crossing (the knee) is marked.")
+@click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors (the plots are still written).")
 def plot_command(directory: Path, validations: Tuple[Path, ...], calibration: Optional[Path],
-                 threshold: float) -> None:
+                 threshold: float, quiet: bool) -> None:
     """Write PNG and SVG plots into DIRECTORY, chosen by what its sweep varied."""
-    _plot(directory, validations, calibration, threshold)
+    _plot(directory, validations, calibration, threshold, quiet)
 
 
 def register(group: click.Group) -> None:

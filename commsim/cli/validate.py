@@ -16,7 +16,7 @@ from click.core import ParameterSource
 
 from commsim.cli.common import FORCE_HELP, POSITIVE_SECONDS, command, fail, load_or_fail
 from commsim.cli.jobs import check_backend, import_validate, launched_job
-from commsim.cli.outputs import check_not_named_calibration, check_outputs, echo_to, write_output
+from commsim.cli.outputs import check_not_named_calibration, check_outputs, echo_to, quiet_echo, write_output
 from commsim.units import counted
 
 
@@ -106,9 +106,11 @@ def host_job(click_ctx, nnodes: int, node_rank, endpoint, nproc_per_node, ranks_
               help="Write the report as JSON ('-': stdout, the text report then goes to stderr).")
 @click.option("--force", is_flag=True, help=FORCE_HELP)
 @multihost_options
+@click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors (--json is still written; --numerics "
+                                                  "still exits 1 when a check fails).")
 @click.pass_context
 def validate_cmd(ctx, scenario, cal_path, backend, nprocs, steps, warmup_steps, mode, overrides, numerics, timeout_s,
-                 json_path, force, nnodes, node_rank, rdzv_endpoint, nproc_per_node, ranks_from_env):
+                 json_path, force, nnodes, node_rank, rdzv_endpoint, nproc_per_node, ranks_from_env, quiet):
     """Run SCENARIO's sync-SGD job for real and compare it with its simulation.
 
     \b
@@ -130,7 +132,7 @@ def validate_cmd(ctx, scenario, cal_path, backend, nprocs, steps, warmup_steps, 
     if job is not None and (numerics or mode != "replay"):
         fail("across hosts validate replays a scenario (--mode replay); --numerics and --mode ddp run on one host")
     stdout_taken = check_outputs({"--json": json_path}, {"SCENARIO": scenario, "--calibration file": cal_path})  # before launching anything
-    echo = echo_to(stdout_taken)
+    echo = quiet_echo if quiet else echo_to(stdout_taken)
     if job is not None:
         _validate_on_hosts(scenario, cal_path, overrides, steps, force, backend, job, warmup_steps, timeout_s,
                            json_path, echo)

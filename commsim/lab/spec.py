@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Dict, Optional, Tuple
 
 from commsim.errors import InputError
-from commsim.units import UnitError, parse_rate, parse_time
+from commsim.units import NotFiniteError, SignError, UnitError, parse_rate, parse_time
 
 PREFIX = "cslab-"
 SUBNET = "10.77.0"
@@ -36,7 +36,9 @@ MAX_RATE_BPS = 10e9
 MIN_RATE_BPS = 1e6
 MAX_LATENCY_S = 1.0
 NAME_RE = re.compile(r"^[a-z0-9]{1,16}$")
-_TC_BITS = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([kKMGT]?)bit\s*$")
+# The number part takes a sign, NaN and infinities too, so that "-5Mbit" is refused for its
+# sign (it read "unknown unit 'Mbit'", the tc spelling going unrecognised).
+_TC_BITS = re.compile(r"^\s*([+-]?(?:[0-9]+(?:\.[0-9]+)?|(?i:nan|inf(?:inity)?)))\s*([kKMGT]?)bit\s*$")
 
 
 class LabError(InputError):
@@ -52,6 +54,9 @@ def parse_bits(text: str, source: str = "--bandwidth") -> float:
         value = f"{m.group(1)} {m.group(2).replace('K', 'k')}bit/s"
     try:
         bits = parse_rate(value) * 8.0
+    except (SignError, NotFiniteError) as exc:
+        raise LabError(source, None, f"expected a positive, finite link rate like 400Mbit or 1Gbit, got {text!r} "
+                                     f"({exc.reason})") from None
     except UnitError as exc:
         raise LabError(source, None, f"expected a link rate like 400Mbit or 1Gbit, got {text!r} ({exc})") from None
     if not MIN_RATE_BPS <= bits <= MAX_RATE_BPS:
@@ -63,6 +68,9 @@ def parse_delay(text: str, source: str = "--latency") -> float:
     """Seconds of one-way delay from ``200us``, ``1ms``, ``0``; LabError naming `source` otherwise."""
     try:
         seconds = parse_time(str(text), allow_zero=True)
+    except (SignError, NotFiniteError) as exc:
+        raise LabError(source, None, f"expected a non-negative, finite delay like 200us or 1ms, got {text!r} "
+                                     f"({exc.reason})") from None
     except UnitError as exc:
         raise LabError(source, None, f"expected a delay like 200us or 1ms, got {text!r} ({exc})") from None
     if seconds > MAX_LATENCY_S:

@@ -173,6 +173,14 @@ def infer(tl: Timeline, hosts: List[Optional[str]], source: str = "(traces)") ->
     cv = cv_for_expected_max(rho, n)
     # -- buckets -----------------------------------------------------------------------------
     dt = tl.grad_dtype
+    if not dt and not np.isfinite(tl.bucket_start).any():
+        # c10d::allreduce_ ops alone (an older PyTorch's issue record) hold an element count at
+        # most: neither dtype nor time. What gives those is an execution event, and none was
+        # paired with any bucket (record_shapes was not the cause: it read as if it were)
+        raise TraceError(source, None, "expected the buckets' collective events (a record_param_comms op, a "
+                                       "gloo:all_reduce span or an NCCL kernel ncclDevKernel_AllReduce*/ncclKernel_"
+                                       "AllReduce* per all-reduce), got none: only their c10d:: ops (c10d::allreduce_), which record "
+                                       "no dtype, size or duration")
     if dt not in GRAD_DTYPES:
         if not dt:
             what = "no dtype recorded (profile with record_shapes=True)"

@@ -93,3 +93,20 @@ def test_teardown_refuses_names_outside_the_prefix():
 
     with pytest.raises(ValueError, match="outside the lab's prefix"):
         teardown("my-")
+
+
+@pytest.mark.parametrize("text, why", [("-5Mbit", "negative"), ("0Mbit", "zero"), ("nanMbit", "NaN"),
+                                       ("infMbit", "infinite"), ("-5 Mbit/s", "negative")])
+def test_a_bandwidth_of_the_wrong_sign_or_not_finite_says_so(text, why):
+    # "-5Mbit" read "unknown unit 'Mbit'": tc's spelling was only recognised without a sign
+    with pytest.raises(LabError) as exc:
+        parse_bits(text, "--bandwidth")
+    assert str(exc.value) == (f"--bandwidth: expected a positive, finite link rate like 400Mbit or 1Gbit, "
+                              f"got {text!r} ({why})")
+
+
+@pytest.mark.parametrize("text, why", [("-5us", "negative"), ("nan ms", "NaN"), ("inf", "infinite")])
+def test_a_delay_of_the_wrong_sign_or_not_finite_says_so(text, why):
+    with pytest.raises(LabError) as exc:
+        parse_delay(text, "--latency")
+    assert str(exc.value).endswith(f"got {text!r} ({why})")

@@ -166,3 +166,21 @@ def test_a_worker_span_under_an_unknown_name_is_named_by_file_and_warns_nothing(
         with pytest.raises(TraceError, match="expected bucket gradients of one dtype") as err:
             import_traces(paths)
     assert str(err.value).startswith(f"{paths[0]}, {paths[1]}: ")
+
+
+def test_traces_without_collective_execution_events_say_so_not_record_shapes(tmp_path):
+    # a job's traces whose all-reduces are only c10d::allreduce_ ops (no gloo span paired with
+    # them): the import said "no dtype recorded (profile with record_shapes=True)"
+    paths = []
+    for r in (0, 1):
+        doc = json.loads(gzip.decompress((DATA / "healthy" / f"rank{r}.trace.json.gz").read_bytes()))
+        doc["traceEvents"] = [e for e in doc["traceEvents"] if not str(e.get("name", "")).startswith("gloo:")]
+        paths.append(tmp_path / f"rank{r}.trace.json")
+        paths[-1].write_text(json.dumps(doc))
+    with pytest.raises(TraceError) as exc:
+        import_traces([str(p) for p in paths])
+    message = exc.value.message
+    assert "record_shapes" not in message
+    assert message.startswith("expected the buckets' collective events (a record_param_comms op, a gloo:all_reduce "
+                              "span or an NCCL kernel")
+    assert message.endswith("got none: only their c10d:: ops (c10d::allreduce_), which record no dtype, size or duration")
