@@ -37,7 +37,7 @@ def cli():
 def test_cli_sweep_writes_results(scenario, tmp_path):
     out = tmp_path / "out"
     r = CliRunner().invoke(cli(), ["sweep", str(scenario), "-o", str(out), "--grid", "cluster.nodes=1,2",
-                                   "--grid", "stragglers[0].cv=0.01,0.1", "--jobs", "1", "--quiet",
+                                   "--grid", "stragglers[0].cv=0.01,0.1", "--jobs", "1",
                                    "--steps", "3", "--set", "compute.forward=1 ms"])
     assert r.exit_code == 0, r.output
     assert "4 points (4 run, 0 reused)" in r.output
@@ -49,7 +49,7 @@ def test_cli_sweep_writes_results(scenario, tmp_path):
 def test_cli_sweep_of_one_point_says_point(scenario, tmp_path):
     # It said "1 points (1 run, 0 reused)".
     out = tmp_path / "out"
-    args = ["sweep", str(scenario), "-o", str(out), "--grid", "cluster.nodes=2", "--jobs", "1", "--quiet", "--steps", "2"]
+    args = ["sweep", str(scenario), "-o", str(out), "--grid", "cluster.nodes=2", "--jobs", "1", "--steps", "2"]
     r = CliRunner().invoke(cli(), args)
     assert r.exit_code == 0, r.output
     assert r.output.startswith("1 point (1 run, 0 reused) in "), r.output
