@@ -1075,35 +1075,6 @@ def net_rendezvous_step_us(system: System, sizes, ranks: int, channels_launched,
     return step - T
 
 
-def rendezvous_fill_us(system: System, sizes, ranks: int, channels_launched, floor_us, transfer_us) -> np.ndarray:
-    """Time (us) a Simple ring across nodes adds once per collective, where the plugin sends long
-    messages by rendezvous, because it starts with nothing in flight, per size: min(w_1, t_1),
-    the first slice's proxy work or its transfer, when a step has two messages; 0 with one
-    message a step or no rendezvous threshold. `floor_us` and `transfer_us` are as for
-    :func:`net_rendezvous_step_us`, whose steady-state step hides the first slice's transfer
-    behind the second slice's proxy work (or that work behind the transfer); the first step of a
-    collective has no earlier slice in flight, so one of the two is paid in series.
-
-    Nothing is in flight at a collective's start because NCCL's proxy runs a connection's ops
-    for consecutive collectives one after the other: a new op waits as ``nextPeer`` of the
-    running one (src/proxy.cc ProxyAppend) and replaces it only when that op is done
-    (removeOp), i.e. when every send has completed (net.cc sendProxyProgress ``sub->done ==
-    sub->nsteps``) and the GPU has consumed every receive (recvProxyProgress). The same in
-    v2.18.3-1, v2.21.5-1 and v2.29.2-1. Exact against the per-message event simulation of the
-    ring (tests/unit/collectives: its finish time less steps x the steady step)."""
-    S = np.asarray(sizes, dtype=float)
-    thr = system.net_rdzv_threshold_bytes
-    if thr is None:
-        return np.zeros(S.shape)
-    floor = np.broadcast_to(np.asarray(floor_us, dtype=float), S.shape)
-    T = np.broadcast_to(np.asarray(transfer_us, dtype=float), S.shape)
-    b = simple_ring_slices(S, ranks, channels_launched)
-    total = np.maximum(np.sum(b, axis=-1), 1.0)
-    t1 = T * b[..., 0] / total
-    w1 = np.maximum(floor, rendezvous_work_us(system, b)[..., 0])
-    return np.where(b[..., 1] > 0, np.minimum(w1, t1), 0.0)
-
-
 def simple_ring_loops(sizes, ranks: int, channels_launched) -> np.ndarray:
     """Loop iterations of a Simple ring kernel, per size: each channel's block walks its share of
     the buffer ``nranks * chunkSize`` elements at a time (src/device/all_reduce.h runRing,
@@ -1282,12 +1253,8 @@ def physical_time_us(kind: str, algorithm: str, protocol: str, sizes, system: Sy
                 # the next slice's transfer overlaps (net_rendezvous_step_us)
                 loops = simple_ring_loops(S, n, nc)
                 T = S / (1000.0 * alg_bw) / (nsteps * loops)
-                # the collective starts with nothing in flight: its first step pays one slice
-                # in series (rendezvous_fill_us; floor as the network step's, computed first)
-                fill = rendezvous_fill_us(system, S, n, nc, h_net, T)
                 h_intra = loops * net_rendezvous_step_us(system, S, n, nc, h_intra, T)
                 h_net = loops * net_rendezvous_step_us(system, S, n, nc, h_net, T)
-                lat = lat + fill
         lat_s = lat + (nsteps - n_inter) * h_intra + n_inter * h_net
         if D > 1 and protocol == SIMPLE:
             # the block's loops run one after the other: every loop boundary idles the NICs

@@ -80,30 +80,11 @@ def test_exact_cases():
 
 def test_ring_price_hides_rendezvous_behind_a_long_transfer():
     # Polaris 8x4 ring/Simple all_gather: at 256 MB (1 MiB slices, ~230 us a step) the rendezvous
-    # cost no longer adds to each step's price, only once to the collective's fill (its first
-    # slice's rendezvous in series); at 16 MB (64 KiB slices, ~14 us) every step pays 2c
+    # cost no longer adds to the price; at 16 MB (64 KiB slices, ~14 us) every step pays 2c
     sc = nt.Scale.of(preset("polaris"), 8, 4)
     lo, hi = _polaris(), replace(_polaris(), net_rdzv_us=33.0)
     sizes = np.array([16.0 * MB, 256.0 * MB])
     t_lo = nt.physical_time_us("all_gather", "ring", "Simple", sizes, lo, sc)
     t_hi = nt.physical_time_us("all_gather", "ring", "Simple", sizes, hi, sc)
-    assert t_hi[1] - t_lo[1] == pytest.approx(33.0 - 23.0, rel=1e-9)
+    assert t_hi[1] == pytest.approx(t_lo[1], rel=1e-12)
     assert t_hi[0] - t_lo[0] == pytest.approx(31 * 2 * 10.0, rel=1e-9)  # 31 steps x 2 slices x 10 us
-
-
-@pytest.mark.parametrize("seed", range(12))
-def test_fill_equals_event_simulation_intercept(seed):
-    # a collective starts with nothing in flight (proxy.cc runs a connection's ops one collective
-    # after the other): the simulated ring's finish time less steps x the steady step is the fill
-    rng = np.random.default_rng(100 + seed)
-    system = _polaris()
-    ranks = int(rng.integers(3, 9))
-    size = float(rng.choice([1, 2, 4, 8, 16, 32, 64, 128])) * ranks * 4 * 16 * KB
-    T = float(rng.uniform(2.0, 150.0))
-    floor = float(rng.uniform(0.0, 40.0))
-    b = nt.simple_ring_slices(np.array([size]), ranks, 4.0)[0]
-    slices = [T * x / b.sum() for x in b if x > 0]
-    steps = ranks - 1
-    total = _ring_events(ranks, steps, system.net_rdzv_us, slices, floor)
-    fill = float(nt.rendezvous_fill_us(system, np.array([size]), ranks, 4.0, floor, T)[0])
-    assert total - steps * _closed_form(system, size, ranks, floor, T) == pytest.approx(fill, rel=1e-9, abs=1e-6)
