@@ -586,6 +586,64 @@ def scale_pair_rows(series: Series, pick: str = "nccl") -> List[dict]:
     return rows
 
 
+def kind_pair_rows(series: Series, pick: str = "nccl") -> List[dict]:
+    """Per scale of the series that has both an all_reduce and an all_gather log, per size both
+    ran: the two measured times, their ring step counts (2 (n - 1) and n - 1), the nominal
+    system's NCCL pick for each, and :func:`fixed_and_step_us` through the two. An all_reduce of
+    S bytes and an all_gather of S bytes (the output, as nccl-tests prints it) move the same chunk
+    per channel a step in the same number of loops (runRing: loopCount = nranks x chunkCount for
+    both), so on a ring/Simple pick the pair separates a per-collective cost F from the per-step
+    cost s at one scale, where a one-kind fit sees only F / steps + s. The all_reduce's step also
+    reduces: with steps s_AR and s_AG the line gives s = 2 s_AR - s_AG and F less
+    2 (n - 1) (s_AR - s_AG), so a slower reducing step reads as a smaller F."""
+    nominal = nominal_system(series.preset, series_nccl_version(series))
+    tables = [m for log in series.logs for m in read_log(series.folder, log, series.name)]
+    rows: List[dict] = []
+    for scale in dict.fromkeys((m.nodes, m.gpus_per_node) for m in tables):
+        by_kind = {m.kind: m for m in tables if (m.nodes, m.gpus_per_node) == scale}
+        if "all_reduce" not in by_kind or "all_gather" not in by_kind:
+            continue
+        ar, ag = by_kind["all_reduce"], by_kind["all_gather"]
+        at_ar = dict(zip(ar.sizes.astype(int), ar.time_us))
+        sizes = [int(S) for S in ag.sizes if int(S) in at_ar]
+        if not sizes:
+            continue
+        n = scale[0] * scale[1]
+        S_arr = np.array(sizes, float)
+        pick_ar = plan("all_reduce", nominal, scale[0], scale[1], pick=pick).choose(S_arr)
+        pick_ag = plan("all_gather", nominal, scale[0], scale[1], pick=pick).choose(S_arr)
+        k_ar, k_ag = ring_steps_of("all_reduce", n), ring_steps_of("all_gather", n)
+        at_ag = dict(zip(ag.sizes.astype(int), ag.time_us))
+        for S, c_ar, c_ag in zip(sizes, pick_ar, pick_ag):
+            T_ar, T_ag = float(at_ar[S]), float(at_ag[S])
+            F, step = fixed_and_step_us(T_ag, k_ag, T_ar, k_ar)
+            rows.append({"scale": f"{scale[0]}x{scale[1]}", "size": S, "bytes_per_rank": S // n,
+                         "time_all_reduce_us": T_ar, "time_all_gather_us": T_ag,
+                         "steps_all_reduce": k_ar, "steps_all_gather": k_ag,
+                         "pick_all_reduce": "/".join(c_ar), "pick_all_gather": "/".join(c_ag),
+                         "fixed_us": F, "step_us": step})
+    return rows
+
+
+def print_kind_pairs(name: str, rows: Sequence[dict], file=None) -> None:
+    """The :func:`kind_pair_rows` table of series `name`."""
+    p = lambda *a: print(*a, file=file or sys.stdout)
+    p("")
+    if not rows:
+        p(f"Kind pairs: {name}: no scale with both an all_reduce and an all_gather log")
+        return
+    p(f"Kind pairs ({name}): all_reduce and all_gather of the same size at one scale; time = F + steps x s "
+      f"through both")
+    p(f"{'scale':6} {'size':>7} {'B/rank':>7} {'t_AR':>8} {'t_AG':>8} {'steps':>7} {'pick AR':12} {'pick AG':12} "
+      f"{'s (us)':>7} {'F (us)':>7}")
+    for r in rows:
+        b = r["bytes_per_rank"]
+        p(f"{r['scale']:6} {_kb(r['size']) if r['size'] >= KB else str(r['size']) + 'B':>7} "
+          f"{(_kb(b) if b >= KB else f'{b}B'):>7} {r['time_all_reduce_us']:8.1f} {r['time_all_gather_us']:8.1f} "
+          f"{r['steps_all_reduce']:3d}/{r['steps_all_gather']:<3d} {r['pick_all_reduce']:12} "
+          f"{r['pick_all_gather']:12} {r['step_us']:7.1f} {r['fixed_us']:7.1f}")
+
+
 def print_scale_pairs(name: str, rows: Sequence[dict], file=None) -> None:
     """The :func:`scale_pair_rows` table of series `name`."""
     p = lambda *a: print(*a, file=file or sys.stdout)
@@ -647,12 +705,15 @@ def main(argv=None) -> int:
     pairs = scale_pair_rows(pair_series[0], args.pick) if pair_series else None
     if pairs is not None:
         print_scale_pairs(pair_series[0].name, pairs)
+    kinds = kind_pair_rows(pair_series[0], args.pick) if pair_series else None
+    if kinds is not None:
+        print_kind_pairs(pair_series[0].name, kinds)
     if args.json:
         doc = {"series": results, "single_scale_nominal": single, "interpolation": interp}
         if steps is not None:
             doc["ring_steps"] = steps
         if pairs is not None:
-            doc["scale_pairs"] = {"system": pair_series[0].name, "rows": pairs}
+            doc["scale_pairs"] = {"system": pair_series[0].name, "rows": pairs, "kind_pairs": kinds}
         # whole or not at all (a write cut short leaves the previous file)
         atomic_write_text(args.json, json.dumps(doc, indent=1, sort_keys=True))
     return 0
