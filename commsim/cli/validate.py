@@ -85,6 +85,22 @@ def host_job(click_ctx, nnodes: int, node_rank, endpoint, nproc_per_node, ranks_
         fail(str(exc))
 
 
+# The options of a scenario's run, which --numerics (four fixed checks) would ignore.
+_SCENARIO_OPTIONS = (("cal_path", "--calibration"), ("steps", "--steps"), ("warmup_steps", "--warmup-steps"),
+                     ("mode", "--mode"), ("overrides", "--set"), ("force", "--force"))
+
+
+def _refuse_scenario_options(click_ctx) -> None:
+    """--numerics with an option that only a scenario's run reads: one line (exit 2), not a
+    run that quietly drops it."""
+    given = [flag for name, flag in _SCENARIO_OPTIONS
+             if click_ctx.get_parameter_source(name) == ParameterSource.COMMANDLINE]
+    if given:
+        raise click.UsageError(f"--numerics runs four fixed checks; {', '.join(given)} "
+                               f"{'applies' if len(given) == 1 else 'apply'} to a SCENARIO's run: drop "
+                               f"{'it' if len(given) == 1 else 'them'}")
+
+
 @command("validate")
 @click.argument("scenario", required=False, type=click.Path(dir_okay=False))
 @click.option("--calibration", "cal_path", type=click.Path(dir_okay=False),
@@ -126,6 +142,8 @@ def validate_cmd(ctx, scenario, cal_path, backend, nprocs, steps, warmup_steps, 
 
     if numerics and scenario:
         raise click.UsageError("--numerics takes no SCENARIO")
+    if numerics:
+        _refuse_scenario_options(ctx)
     if not numerics and (not scenario or not cal_path):
         raise click.UsageError("give SCENARIO and --calibration CAL.yaml (or --numerics)")
     job = host_job(ctx, nnodes, node_rank, rdzv_endpoint, nproc_per_node, ranks_from_env)
