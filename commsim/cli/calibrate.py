@@ -134,7 +134,7 @@ def _measured(output, backend, nprocs, max_size, iters, warmup, compute_params, 
 
 def _measured_on_hosts(output, job, tables, backend, max_size, iters, warmup, compute_params, timeout_s, echo):
     """This host's part of a calibration across hosts; the calibration on rank 0's host, else None."""
-    check_backend(backend, len(job.local_ranks()))
+    check_backend(backend, len(job.local_ranks()), "--nproc-per-node")
     measure = import_validate("calibrate").measure_calibration_on_hosts
     stem = output[:-5] if output.endswith(".yaml") else ("calibration" if output == "-" else output)
     with launched_job(output if job.has_rank0 else None):  # only rank 0's host writes next to OUTPUT

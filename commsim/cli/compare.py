@@ -83,9 +83,10 @@ def compare_command(scenario, mitigations_text, nodes_text, steps, overrides, js
     else:
         mitigations = parse_mitigations(DEFAULT_MITIGATIONS, "the default mitigations")
         source = "the default mitigations"
-        mitigations = _defaults_that_fit(scenarios, mitigations, source)
+        mitigations = _defaults_that_fit(scenarios, mitigations, source, force)
     for sc in scenarios:
-        check_mitigations(sc, mitigations, source if source != "--mitigations" else f"--mitigations {mitigations_text!r}")
+        check_mitigations(sc, mitigations, source if source != "--mitigations" else f"--mitigations {mitigations_text!r}",
+                          force)
     echo = echo_to(stdout_taken)
     rows = compare(scenarios, mitigations)
     first = scenarios[0]
@@ -127,7 +128,7 @@ def _check_plot_dir(plot_dir: str) -> None:
     check_plot_folder(parent)
 
 
-def _defaults_that_fit(scenarios, mitigations, source):
+def _defaults_that_fit(scenarios, mitigations, source, force=False):
     """The default remedies every scenario can take. A default the user did not ask for is left
     out with a note on stderr (backup:b=2 on a 2-rank job), not turned into an input error."""
     from commsim.mitigations.compare import check_mitigations
@@ -137,7 +138,7 @@ def _defaults_that_fit(scenarios, mitigations, source):
     for m in mitigations:
         try:
             for sc in scenarios:
-                check_mitigations(sc, (m,), source)
+                check_mitigations(sc, (m,), source, force)
         except MitigationError as exc:
             click.echo(f"commsim: note: {m.label} left out of the default mitigations ({exc})", err=True)
             continue

@@ -25,9 +25,9 @@ def run_numerics(backend: str, nprocs: int, timeout_s: float, json_path: Optiona
     """The four numerics checks on `nprocs` ranks; True when all pass."""
     from commsim.output.run_files import json_text
 
+    check_backend(backend, nprocs)  # before torch's import: a refusal costs nothing
     launch_mod = import_validate("launch")
     numerics = import_validate("numerics")
-    check_backend(backend, nprocs)
     with launched_job(json_path):
         results = launch_mod.launch(numerics.rank_numerics, nprocs, backend, timeout_s)[0]
     passed = sum(r["passed"] for r in results)
@@ -85,6 +85,22 @@ def host_job(click_ctx, nnodes: int, node_rank, endpoint, nproc_per_node, ranks_
         fail(str(exc))
 
 
+# The options of a scenario's run, which --numerics (four fixed checks) would ignore.
+_SCENARIO_OPTIONS = (("cal_path", "--calibration"), ("steps", "--steps"), ("warmup_steps", "--warmup-steps"),
+                     ("mode", "--mode"), ("overrides", "--set"), ("force", "--force"))
+
+
+def _refuse_scenario_options(click_ctx) -> None:
+    """--numerics with an option that only a scenario's run reads: one line (exit 2), not a
+    run that quietly drops it."""
+    given = [flag for name, flag in _SCENARIO_OPTIONS
+             if click_ctx.get_parameter_source(name) == ParameterSource.COMMANDLINE]
+    if given:
+        raise click.UsageError(f"--numerics runs four fixed checks; {', '.join(given)} "
+                               f"{'applies' if len(given) == 1 else 'apply'} to a SCENARIO's run: drop "
+                               f"{'it' if len(given) == 1 else 'them'}")
+
+
 @command("validate")
 @click.argument("scenario", required=False, type=click.Path(dir_okay=False))
 @click.option("--calibration", "cal_path", type=click.Path(dir_okay=False),
@@ -126,6 +142,8 @@ def validate_cmd(ctx, scenario, cal_path, backend, nprocs, steps, warmup_steps, 
 
     if numerics and scenario:
         raise click.UsageError("--numerics takes no SCENARIO")
+    if numerics:
+        _refuse_scenario_options(ctx)
     if not numerics and (not scenario or not cal_path):
         raise click.UsageError("give SCENARIO and --calibration CAL.yaml (or --numerics)")
     job = host_job(ctx, nnodes, node_rank, rdzv_endpoint, nproc_per_node, ranks_from_env)
@@ -150,8 +168,8 @@ def validate_cmd(ctx, scenario, cal_path, backend, nprocs, steps, warmup_steps, 
     if n != sc.world_size:
         fail(f"{scenario}: cluster: the scenario has {sc.world_size} ranks but --nprocs is {n}; "
              f"set cluster.nodes/gpus_per_node with --set to match")
+    check_backend(backend, n, "--nprocs" if nprocs else f"{scenario}: cluster (its {n} ranks, one local process each)")
     job = import_validate("replay" if mode == "replay" else "ddp_job")
-    check_backend(backend, n)
     with launched_job(json_path), _named_after(scenario, overrides):
         report = job.validate_scenario(sc, sc.calibration, backend, n, warmup_steps, timeout_s, echo)
     report = {"scenario": sc.name, "mode": mode, "backend": backend, "world_size": n, "steps": sc.steps,
@@ -179,7 +197,7 @@ def _validate_on_hosts(scenario, cal_path, overrides, steps, force, backend, job
         fail(f"{scenario}: cluster: the scenario has {sc.cluster.nodes} nodes x {sc.cluster.gpus_per_node} ranks but "
              f"the job is {layout}; set cluster.nodes/gpus_per_node with --set to match")
     replay = import_validate("replay")
-    check_backend(backend, len(job.local_ranks()))
+    check_backend(backend, len(job.local_ranks()), "--nproc-per-node")
     with launched_job(json_path if job.has_rank0 else None):  # only rank 0's host writes next to --json
         try:
             with _named_after(scenario, overrides):

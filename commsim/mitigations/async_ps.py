@@ -37,6 +37,19 @@ from commsim.scenario.spec import Scenario
 from commsim.sim.stragglers import perturbations
 
 
+# CPU seconds per (worker iteration, worker, server) of one run: two SimPy processes, two
+# resource requests and two timeouts. Measured 50-75 us on the 2-core development machine
+# (32 ranks, 5 steps, 1,000-4,000 servers); the upper end is taken.
+SECONDS_PER_TRANSFER_PAIR = 75e-6
+
+
+def estimated_seconds(scenario: Scenario, remedy: AsyncPS) -> float:
+    """An upper bound on the CPU time of the async row: :func:`run_async` on the scenario and
+    on its straggler-free baseline, each at most ``steps`` iterations of every worker with a
+    push and a pull per server (the run stops when the first worker is done)."""
+    return 2 * scenario.steps * scenario.world_size * remedy.servers * SECONDS_PER_TRANSFER_PAIR
+
+
 @dataclass(frozen=True)
 class AsyncRun:
     window_s: float               # simulated time until the first worker finished `steps` iterations

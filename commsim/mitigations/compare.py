@@ -25,7 +25,7 @@ from typing import Any, Dict, List, Sequence
 import numpy as np
 
 from commsim.analysis.report import compute_time, summarize
-from commsim.mitigations.async_ps import run_async, staleness_summary
+from commsim.mitigations.async_ps import estimated_seconds, run_async, staleness_summary
 from commsim.mitigations.backup import run_backup
 from commsim.mitigations.buckets import tune_buckets, with_bucket_cap
 from commsim.mitigations.compression import CompressionHook, PowerSGDHook, smallest_dimension
@@ -33,20 +33,35 @@ from commsim.mitigations.hooked import plain_bytes, run_hooked
 from commsim.mitigations.localsgd import LocalSGDHook, whole_periods
 from commsim.mitigations.spec import (AsyncPS, Backup, Buckets, Compression, LocalSGD, Mitigation,
                                       MitigationError, PowerSGD, check_against)
+from commsim.scenario.budget import MAX_SECONDS
 from commsim.scenario.spec import Scenario
 from commsim.sim.engine import simulate
 
 HOOKED = (Compression, PowerSGD, LocalSGD)
 
 
-def check_mitigations(scenario: Scenario, mitigations: Sequence[Mitigation], source: str) -> None:
-    """Refuse, before running anything, a remedy this scenario cannot take (one MitigationError)."""
+def check_mitigations(scenario: Scenario, mitigations: Sequence[Mitigation], source: str,
+                      force: bool = False) -> None:
+    """Refuse, before running anything, a remedy this scenario cannot take (one MitigationError);
+    also one whose simulation would take longer than the loader's limit on a scenario's run
+    (:data:`commsim.scenario.budget.MAX_SECONDS`), unless `force`."""
     for m in mitigations:
+        ps = m.get(AsyncPS)
+        if ps is not None and not force:
+            seconds = estimated_seconds(scenario, ps)
+            # async:servers=1e9 would otherwise build two billion SimPy resources and be killed
+            # for its memory minutes later
+            if seconds > MAX_SECONDS:
+                raise MitigationError(
+                    source, "async.servers",
+                    f"expected a run within the {MAX_SECONDS:.0f} s limit, got servers={ps.servers:,}: about "
+                    f"{seconds:,.0f} s ({scenario.steps:,} steps x {scenario.world_size:,} workers x "
+                    f"{ps.servers:,} servers, twice); use fewer servers or steps, or pass --force to run it anyway")
         psgd = m.get(PowerSGD)
         check_against(m, scenario.world_size, source,
                       smallest_dimension(scenario, psgd) if psgd is not None else None)
         if psgd is not None and smallest_dimension(scenario, psgd) is None:
-            raise MitigationError(source, f"{m.label}.width", f"expected a width whose square fits in the "
+            raise MitigationError(source, "powersgd.width", f"expected a width whose square fits in the "
                                   f"{scenario.model.parameters} parameters (a matrix to compress), got {psgd.width}")
         if any(m.get(k) is not None for k in HOOKED) and scenario.ddp.sharding != "none":
             raise MitigationError(source, m.label, f"expected ddp.sharding none for a DDP communication hook "

@@ -330,11 +330,15 @@ def parse_section(section: Any, source: str) -> Tuple[Mitigation, ...]:
 
 
 def _unique_labels(mitigations, source):
-    seen = set()
+    # compared by what runs, not by the text: powersgd:r=4 and powersgd:r=04 (or fp16+powersgd
+    # and powersgd+fp16) are the same run under two labels
+    seen = {}
     for m in mitigations:
-        if m.label in seen:
-            raise MitigationError(source, m.label, "the same remedy is listed twice")
-        seen.add(m.label)
+        key = tuple(sorted(m.remedies, key=lambda r: r.name))
+        if m.label in seen.values() or key in seen:
+            same = f" ({seen[key]!r} and {m.label!r})" if key in seen and seen[key] != m.label else ""
+            raise MitigationError(source, m.label, f"the same remedy is listed twice{same}")
+        seen[key] = m.label
 
 
 def check_against(mitigation: Mitigation, world_size: int, source: str, min_dimension: Optional[int] = None) -> None:

@@ -199,6 +199,24 @@ def _straggler(source: str, path: str, value: Any, cluster: spec.Cluster) -> Any
     return build(m, cluster)
 
 
+def _check_slowdown(source: str, index: int, entry: spec.SlowRank,
+                    slowed: Dict[int, Tuple[float, List[int]]]) -> None:
+    """slow_rank entries on one rank multiply (commsim.sim.stragglers.perturbations): their
+    product is held to the one entry's limit, MAX_SLOWDOWN, so that 60 entries of 1e6 do not
+    overflow a rank's compute time to inf and every figure of the run to NaN."""
+    for rank in entry.ranks:
+        product, entries = slowed.get(rank, (1.0, []))
+        product, entries = product * entry.factor, entries + [index]
+        if product > MAX_SLOWDOWN:
+            listed = " x ".join(f"stragglers[{j}]" for j in entries)
+            raise ScenarioError(
+                source, f"stragglers[{index}].factor",
+                f"expected the slow_rank factors of one rank to multiply to at most {MAX_SLOWDOWN:g}, "
+                f"got {product:g} on rank {rank} ({listed})",
+            )
+        slowed[rank] = (product, entries)
+
+
 def read_stragglers(source: str, value: Any, cluster: spec.Cluster) -> Tuple[Any, ...]:
     """The ``stragglers`` list as spec records, ranks checked against ``cluster``."""
     if not isinstance(value, list):
@@ -207,6 +225,7 @@ def read_stragglers(source: str, value: Any, cluster: spec.Cluster) -> Tuple[Any
         )
     stragglers = []
     throttled: Dict[int, int] = {}  # rank -> index of the throttle entry that holds it
+    slowed: Dict[int, Tuple[float, List[int]]] = {}  # rank -> (product of its slow_rank factors, entries)
     for i, item in enumerate(value):
         straggler = _straggler(source, f"stragglers[{i}]", item, cluster)
         if isinstance(straggler, spec.Throttle):
@@ -219,5 +238,7 @@ def read_stragglers(source: str, value: Any, cluster: spec.Cluster) -> Tuple[Any
                         f"already in stragglers[{throttled[rank]}]",
                     )
                 throttled[rank] = i
+        if isinstance(straggler, spec.SlowRank):
+            _check_slowdown(source, i, straggler, slowed)
         stragglers.append(straggler)
     return tuple(stragglers)

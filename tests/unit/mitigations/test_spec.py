@@ -89,3 +89,16 @@ def test_parameters_the_scenario_cannot_take_are_named_by_their_parameter_path()
     with pytest.raises(MitigationError) as err:
         check_against(psgd, 8, "--mitigations", min_dimension=1024)
     assert str(err.value).startswith("--mitigations: powersgd.r: expected a rank no larger than")
+
+
+@pytest.mark.parametrize("text, first, second", [
+    ("powersgd:r=4,powersgd:r=04", "powersgd:r=4", "powersgd:r=04"),
+    ("fp16+powersgd,powersgd+fp16", "fp16+powersgd", "powersgd+fp16"),
+    ("powersgd:r=4,powersgd: r=4", "powersgd:r=4", "powersgd: r=4"),
+])
+def test_the_same_run_under_two_labels_is_listed_twice(text, first, second):
+    # these were compared by label and ran twice, as two rows of one result
+    with pytest.raises(MitigationError) as err:
+        parse_mitigations(text)
+    assert str(err.value).endswith(f"the same remedy is listed twice ({first!r} and {second!r})")
+    assert len(parse_mitigations("powersgd:r=4,powersgd:r=5")) == 2  # different runs stay apart

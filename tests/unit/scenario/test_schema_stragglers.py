@@ -85,3 +85,13 @@ def test_one_thermal_clock_per_rank():
     assert error(throttle, dict(throttle, ranks=[2])) == (
         "g.yaml: stragglers[1].ranks: expected each rank in at most one throttle entry, got rank 2, already in stragglers[0]"
     )
+
+
+def test_slow_rank_factors_of_one_rank_multiply_to_at_most_the_limit():
+    # 60 entries of 1e6 on one rank overflowed its compute time to inf: exit 0 and NaN figures
+    slow = {"kind": "slow_rank", "ranks": [2, 3], "factor": 1e3}
+    assert len(read(slow, slow)) == 2  # 1e6 exactly: the one entry's own limit
+    message = error(slow, {"kind": "slow_rank", "ranks": 5, "factor": 1e6}, slow,
+                    {"kind": "slow_rank", "ranks": [4, 3], "factor": 1.5})
+    assert message == ("g.yaml: stragglers[3].factor: expected the slow_rank factors of one rank to multiply to "
+                       "at most 1e+06, got 1.5e+06 on rank 3 (stragglers[0] x stragglers[2] x stragglers[3])")
