@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import io
 
-import numpy as np
 import pytest
 
 from tests.conftest import load_benchmark
