@@ -19,6 +19,7 @@ expected and what was given; the loader adds the file and key path.
 
 from __future__ import annotations
 
+import datetime
 import math
 import re
 import reprlib
@@ -170,6 +171,10 @@ def describe(value: object) -> str:
         return f"{short.repr(list(value))} (a list)"
     if isinstance(value, (str, int, float)):
         return short.repr(value)
+    if isinstance(value, (datetime.date, datetime.datetime)):  # YAML reads 2020-01-01 as a date
+        return f"{value.isoformat()} (a date; quote it for text)"
+    if isinstance(value, (bytes, bytearray)):  # YAML's !!binary
+        return f"{len(value):,} bytes of binary data"
     return f"{short.repr(value)} (a {type(value).__name__})"
 
 

@@ -285,7 +285,9 @@ def parse_selection(text: Optional[str], names: Sequence[str], key: str, source:
         return tuple(names)
     s = str(text).strip()
     negate = s.startswith("^")
-    items = [t.strip() for t in s.lstrip("^").split(",") if t.strip()]
+    items = [t.strip() for t in s.lstrip("^").split(",")]
+    if not all(items):  # "ring," or "ring,,tree": a typo, as the command-line lists treat it
+        raise InputError(source, key, f"expected a comma-separated list without empty items, got {s!r}")
     lower = {n.lower(): n for n in names}
     chosen = []
     for it in items:

@@ -402,3 +402,14 @@ def test_counted_is_singular_for_one_only():
 
     assert [counted(n, "point") for n in (0, 1, 2)] == ["0 points", "1 point", "2 points"]
     assert counted(1024, "GPU", ",") == "1,024 GPUs" and counted(1, "GPU", ",") == "1 GPU"
+
+
+def test_describe_dates_and_binary_read_as_values():
+    # They read "datetime.date(2020, 1, 1) (a date)" and "b'..' (a bytes)".
+    import datetime
+
+    from commsim.units import describe
+
+    assert describe(datetime.date(2020, 1, 1)) == "2020-01-01 (a date; quote it for text)"
+    assert describe(datetime.datetime(2020, 1, 1, 12, 0)) == "2020-01-01T12:00:00 (a date; quote it for text)"
+    assert describe(b"\x00" * 2048) == "2,048 bytes of binary data"

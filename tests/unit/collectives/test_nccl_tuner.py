@@ -249,3 +249,12 @@ def test_nccl_kernel_slow_link_slows_large_messages():
     big = 1 << 30
     assert _make_kernel("nccl", slow, big).uniform_time() > 2.5 * _make_kernel("nccl", f, big).uniform_time()
     assert _make_kernel("nccl", _fabric(nodes=1, gpus_per_node=1), big).uniform_time() == 0.0
+
+
+@pytest.mark.parametrize("text", ["ring,", "ring,,tree", "^ll128,", ","])
+def test_parse_selection_refuses_an_empty_item(text):
+    # "ring," kept ring alone and "ring,,tree" both, the empty item dropped without a word.
+    from commsim.errors import InputError
+
+    with pytest.raises(InputError, match="without empty items"):
+        nt.parse_selection(text, nt.ALGORITHMS, "collective.algorithm", "s.yaml")
