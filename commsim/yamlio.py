@@ -30,7 +30,7 @@ import codecs
 import os
 import stat
 from pathlib import Path
-from typing import Any, Dict, Type, Union
+from typing import Any, Callable, Dict, Optional, Type, Union
 
 import yaml
 from yaml.composer import ComposerError
@@ -45,7 +45,9 @@ __all__ = [
     "MAX_INT_DIGITS",
     "parse_yaml",
     "read_text_file",
+    "read_regular_bytes",
     "load_yaml_file",
+    "file_kind",
 ]
 
 MAX_INPUT_BYTES = 1024 * 1024  # bytes of a file (characters of a text) handed to the parser
@@ -243,11 +245,42 @@ def file_kind(mode: int) -> str:
     return next((name for test, name in _NOT_REGULAR if test(mode)), "not a regular file")
 
 
-def _check_kind(mode: int, source: str, expected: str, error: Type[InputError]) -> None:
+def _kind_refusal(mode: int, expected: str) -> Optional[str]:
+    """Why a file of this st_mode is not read as `expected`; None for a regular file."""
     if stat.S_ISDIR(mode):
-        raise error(source, None, f"is a directory, expected {expected}")
+        return f"is a directory, expected {expected}"
     if not stat.S_ISREG(mode):
-        raise error(source, None, f"is {file_kind(mode)}, expected {expected} (a regular file)")
+        return f"is {file_kind(mode)}, expected {expected} (a regular file)"
+    return None
+
+
+def read_regular_bytes(path: Union[str, Path], limit: int, expected: str,
+                       refuse: Callable[[str], Exception], too_big: Callable[[int], Exception]) -> bytes:
+    """The bytes of the regular file at `path`, at most `limit` of them: the one bounded reader
+    of the input files (scenarios, calibrations, sweep results, nccl-tests logs).
+
+    A directory, device, FIFO or socket is refused by its kind before it is opened (reading
+    /dev/zero never ends, opening a FIFO blocks until a writer comes, some devices act on open)
+    and again on what was opened (the path may have been replaced since the stat); a file over
+    `limit` bytes by its size and by what was read (st_size can lie: a growing file, /proc).
+    The caller words the refusals: ``refuse(message)`` ("is a directory, expected `expected`")
+    and ``too_big(size)`` return the exception raised. OSError, and the ValueError of a path
+    with a NUL character, pass through for the caller to word too."""
+    info = os.stat(path)
+    why = _kind_refusal(info.st_mode, expected)
+    if why:
+        raise refuse(why)
+    if info.st_size > limit:
+        raise too_big(info.st_size)
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
+    with os.fdopen(os.open(path, flags), "rb") as handle:
+        why = _kind_refusal(os.fstat(handle.fileno()).st_mode, expected)
+        if why:
+            raise refuse(why)
+        raw = handle.read(limit + 1)
+    if len(raw) > limit:
+        raise too_big(len(raw))
+    return raw
 
 
 def _too_big(size: int) -> str:
@@ -287,22 +320,15 @@ def read_text_file(path: Union[str, Path], expected: str, error: Type[InputError
     :data:`MAX_INPUT_BYTES`; ``expected`` names what the file should be in the messages
     ("a scenario YAML file")."""
     source = str(path)
+
+    def refuse(message: str) -> InputError:
+        return error(source, None, message)
+
     try:
         try:
-            info = os.stat(path)
-            # Refused by kind before opening: opening a FIFO blocks until a writer comes, and
-            # some devices act on open.
-            _check_kind(info.st_mode, source, expected, error)
-            if info.st_size > MAX_INPUT_BYTES:
-                raise error(source, None, _too_big(info.st_size))
-            flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
-            fd = os.open(path, flags)
+            raw = read_regular_bytes(path, MAX_INPUT_BYTES, expected, refuse, lambda size: refuse(_too_big(size)))
         except ValueError:  # os.stat and os.open refuse a path with a NUL character
             raise error(source, None, "cannot read the file: the path contains a NUL character") from None
-        with os.fdopen(fd, "rb") as handle:
-            # The path may have been replaced between stat and open: check what was opened.
-            _check_kind(os.fstat(handle.fileno()).st_mode, source, expected, error)
-            raw = handle.read(MAX_INPUT_BYTES + 1)  # st_size can lie (a growing file, /proc)
     except FileNotFoundError:
         raise error(source, None, f"file not found, expected {expected}") from None
     except IsADirectoryError:
@@ -311,8 +337,6 @@ def read_text_file(path: Union[str, Path], expected: str, error: Type[InputError
         raise error(source, None, "cannot read the file: permission denied") from None
     except OSError as err:
         raise error(source, None, f"cannot read the file: {err.strerror or err}") from None
-    if len(raw) > MAX_INPUT_BYTES:
-        raise error(source, None, _too_big(len(raw)))
     return _decode(raw, source, error)
 
 

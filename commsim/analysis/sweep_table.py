@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 import re
-import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
@@ -21,7 +19,7 @@ import numpy as np
 
 from commsim.errors import InputError
 from commsim.units import UnitError, parse_number, parse_rate, parse_size, parse_time
-from commsim.yamlio import file_kind
+from commsim.yamlio import read_regular_bytes
 
 GPU_KEYS = ("cluster.nodes", "cluster.gpus_per_node")
 LINK_PREFIXES = ("cluster.intra_node", "cluster.inter_node")
@@ -44,13 +42,6 @@ class ResultsError(InputError):
         super().__init__(source, path, message)
 
 
-def _check_regular(mode: int, source: str, expected: str) -> None:
-    if stat.S_ISDIR(mode):
-        raise ResultsError(source, f"is a directory, expected {expected}")
-    if not stat.S_ISREG(mode):
-        raise ResultsError(source, f"is {file_kind(mode)}, expected {expected} (a regular file)")
-
-
 def _too_big(size: int, source: str, expected: str) -> ResultsError:
     return ResultsError(source, f"is {size:,} bytes, more than the {MAX_JSON_BYTES:,}-byte limit for {expected}")
 
@@ -62,20 +53,12 @@ def read_json_document(path: Path, expected: str) -> Any:
     sweep")."""
     source = str(path)
     try:
-        info = os.stat(path)
-        _check_regular(info.st_mode, source, expected)  # before opening: opening a FIFO blocks
-        if info.st_size > MAX_JSON_BYTES:
-            raise _too_big(info.st_size, source, expected)
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
-        with os.fdopen(fd, "rb") as handle:
-            _check_regular(os.fstat(handle.fileno()).st_mode, source, expected)  # replaced since the stat
-            raw = handle.read(MAX_JSON_BYTES + 1)  # st_size can lie (a file still growing)
+        raw = read_regular_bytes(path, MAX_JSON_BYTES, expected, lambda message: ResultsError(source, message),
+                                 lambda size: _too_big(size, source, expected))
     except OSError as exc:
         raise ResultsError(source, f"cannot read {expected}: {exc.strerror or exc}") from None
     except ValueError:  # os.stat refuses a path with a NUL character
         raise ResultsError(source, f"cannot read {expected}: the path contains a NUL character") from None
-    if len(raw) > MAX_JSON_BYTES:
-        raise _too_big(len(raw), source, expected)
     try:
         return json.loads(raw)
     except ValueError as exc:  # UnicodeDecodeError included

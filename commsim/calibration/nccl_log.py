@@ -28,15 +28,13 @@ Pure module: no numpy needed, no torch.
 from __future__ import annotations
 
 import math
-import os
 import re
-import stat
 from dataclasses import dataclass
 from typing import List, Optional, Tuple
 
 from commsim.calibration.errors import CalibrationError
 from commsim.collectives.busbw import BUSBW_FACTORS, busbw_factor
-from commsim.yamlio import file_kind
+from commsim.yamlio import read_regular_bytes
 
 # nccl-tests counts GB/s as 1e9 bytes/s (src/common.cu: 1.0E9)
 GB = 1.0e9
@@ -554,25 +552,15 @@ def read_log_text(path: str) -> str:
     for a writer."""
     source = str(path)
     try:
-        info = os.stat(path)
-        if stat.S_ISDIR(info.st_mode):
-            raise NcclLogError("is a directory, expected an nccl-tests log", source)
-        if not stat.S_ISREG(info.st_mode):
-            raise NcclLogError(f"is {file_kind(info.st_mode)}, expected an nccl-tests log (a regular file)", source)
-        # O_NONBLOCK: a FIFO put in the file's place after the stat opens without waiting
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
-        with os.fdopen(fd, "rb") as fh:
-            if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
-                raise NcclLogError("is not a regular file, expected an nccl-tests log", source)
-            raw = fh.read(MAX_LOG_BYTES + 1)  # st_size can lie (a growing file, /proc)
+        raw = read_regular_bytes(
+            path, MAX_LOG_BYTES, "an nccl-tests log", lambda message: NcclLogError(message, source),
+            lambda size: NcclLogError(f"is more than {MAX_LOG_BYTES:,} bytes, the limit for an nccl-tests log", source))
     except NcclLogError:  # a ValueError too: not the NUL case below
         raise
     except OSError as exc:
         raise NcclLogError(f"cannot read log: {exc.strerror or exc}", source) from None
     except ValueError:  # a path with a NUL character
         raise NcclLogError("cannot read log: the path contains a NUL character", source) from None
-    if len(raw) > MAX_LOG_BYTES:
-        raise NcclLogError(f"is more than {MAX_LOG_BYTES:,} bytes, the limit for an nccl-tests log", source)
     return raw.decode("utf-8-sig", errors="replace")  # a BOM (Windows editors) dropped
 
 
