@@ -369,6 +369,11 @@ def _kb(s: int) -> str:
     return f"{s / KB:.0f}K" if s < MB else f"{s / MB:.0f}M"
 
 
+def _bytes_label(s: int) -> str:
+    """:func:`_kb`, or the bytes themselves below 1 KiB ("16B")."""
+    return _kb(s) if s >= KB else f"{s}B"
+
+
 def print_interp_detail(interp: List[dict], above: float = 15.0, file=sys.stdout) -> None:
     """Every left-out size with |busbw error| above `above` %: measured and predicted time, the
     model's pick, the residual it would have needed, and its kept neighbours' residuals."""
@@ -637,9 +642,8 @@ def print_kind_pairs(name: str, rows: Sequence[dict], file=None) -> None:
     p(f"{'scale':6} {'size':>7} {'B/rank':>7} {'t_AR':>8} {'t_AG':>8} {'steps':>7} {'pick AR':12} {'pick AG':12} "
       f"{'s (us)':>7} {'F (us)':>7}")
     for r in rows:
-        b = r["bytes_per_rank"]
-        p(f"{r['scale']:6} {_kb(r['size']) if r['size'] >= KB else str(r['size']) + 'B':>7} "
-          f"{(_kb(b) if b >= KB else f'{b}B'):>7} {r['time_all_reduce_us']:8.1f} {r['time_all_gather_us']:8.1f} "
+        p(f"{r['scale']:6} {_bytes_label(r['size']):>7} "
+          f"{_bytes_label(r['bytes_per_rank']):>7} {r['time_all_reduce_us']:8.1f} {r['time_all_gather_us']:8.1f} "
           f"{r['steps_all_reduce']:3d}/{r['steps_all_gather']:<3d} {r['pick_all_reduce']:12} "
           f"{r['pick_all_gather']:12} {r['step_us']:7.1f} {r['fixed_us']:7.1f}")
 
@@ -655,8 +659,7 @@ def print_scale_pairs(name: str, rows: Sequence[dict], file=None) -> None:
     p(f"{'kind':14} {'scales':10} {'B/rank':>7} {'t_lo':>8} {'t_hi':>8} {'steps':>7} {'pick lo':12} {'pick hi':12} "
       f"{'s (us)':>7} {'F (us)':>7}")
     for r in rows:
-        b = r["bytes_per_rank"]
-        p(f"{r['kind']:14} {r['scales']:10} {(_kb(b) if b >= KB else f'{b}B'):>7} {r['time_lo_us']:8.1f} {r['time_hi_us']:8.1f} "
+        p(f"{r['kind']:14} {r['scales']:10} {_bytes_label(r['bytes_per_rank']):>7} {r['time_lo_us']:8.1f} {r['time_hi_us']:8.1f} "
           f"{r['steps_lo']:3d}/{r['steps_hi']:<3d} {r['pick_lo']:12} {r['pick_hi']:12} {r['step_us']:7.1f} "
           f"{r['fixed_us']:7.1f}")
 
