@@ -44,7 +44,7 @@ CONSTANT_OPTIONAL_KEYS = ["line_rate_GBps", "at_line_rate"]
 TABLE_KEYS = ["source", "kind", "nodes", "gpus_per_node", "columns", "rows"]
 # constants added after calibration files were first written: a file without one reads it as
 # nominal (not determined)
-ADDED_CONSTANTS = ("net_step_us", "net_ll_ch_GBps", "net_rdzv_us")
+ADDED_CONSTANTS = ("net_step_us", "net_ll_ch_GBps", "net_rdzv_us", "net_simple_base_us")
 
 
 def physical_to_dict(fit: PhysicalFit, flow=list) -> Dict[str, Any]:

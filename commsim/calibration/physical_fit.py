@@ -92,9 +92,10 @@ LEVEL = {
     "nic_bw_GBps": "network", "net_hop_us": "network", "tree_efficiency": "any",
     "launch_us": "any", "simple_ch_GBps": "any", "ll128_ch_GBps": "any", "ll_ch_GBps": "any",
     "net_step_us": "network", "net_ll_ch_GBps": "network", "net_rdzv_us": "network",
+    "net_simple_base_us": "network",
 }
 INTRA_NAMES = ("intra_bw_GBps", "intra_hop_us", "nvls_efficiency")
-NETWORK_NAMES = ("nic_bw_GBps", "net_hop_us", "net_step_us", "net_ll_ch_GBps", "net_rdzv_us")
+NETWORK_NAMES = ("nic_bw_GBps", "net_hop_us", "net_step_us", "net_ll_ch_GBps", "net_rdzv_us", "net_simple_base_us")
 
 
 class PhysicalFitError(CalibrationError):

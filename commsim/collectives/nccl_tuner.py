@@ -1198,7 +1198,8 @@ def physical_time_us(kind: str, algorithm: str, protocol: str, sizes, system: Sy
 
     latency = baseLat[algorithm][protocol] + launch_us + hops, each hop's latency the level's
     physical Simple-ring latency times NCCL's ratio for (algorithm, protocol), plus a Simple
-    ring's idle time at its loop boundaries across nodes (:func:`ring_loop_bubble_us`);
+    ring's idle time at its loop boundaries across nodes (:func:`ring_loop_bubble_us`), plus
+    :attr:`System.net_simple_base_us` once where Simple traffic crosses the network;
     bandwidth = the slowest level for the algorithm's traffic, times the protocol's payload
     fraction, at most the protocol's ceiling (:func:`protocol_ceiling_GBps`: LL's total, the
     per-graph-channel LL128/Simple ones, scaled by the channels launched); network levels
@@ -1316,6 +1317,9 @@ def physical_time_us(kind: str, algorithm: str, protocol: str, sizes, system: Sy
         lat_s = lat + _log2i(D) * (h_net / 3.5) + n * 2.8
     else:  # pragma: no cover - guarded by ALGORITHMS
         raise ValueError(a)
+    if D > 1 and protocol == SIMPLE:
+        # once per collective whose Simple traffic crosses the network, whatever its steps
+        lat_s = lat_s + system.net_simple_base_us
     lat_arr = np.broadcast_to(np.asarray(lat_s, dtype=float), S.shape)
     return lat_arr + S / (1000.0 * alg_bw)
 
@@ -1339,6 +1343,7 @@ def priced_by(algorithm: str, protocol: str, scale: Scale, system: Optional[Syst
                 names.add("net_ll_ch_GBps")
             if protocol == SIMPLE and system is not None and system.net_rdzv_threshold_bytes is not None:
                 names.add("net_rdzv_us")
+
         if a == "tree":
             names.add("tree_efficiency")
     elif a in ("nvls", "nvls_tree"):
@@ -1353,6 +1358,8 @@ def priced_by(algorithm: str, protocol: str, scale: Scale, system: Optional[Syst
         names.update((ch, "nic_bw_GBps", "net_hop_us"))
         if L > 1:
             names.add("intra_bw_GBps")
+    if D > 1 and protocol == SIMPLE:
+        names.add("net_simple_base_us")
     return tuple(n for n in System.FIT_NAMES if n in names)
 
 

@@ -173,12 +173,19 @@ class System:
     # Per-message rendezvous cost (us) of a Simple step's message above that threshold; read only
     # where the threshold is set. Prior: one more network hop (NOMINAL_HOP_US["network"]), a guess.
     net_rdzv_us: float = 14.0
+    # Base latency (us) of a collective whose Simple traffic crosses the network (ring, tree, NVLS
+    # tree, CollNet), once per collective whatever its steps, on top of NCCL's baseLat and launch_us.
+    # NCCL's a-priori table has a base latency per (algorithm, protocol) but none for the network
+    # path; the Polaris logs measure one (an all_reduce and an all_gather of one size at 2x4 share
+    # 86-112 us; the same bytes per rank at 2x4 and 8x4 or 128x4 give 115-205 us, the same at both).
+    # Prior: one more network hop (NOMINAL_HOP_US["network"]), a guess.
+    net_simple_base_us: float = 14.0
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
 
     # the physical constants a calibration may fit (all positive)
     FIT_NAMES = (
         "net_step_us", "intra_bw_GBps", "intra_hop_us", "nvls_efficiency",
-        "nic_bw_GBps", "net_hop_us", "tree_efficiency",
+        "nic_bw_GBps", "net_hop_us", "net_simple_base_us", "tree_efficiency",
         "launch_us", "simple_ch_GBps", "ll128_ch_GBps", "ll_ch_GBps", "net_ll_ch_GBps",
         "net_rdzv_us",
     )
@@ -371,6 +378,8 @@ def nominal_system(
         "net_step_us": f"nominal: NCCL tuning.cc getNetOverhead ({kw.get('cpu_vendor', 'intel')})",
         "net_rdzv_us": "nominal: one network hop (NCCL hwLatencies[NET][Ring][Simple]) [guess: no published "
                        "per-message rendezvous cost; read only where net_rdzv_threshold_bytes is set]",
+        "net_simple_base_us": "nominal: one network hop (NCCL hwLatencies[NET][Ring][Simple]) [guess: NCCL's "
+                              "baseLat has no network term; read only where Simple crosses nodes]",
     }
     if transport == "socket":
         sources["nic_bw_GBps"] += " [guess: no published achievable fraction for NCCL sockets]"

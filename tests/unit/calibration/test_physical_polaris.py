@@ -181,3 +181,42 @@ def test_calibration_file_records_it_and_an_older_file_reads_it_as_nominal():
     back = physical_from_dict(old, "old.yaml")
     c = back.constants["net_rdzv_us"]
     assert not c.determined and c.stderr is None and c.value == 14.0
+
+
+# --- the base latency of a Simple collective across nodes: once per collective -------------------
+
+def test_fit_recovers_a_simple_base_latency_from_two_nodes_and_it_transfers():
+    # paid once per collective whatever its ring steps: 2x4's all_reduce (14 steps) and all_gather
+    # (7) at the same size tell it from a per-step cost, and it carries unchanged to 8 and 128 nodes
+    truth = replace(_polaris(), net_simple_base_us=100.0, net_step_us=8.0, nic_bw_GBps=19.0)
+    sizes = 2.0 ** np.arange(10, 31)
+    ms = _synthetic_2x4(truth, sizes)
+    fit = fit_physical(ms, _polaris())
+    c = fit.constants["net_simple_base_us"]
+    assert c.determined and c.value == pytest.approx(100.0, rel=0.05) and c.stderr is not None
+    for nodes in (8, 128):
+        want = plan("all_gather", truth, nodes, 4, choice_system=_polaris()).time_us(sizes)
+        got = fit.predict("all_gather", nodes, 4, sizes, use_measured=False).time_us
+        assert np.max(np.abs(got / want - 1)) < 0.02, nodes
+
+
+def test_the_polaris_nccl_2_21_logs_read_it_near_the_measured_per_collective_cost():
+    # an all_reduce and an all_gather of the same size at 2x4 (ring/Simple, 4-32 MB) differ by 7 ring
+    # steps and share one per-collective cost of 86-112 us (benchmarks/cross_scale.py --scale-pairs)
+    c = _fit_2x4_logs("2.21").constants["net_simple_base_us"]
+    assert c.determined and 60.0 < c.value < 200.0, c
+
+
+def test_a_calibration_file_from_before_the_simple_base_latency_reads_it_as_nominal():
+    doc = physical_to_dict(_fit_2x4_logs("2.21"))
+    assert doc["constants"]["net_simple_base_us"]["determined"]
+    old = copy.deepcopy(doc)
+    i = old["free"].index("net_simple_base_us")
+    old["free"] = old["free"][:i] + old["free"][i + 1:]
+    old["covariance"] = [row[:i] + row[i + 1:] for j, row in enumerate(old["covariance"]) if j != i]
+    del old["constants"]["net_simple_base_us"]
+    del old["nominal_system"]["net_simple_base_us"]
+    back = physical_from_dict(old, "old.yaml")
+    c = back.constants["net_simple_base_us"]
+    assert not c.determined and c.stderr is None and c.value == 14.0
+    assert back.system.net_simple_base_us == 14.0

@@ -151,7 +151,7 @@ def test_nvls_tree_price_carries_the_deeper_tree_and_the_fill():
     h_nvls = s.intra_hop_us * table["hw"]["NVLINK"]["nvls_tree"][2] / table["hw"]["NVLINK"]["ring"][2]
     intra = s.intra_bw_GBps * s.nvls_efficiency
     alg = min(intra, nt.nvls_tree_nics(s, sc) * s.nic_bw_GBps * s.fabric_factor(10) * s.tree_efficiency / 2)
-    lat = table["base"]["nvls_tree"][2] + s.launch_us + h_nvls + 2 * 4 * h_net
+    lat = table["base"]["nvls_tree"][2] + s.launch_us + h_nvls + 2 * 4 * h_net + s.net_simple_base_us
     fill = nt.nvls_tree_pipeline_us(s, sc, S, intra, alg)
     assert fill[0] > 10.0
     assert t == pytest.approx(lat + fill + S / (1000 * alg))

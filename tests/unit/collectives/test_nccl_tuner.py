@@ -15,7 +15,7 @@ def _sys(**kw) -> System:
     base = dict(name="t", gpu_arch="hopper", gpus_per_node=8, intra_kind="nvswitch", intra_bw_GBps=360.0,
                 intra_hop_us=3.0, nics_per_node=8, nic_bw_GBps=50.0, net_hop_us=10.0, launch_us=5.0,
                 simple_ch_GBps=1000.0, ll128_ch_GBps=1000.0, ll_ch_GBps=1000.0, intra_channels=16,
-                cpu_vendor="intel")
+                cpu_vendor="intel", net_simple_base_us=7.0)
     base.update(kw)
     return System(**base)
 
@@ -38,6 +38,7 @@ def test_ring_across_nodes_is_paced_by_the_nics_in_use_and_counts_network_steps(
     n, D = 8, 4
     steps, inter = n - 1, D - 1
     lat = 8.4 + 5.0 + (steps - inter) * max(3.0, 3 * 1.0) + inter * 10.0  # Intel net overhead x3 for Simple
+    lat += 7.0                             # Simple across the network: net_simple_base_us, once
     # 8 loops of 8 channels x 8 ranks x 2 MiB: 7 loop boundaries, two 1 MiB slices each at simple_ch
     bubble = 7 * 2 * (1 << 20) / (1000 * 1000.0)
     bw = 2 * 50.0 / ((n - 1) / n)
@@ -51,6 +52,7 @@ def test_tree_at_two_nodes_moves_each_node_s_once_and_beats_the_nic_rate():
     t = nt.physical_time_us("all_reduce", "tree", "Simple", [S], s, sc)[0]
     alg = min(360.0 / 2, 2 * 50.0 / 1.0)   # intra chain 2S/B, network S/(k B)
     lat = 8.4 + 5.0 + 2 * (7 * 3.0 * 4.0 / 3.4 + 1 * 10.0)  # tree hop ratios 4.0/3.4 (NVLink), 14/14 (NET)
+    lat += 7.0                              # net_simple_base_us
     assert t == pytest.approx(lat + S / (1000 * alg))
     busbw = S / (t * 1e3) * 2 * 15 / 16
     assert busbw > 2 * 50.0 * 1.5  # above the node's NIC aggregate, which no ring can do
@@ -59,7 +61,7 @@ def test_tree_at_two_nodes_moves_each_node_s_once_and_beats_the_nic_rate():
     # 3 nodes: 2S per node through the NICs, the 2-node advantage is gone
     sc3 = nt.Scale.of(s, 3, 8)
     t3 = nt.physical_time_us("all_reduce", "tree", "Simple", [S], s, sc3)[0]
-    lat3 = 8.4 + 5.0 + 2 * (7 * 3.0 * 4.0 / 3.4 + 2 * 10.0)  # the btree over 3 nodes is 2 hops deep
+    lat3 = 8.4 + 5.0 + 2 * (7 * 3.0 * 4.0 / 3.4 + 2 * 10.0) + 7.0  # the btree over 3 nodes is 2 hops deep
     assert t3 == pytest.approx(lat3 + S / (1000 * (2 * 50.0 / 2.0)))
 
 
@@ -76,6 +78,7 @@ def test_nvls_tree_across_nvlink_domains_crosses_the_network_through_one_nic_per
     S = float(1 << 34)
     t = nt.physical_time_us("all_reduce", "nvls_tree", "Simple", [S], s, sc)[0]
     lat = 0.0 + 5.0 + 3.0 * 25 / 3.4 + 2 * 2 * 10.0 * 20.9 / 14.0  # launch, NVLS hop, 2h net hops (3 nodes: h = 2)
+    lat += 7.0                                                      # net_simple_base_us: NVLS tree is Simple
     assert nt.nvls_tree_nics(s, sc) == 32
     alg = 32 * 50.0 / 2.0                                          # D > 2: 2S per domain through 32 heads' NICs
     # one loop (16 NVLS channels x 32 heads x 128 KiB) through 4 hops of half a head's channels; in the
