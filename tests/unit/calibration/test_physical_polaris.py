@@ -163,6 +163,17 @@ def test_without_a_threshold_it_is_not_fitted_and_says_nothing():
     assert not any(n.startswith("net_rdzv_us") for n in fit.notes)
 
 
+def _written_before(doc, name):
+    """`doc` as a calibration file written before the fitted constant `name` existed."""
+    old = copy.deepcopy(doc)
+    i = old["free"].index(name)
+    old["free"] = old["free"][:i] + old["free"][i + 1:]
+    old["covariance"] = [row[:i] + row[i + 1:] for j, row in enumerate(old["covariance"]) if j != i]
+    del old["constants"][name]
+    del old["nominal_system"][name]
+    return old
+
+
 def test_calibration_file_records_it_and_an_older_file_reads_it_as_nominal():
     fit = _fit_2x4_logs("2.21")
     doc = physical_to_dict(fit)
@@ -172,13 +183,7 @@ def test_calibration_file_records_it_and_an_older_file_reads_it_as_nominal():
     back = physical_from_dict(copy.deepcopy(doc), "cal.yaml")
     assert back.constants["net_rdzv_us"].value == pytest.approx(fit.constants["net_rdzv_us"].value)
     assert back.system.net_rdzv_threshold_bytes == 4097
-    old = copy.deepcopy(doc)
-    i = old["free"].index("net_rdzv_us")
-    old["free"] = old["free"][:i] + old["free"][i + 1:]
-    old["covariance"] = [row[:i] + row[i + 1:] for j, row in enumerate(old["covariance"]) if j != i]
-    del old["constants"]["net_rdzv_us"]
-    del old["nominal_system"]["net_rdzv_us"]
-    back = physical_from_dict(old, "old.yaml")
+    back = physical_from_dict(_written_before(doc, "net_rdzv_us"), "old.yaml")
     c = back.constants["net_rdzv_us"]
     assert not c.determined and c.stderr is None and c.value == 14.0
 
@@ -210,13 +215,7 @@ def test_the_polaris_nccl_2_21_logs_read_it_near_the_measured_per_collective_cos
 def test_a_calibration_file_from_before_the_simple_base_latency_reads_it_as_nominal():
     doc = physical_to_dict(_fit_2x4_logs("2.21"))
     assert doc["constants"]["net_simple_base_us"]["determined"]
-    old = copy.deepcopy(doc)
-    i = old["free"].index("net_simple_base_us")
-    old["free"] = old["free"][:i] + old["free"][i + 1:]
-    old["covariance"] = [row[:i] + row[i + 1:] for j, row in enumerate(old["covariance"]) if j != i]
-    del old["constants"]["net_simple_base_us"]
-    del old["nominal_system"]["net_simple_base_us"]
-    back = physical_from_dict(old, "old.yaml")
+    back = physical_from_dict(_written_before(doc, "net_simple_base_us"), "old.yaml")
     c = back.constants["net_simple_base_us"]
     assert not c.determined and c.stderr is None and c.value == 14.0
     assert back.system.net_simple_base_us == 14.0
