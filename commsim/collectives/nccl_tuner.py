@@ -1343,7 +1343,6 @@ def priced_by(algorithm: str, protocol: str, scale: Scale, system: Optional[Syst
                 names.add("net_ll_ch_GBps")
             if protocol == SIMPLE and system is not None and system.net_rdzv_threshold_bytes is not None:
                 names.add("net_rdzv_us")
-
         if a == "tree":
             names.add("tree_efficiency")
     elif a in ("nvls", "nvls_tree"):
