@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import copy
-import json
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -28,6 +25,7 @@ from commsim.scenario.budget import (
     estimate,
 )
 from commsim.scenario.loader import ALGORITHMS, load_scenario, parse_scenario
+from tests.conftest import load_benchmark
 
 ROOT = Path(__file__).resolve().parents[3]
 SRC = "run.yaml"
@@ -270,39 +268,18 @@ def test_a_refusal_is_an_input_error():
 
 # --- the formula against a measured run ------------------------------------------------------------
 
-_MEASURE = r"""
-import json, sys, time
-from commsim.scenario.loader import parse_scenario
-from commsim.scenario.budget import estimate
-from commsim.sim.engine import simulate
-from commsim.analysis.report import summarize
-sc = parse_scenario(json.loads(sys.argv[1]), "mid.yaml")
-start = time.process_time()
-result = simulate(sc)
-baseline = simulate(sc.without_stragglers())
-summarize(sc, result, baseline)  # what `commsim run` does
-seconds = time.process_time() - start
-# VmHWM, not ru_maxrss: ru_maxrss survives exec, so a child forked from a large pytest process
-# would report the parent's resident set (646 MB in a full CI run against 202 MB alone)
-peak = next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmHWM:")) * 1024
-print(json.dumps({"peak": peak, "seconds": seconds, "est_memory": estimate(sc).memory_bytes,
-                  "est_seconds": estimate(sc).seconds}))
-"""
-
-
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs /proc/self/status (VmHWM, Linux)")
 def test_estimate_against_a_measured_mid_size_run():
     # 2,048 ranks x 1,000 steps with jitter: the (steps, ranks) records dominate (about 190 MiB
-    # of the estimate against 64 MiB of interpreter), so a wrong count of arrays shows.
-    doc = dict(BASE, steps=1000, cluster=dict(BASE["cluster"], nodes=256),
-               stragglers=[{"kind": "jitter", "cv": 0.05}])
-    out = subprocess.run([sys.executable, "-c", _MEASURE, json.dumps(doc)], cwd=ROOT, capture_output=True,
-                         text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    m = json.loads(out.stdout)
-    # measured 202 MiB peak RSS against 254 MiB estimated (x1.26); 0.36-0.64 s CPU against 0.37 s
+    # of the estimate against 64 MiB of interpreter), so a wrong count of arrays shows. Memory does
+    # not depend on the machine; the seconds do (the estimate's constants are one machine's: 0.37 s
+    # against 0.36-0.64 s measured there, 1.2-1.9 s on a 2-core AMD EPYC VM), so they are measured
+    # by benchmarks/run_budget.py and only an estimate wrong by more than 25x fails here.
+    bench = load_benchmark("run_budget")
+    m = bench.measure(bench.scenario_doc(256, 1000))
+    # measured 202 MiB peak RSS against 254 MiB estimated (x1.26)
     assert 0.5 <= m["est_memory"] / m["peak"] <= 2, m
-    assert 0.25 <= m["est_seconds"] / m["seconds"] <= 4, m
+    assert 1 / 25 <= m["est_seconds"] / m["seconds"] <= 25, m
 
 
 # --- run --trace: a run of its own and a span per step, collective and traced rank ----------------
