@@ -52,7 +52,12 @@ fit caps allow (:func:`~commsim.analysis.ddp_fit.overhead_profile`) the predicte
 spans 0 in three of those four runs (-3.2 .. +8.1, -10.1 .. +22.7, -3.3 .. +6.9 ms): on two
 threads the 2/4/10 MB caps do not determine the sign. One thread: +39.16 ms [+30.48, +45.48]
 (48/48) against +39.08 (h not determined; +39.1 .. +53.4 over the profile, sign stable;
-[+39.17]): the sign matches.
+[+39.17]): the sign matches. Two threads on a 2-core AMD EPYC VM (8 rounds x 6 steps, load
+0.1-2.1): +4.54 ms [+3.00, +8.31] (34/48, decided) against -0.14 pooled (-5.8 .. +16.0 across the
+three calibrations; h 0 .. 2.5 ms over the profile: not determined), while the calibrated
+collectives alone say +2.67 ms and the scenario's default costs +2.73, per extra bucket +0.34 ms
+measured against +0.33 from the collectives: there the fit's per-step constant (+14 to +16 ms),
+not the collectives, takes the sign away.
 
 ``--save-raw`` keeps the measurement (every rank's rounds) and ``--from-raw`` predicts from
 one again without running torch: another model, the same data.
