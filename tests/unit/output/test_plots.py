@@ -310,18 +310,13 @@ def test_predicted_vs_measured_from_validate_json(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def slow_run():
-    sc = load_scenario(_tiny(), overrides=["stragglers=[{kind: slow_rank, ranks: [1], factor: 1.5}]"], steps=6)
+def slow_run(tmp_path_factory):
+    # pytest's own temporary folder, which it prunes (a tempfile.mkdtemp here was left in /tmp)
+    path = tmp_path_factory.mktemp("plots") / "tiny.yaml"
+    path.write_text(TINY)
+    sc = load_scenario(path, overrides=["stragglers=[{kind: slow_rank, ranks: [1], factor: 1.5}]"], steps=6)
     result, baseline = simulate(sc), simulate(sc.without_stragglers())
     return result, baseline, summarize(sc, result, baseline)
-
-
-def _tiny() -> Path:
-    import tempfile
-
-    path = Path(tempfile.mkdtemp(prefix="commsim-plots-")) / "tiny.yaml"
-    path.write_text(TINY)
-    return path
 
 
 def test_run_waiting_panel_shows_the_straggler_cost_not_exposed_communication(slow_run):
