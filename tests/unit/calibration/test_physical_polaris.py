@@ -1,5 +1,6 @@
 """The NCCL release a log ran, read from its provenance line (the Polaris logs print no banner)."""
 
+import copy
 import os
 
 import pytest
@@ -91,23 +92,29 @@ def test_the_polaris_2x4_logs_determine_it_near_10_us_with_both_releases():
         assert fit.constants["intra_hop_us"].value < 10.0  # 2.18: 1.3 us; 2.21: 7.1 +- 1.9 us
 
 
+def _written_before(doc, name):
+    """`doc` as a calibration file written before the fitted constant `name` existed."""
+    old = copy.deepcopy(doc)
+    if name in old["free"]:  # such a file never fitted it
+        i = old["free"].index(name)
+        old["free"] = old["free"][:i] + old["free"][i + 1:]
+        old["covariance"] = [row[:i] + row[i + 1:] for j, row in enumerate(old["covariance"]) if j != i]
+    del old["constants"][name]
+    del old["nominal_system"][name]
+    return old
+
+
 def test_a_calibration_file_without_the_constant_reads_it_as_nominal():
     sizes = 2.0 ** np.arange(10, 24)
     ms = [Measurement("s", "all_reduce", 2, 4, sizes, plan("all_reduce", _polaris(), 2, 4).time_us(sizes))]
     doc = physical_to_dict(fit_physical(ms, _polaris()))
     assert "net_step_us" in doc["constants"]
-    doc["constants"].pop("net_step_us")
-    if "net_step_us" in doc["free"]:  # a file written before the constant existed never fitted it
-        i = doc["free"].index("net_step_us")
-        doc["free"] = doc["free"][:i] + doc["free"][i + 1:]
-        doc["covariance"] = [row[:i] + row[i + 1:] for j, row in enumerate(doc["covariance"]) if j != i]
-    back = physical_from_dict(doc, "old.yaml")
+    back = physical_from_dict(_written_before(doc, "net_step_us"), "old.yaml")
     assert back.constants["net_step_us"].value == 2.0 and not back.constants["net_step_us"].determined
 
 
 # --- the per-message rendezvous cost: a network constant the 2x4 logs determine ----------------
 
-import copy  # noqa: E402
 
 from commsim.calibration.physical_fit import LEVEL, NETWORK_NAMES  # noqa: E402
 
@@ -168,17 +175,6 @@ def test_without_a_threshold_it_is_not_fitted_and_says_nothing():
     c = fit.constants["net_rdzv_us"]
     assert not c.determined and c.value == s.net_rdzv_us
     assert not any(n.startswith("net_rdzv_us") for n in fit.notes)
-
-
-def _written_before(doc, name):
-    """`doc` as a calibration file written before the fitted constant `name` existed."""
-    old = copy.deepcopy(doc)
-    i = old["free"].index(name)
-    old["free"] = old["free"][:i] + old["free"][i + 1:]
-    old["covariance"] = [row[:i] + row[i + 1:] for j, row in enumerate(old["covariance"]) if j != i]
-    del old["constants"][name]
-    del old["nominal_system"][name]
-    return old
 
 
 def test_calibration_file_records_it_and_an_older_file_reads_it_as_nominal():
