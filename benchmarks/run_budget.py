@@ -44,8 +44,8 @@ seconds = time.process_time() - start
 # VmHWM, not ru_maxrss: ru_maxrss survives exec, so a child forked from a large pytest process
 # would report the parent's resident set (646 MB in a full CI run against 202 MB alone)
 peak = next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmHWM:")) * 1024
-print(json.dumps({"peak": peak, "seconds": seconds, "est_memory": estimate(sc).memory_bytes,
-                  "est_seconds": estimate(sc).seconds}))
+est = estimate(sc)
+print(json.dumps({"peak": peak, "seconds": seconds, "est_memory": est.memory_bytes, "est_seconds": est.seconds}))
 """
 
 
