@@ -33,6 +33,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from commsim.atomic import atomic_write_text  # noqa: E402
+from commsim.cli.outputs import check_script_outputs  # noqa: E402
 from commsim.sim.engine import simulate  # noqa: E402
 from commsim.traces import blame_traces, import_traces  # noqa: E402
 from validate.trace_job import measured_step_time, record  # noqa: E402
@@ -95,6 +97,10 @@ def main(argv=None) -> int:
     p.add_argument("--delay", type=float, default=0.2, help="seconds the last rank sleeps in its backward every step (delay case)")
     p.add_argument("--json", help="write every figure here")
     a = p.parse_args(argv)
+    check_script_outputs(p, {"--json": a.json})  # before the minutes of recording
+    if min(a.nprocs) < 2 or a.repeats < 1 or a.steps < 1 or not a.delay > 0:
+        p.error(f"--nprocs at least 2 each, --repeats and --steps at least 1, --delay above 0; "
+                f"got {a.nprocs}, {a.repeats}, {a.steps}, {a.delay}")
     rows = []
     for n in a.nprocs:
         for _ in range(a.repeats):
@@ -121,7 +127,7 @@ def main(argv=None) -> int:
                   + "; buckets ready at a uniform rate instead " +
                   ", ".join(f"{r['step_error_uniform_ready'] * 100:+.1f}%" for r in rs))
     if a.json:
-        Path(a.json).write_text(json.dumps(rows, indent=2, sort_keys=True) + "\n")
+        atomic_write_text(a.json, json.dumps(rows, indent=2, sort_keys=True) + "\n")
     return 0
 
 

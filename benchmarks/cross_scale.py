@@ -35,6 +35,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
 from commsim.atomic import atomic_write_text  # noqa: E402
+from commsim.cli.outputs import check_script_outputs  # noqa: E402
 from commsim.calibration.nccl_tables import load_tables  # noqa: E402
 from commsim.calibration.physical_fit import Measurement, fit_physical  # noqa: E402
 from commsim.collectives.nccl_tuner import bus_factor, clique_splits, nvls_heads, plan  # noqa: E402
@@ -686,16 +687,7 @@ def main(argv=None) -> int:
     pair_series = [x for x in SERIES if x.name == args.scale_pairs]
     if args.scale_pairs is not None and not pair_series:
         ap.error(f"--scale-pairs: no series {args.scale_pairs!r} (one of: {', '.join(x.name for x in SERIES)})")
-    if args.json is not None:  # before the minutes of fitting
-        folder = os.path.dirname(os.path.abspath(args.json)) if args.json else ""
-        if not args.json:
-            ap.error("--json: expected a file name, got ''")
-        if not os.path.isdir(folder):
-            ap.error(f"--json: no directory {folder!r} to write {args.json!r} in")
-        if os.path.isdir(args.json):
-            ap.error(f"--json: {args.json!r} is a directory, not a file to write")
-        if not os.access(folder, os.W_OK | os.X_OK):
-            ap.error(f"--json: the directory {folder!r} is not writable")
+    check_script_outputs(ap, {"--json": args.json})  # before the minutes of fitting
     results = [run_series(s, args.pick) for s in SERIES]
     single = run_single(args.pick)
     interp = run_interpolation(SERIES, args.pick)

@@ -114,6 +114,7 @@ sys.path.insert(0, ROOT)
 from commsim.analysis.ddp_fit import (DDPRun, decide_paired_sign, fit_ddp_costs, overhead_profile,  # noqa: E402
                                       predicted_step_time)
 from commsim.calibration import fit as calib_fit  # noqa: E402
+from commsim.cli.outputs import check_script_outputs  # noqa: E402
 from commsim.calibration.records import Calibration, Provenance  # noqa: E402
 from commsim.collectives.kernels import make_kernel  # noqa: E402
 from commsim.sim.concurrent_streams import fixed_and_bandwidth, queued_finish_times  # noqa: E402
@@ -524,9 +525,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         ap.error("--caps: two caps, none of them among --fit-caps (the prediction is out of sample)")
     if args.gloo_threads is not None and args.gloo_threads < 1:
         ap.error(f"--gloo-threads: at least 1, got {args.gloo_threads}")
-    for option, out in (("--json", args.json), ("--save-raw", args.save_raw)):  # refused before the run, not after it
-        if out and not os.path.isdir(os.path.dirname(os.path.abspath(out))):
-            ap.error(f"{option}: no directory {os.path.dirname(os.path.abspath(out))!r} to write {out!r} in")
+    check_script_outputs(ap, {"--json": args.json, "--save-raw": args.save_raw})  # before the run, not after it
     from commsim.atomic import atomic_write_text
 
     if args.from_raw:

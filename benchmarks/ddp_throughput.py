@@ -68,6 +68,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
+from commsim.atomic import atomic_write_text  # noqa: E402
+from commsim.cli.outputs import check_script_outputs  # noqa: E402
 from commsim.network.system import PRESETS, job_intra_bw_GBps  # noqa: E402
 from commsim.scenario.schema import parse_scenario  # noqa: E402
 from commsim.sim.ddp_costs import step_overhead  # noqa: E402
@@ -563,9 +565,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--breakdown", action="store_true",
                     help="also print where each row's step goes (compute, exposed time: model, measured, unoverlapped)")
     args = ap.parse_args(argv)
-    for option, out in (("--json", args.json),):  # refused before the run, not after it
-        if out and not os.path.isdir(os.path.dirname(os.path.abspath(out))):
-            ap.error(f"{option}: no directory {os.path.dirname(os.path.abspath(out))!r} to write {out!r} in")
+    check_script_outputs(ap, {"--json": args.json})  # before the run, not after it
     global TXL_OVERLAP
     TXL_OVERLAP = args.txl_overlap == "on"
     rows = txl_rows(os.path.join(DATA, TXL_FILE)) + bert_rows(os.path.join(DATA, BERT_FILE))
@@ -602,8 +602,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     for n in notes:
         print(f"note: {n}")
     if args.json:
-        from commsim.atomic import atomic_write_text
-
         atomic_write_text(args.json, json.dumps({"rows": records, "summary": summ, "notes": notes,
                                                  "hardware": {k: vars(v) for k, v in HARDWARE.items()}},
                                                 sort_keys=True, indent=2) + "\n")

@@ -31,6 +31,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
+from commsim.atomic import atomic_write_text  # noqa: E402
+from commsim.cli.outputs import check_script_outputs  # noqa: E402
 from commsim.lab import Lab, LabSpec, check, describe_rate, parse_bits, signals_raise  # noqa: E402
 from commsim.lab.stream import stream_rate  # noqa: E402
 from commsim.scenario.spec import SlowLink, SlowRank, Throttle  # noqa: E402
@@ -112,6 +114,7 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="all_reduce only, fewer iterations and steps")
     ap.add_argument("--json", default=None, help="write the figures here")
     a = ap.parse_args(argv)
+    check_script_outputs(ap, {"--json": a.json})  # before the minutes of measuring
     rate = parse_bits(a.rate)
     name = f"b{os.getpid() % 100000}"
     doc = {"rate_bps": rate}
@@ -120,8 +123,7 @@ def main(argv=None) -> int:
         doc["scaling"] = scaling(rate, name, a.out, a.quick)
         doc["stragglers"] = stragglers(rate, name, a.out, a.quick)
     if a.json:
-        with open(a.json, "w") as fh:
-            json.dump(doc, fh, indent=1, default=float)
+        atomic_write_text(a.json, json.dumps(doc, indent=1, default=float))
     return 0
 
 

@@ -44,7 +44,10 @@ sys.path.insert(0, os.path.dirname(HERE))
 import statistics  # noqa: E402
 
 from commsim import calibration as calib  # noqa: E402
+from commsim.atomic import atomic_write_text  # noqa: E402
+from commsim.cli.outputs import check_script_outputs  # noqa: E402
 from commsim.calibration.file import load_calibration  # noqa: E402
+from commsim.errors import InputError  # noqa: E402
 from commsim.units import parse_size, parse_time  # noqa: E402
 from validate import collective_bench  # noqa: E402
 from validate.calibrate import rank_calibrate  # noqa: E402
@@ -235,22 +238,31 @@ def main(argv=None) -> int:
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds the cases' torch job may run before it is stopped (the calibration sweeps have their own 300 s)")
     ap.add_argument("--json", dest="json_path", help="also write every figure here")
     args = ap.parse_args(argv)
-    sc = scenario_for(args.nprocs, args.parameters, parse_size(args.bucket_cap), args.steps)
+    check_script_outputs(ap, {"--json": args.json_path})  # before the minutes of measuring
+    try:  # the options' units, before any measuring
+        bucket_cap, slow_stall = parse_size(args.bucket_cap), parse_time(args.slow_stall)
+    except ValueError as exc:  # commsim.units.UnitError: what was expected and what was given
+        ap.error(f"--bucket-cap/--slow-stall: {exc}")
+    if args.nprocs < 2 or args.steps < 1:
+        ap.error(f"--nprocs: at least 2 ranks, --steps at least 1; got {args.nprocs} and {args.steps}")
+    sc = scenario_for(args.nprocs, args.parameters, bucket_cap, args.steps)
     figures = None
     if args.calibration:
-        cal = load_calibration(args.calibration)
+        try:
+            cal = load_calibration(args.calibration)
+        except InputError as exc:  # one line naming the file and what is wrong, not a traceback
+            ap.error(f"--calibration: {exc}")
     else:
         # up to twice the gradient's bytes: the bucket (all of it) within the sweep
         cal, figures = robust_calibration(args.nprocs, int(8 * args.parameters), args.cal_repeats, args.cal_iters)
     report = run_cases(sc, cal, default_cases(bf16=bf16_hook_supported() and not args.no_bf16), args.nprocs,
-                       parse_time(args.slow_stall), timeout_s=args.timeout, machine_rounds=args.machine_rounds)
+                       slow_stall, timeout_s=args.timeout, machine_rounds=args.machine_rounds)
     report["calibration"] = figures
     if not bf16_hook_supported():
         print("# bf16_compress_hook: not run (this torch build runs it only with CUDA and NCCL 2.10+)")
     print(table(report))
     if args.json_path:
-        with open(args.json_path, "w", encoding="utf-8") as fh:
-            json.dump(report, fh, indent=1)
+        atomic_write_text(args.json_path, json.dumps(report, indent=1))
     return 0
 
 

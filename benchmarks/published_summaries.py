@@ -37,6 +37,8 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
+from commsim.atomic import atomic_write_text  # noqa: E402
+from commsim.cli.outputs import check_script_outputs  # noqa: E402
 from commsim.calibration.physical_fit import Measurement, PhysicalFit, compose, fit_physical  # noqa: E402
 from commsim.collectives.nccl_tuner import bus_factor, plan  # noqa: E402
 from commsim.network.system import LINE_RATE_OF, PRESETS, System, nominal_system  # noqa: E402
@@ -310,11 +312,11 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", help="write every figure's prediction to this file")
     args = ap.parse_args(argv)
+    check_script_outputs(ap, {"--json": args.json})
     res = run_all()
     print_report(res)
     if args.json:
-        with open(args.json, "w", encoding="utf-8") as fh:
-            json.dump(res, fh, indent=1, sort_keys=True)
+        atomic_write_text(args.json, json.dumps(res, indent=1, sort_keys=True))
     return 0
 
 

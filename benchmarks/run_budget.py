@@ -27,6 +27,10 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # this checkout's commsim, as the measured runs (cwd ROOT) use
+
+from commsim.atomic import atomic_write_text  # noqa: E402
+from commsim.cli.outputs import check_script_outputs  # noqa: E402
 
 # One measured run, in a fresh interpreter (its own peak resident set).
 MEASURE = r"""
@@ -84,6 +88,7 @@ def main(argv=None) -> int:
         ap.error(f"--nodes: expected integers separated by commas, got {args.nodes!r}")
     if any(n < 1 for n in nodes) or args.steps < 1 or args.repeats < 1:
         ap.error("--nodes, --steps and --repeats must be >= 1")
+    check_script_outputs(ap, {"--json": args.json})  # before the runs
     rows = []
     print(f"{'ranks':>7} {'steps':>6} {'seconds':>8} {'estimated':>9} {'ratio':>6} {'peak MiB':>9} {'est MiB':>8}")
     for n in nodes:
@@ -95,7 +100,7 @@ def main(argv=None) -> int:
               f"{peak / 2**20:>9.0f} {est_m / 2**20:>8.0f}", flush=True)
         rows.append({"nodes": n, "ranks": n * 8, "steps": args.steps, "runs": runs})
     if args.json:
-        Path(args.json).write_text(json.dumps({"rows": rows}, indent=1) + "\n")
+        atomic_write_text(args.json, json.dumps({"rows": rows}, indent=1) + "\n")
     return 0
 
 

@@ -52,6 +52,7 @@ sys.path.insert(0, str(ROOT))  # measure this checkout's commsim, not an install
 
 import numpy as np  # noqa: E402
 
+from commsim.cli.outputs import check_script_outputs  # noqa: E402
 from commsim.network.costs import ddp_buckets  # noqa: E402
 from commsim.scenario.spec import DDP, Cluster, Collective, Compute, Jitter, Link, Model, Scenario, Throttle  # noqa: E402
 
@@ -237,17 +238,17 @@ def tracked_by_git(path: Path) -> bool:
     return r.returncode == 0
 
 
-def output_path(json_arg, update_committed: bool) -> Path:
-    """Where the results go; refuses (before measuring) a committed file without --update-committed."""
-    path = Path(json_arg) if json_arg else DEFAULT_JSON
+def output_path(parser, json_arg, update_committed: bool) -> Path:
+    """Where the results go, checked before measuring: a path that cannot be written, or a
+    committed file without --update-committed, is a usage error (exit 2)."""
+    if json_arg is None:
+        DEFAULT_JSON.parent.mkdir(parents=True, exist_ok=True)  # out/ is ignored by git and made on demand
+        json_arg = str(DEFAULT_JSON)
+    check_script_outputs(parser, {"--json": json_arg})
+    path = Path(json_arg)
     if path.exists() and not update_committed and tracked_by_git(path):
-        sys.exit(f"scale.py: error: --json {path}: a file git tracks (a committed measurement); "
-                 f"pass --update-committed to replace it, or write elsewhere (default {DEFAULT_JSON})")
-    if not path.parent.is_dir():
-        if path == DEFAULT_JSON:
-            path.parent.mkdir(parents=True, exist_ok=True)
-        else:
-            sys.exit(f"scale.py: error: --json {path}: the folder {path.parent} does not exist")
+        parser.error(f"--json {path}: a file git tracks (a committed measurement); "
+                     f"pass --update-committed to replace it, or write elsewhere (default {DEFAULT_JSON})")
     return path
 
 
@@ -270,7 +271,7 @@ def main() -> None:
     if a.child:
         child(a.child[0], int(a.child[1]), a.child[2])
         return
-    json_path = output_path(a.json, a.update_committed)  # before the minutes of measuring
+    json_path = output_path(ap, a.json, a.update_committed)  # before the minutes of measuring
     sizes = [int(s) for s in a.sizes.split(",")]
     print(f"machine: {platform.machine()} {platform.processor() or ''} python {platform.python_version()} "
           f"numpy {np.__version__}, load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")

@@ -28,9 +28,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # measure this checkout's commsim, not an installed one
+DEFAULT_JSON = ROOT / "out" / "streams_speed.json"
 
 import numpy as np  # noqa: E402
 
+from commsim.atomic import atomic_write_text  # noqa: E402
+from commsim.cli.outputs import check_script_outputs  # noqa: E402
 from commsim.scenario.loader import load_scenario  # noqa: E402
 from commsim.sim import engine  # noqa: E402
 from tests.unit.sim.streams_scan import ScanStreams  # noqa: E402
@@ -69,8 +72,12 @@ def main(argv=None) -> int:
     ap.add_argument("--sizes", default="32,64,128,256,1024,4096", help="world sizes for the new loop")
     ap.add_argument("--reference-sizes", default="32,64,128,256", help="world sizes for the old loop too")
     ap.add_argument("--steps", type=int, default=2, help="steps simulated at each size (default 2)")
-    ap.add_argument("--json", type=Path, default=ROOT / "out" / "streams_speed.json", help="where the rows go as JSON (default out/streams_speed.json)")
+    ap.add_argument("--json", default=None, help="where the rows go as JSON (default out/streams_speed.json)")
     a = ap.parse_args(argv)
+    if a.json is None:
+        DEFAULT_JSON.parent.mkdir(parents=True, exist_ok=True)  # out/ is ignored by git and made on demand
+        a.json = str(DEFAULT_JSON)
+    check_script_outputs(ap, {"--json": a.json})  # before the runs
     ref_sizes = set(_ints(a.reference_sizes))
     load_before = os.getloadavg()
     rows = []
@@ -97,9 +104,8 @@ def main(argv=None) -> int:
     print(f"machine: {platform.machine()} {os.cpu_count()} CPUs, Python {platform.python_version()}; "
           f"load average (1/5/15 min) {load_before[0]:.2f}/{load_before[1]:.2f}/{load_before[2]:.2f} before, "
           f"{load_after[0]:.2f}/{load_after[1]:.2f}/{load_after[2]:.2f} after")
-    a.json.parent.mkdir(parents=True, exist_ok=True)
-    a.json.write_text(json.dumps({"rows": rows, "load_before": load_before, "load_after": load_after,
-                                  "cpus": os.cpu_count()}, indent=1) + "\n")
+    atomic_write_text(a.json, json.dumps({"rows": rows, "load_before": load_before, "load_after": load_after,
+                                         "cpus": os.cpu_count()}, indent=1) + "\n")
     return 0 if all(r.get("equal", True) for r in rows) else 1
 
 

@@ -28,6 +28,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from commsim.atomic import atomic_write_text  # noqa: E402
+from commsim.cli.outputs import check_script_outputs  # noqa: E402
+from commsim.errors import InputError  # noqa: E402
+from commsim.scenario.loader import load_scenario  # noqa: E402
 from commsim.sweep.grid import combine_grids, parse_grid_option  # noqa: E402
 from commsim.sweep.run import run_sweep  # noqa: E402
 
@@ -46,6 +50,13 @@ def main(argv=None) -> int:
     ap.add_argument("--json", default=None, help="also write the figures here")
     ap.add_argument("--skip-dask", action="store_true", help="time the process pool only")
     args = ap.parse_args(argv)
+    check_script_outputs(ap, {"--json": args.json})  # before the sweeps
+    if args.jobs < 1:
+        ap.error(f"--jobs: at least 1, got {args.jobs}")
+    try:
+        load_scenario(args.scenario)  # a bad file is one line now, not a traceback from a worker
+    except InputError as exc:
+        ap.error(f"--scenario: {exc}")
 
     grid = combine_grids(parse_grid_option(g) for g in GRID)
     report = {"scenario": args.scenario, "points": len(grid), "jobs": args.jobs,
@@ -81,7 +92,7 @@ def main(argv=None) -> int:
     print(f"load average (1 min) before/after: {report['load_average_before']:.2f} / "
           f"{report['load_average_after']:.2f} on {report['cpus']} CPUs (shared machine)")
     if args.json:
-        Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
+        atomic_write_text(args.json, json.dumps(report, indent=2) + "\n")
     return 0
 
 

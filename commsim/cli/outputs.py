@@ -117,6 +117,21 @@ def check_outputs(outputs: Mapping[str, Optional[str]], inputs: Optional[Mapping
     return bool(to_stdout)
 
 
+def check_script_outputs(parser, outputs: Mapping[str, Optional[str]]) -> None:
+    """:func:`check_outputs` for the argparse scripts in ``benchmarks/``, before their minutes of
+    work: the same rules, reported through ``parser.error`` (usage and one line, exit 2). ``-``
+    is refused: a script's report is its stdout, so a document there would be mixed into it."""
+    for opt, path in outputs.items():
+        if path is not None and is_stdout(path):
+            parser.error(f"{opt} -: expected a file path (this script prints its report on stdout)")
+        if path is not None and not os.fspath(path):
+            parser.error(f"{opt}: expected a file path, got an empty path")
+    try:
+        check_outputs(outputs)
+    except click.ClickException as exc:  # fail()'s CommandFailure
+        parser.error(exc.format_message())
+
+
 def check_not_inputs(outputs: Mapping[str, Optional[str]], inputs: Mapping[str, InputPaths]) -> None:
     """Refuse an output that is one of `inputs` known only once the scenario is read (the
     calibration file a scenario names), as :func:`check_outputs` does for the command's own."""

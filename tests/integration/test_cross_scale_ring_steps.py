@@ -85,8 +85,8 @@ def test_json_is_byte_identical_run_to_run_and_keyless_without_ring_steps(tmp_pa
 
 
 @pytest.mark.parametrize("arg, text", [
-    ("", "--json: expected a file name, got ''"),  # was: no JSON written, silently
-    ("{tmp}", "is a directory, not a file to write"),  # was: IsADirectoryError after the run
+    ("", "--json: expected a file path, got an empty path"),  # was: no JSON written, silently
+    ("{tmp}", "cannot write here: it is a directory"),  # was: IsADirectoryError after the run
 ])
 def test_a_json_path_that_cannot_be_written_is_refused_before_the_run(tmp_path, capsys, arg, text):
     def no_run(*a, **k):

@@ -11,7 +11,7 @@ cross_scale = load_benchmark("cross_scale")
 
 
 @pytest.mark.parametrize("args, text", [
-    (["--json", "{tmp}/missing/out.json"], "--json: no directory"),
+    (["--json", "{tmp}/missing/out.json"], "cannot write here: the folder"),
     (["--ring-steps", ""], "--ring-steps: no series ''"),
 ])
 def test_refused_before_the_run(tmp_path, capsys, args, text):

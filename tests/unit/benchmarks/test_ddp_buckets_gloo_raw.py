@@ -50,4 +50,4 @@ def test_an_output_in_no_directory_is_refused_before_the_run(tmp_path, capsys, o
     with pytest.raises(SystemExit) as exc:
         bench.main(["--from-raw", str(raw), option, str(tmp_path / "missing" / "out.json")])
     assert exc.value.code == 2
-    assert f"{option}: no directory" in capsys.readouterr().err
+    assert f"{option} {tmp_path / 'missing' / 'out.json'}: cannot write here: the folder" in capsys.readouterr().err
