@@ -116,6 +116,13 @@ def _bad_inputs(tmp):
     (tmp / "evil_rank0.pkl").write_bytes(pickle.dumps({"entries": [Evil()]}))
     cases.append(("hostile pickle", [str(tmp / "evil_rank0.pkl"), str(DATA / "delay" / "rank1.fr.pkl")],
                   "evil_rank0.pkl: refusing to load this pickle: it asks for posix.system"))
+    # a group rank of NaN (a ValueError traceback from int()) or -1 (an IndexError in the matching)
+    dump = pickle.loads((DATA / "delay" / "rank0.fr.pkl").read_bytes(), encoding="bytes")
+    for bad, value in (("nan", float("nan")), ("negative", -1)):
+        dump["pg_config"][""]["ranks"] = [value, 1]
+        (tmp / f"pg{bad}_rank0.pkl").write_bytes(pickle.dumps(dump))
+        cases.append((f"{bad} group rank", [str(tmp / f"pg{bad}_rank0.pkl"), str(DATA / "delay" / "rank1.fr.pkl")],
+                      f"pg{bad}_rank0.pkl: pg_config[''].ranks: expected a list of ranks (integers >= 0)"))
     return cases
 
 
