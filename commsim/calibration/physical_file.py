@@ -31,7 +31,7 @@ from typing import Any, Dict, List, Mapping, Sequence
 import numpy as np
 
 from commsim.calibration.errors import CalibrationError
-from commsim.calibration.physical_fit import FittedConstant, Measurement, PhysicalFit
+from commsim.calibration.physical_fit import PRIOR_FACTOR, FittedConstant, Measurement, PhysicalFit
 from commsim.collectives.nccl_tuner import KINDS
 from commsim.errors import InputError
 from commsim.network.system import System, system_from_dict
@@ -117,6 +117,26 @@ class _R:
         return list(v)
 
 
+# The scenario's plausibility limits (every duration at most 1e6 s, every bandwidth at least
+# 1 B/s, a fraction of the clock at least 1e-6), in the constants' units: a hand-edited
+# intra_bw_GBps of 1e-300 or launch_us of 1e300 priced 300-digit and infinite times, with
+# RuntimeWarnings, instead of an error.
+MAX_US = 1e12
+MIN_GBPS = 1e-9
+MIN_EFFICIENCY = 1e-6
+
+
+def _implausible(name: str, value: float) -> str:
+    """What a constant's value must be when it is past the limits above, else ''."""
+    if name.endswith("_us") and value > MAX_US:
+        return f"a time of at most {MAX_US:g} us (1e6 s)"
+    if name.endswith("_GBps") and value < MIN_GBPS:
+        return f"a bandwidth of at least {MIN_GBPS:g} GB/s (1 B/s)"
+    if name.endswith("_efficiency") and value < MIN_EFFICIENCY:
+        return f"an efficiency of at least {MIN_EFFICIENCY:g}"
+    return ""
+
+
 def physical_from_dict(doc: Any, source: str, where: str = "physical") -> PhysicalFit:
     """The :class:`PhysicalFit` of a ``physical:`` mapping (CalibrationError on any defect)."""
     r = _R(source)
@@ -139,6 +159,9 @@ def physical_from_dict(doc: Any, source: str, where: str = "physical") -> Physic
             continue
         c = r.mapping(cdoc[name], w, CONSTANT_KEYS, CONSTANT_OPTIONAL_KEYS)
         value = r.number(c["value"], w + ".value", positive=True)
+        why = _implausible(name, value)
+        if why:
+            raise r.err(w + ".value", f"expected {why}, got {value!r}")
         stderr = None if c["stderr"] is None else r.number(c["stderr"], w + ".stderr")
         if stderr is not None and stderr < 0:
             raise r.err(w + ".stderr", f"expected a standard error >= 0, got {stderr!r}")
@@ -175,6 +198,15 @@ def physical_from_dict(doc: Any, source: str, where: str = "physical") -> Physic
             cov[i, j] = r.number(v, f"{where}.covariance[{i}][{j}]")
     if free and (not np.allclose(cov, cov.T, rtol=1e-6, atol=1e-12) or np.any(np.diag(cov) < 0)):
         raise r.err(f"{where}.covariance", "expected a symmetric matrix with a non-negative diagonal")
+    # The fit's covariance is (data information + prior precision)^-1: no variance exceeds the
+    # prior's (a factor PRIOR_FACTOR, 1 sigma in log). A hand-edited 1e308 overflowed the
+    # interval (exp of it: a RuntimeWarning and an infinite high_us).
+    prior_var = math.log(PRIOR_FACTOR) ** 2
+    for j in range(len(free)):
+        if cov[j, j] > prior_var * (1 + 1e-6):
+            raise r.err(f"{where}.covariance[{j}][{j}]",
+                        f"expected a variance of log({free[j]}) of at most the prior's {prior_var:.4g} "
+                        f"(a factor {PRIOR_FACTOR:g}), got {float(cov[j, j])!r}")
     # A covariance is positive semi-definite; one that is not gives some prediction a negative
     # variance, and its interval NaN (sqrt of a negative). The tolerance admits the rounding of
     # a fitted (J^T J)^-1 written with 17 significant digits.

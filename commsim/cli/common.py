@@ -221,6 +221,14 @@ class Group(click.Group):
                 raise (exc.error if isinstance(exc, _BrokenPipe) else exc) from None
             _silence_stdout()
             return 0
+        except OSError as exc:
+            # the group's own --help/--version (and plain `commsim`) print while the arguments
+            # are parsed, before Group.invoke could catch a full stdout
+            if not _is_full_stdout(exc):
+                raise
+            click.echo(f"{PROG}: error: cannot write to stdout: {exc.strerror or exc}", err=True)
+            _silence_stdout()  # what is still buffered would fail again at interpreter exit
+            return EXIT_INPUT
 
 
 def group(**attrs):

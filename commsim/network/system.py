@@ -229,7 +229,7 @@ class System:
         if self.nvls and self.intra_kind != "nvswitch":
             raise InputError(src, "nvls", f"NVLS needs NVSwitch; intra_kind is {self.intra_kind!r}")
         for i, t in enumerate(self.tiers):
-            if t.nodes_below < 1 or t.oversubscription < 1.0 or t.latency_us < 0:
+            if not (t.nodes_below >= 1 and 1.0 <= t.oversubscription < math.inf and 0 <= t.latency_us < math.inf):
                 raise InputError(src, f"tiers[{i}]", "expected nodes_below >= 1, oversubscription >= 1, latency_us >= 0")
 
     # --- derived quantities -------------------------------------------------------------------
@@ -626,10 +626,15 @@ def system_from_dict(doc: object, source: str, where: str = "system") -> System:
         w = f"{where}.tiers[{i}]"
         if not isinstance(t, Mapping) or set(t) - {"nodes_below", "oversubscription", "latency_us"} or "nodes_below" not in t:
             raise InputError(source, w, "expected a mapping with nodes_below and optional oversubscription, latency_us")
-        try:
-            parsed.append(SwitchTier(int(t["nodes_below"]), float(t.get("oversubscription", 1.0)), float(t.get("latency_us", 0.0))))
-        except (TypeError, ValueError):
-            raise InputError(source, w, f"expected numbers, got {dict(t)!r}") from None
+        below, over, lat = t["nodes_below"], t.get("oversubscription", 1.0), t.get("latency_us", 0.0)
+        # each field checked as written: int() truncated 2.7 and raised OverflowError on .inf, and
+        # a NaN oversubscription or an infinite latency passed every comparison
+        if isinstance(below, bool) or not isinstance(below, int) or below < 1:
+            raise InputError(source, f"{w}.nodes_below", f"expected an integer >= 1, got {below!r}"[:200])
+        for k, v, low in (("oversubscription", over, 1.0), ("latency_us", lat, 0.0)):
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < low:
+                raise InputError(source, f"{w}.{k}", f"expected a finite number >= {low:g}, got {v!r}"[:200])
+        parsed.append(SwitchTier(below, float(over), float(lat)))
     kw["tiers"] = tuple(parsed)
     srcs = kw.get("sources") or {}
     if not isinstance(srcs, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in srcs.items()):

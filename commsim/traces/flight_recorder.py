@@ -34,8 +34,6 @@ import re
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-import numpy as np
-
 from commsim.traces.errors import TraceError
 from commsim.traces.kinds import DTYPE_BYTES, collective_kind, dtype_name
 from commsim.traces.records import CommEvent, RankTrace
@@ -82,16 +80,26 @@ def rank_from_name(path: str) -> Optional[int]:
     return int(nums[-1]) if nums else None
 
 
-def _ranks(raw: Any) -> Tuple[int, ...]:
+def _ranks(raw: Any, source: str, where: str) -> Tuple[int, ...]:
+    """A process group's ranks: a list of integers >= 0, or the text of one ("[0, 1]"; text that
+    is no list of integers says nothing, as before). A NaN, an infinity, a mapping or a negative
+    rank was a traceback (int() of it, or an index from the end of the ranks' list)."""
     if isinstance(raw, (list, tuple)):
-        return tuple(int(x) for x in raw)
-    if isinstance(raw, str):
-        items = [x.strip() for x in raw.strip().strip("[]").split(",") if x.strip()]
+        items = list(raw)
+    elif isinstance(raw, str):
         try:
-            return tuple(int(x) for x in items)
+            items = [int(x.strip()) for x in raw.strip().strip("[]").split(",") if x.strip()]
         except ValueError:
             return ()
-    return ()
+    else:
+        return ()
+    for x in items:
+        if isinstance(x, bool) or not isinstance(x, int) or x < 0:
+            raise TraceError(source, where, f"expected a list of ranks (integers >= 0), got {raw!r:.80}")
+    return tuple(items)
+
+
+MAX_BYTES = 2**63  # a collective's bytes, as the int64 byte counts of every other trace format
 
 
 def _size(shapes: Any, dtypes: Any, source: str, where: str) -> Tuple[int, str]:
@@ -104,10 +112,14 @@ def _size(shapes: Any, dtypes: Any, source: str, where: str) -> Tuple[int, str]:
         d = dtype_name(raw)
         if d is None:
             raise TraceError(source, where, f"unknown dtype {raw!r}")
-        if not isinstance(shape, list) or not all(isinstance(x, int) for x in shape):
-            raise TraceError(source, where, f"expected a tensor size (a list of integers), got {shape!r}")
-        total += int(np.prod(shape)) * DTYPE_BYTES[d] if shape else DTYPE_BYTES[d]
+        if not isinstance(shape, list) or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0
+                                                  for x in shape):
+            raise TraceError(source, where, f"expected a tensor size (a list of integers >= 0), got {shape!r:.80}")
+        # math.prod: exact (np.prod wrapped [2**32, 2**32] to 0 bytes in int64)
+        total += math.prod(shape) * DTYPE_BYTES[d]
         dt = dt or d
+    if total >= MAX_BYTES:
+        raise TraceError(source, where, f"expected tensors of fewer than 2**63 bytes in all, got {total:.3g} bytes")
     return total, dt
 
 
@@ -171,7 +183,7 @@ def read_flight_recorder(doc: Any, source: str, rank: Optional[int] = None) -> R
     config = doc.get("pg_config") if isinstance(doc.get("pg_config"), dict) else {}
     for name, pg in config.items():
         if isinstance(pg, dict):
-            pgs[str(name)] = _ranks(pg.get("ranks"))
+            pgs[str(name)] = _ranks(pg.get("ranks"), source, f"pg_config[{str(name)!r}].ranks")
     # gloo dumps name the default group '' in pg_config and '0' in their entries: with one
     # group configured, an entry's group that is not in it is that one
     only = next(iter(pgs.values())) if len(pgs) == 1 else None

@@ -29,7 +29,6 @@ import math
 import re
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-import numpy as np
 
 from commsim.traces.errors import TraceError
 from commsim.traces.kinds import (
@@ -62,17 +61,20 @@ def _rank_list(raw: Any, size: Optional[int], where: str, source: str) -> Option
         items = [x.strip() for x in raw.strip().strip("[]").split(",") if x.strip()]
     else:
         raise TraceError(source, where, f"expected a list of ranks, got {type(raw).__name__}")
-    if TRUNCATED not in items:
+    def ranks(texts: List[str]) -> List[int]:
         try:
-            return tuple(int(x) for x in items)
+            out = [int(x) for x in texts]
         except ValueError:
-            raise TraceError(source, where, f"expected a list of ranks, got {raw!r}") from None
+            out = [-1]
+        if any(r < 0 for r in out):  # a negative rank indexed the ranks' list from its end
+            raise TraceError(source, where, f"expected a list of ranks (integers >= 0), got {raw!r:.80}")
+        return out
+
+    if TRUNCATED not in items:
+        return tuple(ranks(items))
     cut = items.index(TRUNCATED)
-    try:
-        head = [int(x) for x in items[:cut]]
-        tail = [int(x) for x in items[cut + 1:] if x != TRUNCATED]
-    except ValueError:
-        raise TraceError(source, where, f"expected a list of ranks, got {raw!r}") from None
+    head = ranks(items[:cut])
+    tail = ranks([x for x in items[cut + 1:] if x != TRUNCATED])
     if size and len(head) >= 2 and tail:
         stride = head[1] - head[0]
         if stride > 0 and all(b - a == stride for a, b in zip(head, head[1:])):
@@ -82,11 +84,18 @@ def _rank_list(raw: Any, size: Optional[int], where: str, source: str) -> Option
     return None
 
 
-def _int(value: Any, source: str, where: str, what: str) -> int:
+def _int(value: Any, source: str, where: str, what: str, minimum: int = 0) -> int:
+    """An integer arg of an op (an int, or its text), at least `minimum`. A boolean, a fraction
+    (int() truncated 2.5 to 2), an infinity (int() raised OverflowError: a traceback) and a count
+    below the minimum (a negative element count read as bytes) are refused."""
     try:
+        if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+            raise ValueError(value)
         out = int(value)
-    except (TypeError, ValueError):
-        raise TraceError(source, where, f"expected {what} (an integer), got {value!r}") from None
+    except (TypeError, ValueError, OverflowError):
+        raise TraceError(source, where, f"expected {what} (an integer), got {value!r:.60}") from None
+    if out < minimum:
+        raise TraceError(source, where, f"expected {what} (an integer >= {minimum}), got {value!r:.60}")
     return out
 
 
@@ -97,9 +106,9 @@ def _numel(dims: Any) -> Optional[int]:
     first = dims[0]
     if isinstance(first, list) and first and isinstance(first[0], list):  # a TensorList: the first tensor
         first = first[0]
-    if not isinstance(first, list) or not all(isinstance(d, int) for d in first):
-        return None
-    return int(np.prod(first)) if first else 1
+    if not isinstance(first, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in first):
+        return None  # a negative dimension is no size (and -1 bytes means "unknown" downstream)
+    return math.prod(first)  # exact: np.prod wrapped [2**32, 2**32] to 0 in int64
 
 
 MAX_NS = 2**63  # the profiler's and Flight Recorder's nanosecond stamps are int64
@@ -261,6 +270,9 @@ class _Reader:
         for j, pg in enumerate(self.dist.get("pg_config") or []):
             if isinstance(pg, dict) and "pg_name" in pg:
                 ranks = pg.get("ranks")
+                if isinstance(ranks, list) and any(isinstance(r, int) and not isinstance(r, bool) and r < 0 for r in ranks):
+                    raise TraceError(self.source, f"distributedInfo.pg_config[{j}].ranks",
+                                     f"expected a list of ranks (integers >= 0), got {ranks!r:.80}")
                 ranks = tuple(int(r) for r in ranks) if isinstance(ranks, list) and all(isinstance(r, int) for r in ranks) else ()
                 out.append((str(pg["pg_name"]), ranks))
         return tuple(out)
@@ -304,7 +316,7 @@ class _Reader:
                 n_in = _int(args.get("In msg nelems", 0), self.source, f"{where}.args.In msg nelems", "an element count")
                 n_out = _int(args.get("Out msg nelems", n_in), self.source, f"{where}.args.Out msg nelems", "an element count")
                 size = args.get("Group size")
-                size = _int(size, self.source, f"{where}.args.Group size", "a group size") if size is not None else None
+                size = _int(size, self.source, f"{where}.args.Group size", "a group size", 1) if size is not None else None
                 seq = args.get("Seq")
                 seq = _int(seq, self.source, f"{where}.args.Seq", "a sequence number") if seq is not None else None
                 group = args.get("Process Group Name")

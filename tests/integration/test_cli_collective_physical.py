@@ -115,3 +115,22 @@ def test_collective_level_the_calibration_lacks_names_the_file_and_option(tmp_pa
     assert run_cli(["collective", "--calibration", str(cal), "--ranks", "4", "--level", "inter_node"]) == 2
     assert capsys.readouterr().err.strip().splitlines() == [
         f"commsim: error: {cal}: --level: calibration has no link level 'inter_node' (it has intra_node)"]
+
+
+@pytest.mark.parametrize("tier, key", [
+    ({"nodes_below": float("inf")}, "nodes_below"),
+    ({"nodes_below": 2, "oversubscription": float("nan")}, "oversubscription"),
+    ({"nodes_below": 2, "latency_us": float("inf")}, "latency_us"),
+])
+def test_a_hand_edited_switch_tier_is_one_line_naming_its_key(cal, tmp_path, tier, key, capsys):
+    # nodes_below: .inf was a traceback (int(inf)); a NaN oversubscription or an infinite latency
+    # was read and priced: RuntimeWarnings and NaN/inf times
+    doc = yaml.safe_load(cal.read_text())
+    doc["physical"]["nominal_system"]["tiers"] = [tier]
+    edited = tmp_path / "edited.yaml"
+    edited.write_text(yaml.safe_dump(doc))
+    assert run_cli(["collective", "--calibration", str(edited), "--nodes", "64", "--gpus-per-node", "4",
+                    "--sizes", "1M:1G:32"]) == 2
+    err = capsys.readouterr().err
+    assert f"{edited}: physical.nominal_system.tiers[0].{key}: expected" in err
+    assert "Traceback" not in err and "Warning" not in err and len(err.strip().splitlines()) == 1

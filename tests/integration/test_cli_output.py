@@ -199,6 +199,17 @@ def test_a_full_stdout_is_one_line_exit_2():
     assert r.stderr.strip().splitlines() == ["commsim: error: cannot write to stdout: No space left on device"]
 
 
+@pytest.mark.parametrize("argv", [["--help"], ["--version"], [], ["-h"]])
+def test_the_groups_own_help_and_version_to_a_full_stdout_are_one_line_exit_2(argv):
+    # `commsim --help > /dev/full` was an OSError traceback, exit 1: the group's own options
+    # (and plain `commsim`) print before any command is invoked
+    with open("/dev/full", "w") as full:
+        r = subprocess.run([sys.executable, "-m", "commsim.cli", *argv], cwd=ROOT, stdout=full,
+                           stderr=subprocess.PIPE, text=True)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.strip().splitlines() == ["commsim: error: cannot write to stdout: No space left on device"]
+
+
 TRACES = ("tests/data/traces/healthy/rank0.trace.json.gz", "tests/data/traces/healthy/rank1.trace.json.gz")
 
 

@@ -116,6 +116,22 @@ def _bad_inputs(tmp):
     (tmp / "evil_rank0.pkl").write_bytes(pickle.dumps({"entries": [Evil()]}))
     cases.append(("hostile pickle", [str(tmp / "evil_rank0.pkl"), str(DATA / "delay" / "rank1.fr.pkl")],
                   "evil_rank0.pkl: refusing to load this pickle: it asks for posix.system"))
+    # an element count of 1e999 (JSON's inf): an OverflowError traceback from int()
+    plan = synth.plan(2, 2)
+    for r in range(2):
+        doc = synth.kineto(r, 2, plan[r], gpu=True)
+        if r == 0:
+            next(e for e in doc["traceEvents"] if e["name"] == "record_param_comms")["args"]["In msg nelems"] = 1e999
+        (tmp / f"infcount_rank{r}.json").write_text(json.dumps(doc))
+    cases.append(("infinite element count", [str(tmp / f"infcount_rank{r}.json") for r in range(2)],
+                  "infcount_rank0.json: traceEvents["))
+    # a group rank of NaN (a ValueError traceback from int()) or -1 (an IndexError in the matching)
+    dump = pickle.loads((DATA / "delay" / "rank0.fr.pkl").read_bytes(), encoding="bytes")
+    for bad, value in (("nan", float("nan")), ("negative", -1)):
+        dump["pg_config"][""]["ranks"] = [value, 1]
+        (tmp / f"pg{bad}_rank0.pkl").write_bytes(pickle.dumps(dump))
+        cases.append((f"{bad} group rank", [str(tmp / f"pg{bad}_rank0.pkl"), str(DATA / "delay" / "rank1.fr.pkl")],
+                      f"pg{bad}_rank0.pkl: pg_config[''].ranks: expected a list of ranks (integers >= 0)"))
     return cases
 
 

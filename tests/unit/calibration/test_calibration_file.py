@@ -104,6 +104,14 @@ def _write(tmp_path, doc):
         (lambda d: d["compute"].update(forward_s=None), "compute.forward_s"),
         (lambda d: d["levels"]["intra_node"]["ranges"][0].update(beta_Bps=0), r"ranges\[0\].beta_Bps"),
         (lambda d: d["levels"]["intra_node"].update(ranges=[]), r"levels.intra_node.ranges: expected a non-empty list"),
+        # past the scenario's limits (a duration of 1e6 s, a rate of 1 B/s): 300-digit and
+        # infinite times were printed instead
+        (lambda d: d["levels"]["intra_node"]["ranges"][0].update(alpha_s=1e300),
+         r"ranges\[0\].alpha_s: expected a finite number >= 0 and <= 1e\+06, got 1e\+300"),
+        (lambda d: d["levels"]["intra_node"]["ranges"][0].update(beta_Bps=1e-300),
+         r"ranges\[0\].beta_Bps: expected a finite number >= 1, got 1e-300"),
+        (lambda d: d["levels"]["intra_node"].update(alpha_s=1e7), r"levels.intra_node.alpha_s: expected a finite number >= 0 and <= 1e\+06"),
+        (lambda d: d["levels"]["intra_node"].update(beta_Bps=0.5), r"levels.intra_node.beta_Bps: expected a finite number >= 1"),
     ],
 )
 def test_bad_files_raise_one_line_errors(tmp_path, mutate, msg):

@@ -3,6 +3,7 @@ semi-definite, or a negative standard error, is refused naming its key path (bef
 loaded and gave NaN intervals and a numpy RuntimeWarning in every prediction)."""
 
 import copy
+import re
 from dataclasses import replace
 
 import numpy as np
@@ -51,3 +52,29 @@ def test_a_negative_standard_error_is_refused(doc):
     bad["constants"][name]["stderr"] = -3.0
     with pytest.raises(CalibrationError, match=rf"physical.constants.{name}.stderr: expected a standard error >= 0, got -3.0"):
         physical_from_dict(bad, "cal.yaml")
+
+
+@pytest.mark.parametrize("name, value, expected", [
+    ("intra_bw_GBps", 1e-300, "expected a bandwidth of at least 1e-09 GB/s (1 B/s)"),  # inf times
+    ("launch_us", 1e300, "expected a time of at most 1e+12 us (1e6 s)"),  # 300-digit times
+    ("tree_efficiency", 1e-300, "expected an efficiency of at least 1e-06"),
+])
+def test_a_constant_past_the_scenarios_limits_is_refused(doc, name, value, expected):
+    d = copy.deepcopy(doc)
+    d["constants"][name]["value"] = value
+    if d["constants"][name].get("line_rate_GBps"):
+        d["constants"][name]["line_rate_GBps"] = max(value, d["constants"][name]["line_rate_GBps"])
+    with pytest.raises(CalibrationError, match=rf"cal.yaml: physical.constants.{name}.value: {re.escape(expected)}"):
+        physical_from_dict(d, "cal.yaml")
+
+
+def test_a_variance_above_the_priors_is_refused(doc):
+    # a diagonal of 1e308 is symmetric and positive semi-definite, but exp(1.96 sd) of a
+    # prediction overflowed: a RuntimeWarning and an infinite high_us
+    d = copy.deepcopy(doc)
+    k = len(d["free"])
+    d["covariance"] = (np.eye(k) * 1e308).tolist()
+    with pytest.raises(CalibrationError, match=r"cal.yaml: physical.covariance\[0\]\[0\]: expected a variance of log\("):
+        physical_from_dict(d, "cal.yaml")
+    d["covariance"] = (np.eye(k) * np.log(4.0) ** 2).tolist()  # the prior's own: the most a fit gives
+    physical_from_dict(d, "cal.yaml")

@@ -173,3 +173,31 @@ def test_nic_reported_latency_is_read_back_and_checked():
     with pytest.raises(InputError) as e:
         system_from_dict(doc, "cal.yaml", "physical.nominal_system")
     assert e.value.path == "physical.nominal_system.nic_reported_latency_us"
+
+
+@pytest.mark.parametrize("tier, key", [
+    ({"nodes_below": float("inf")}, "nodes_below"),  # int(inf): an OverflowError, a traceback
+    ({"nodes_below": 2.7}, "nodes_below"),  # int() truncated it to 2
+    ({"nodes_below": True}, "nodes_below"),
+    ({"nodes_below": "2"}, "nodes_below"),
+    ({"nodes_below": 2, "oversubscription": float("nan")}, "oversubscription"),  # passed `< 1.0`
+    ({"nodes_below": 2, "oversubscription": float("inf")}, "oversubscription"),
+    ({"nodes_below": 2, "latency_us": float("inf")}, "latency_us"),
+    ({"nodes_below": 2, "latency_us": float("nan")}, "latency_us"),
+    ({"nodes_below": 2, "latency_us": "1"}, "latency_us"),
+])
+def test_system_from_dict_refuses_a_bad_switch_tier_at_its_field(tier, key):
+    from commsim.network.system import system_from_dict
+
+    doc = dict(PRESETS["p5"].describe(), tiers=[tier])
+    with pytest.raises(InputError) as e:
+        system_from_dict(doc, "cal.yaml", "physical.nominal_system")
+    assert e.value.path == f"physical.nominal_system.tiers[0].{key}"
+    tiers = system_from_dict(dict(doc, tiers=[{"nodes_below": 16, "oversubscription": 2, "latency_us": 1}]), "cal.yaml").tiers
+    assert tiers == (SwitchTier(16, 2.0, 1.0),)
+
+
+def test_a_switch_tier_with_nan_or_inf_is_refused_by_the_record_too():
+    for tier in (SwitchTier(2, float("nan")), SwitchTier(2, 1.0, float("inf"))):
+        with pytest.raises(InputError, match="tiers"):
+            _sys(tiers=(tier,))

@@ -154,3 +154,30 @@ def test_a_duration_past_int64_nanoseconds_is_named(duration):
     doc["entries"][1]["duration_ms"] = duration
     with pytest.raises(TraceError, match=r"d_rank0: entries\[1\]\.duration_ms: expected a finite duration >= 0"):
         read_flight_recorder(doc, "d_rank0")
+
+
+@pytest.mark.parametrize("ranks", [[float("nan"), 1], [float("inf"), 1], [{}, 1], [-1, 1], [True, 1], "[0, -1]"])
+def test_a_bad_process_group_rank_is_named_not_a_traceback(ranks):
+    # NaN, inf and a mapping were a ValueError/OverflowError/TypeError traceback from int(); a
+    # negative rank an IndexError in the matching (a list indexed from its end)
+    doc = synth.flight_recorder(0, 2, synth.plan(2, 1)[0])
+    doc["pg_config"]["0"]["ranks"] = ranks
+    with pytest.raises(TraceError, match=r"d_rank0: pg_config\['0'\]\.ranks: expected a list of ranks \(integers >= 0\)"):
+        read_flight_recorder(doc, "d_rank0")
+
+
+@pytest.mark.parametrize("shape", [[-4], [True], [2.5], [2**32, 2**32, 2]])
+def test_a_bad_tensor_size_is_named_not_read(shape):
+    # a negative or boolean dimension was read as bytes; np.prod wrapped [2**32, 2**32, 2] to 0
+    doc = synth.flight_recorder(0, 2, synth.plan(2, 1)[0])
+    doc["entries"][1]["input_sizes"] = [shape]
+    with pytest.raises(TraceError, match=r"d_rank0: entries\[1\]\.input_sizes: expected (a tensor size|tensors of fewer)"):
+        read_flight_recorder(doc, "d_rank0")
+
+
+def test_tensor_sizes_are_exact_past_int64_products():
+    doc = synth.flight_recorder(0, 2, synth.plan(2, 1)[0])
+    doc["entries"][1]["input_sizes"] = [[2**20, 2**20], []]  # a scalar counts one element
+    doc["entries"][1]["input_dtypes"] = ["Float", "Float"]
+    t = read_flight_recorder(doc, "d_rank0")
+    assert max(c.nbytes for c in t.comms) == 4 * 2**40 + 4

@@ -1,5 +1,6 @@
 """Kineto Chrome traces: a real gloo trace of this machine, and NCCL/GPU traces in the documented format."""
 
+import re
 from pathlib import Path
 
 import pytest
@@ -163,3 +164,52 @@ def test_a_base_time_past_int64_is_named():
         read_kineto(doc, "rank0.json")
     doc["baseTimeNanoseconds"] = 2**63 - 1
     assert read_kineto(doc, "rank0.json").origin_ns >= 2**63 - 1
+
+
+def _first_op(doc, name):
+    return next(e for e in doc["traceEvents"] if e["name"] == name)
+
+
+@pytest.mark.parametrize("key, value, expected", [
+    ("In msg nelems", float("inf"), "an element count (an integer), got inf"),  # OverflowError traceback
+    ("In msg nelems", 2.5, "an element count (an integer), got 2.5"),  # int() truncated it
+    ("In msg nelems", True, "an element count (an integer), got True"),
+    ("In msg nelems", -100, "an element count (an integer >= 0), got -100"),  # negative bytes
+    ("Group size", float("inf"), "a group size (an integer), got inf"),
+    ("Group size", 0, "a group size (an integer >= 1), got 0"),
+    ("Seq", float("inf"), "a sequence number (an integer), got inf"),
+])
+def test_a_bad_integer_arg_is_named_not_a_traceback(key, value, expected):
+    doc = synth.kineto(0, 2, synth.plan(2, 1)[0], gpu=True, seq=True)
+    _first_op(doc, "record_param_comms")["args"][key] = value
+    with pytest.raises(TraceError, match=rf"rank0.json: traceEvents\[\d+\]\.args\.{key}: expected " + re.escape(expected)):
+        read_kineto(doc, "rank0.json")
+
+
+@pytest.mark.parametrize("ranks", ["[-1, 1]", [-1, 1]])
+def test_a_negative_group_rank_is_named(ranks):
+    # it indexed the ranks' list from its end downstream
+    doc = synth.kineto(0, 2, synth.plan(2, 1)[0], gpu=True)
+    _first_op(doc, "record_param_comms")["args"]["Process Group Ranks"] = ranks
+    with pytest.raises(TraceError, match=r"Process Group Ranks: expected a list of ranks \(integers >= 0\)"):
+        read_kineto(doc, "rank0.json")
+    doc = synth.kineto(0, 2, synth.plan(2, 1)[0], gpu=True)
+    doc["distributedInfo"] = {"rank": 0, "world_size": 2, "pg_config": [{"pg_name": "0", "ranks": [-1, 1]}]}
+    with pytest.raises(TraceError, match=r"distributedInfo\.pg_config\[0\]\.ranks: expected a list of ranks"):
+        read_kineto(doc, "rank0.json")
+
+
+@pytest.mark.parametrize("dims", [[[-100]], [[True]]])
+def test_a_negative_or_boolean_input_dim_is_no_size(dims):
+    doc = synth.kineto(0, 2, synth.plan(2, 1)[0])
+    _first_op(doc, "gloo:all_reduce")["args"]["Input Dims"] = dims
+    with pytest.raises(TraceError, match=r"gloo:all_reduce without its input's dims"):
+        read_kineto(doc, "rank0.json")
+
+
+def test_input_dims_past_int64_are_exact():
+    # np.prod wrapped [2**32, 2**32] to 0 elements in int64
+    doc = synth.kineto(0, 2, synth.plan(2, 1)[0])
+    _first_op(doc, "c10d::allreduce_")["args"]["Input Dims"] = [[[2**32, 2**32]], [], [], [], [], []]
+    _first_op(doc, "gloo:all_reduce")["args"]["Input Dims"] = [[2**32, 2**32]]
+    assert max(c.nbytes for c in read_kineto(doc, "rank0.json").comms) == 4 * 2**64
