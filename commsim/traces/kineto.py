@@ -29,7 +29,6 @@ import math
 import re
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-
 from commsim.traces.errors import TraceError
 from commsim.traces.kinds import (
     DTYPE_BYTES, collective_kind, dtype_name, is_nccl_kernel, nccl_kernel_kind, nccl_kernel_names,
@@ -61,6 +60,7 @@ def _rank_list(raw: Any, size: Optional[int], where: str, source: str) -> Option
         items = [x.strip() for x in raw.strip().strip("[]").split(",") if x.strip()]
     else:
         raise TraceError(source, where, f"expected a list of ranks, got {type(raw).__name__}")
+
     def ranks(texts: List[str]) -> List[int]:
         try:
             out = [int(x) for x in texts]
