@@ -6,6 +6,7 @@ Shared by the CLI and validate/ (which must not import the CLI).
 from __future__ import annotations
 
 import re
+from fractions import Fraction
 from typing import List
 
 from commsim.units import parse_size
@@ -15,7 +16,10 @@ from commsim.units import parse_size
 # (2**53). Without it "8:1e300" is a thousand sizes up to a 300-digit one.
 MAX_TABLE_BYTES = 1 << 50
 
-_NCCL_SIZE = re.compile(r"^\s*(\d+)\s*([KMGT]?)\s*$", re.IGNORECASE)
+# ASCII digits only (\d also takes other scripts' digits); a fraction with a suffix is fine where
+# it is a whole number of bytes: 1.5M = 1,572,864 B ("1.5M" read "unknown unit 'M'" before)
+_NCCL_SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([KMGT]?)\s*$", re.IGNORECASE | re.ASCII)
+_FACTOR = re.compile(r"^\s*[0-9]+\s*$", re.ASCII)
 
 
 def parse_bench_size(text: str) -> int:
@@ -24,7 +28,10 @@ def parse_bench_size(text: str) -> int:
     commsim.units.parse_size."""
     m = _NCCL_SIZE.match(text)
     if m:
-        return int(m.group(1)) * 1024 ** " KMGT".index((m.group(2) or " ").upper())
+        value = Fraction(m.group(1)) * 1024 ** " KMGT".index((m.group(2) or " ").upper())  # exact
+        if value.denominator != 1:
+            raise ValueError(f"size {text!r} is not a whole number of bytes ({float(value):g})")
+        return int(value)
     value = parse_size(text)
     if value != int(value):
         raise ValueError(f"size {text!r} is not a whole number of bytes")
@@ -40,7 +47,7 @@ def parse_size_range(text: str) -> List[int]:
     if len(parts) not in (2, 3):
         raise ValueError(f"--sizes {text!r}: expected MIN:MAX or MIN:MAX:FACTOR, e.g. 8:1G")
     lo, hi = parse_bench_size(parts[0]), parse_bench_size(parts[1])
-    factor = int(parts[2]) if len(parts) == 3 and parts[2].strip().isdigit() else (2 if len(parts) == 2 else 0)
+    factor = int(parts[2]) if len(parts) == 3 and _FACTOR.match(parts[2]) else (2 if len(parts) == 2 else 0)
     if lo < 1 or hi < lo or factor < 2:
         raise ValueError(f"--sizes {text!r}: expected 1 <= MIN <= MAX and an integer FACTOR >= 2")
     if hi > MAX_TABLE_BYTES:

@@ -23,3 +23,24 @@ def test_a_range_past_2_50_bytes_is_refused_by_the_library(text, given):
         parse_size_range(text)
     assert str(info.value) == (f"--sizes {text!r}: expected sizes up to 2**50 bytes (1,125,899,906,842,624), "
                                f"got MAX = {given} bytes")
+
+
+@pytest.mark.parametrize("text, sizes", [
+    ("1.5M:3M", [1572864, 3145728]),  # read "unknown unit 'M'" before, while 1M worked
+    ("0.5K:1K", [512, 1024]),
+    (".5K:1K", [512, 1024]),
+    ("8:32:2", [8, 16, 32]),
+])
+def test_a_fraction_with_a_suffix_is_a_size_when_it_is_whole_bytes(text, sizes):
+    assert parse_size_range(text) == sizes
+
+
+@pytest.mark.parametrize("text, message", [
+    ("1.3K:1M", "size '1.3K' is not a whole number of bytes (1331.2)"),
+    ("\u0668:1K", "expected a size like"),  # an Arabic-Indic digit 8: \\d took it
+    ("8:1K:\u00b3", "expected 1 <= MIN <= MAX and an integer FACTOR >= 2"),  # int('³') raised its own text
+])
+def test_what_is_no_size_says_so(text, message):
+    with pytest.raises(ValueError) as info:
+        parse_size_range(text)
+    assert message in str(info.value)
