@@ -139,12 +139,16 @@ class _Reader:
         self.doc = doc
         self.events = events
         base = doc.get("baseTimeNanoseconds", 0)
-        if _is_number(base) and isinstance(base, int) and base >= MAX_NS:
+        if isinstance(base, float) and base.is_integer():  # a tool that wrote the int64 as a float
+            base = int(base)
+        if isinstance(base, bool) or not isinstance(base, int) or not 0 <= base < MAX_NS:
             # the profiler writes an int64 of nanoseconds; past float's range the ranks' alignment
-            # ((origin - first origin) * 1e-9) was an OverflowError traceback
+            # ((origin - first origin) * 1e-9) was an OverflowError traceback, and any other value
+            # (a fraction, a string, a negative) was read as 0, so that the error it led to blamed
+            # "ranks from different jobs" instead of this key
             raise TraceError(source, "baseTimeNanoseconds",
-                             f"expected nanoseconds since the epoch (an integer below 2**63), got {base!r:.60}")
-        self.base_ns = base if isinstance(base, int) and base >= 0 else 0
+                             f"expected nanoseconds since the epoch (an integer from 0 below 2**63), got {base!r:.60}")
+        self.base_ns = base
         self.dist = doc.get("distributedInfo") if isinstance(doc.get("distributedInfo"), dict) else {}
         self.notes: List[str] = []
 

@@ -166,6 +166,21 @@ def test_a_base_time_past_int64_is_named():
     assert read_kineto(doc, "rank0.json").origin_ns >= 2**63 - 1
 
 
+@pytest.mark.parametrize("base", [1.5e9 + 0.5, "1700000000000000000", -1, True, None])
+def test_a_base_time_that_is_no_nanosecond_count_is_named(base):
+    # read as 0 before: the error it led to blamed "ranks from different jobs", not this key
+    doc = synth.kineto(0, 2, synth.plan(2, 1)[0], gpu=True)
+    doc["baseTimeNanoseconds"] = base
+    with pytest.raises(TraceError, match=r"rank0\.json: baseTimeNanoseconds: expected nanoseconds since the epoch"):
+        read_kineto(doc, "rank0.json")
+
+
+def test_a_base_time_written_as_a_whole_float_is_read():
+    doc = synth.kineto(0, 2, synth.plan(2, 1)[0], gpu=True)
+    doc["baseTimeNanoseconds"] = 1.7e18
+    assert read_kineto(doc, "rank0.json").origin_ns >= 17 * 10**17
+
+
 def _first_op(doc, name):
     return next(e for e in doc["traceEvents"] if e["name"] == name)
 
