@@ -188,8 +188,12 @@ def load_scenario(
     seed: Optional[int] = None,
     calibration: Optional[Union[str, Path]] = None,
     force: bool = False,
+    grid_overrides: Iterable[str] = (),
 ) -> spec.Scenario:
     """Load, override (``--set``, then ``--steps``/``--seed``/``--calibration``) and validate a scenario file.
+
+    `grid_overrides` (a sweep's grid point, ``k=v`` as ``--set`` takes them) apply after
+    `overrides` and are named ``--grid`` in an error.
 
     A ``calibration`` path given here is relative to the current directory (one in the file
     is relative to the file).
@@ -201,7 +205,8 @@ def load_scenario(
     A bad value that came from the command line is reported against the file with the flag
     named, e.g. ``run.yaml (after --set 'ddp.bucket_cap=0'): ddp.bucket_cap: ...``.
     """
-    return load_scenario_document(path, overrides, steps, seed, calibration, force)[0]
+    return load_scenario_document(path, overrides, steps, seed, calibration, force,
+                                  grid_overrides=grid_overrides)[0]
 
 
 def load_scenario_document(
@@ -212,19 +217,21 @@ def load_scenario_document(
     calibration: Optional[Union[str, Path]] = None,
     force: bool = False,
     trace_ranks: int = 0,
+    grid_overrides: Iterable[str] = (),
 ) -> Tuple[spec.Scenario, Dict[Any, Any]]:
     """:func:`load_scenario`, and the mapping the scenario was validated from (the file after
     the overrides and flags), so that a caller reading a key the scenario leaves out (the
     ``mitigation:`` section) needs no second read and parse of the file. `trace_ranks` > 0:
     the budget counts ``run --trace``'s run and spans on that many ranks too."""
     source = str(path)
-    overrides = list(overrides)
-    doc = apply_overrides(load_document(path), overrides)
+    overrides, grid_overrides = list(overrides), list(grid_overrides)
+    doc = apply_overrides(load_document(path), overrides + grid_overrides)
     # Which flag set which key path, last one wins, to name it in a validation error.
     origins: Dict[str, str] = {}
-    for override in overrides:
-        _, _, tokens = _split_override(override)
-        origins[_format_path(tokens)] = f"--set {override!r}"
+    for flag, given in (("--set", overrides), ("--grid", grid_overrides)):
+        for override in given:
+            _, _, tokens = _split_override(override)
+            origins[_format_path(tokens)] = f"{flag} {override!r}"
     if steps is not None:
         doc["steps"] = steps
         origins["steps"] = f"--steps {steps!r}"

@@ -111,7 +111,7 @@ def plan_sweep(
         point_overrides = tuple(f"{k}={yaml_flow(v)}" for k, v in params.items())
         try:
             # Exactly what `commsim run --set ...` does, so the errors are the same.
-            scenario = load_scenario(scenario_path, [*overrides, *point_overrides], steps, seed)
+            scenario = load_scenario(scenario_path, overrides, steps, seed, grid_overrides=point_overrides)
             mitigations = mitigation_section(scenario_path, [*overrides, *point_overrides]) or ()
             check_mitigations(scenario, mitigations, str(scenario_path))
         except InputError as exc:

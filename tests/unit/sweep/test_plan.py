@@ -30,6 +30,17 @@ def test_bad_points_rejected_before_anything_runs(scenario, tmp_path, arg, fragm
     assert not out.exists()  # nothing ran, nothing written
 
 
+def test_a_bad_grid_value_is_named_as_the_grid_s_and_a_bad_set_as_the_set_s(scenario):
+    # a grid value was reported "(after --set 'cluster.nodes=0')", a flag the user never gave
+    with pytest.raises(ScenarioError) as err:
+        plan_sweep(scenario, parse_grid_option("cluster.nodes=2,0"))
+    assert f"{scenario} (after --grid 'cluster.nodes=0'): cluster.nodes: expected a positive count" in str(err.value)
+    assert str(err.value).endswith("(grid point 1: cluster.nodes=0)")
+    with pytest.raises(ScenarioError) as err:
+        plan_sweep(scenario, parse_grid_option("steps=2,3"), overrides=["cluster.nodes=0"])
+    assert f"{scenario} (after --set 'cluster.nodes=0'): cluster.nodes:" in str(err.value)
+
+
 def test_plan_resolves_each_point(scenario):
     points = plan_sweep(scenario, small_grid())
     assert [p.scenario.world_size for p in points] == [2, 2, 4, 4, 8, 8]
