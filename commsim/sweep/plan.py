@@ -91,6 +91,24 @@ def _refuse_shadowed_keys(grid: Grid, overrides: Sequence[str], steps: Optional[
         if key in swept:
             raise SweepError(f"--grid {key}", None,
                              f"expected {key} swept or set by --set, got both: drop one of them")
+        # the grid's values apply after --set: a swept mapping replaces a --set inside it whole
+        outer = next((k for k in grid.keys if _inside(key, k)), None)
+        if outer is not None:
+            raise SweepError(f"--grid {outer}", None,
+                             f"expected --set {key} outside the swept {outer}, whose every value replaces it: "
+                             f"set it inside the grid's values of {outer}, or sweep {key} instead")
+    # one swept key inside another: the points' columns would disagree with what ran
+    for key in grid.keys:
+        outer = next((k for k in grid.keys if k != key and _inside(key, k)), None)
+        if outer is not None:
+            raise SweepError(f"--grid {key}", None,
+                             f"expected swept keys apart, got {key} inside the swept {outer}: sweep one of them")
+
+
+def _inside(key: str, outer: str) -> bool:
+    """Whether key path `key` is `outer` or lies within it (``cluster.nodes`` in ``cluster``,
+    ``stragglers[0].cv`` in ``stragglers``)."""
+    return key == outer or key.startswith(outer + ".") or key.startswith(outer + "[")
 
 
 def plan_sweep(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from commsim.errors import ScenarioError
+from commsim.errors import InputError, ScenarioError
 from commsim.sweep.grid import parse_grid_args, parse_grid_option
 from commsim.sweep.plan import plan_sweep, yaml_flow
 from commsim.sweep.run import run_sweep
@@ -93,3 +93,26 @@ def test_a_swept_key_set_by_another_option_is_refused(scenario, tmp_path, grid_a
 def test_other_options_beside_the_grid_still_apply(scenario):
     points = plan_sweep(scenario, parse_grid_args(["seed=0,1"]), ["cluster.nodes=4"], steps=3)
     assert [(p.scenario.steps, p.scenario.seed, p.scenario.world_size) for p in points] == [(3, 0, 8), (3, 1, 8)]  # 4 nodes x 2 GPUs
+
+
+@pytest.mark.parametrize("grid, overrides, message", [
+    # the swept mapping replaced the --set inside it at every point, silently
+    (["cluster={nodes: 2, gpus_per_node: 2}"], ["cluster.nodes=8"],
+     "--grid cluster: expected --set cluster.nodes outside the swept cluster"),
+    (["stragglers=[]"], ["stragglers[0].cv=0.2"], "--grid stragglers: expected --set stragglers[0].cv outside"),
+    # the inner key's column said one thing, the outer mapping's another
+    (["cluster={nodes: 2, gpus_per_node: 2}", "cluster.nodes=1,2"], [],
+     "--grid cluster.nodes: expected swept keys apart, got cluster.nodes inside the swept cluster"),
+])
+def test_a_key_inside_a_swept_mapping_is_refused_before_anything_runs(scenario, tmp_path, grid, overrides, message):
+    out = tmp_path / "out"
+    with pytest.raises(InputError) as err:
+        run_sweep(scenario, parse_grid_args(grid), out, overrides=overrides, jobs=1)
+    assert str(err.value).startswith(message), str(err.value)
+    assert not out.exists()
+
+
+def test_a_set_that_refines_a_swept_neighbour_is_allowed(scenario):
+    # --set cluster.gpus_per_node with --grid cluster.nodes: apart, both apply
+    points = plan_sweep(scenario, parse_grid_option("cluster.nodes=1,2"), overrides=["cluster.gpus_per_node=2"])
+    assert [p.scenario.world_size for p in points] == [2, 4]
