@@ -132,8 +132,8 @@ def _implausible(name: str, value: float) -> str:
         return f"a time of at most {MAX_US:g} us (1e6 s)"
     if name.endswith("_GBps") and value < MIN_GBPS:
         return f"a bandwidth of at least {MIN_GBPS:g} GB/s (1 B/s)"
-    if name.endswith("_efficiency") and value < MIN_EFFICIENCY:
-        return f"an efficiency of at least {MIN_EFFICIENCY:g}"
+    if name.endswith("_efficiency") and not MIN_EFFICIENCY <= value <= 1.0:
+        return f"an efficiency from {MIN_EFFICIENCY:g} to 1 (a fraction of a bandwidth; the fit is bounded at 1)"
     return ""
 
 

@@ -337,9 +337,10 @@ def fit_physical(
     sigma_prior = math.log(PRIOR_FACTOR)
 
     def upper(free_names) -> np.ndarray:
-        # a link bandwidth never exceeds its line rate: the fit is bounded there (log space)
-        return np.array([math.log(nominal.line_rate_GBps(n)) if nominal.line_rate_GBps(n) else math.inf
-                         for n in free_names])
+        # a link bandwidth never exceeds its line rate, an efficiency (a fraction of a bandwidth)
+        # never exceeds 1: the fit is bounded there (log space)
+        return np.array([math.log(nominal.line_rate_GBps(n)) if nominal.line_rate_GBps(n)
+                         else (0.0 if n.endswith("_efficiency") else math.inf) for n in free_names])
 
     def make(free_names):
         x0 = np.minimum(np.array([math.log(getattr(nominal, n)) for n in free_names]), upper(free_names))
@@ -412,6 +413,9 @@ def fit_physical(
             if at_line:
                 src += f" (at the line rate {line:g} GB/s: the logs alone would put it higher)"
                 notes.append(f"{n}: bounded by the line rate {line:g} GB/s (the bound is active)")
+            elif n.endswith("_efficiency") and x[j] >= -BOUND_TOL:
+                src += " (at 1, the most an efficiency can be: the logs alone would put it higher)"
+                notes.append(f"{n}: bounded at 1, the most an efficiency can be (the bound is active)")
             constants[n] = FittedConstant(n, v, se, True, logs, src, line, at_line)
         else:
             constants[n] = FittedConstant(n, v, None, False, (), nominal.sources.get(n, "nominal"),

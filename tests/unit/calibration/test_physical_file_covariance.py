@@ -57,7 +57,8 @@ def test_a_negative_standard_error_is_refused(doc):
 @pytest.mark.parametrize("name, value, expected", [
     ("intra_bw_GBps", 1e-300, "expected a bandwidth of at least 1e-09 GB/s (1 B/s)"),  # inf times
     ("launch_us", 1e300, "expected a time of at most 1e+12 us (1e6 s)"),  # 300-digit times
-    ("tree_efficiency", 1e-300, "expected an efficiency of at least 1e-06"),
+    ("tree_efficiency", 1e-300, "expected an efficiency from 1e-06 to 1"),
+    ("nvls_efficiency", 5.0, "expected an efficiency from 1e-06 to 1"),  # a tree 5x its links' rate
 ])
 def test_a_constant_past_the_scenarios_limits_is_refused(doc, name, value, expected):
     d = copy.deepcopy(doc)

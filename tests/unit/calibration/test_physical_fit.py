@@ -92,6 +92,22 @@ def test_a_fitted_bandwidth_never_exceeds_the_line_rate_and_says_the_bound_was_a
     assert not free.constants["nic_bw_GBps"].at_line_rate
 
 
+def test_a_fitted_efficiency_never_exceeds_1_and_says_the_bound_was_active():
+    """Logs whose NVLS runs faster than its links allow at any efficiency up to 1 (a truth of 1.3):
+    the fit stops at 1, the most a fraction of a bandwidth can be, and says so."""
+    nominal = _nominal()
+    too_fast = _truth().with_constants({"nvls_efficiency": 1.3}, "truth")
+    ms = [_synthetic(too_fast, k, 1, 8) for k in ("all_reduce", "all_gather")]
+    fit = fit_physical(ms, nominal)
+    eff = fit.constants["nvls_efficiency"]
+    assert eff.determined and eff.value == pytest.approx(1.0, rel=1e-9) and eff.value <= 1.0
+    assert "at 1, the most an efficiency can be" in eff.source
+    assert any(n.startswith("nvls_efficiency: bounded at 1") for n in fit.notes)
+    below = fit_physical([_synthetic(_truth(), k, 1, 8) for k in ("all_reduce", "all_gather")], nominal)
+    assert below.constants["nvls_efficiency"].value < 1.0
+    assert not any(n.startswith("nvls_efficiency: bounded") for n in below.notes)
+
+
 def test_standard_errors_cover_the_truth_under_noise():
     truth = _truth()
     ms = [_synthetic(truth, "all_gather", 1, 8, noise=0.03, seed=1),
