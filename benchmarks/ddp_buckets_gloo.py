@@ -57,7 +57,13 @@ threads the 2/4/10 MB caps do not determine the sign. One thread: +39.16 ms [+30
 three calibrations; h 0 .. 2.5 ms over the profile: not determined), while the calibrated
 collectives alone say +2.67 ms and the scenario's default costs +2.73, per extra bucket +0.34 ms
 measured against +0.33 from the collectives: there the fit's per-step constant (+14 to +16 ms),
-not the collectives, takes the sign away.
+not the collectives, takes the sign away. Two more runs on such a VM (2026-12-02, idle before):
++4.62 ms [+1.88, +7.23] (38/48, decided) against +10.17 pooled (+0.31 .. +11.11, sign stable): the
+sign matches; +7.52 ms [+1.87, +10.78] (34/48, decided) against -6.79 pooled (-7.34 .. +6.48), the
+collectives alone -0.19 ms per extra bucket against +0.52 measured: it differs. Their sweeps time
+one all-reduce alone 2.7x (1 MiB, the first run) and 2.4x (64 KiB, the second) slower than within
+a pipelined burst, more than two threads can gain: the one-at-a-time calibration is unstable
+there, and it moves the predicted sign.
 
 ``--save-raw`` keeps the measurement (every rank's rounds) and ``--from-raw`` predicts from
 one again without running torch: another model, the same data.
