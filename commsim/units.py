@@ -42,9 +42,19 @@ __all__ = [
     "SIZE_UNITS",
     "RATE_UNITS",
     "TIME_UNITS",
+    "MAX_TIME",
+    "MIN_RATE",
+    "MIN_FRACTION",
 ]
 
 Number = Union[int, float]
+
+# Plausibility limits of single fields, shared by the scenario and the calibration readers. Far
+# beyond any real job, they turn a typo (1e-300 bytes/s, a year-long forward pass) into an input
+# error instead of an engine that overflows.
+MAX_TIME = 1e6  # seconds (11.6 days), for every duration
+MIN_RATE = 1.0  # bytes/s
+MIN_FRACTION = 1e-6  # a fraction of a clock or a bandwidth: a million times slower is dead
 
 
 class UnitError(ValueError):

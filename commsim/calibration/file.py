@@ -18,6 +18,7 @@ import yaml
 
 from commsim.atomic import atomic_write_text
 from commsim.errors import InputError
+from commsim.units import MAX_TIME, MIN_RATE
 from commsim.yamlio import parse_yaml, read_text_file
 from commsim.calibration.errors import CalibrationError
 from commsim.calibration.fit import make_link
@@ -35,11 +36,9 @@ from commsim.calibration.records import (
 
 
 FORMAT = "commsim-calibration/1"
-# The scenario's plausibility limits (commsim.scenario.schema_fields MAX_TIME, MIN_RATE), for the
-# link figures that price a scenario's hops in their place: a hand-edited alpha_s of 1e300 or
-# beta_Bps of 1e-300 printed 300-digit and infinite times instead of an error.
-MAX_TIME_S = 1e6
-MIN_RATE_BPS = 1.0
+# The scenario's plausibility limits (commsim.units MAX_TIME, MIN_RATE) hold the link figures
+# that price a scenario's hops in their place: a hand-edited alpha_s of 1e300 or beta_Bps of
+# 1e-300 printed 300-digit and infinite times instead of an error.
 TABLE_COLUMNS = ["size_bytes", "time_s", "algbw_Bps", "busbw_Bps", "world_size"]
 
 
@@ -328,8 +327,8 @@ def calibration_from_dict(doc: Any, source: str = "<calibration>") -> Calibratio
         if name not in LEVELS:
             raise r.fail("levels", f"level names among {', '.join(LEVELS)}", name)
         body = r.mapping(body, where, ["alpha_s", "beta_Bps", "table"], ["ranges", "fit"])
-        alpha = r.number(body["alpha_s"], where + ".alpha_s", maximum=MAX_TIME_S)
-        beta = r.number(body["beta_Bps"], where + ".beta_Bps", minimum=MIN_RATE_BPS)
+        alpha = r.number(body["alpha_s"], where + ".alpha_s", maximum=MAX_TIME)
+        beta = r.number(body["beta_Bps"], where + ".beta_Bps", minimum=MIN_RATE)
         table = _read_table(r, body["table"], where + ".table")
         ranges = _read_ranges(r, body.get("ranges"), where + ".ranges", alpha, beta, table)
         if "fit" in body:  # informative; recomputed from the parameters and the table
@@ -375,8 +374,8 @@ def _read_ranges(r: _Reader, doc: Any, where: str, alpha: float, beta: float,
         hi = item.get("max_size_bytes")
         if hi is not None:
             hi = r.integer(hi, w + ".max_size_bytes", lo)
-        out.append(SizeRange(lo, r.number(item["alpha_s"], w + ".alpha_s", maximum=MAX_TIME_S),
-                             r.number(item["beta_Bps"], w + ".beta_Bps", minimum=MIN_RATE_BPS), hi))
+        out.append(SizeRange(lo, r.number(item["alpha_s"], w + ".alpha_s", maximum=MAX_TIME),
+                             r.number(item["beta_Bps"], w + ".beta_Bps", minimum=MIN_RATE), hi))
     starts = [x.min_size_bytes for x in out]
     if starts != sorted(set(starts)):
         raise r.fail(where, "ranges in increasing min_size_bytes order", starts)
@@ -402,7 +401,7 @@ def _read_table(r: _Reader, doc: Any, where: str) -> Tuple[Measurement, ...]:
         if not isinstance(row, list) or len(row) != len(TABLE_COLUMNS):
             raise r.fail(w, f"a list of {len(TABLE_COLUMNS)} numbers {TABLE_COLUMNS}", row)
         size = r.integer(row[0], w + "[0] (size_bytes)", 1)
-        time = r.number(row[1], w + "[1] (time_s)", strict=True, maximum=MAX_TIME_S)
+        time = r.number(row[1], w + "[1] (time_s)", strict=True, maximum=MAX_TIME)
         n = r.integer(row[4], w + "[4] (world_size)", 2)
         m = Measurement(size, time, n)
         if not math.isfinite(m.algbw):  # 1e-320 s is a positive time, but size/time overflows

@@ -35,6 +35,7 @@ from commsim.calibration.physical_fit import PRIOR_FACTOR, FittedConstant, Measu
 from commsim.collectives.nccl_tuner import KINDS
 from commsim.errors import InputError
 from commsim.network.system import System, system_from_dict
+from commsim.units import MAX_TIME, MIN_FRACTION, MIN_RATE
 
 TABLE_COLUMNS = ["size_bytes", "time_us", "log_residual"]
 KEYS = ["nominal_system", "constants", "free", "covariance", "rms_log_error", "tables"]
@@ -117,13 +118,13 @@ class _R:
         return list(v)
 
 
-# The scenario's plausibility limits (every duration at most 1e6 s, every bandwidth at least
-# 1 B/s, a fraction of the clock at least 1e-6), in the constants' units: a hand-edited
-# intra_bw_GBps of 1e-300 or launch_us of 1e300 priced 300-digit and infinite times, with
-# RuntimeWarnings, instead of an error.
-MAX_US = 1e12
-MIN_GBPS = 1e-9
-MIN_EFFICIENCY = 1e-6
+# The scenario's plausibility limits (commsim.units: every duration at most MAX_TIME, every
+# bandwidth at least MIN_RATE, a fraction at least MIN_FRACTION), in the constants' units: a
+# hand-edited intra_bw_GBps of 1e-300 or launch_us of 1e300 priced 300-digit and infinite times,
+# with RuntimeWarnings, instead of an error.
+MAX_US = MAX_TIME * 1e6
+MIN_GBPS = MIN_RATE / 1e9
+MIN_EFFICIENCY = MIN_FRACTION
 
 
 def _implausible(name: str, value: float) -> str:

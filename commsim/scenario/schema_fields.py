@@ -13,7 +13,8 @@ import difflib
 from typing import Any, Callable, Dict, Iterable, Optional, Sequence, Tuple
 
 from commsim.errors import ScenarioError
-from commsim.units import describe, parse_count, parse_number, parse_rate, parse_size, parse_time
+from commsim.units import (MAX_TIME, MIN_RATE, describe, parse_count, parse_number, parse_rate, parse_size,
+                           parse_time)
 
 __all__ = [
     "MAX_TIME",
@@ -40,10 +41,8 @@ __all__ = [
     "ranged",
 ]
 
-# Plausibility limits of single fields. Far beyond any real job, they turn a typo (1e-300
-# bytes/s, a year-long forward pass) into an input error instead of an engine that overflows.
-MAX_TIME = 1e6  # seconds (11.6 days), for every duration in a scenario
-MIN_RATE = 1.0  # bytes/s
+# MAX_TIME and MIN_RATE, the plausibility limits of single fields, are commsim.units' (the
+# calibration readers hold their files to them too); exported here for the scenario's readers.
 
 MISSING = object()  # the default of Section.get: "no default, the key is optional"
 

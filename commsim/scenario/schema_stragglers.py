@@ -20,7 +20,7 @@ from commsim.scenario.schema_fields import (
     read_time,
     read_time_or_zero,
 )
-from commsim.units import describe
+from commsim.units import MIN_FRACTION, describe
 
 __all__ = [
     "JITTER_DISTRIBUTIONS",
@@ -34,7 +34,7 @@ __all__ = [
 
 JITTER_DISTRIBUTIONS: Tuple[str, ...] = get_args(spec.JitterDistribution)
 
-MIN_FRACTION = 1e-6  # clock_fraction and slow_link factor: a million times slower is dead
+# MIN_FRACTION (commsim.units): the least clock_fraction and slow_link factor
 MAX_SLOWDOWN = 1e6  # slow_rank factor
 MAX_CV = 10.0  # jitter's coefficient of variation
 
