@@ -226,12 +226,7 @@ def load_scenario_document(
     source = str(path)
     overrides, grid_overrides = list(overrides), list(grid_overrides)
     doc = apply_overrides(load_document(path), overrides + grid_overrides)
-    # Which flag set which key path, last one wins, to name it in a validation error.
-    origins: Dict[str, str] = {}
-    for flag, given in (("--set", overrides), ("--grid", grid_overrides)):
-        for override in given:
-            _, _, tokens = _split_override(override)
-            origins[_format_path(tokens)] = f"{flag} {override!r}"
+    origins = _flag_origins(overrides, grid_overrides)
     if steps is not None:
         doc["steps"] = steps
         origins["steps"] = f"--steps {steps!r}"
@@ -261,12 +256,19 @@ def named_source(source: str, path: Optional[str], overrides: Iterable[str]) -> 
     """How a bad value at key ``path`` is attributed: ``source``, or ``source (after --set 'k=v')``
     when one of ``overrides`` set that key (or a mapping above it, or a key inside it), as
     :func:`load_scenario` names its own errors; for a caller that refuses a loaded scenario."""
-    origins: Dict[str, str] = {}
-    for override in overrides:
-        _, _, tokens = _split_override(override)
-        origins[_format_path(tokens)] = f"--set {override!r}"
-    flag = _origin(path, origins)
+    flag = _origin(path, _flag_origins(overrides))
     return source if flag is None else f"{source} (after {flag})"
+
+
+def _flag_origins(overrides: Iterable[str], grid_overrides: Iterable[str] = ()) -> Dict[str, str]:
+    """Which flag set which key path (``--set 'k=v'``, then a sweep's ``--grid 'k=v'``), the last
+    one winning, to name it in a validation error."""
+    origins: Dict[str, str] = {}
+    for flag, given in (("--set", overrides), ("--grid", grid_overrides)):
+        for override in given:
+            _, _, tokens = _split_override(override)
+            origins[_format_path(tokens)] = f"{flag} {override!r}"
+    return origins
 
 
 def _origin(path: Optional[str], origins: Dict[str, str]) -> Optional[str]:
