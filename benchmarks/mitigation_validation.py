@@ -4,31 +4,31 @@
         [--parameters 4.2e6] [--bucket-cap 32MB] [--slow-stall 30ms] [--no-bf16]
         [--cal-repeats 3] [--cal-iters 20] [--machine-rounds 44] [--json OUT.json]
 
-Runs validate.mitigation_job's cases (no hook, fp16_compress_hook, bf16_compress_hook,
+Runs validate.mitigation_cases' cases (no hook, fp16_compress_hook, bf16_compress_hook,
 powerSGD_hook at rank 1 and 4, post-local SGD with H=4; each without and with a slow rank, rank 1
-stalled before every forward) on `--nprocs` local gloo ranks, one rank per node (so post-local
-SGD's subgroup is the rank itself), and prints measured vs predicted mean step time per case and
-the median |error|. The prediction is commsim's hook model with the hardware measured by the job
-(compute, cast bandwidth, the rate of each of PowerSGD's three products at its shape, small-op cost), the
-buckets each case's DDP built (``ddp.bucket_sizes``), and the job's once-per-machine figures,
-whose `--machine-rounds` rounds in all are interleaved with the cases (a share before each and
-after the last: a burst of load falls on both) and summarized by means (a mean step time
-carries the mean of each cost): DDP's own costs and
-the ranks' compute jitter about each other (validate.mitigation_job.DDPCostProbe,
-compute_jitter_cv; the predictions draw the ranks' spread from each case's per-rank samples,
-validate.mitigation_job.compute_rows), powerSGD_hook's chained all-reduces against sequential ones (the PowerSGD
-remedy's ``chain_overhead``: validate.mitigation_job.ChainProbe; those rows also print the
-prediction without it), the rate of post-local SGD's flatten and divide (the post-local SGD
-remedy's ``mem_bw``: validate.mitigation_job.FlattenProbe), the call of post-local SGD's
-one-rank subgroup all-reduce on a local step (its ``subgroup_overhead``:
-validate.mitigation_job.SubgroupReduceProbe), the chain again with one rank arriving late (a
-blocked rank's wake-up: PowerSGD's ``wake_overhead``, charged where it shows), the backend's 16-bit all-reduce
-against fp32's (the fp16 remedy's ``reduce_bytes``: validate.mitigation_job.ReduceDtypeProbe; the
-fp16 rows also print the prediction without it)
-and a gloo calibration: `--calibration` (from ``commsim calibrate --backend gloo --level
-inter_node``), else one measured first (:func:`robust_calibration`: `--cal-repeats` sweeps of
-`--cal-iters` iterations, each size's time the median of its in-place and out-of-place times
-over every sweep). Nothing is fitted per case.
+stalled before every forward) on `--nprocs` local gloo ranks, one rank per node (so post-local SGD's
+subgroup is the rank itself), and prints measured vs predicted mean step time per case and the
+median |error|. The prediction is commsim's hook model with the hardware measured by the job
+(compute, cast bandwidth, the rate of each of PowerSGD's three products at its shape, small-op
+cost), the buckets each case's DDP built (``ddp.bucket_sizes``), and the job's once-per-machine
+figures, whose `--machine-rounds` rounds in all are interleaved with the cases (a share before each
+and after the last: a burst of load falls on both) and summarized by means (a mean step time carries
+the mean of each cost): DDP's own costs and the ranks' compute jitter about each other
+(validate.mitigation_probes.DDPCostProbe, validate.mitigation_measured.compute_jitter_cv; the
+predictions draw the ranks' spread from each case's per-rank samples,
+validate.mitigation_measured.compute_rows), powerSGD_hook's chained all-reduces against sequential
+ones (the PowerSGD remedy's ``chain_overhead``: validate.mitigation_powersgd_probes.ChainProbe;
+those rows also print the prediction without it), the rate of post-local SGD's flatten and divide
+(the post-local SGD remedy's ``mem_bw``: validate.mitigation_probes.FlattenProbe), the call of
+post-local SGD's one-rank subgroup all-reduce on a local step (its ``subgroup_overhead``:
+validate.mitigation_probes.SubgroupReduceProbe), the chain again with one rank arriving late (a
+blocked rank's wake-up: PowerSGD's ``wake_overhead``, charged where it shows), the backend's 16-bit
+all-reduce against fp32's (the fp16 remedy's ``reduce_bytes``:
+validate.mitigation_probes.ReduceDtypeProbe; the fp16 rows also print the prediction without it) and
+a gloo calibration: `--calibration` (from ``commsim calibrate --backend gloo --level inter_node``),
+else one measured first (:func:`robust_calibration`: `--cal-repeats` sweeps of `--cal-iters`
+iterations, each size's time the median of its in-place and out-of-place times over every sweep).
+Nothing is fitted per case.
 """
 
 from __future__ import annotations
@@ -53,8 +53,8 @@ from validate import collective_bench  # noqa: E402
 from validate.calibrate import rank_calibrate  # noqa: E402
 from validate.collectives_multi import versions  # noqa: E402
 from validate.launch import launch  # noqa: E402
-from validate.mitigation_job import (MACHINE_ROUNDS, bf16_hook_supported, default_cases, run_cases,  # noqa: E402
-                                     scenario_for)
+from validate.mitigation_cases import MACHINE_ROUNDS, bf16_hook_supported, default_cases  # noqa: E402
+from validate.mitigation_prediction import run_cases, scenario_for  # noqa: E402
 
 DISAGREE = 0.25  # in-place vs out-of-place: a size whose two medians differ by more is reported
 
@@ -100,9 +100,9 @@ PHASES = ("go_skew", "compute", "ready_skew", "sync", "hook_entry", "work_p", "r
 
 
 def phase_lines(report: dict) -> list:
-    """Per case, the ranks' stamped phases of its timed steps (validate.mitigation_job.step_phases):
+    """Per case, the ranks' stamped phases of its timed steps (validate.mitigation_measured.step_phases):
     mean / median ms."""
-    lines = ["the ranks' stamped phases per case, mean/median ms (validate.mitigation_job.step_phases):"]
+    lines = ["the ranks' stamped phases per case, mean/median ms (validate.mitigation_measured.step_phases):"]
     for r in report["cases"]:
         ph = r.get("phases") or {}
         parts = [f"{k} {v['mean_s'] * 1e3:.1f}/{v['median_s'] * 1e3:.1f}" for k in PHASES
@@ -227,7 +227,7 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=12, help="timed steps per case (a multiple of H=4)")
     ap.add_argument("--parameters", type=float, default=4 * (1024 * 1024 + 1024), help="fp32 parameters of the DDP model")
     ap.add_argument("--bucket-cap", default="32MB", help="DDP's bucket cap; at least the gradient's bytes "
-                    "(one bucket) for powerSGD_hook on gloo (validate.mitigation_job, POWERSGD_ONE_BUCKET)")
+                    "(one bucket) for powerSGD_hook on gloo (validate.mitigation_cases, POWERSGD_ONE_BUCKET)")
     ap.add_argument("--slow-stall", default="30ms", help="rank 1's stall before every forward in the slow cases")
     ap.add_argument("--no-bf16", action="store_true", help="skip bf16_compress_hook (skipped anyway where "
                     "this torch build cannot run it: it needs CUDA and NCCL 2.10+)")

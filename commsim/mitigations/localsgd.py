@@ -11,7 +11,7 @@ the optimizer of every H-th step; the next step waits for it. Before that all-re
 and write e per element) and divides the buffer by the world size in place (read e, write e),
 4 e bytes per element moved at the remedy's memory bandwidth (``mem_bw``; on a CPU the cat's
 buffer is new memory, its pages faulted in as it is written: the validator measures the rate as
-``average_parameters`` runs, validate.mitigation_job.measure_flatten_rate); after it the
+``average_parameters`` runs, validate.mitigation_probes.measure_flatten_rate); after it the
 parameters become views of the buffer (``p.data = flat[...].view_as(p)``): no copy back.
 Every post-local step's bucket all-reduce, a one-rank subgroup's included (where it sends
 nothing), is still a call through the backend (``default_hooks._allreduce_fut``: an async

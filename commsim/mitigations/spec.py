@@ -40,7 +40,7 @@ DEFAULT_WIDTH = 1024
 #   costs its 2 bytes per element (the default). gloo on a CPU sums fp16 in software, element by
 #   element: its fp16 all-reduce of 4.2 M elements took 11.7 ms against fp32's 11.9 ms (2 ranks),
 #   i.e. about 4 bytes per element. Measured as 4 x t(16-bit all-reduce) / t(fp32 all-reduce) at
-#   the same element count (validate.mitigation_job.measure_reduce_dtypes).
+#   the same element count (validate.mitigation_probes.ReduceDtypeProbe).
 # - chain_overhead (powersgd): powerSGD_hook starts its P all-reduce inside the callback of the
 #   uncompressed tensors' all-reduce and its Q all-reduce inside the next callback, each callback
 #   then blocking on the all-reduce it started (``.get_future().wait()``): each hop hands the work
@@ -53,19 +53,19 @@ DEFAULT_WIDTH = 1024
 #   another chain, as each step's runs after the previous step's (right after sequential
 #   all-reduces gloo runs a chain in a fast mode: 0.8 ms median for three 16 KB all-reduces on 2
 #   ranks, 4.8 ms after a chain; 4.3-6.1 ms stamped in the steps)
-#   (validate.mitigation_job.ChainProbe).
+#   (validate.mitigation_powersgd_probes.ChainProbe).
 # - mq_flops, mtp_flops, pqt_flops (powersgd): the rate of each of the hook's three products,
 #   P = M Q, Q = M^T P and M = P Q^T, when they differ (default: `flops` for each). On a CPU the
 #   transposed one reads M across its rows: at width 1024, r = 4 on gloo's 2-core VM, M^T P took
 #   3.7 ms alone and 7-8 ms with both ranks in it while M Q and P Q^T took ~0.9 ms each, so one
 #   rate for the three moves most of Q's work before the P all-reduce and after the Q one.
-#   Measured by the validator per product, at the products' shapes (validate.mitigation_job.HardwareSampler).
+#   Measured by the validator per product, at the products' shapes (validate.mitigation_sampler.HardwareSampler).
 # - wake_overhead (powersgd): seconds a rank that arrived first at the hook's first all-reduce
 #   (the uncompressed tensors') and blocked on it loses after the last rank's launch, beyond the
 #   same chain run with the ranks arriving together: the blocked rank's backend thread is woken
 #   from a wait on the network (on a loaded CPU it waits for a core). Once per bucket, after that
 #   all-reduce (the P and Q hops after it are chain_overhead's). Default 0 (not measured on
-#   NCCL); measured by the validator (validate.mitigation_job.ChainProbe, the "skewed" chain).
+#   NCCL); measured by the validator (validate.mitigation_powersgd_probes.ChainProbe, the "skewed" chain).
 # - subgroup_overhead (localsgd): seconds each bucket's subgroup all-reduce costs on every
 #   post-local step beyond its transfer. post_localSGD_hook still calls
 #   ``default_hooks._allreduce_fut(subgroup, bucket)`` on a local step: ``div_`` by the subgroup's
@@ -73,7 +73,7 @@ DEFAULT_WIDTH = 1024
 #   on a one-rank subgroup (one GPU per node), where nothing is sent but the call still goes
 #   through the backend's worker thread (on gloo on a shared 2-core VM: 1-17 ms, mean ~4-5 ms, in a
 #   step). Default 0 (not measured on NCCL: its launch is in the ring's latency); measured by the
-#   validator (validate.mitigation_job.SubgroupReduceProbe).
+#   validator (validate.mitigation_probes.SubgroupReduceProbe).
 # - fresh_bw (powersgd): bytes per second of the hook's two writes into newly allocated memory,
 #   ``input_tensor.detach().clone()`` as it enters and the new error ``input_tensor_cp -
 #   input_tensor`` after the decompression, each a bucket-sized tensor allocated anew every step.
@@ -82,7 +82,7 @@ DEFAULT_WIDTH = 1024
 #   (`mem_bw`): on gloo's 2-core VM the new 16.8 MB error took 1.4-6 ms (medians, runs of 40
 #   steps) in the step, against ~1 ms into a mapped buffer. Default None: `mem_bw` (memory the
 #   allocator keeps mapped, as a caching GPU allocator does); measured by the validator
-#   (validate.mitigation_job.FreshWriteProbe).
+#   (validate.mitigation_powersgd_probes.FreshWriteProbe).
 REDUCE_BYTES_DOC = "the bytes per element the 16-bit all-reduce costs, in fp32 all-reduce bytes, like 3.9"
 SHAPE_MODELS = ("square", "resnet50")
 

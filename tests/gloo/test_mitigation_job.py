@@ -1,4 +1,5 @@
-"""validate.mitigation_job on 2 gloo ranks: real DDP communication hooks against commsim's model.
+"""validate.mitigation_job's ranks and their launcher (validate.mitigation_prediction.run_cases)
+on 2 gloo ranks: real DDP communication hooks against commsim's model.
 
 What is robust on a loaded 2-core machine is checked always: the job completes, each hook really
 ran (fp16: the averaged gradients are exactly fp16 values, a plain fp32 average's are not;
@@ -15,8 +16,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from validate.calibrate import measure_calibration  # noqa: E402
-from validate.mitigation_job import (Case, bf16_hook_supported, default_cases, plan_for, remedy_text,  # noqa: E402
-                                     run_cases, scenario_for)
+from validate.mitigation_cases import Case, bf16_hook_supported, default_cases  # noqa: E402
+from validate.mitigation_prediction import plan_for, remedy_text, run_cases, scenario_for  # noqa: E402
 
 WIDTH = 1024
 PARAMETERS = WIDTH * WIDTH + WIDTH  # one Linear(1024, 1024) (validate.compute_timing.layer_shape), 4 MB
@@ -61,7 +62,9 @@ def test_fp16_hook_sends_fp16(report):
 def test_fp16_all_reduce_rate_measured_once_and_in_the_fp16_prediction(report):
     from dataclasses import replace
 
-    from validate.mitigation_job import ddp_costs_from_ranks, predict, reduce_bytes_from_ranks
+    from validate.mitigation_measured import ddp_costs_from_ranks
+    from validate.mitigation_prediction import predict
+    from validate.mitigation_probes import reduce_bytes_from_ranks
 
     rd = report["reduce_dtypes"]
     assert len(rd["measured"]) == 2
@@ -87,7 +90,7 @@ def test_fp16_all_reduce_rate_measured_once_and_in_the_fp16_prediction(report):
 
 
 def test_reduce_bytes_is_four_times_the_median_ratio_over_ranks_and_sizes():
-    from validate.mitigation_job import reduce_bytes_from_ranks
+    from validate.mitigation_probes import reduce_bytes_from_ranks
 
     # ratios fp16 / fp32: rank a 0.5, 0.9, 2.0; rank b 0.95, 1.0, 3.0: median of the six 0.975
     a = {"elements": [1, 2, 4], "fp32_s": [0.002, 0.010, 0.010], "fp16_s": [0.001, 0.009, 0.020]}
@@ -121,7 +124,7 @@ def test_post_local_sgd_averages_every_H_steps(report):
 def test_slow_rank_costs_time_and_the_prediction_is_in_range(report):
     from dataclasses import replace
 
-    from validate.mitigation_job import predict
+    from validate.mitigation_prediction import predict
 
     rows = by_name(report)
     slow = rows["powersgd:r=1 +slow rank"]
@@ -143,7 +146,8 @@ def test_ddp_costs_measured_once_and_in_every_prediction(report):
     from dataclasses import replace
 
     from commsim.sim.ddp_costs import NONE
-    from validate.mitigation_job import bucket_overhead_from_ranks, ddp_costs_from_ranks, predict
+    from validate.mitigation_measured import bucket_overhead_from_ranks, ddp_costs_from_ranks
+    from validate.mitigation_prediction import predict
 
     costs = report["ddp_costs"]
     measured = costs["measured"]
@@ -230,7 +234,7 @@ def test_median_error_within_ten_percent():
 
 
 def test_bucket_overhead_subtracts_the_slowest_ranks_compute_of_each_round():
-    from validate.mitigation_job import bucket_overhead_from_ranks
+    from validate.mitigation_measured import bucket_overhead_from_ranks
 
     # round 0: rank 1 computes 10 ms longer; rank 0's synced step waits for it. Both ranks' own
     # cost is 2 ms in every round; the all-reduce 5 ms
@@ -243,7 +247,7 @@ def test_bucket_overhead_subtracts_the_slowest_ranks_compute_of_each_round():
 
 
 def test_compute_jitter_cv_is_the_ranks_robust_spread_about_each_other():
-    from validate.mitigation_job import compute_jitter_cv
+    from validate.mitigation_measured import compute_jitter_cv
 
     def ranks(rows):  # rows: rounds x ranks
         return [{"samples": {"nosync": list(col)}} for col in np.asarray(rows).T]
@@ -282,7 +286,7 @@ def test_machine_rounds_interleaved_with_the_cases_and_pooled(report):
 
 
 def test_with_built_buckets_replaces_the_nominal_layout():
-    from validate.mitigation_job import with_built_buckets
+    from validate.mitigation_prediction import with_built_buckets
 
     sc = scenario_for(2, 4 * PARAMETERS, 8e6, 4)  # four 4 MiB layers at an 8 MB cap
     built = [4096.0, 8396800.0, 8392704.0]  # what torch 2.13 built for them (bias of the last layer first)
@@ -296,7 +300,8 @@ def test_with_built_buckets_replaces_the_nominal_layout():
 def test_every_case_predicts_with_the_buckets_its_ddp_built(report):
     from dataclasses import replace
 
-    from validate.mitigation_job import ddp_costs_from_ranks, predict
+    from validate.mitigation_measured import ddp_costs_from_ranks
+    from validate.mitigation_prediction import predict
 
     for row in report["cases"]:
         b = row["ddp_buckets"]
@@ -315,7 +320,7 @@ def test_every_case_predicts_with_the_buckets_its_ddp_built(report):
 
 
 def test_powersgd_chain_measured_once_and_in_every_powersgd_prediction(report):
-    from validate.mitigation_job import chain_overhead_from_ranks
+    from validate.mitigation_powersgd_probes import chain_overhead_from_ranks
 
     chain = report["chain"]
     assert len(chain["measured"]) == 2 and chain["chain_overhead"] == chain_overhead_from_ranks(chain["measured"])
@@ -336,7 +341,7 @@ def test_powersgd_chain_measured_once_and_in_every_powersgd_prediction(report):
 
 def test_powersgd_buffers_are_the_hooks():
     from validate.compute_timing import synthetic_model
-    from validate.mitigation_job import powersgd_buffers
+    from validate.mitigation_powersgd_probes import powersgd_buffers
 
     module = synthetic_model(3 * PARAMETERS)  # three Linear(1024, 1024)
     assert powersgd_buffers(module, 1) == [3 * WIDTH, 3 * WIDTH, 3 * WIDTH]
@@ -346,7 +351,7 @@ def test_powersgd_buffers_are_the_hooks():
 
 
 def test_chain_overhead_is_the_median_over_ranks_and_sizes_of_mean_hops():
-    from validate.mitigation_job import chain_overhead_from_ranks
+    from validate.mitigation_powersgd_probes import chain_overhead_from_ranks
 
     a, b = {"hop_s": [1e-3, 3e-3]}, {"hop_s": [2e-3, 5e-3]}
     assert chain_overhead_from_ranks([a, b]) == pytest.approx(2.5e-3, rel=1e-12)
@@ -354,7 +359,7 @@ def test_chain_overhead_is_the_median_over_ranks_and_sizes_of_mean_hops():
 
 
 def test_chain_hop_is_from_the_chain_run_after_a_chain_not_after_sequential_all_reduces():
-    from validate.mitigation_job import ChainProbe
+    from validate.mitigation_powersgd_probes import ChainProbe
 
     # a step's chain runs after the previous step's: the hop comes from the "aligned" chain (run
     # right after another), not from the one right after the sequential all-reduces (a fast mode)
@@ -369,7 +374,7 @@ def test_chain_hop_is_from_the_chain_run_after_a_chain_not_after_sequential_all_
 
 def test_flatten_rate_runs_the_averagers_passes():
     from validate.compute_timing import synthetic_model
-    from validate.mitigation_job import measure_flatten_rate
+    from validate.mitigation_probes import measure_flatten_rate
 
     module = synthetic_model(2 * PARAMETERS)
     before = [p.detach().clone() for p in module.parameters()]
@@ -404,7 +409,7 @@ def test_post_local_sgd_subgroup_call_measured_once_and_in_its_prediction(report
 
 
 def test_powersgd_wake_probe_measured_once_and_charged_only_where_it_shows(report):
-    from validate.mitigation_job import wake_overhead_from_ranks
+    from validate.mitigation_powersgd_probes import wake_overhead_from_ranks
 
     ch = report["chain"]
     assert ch["wake_overhead"] == wake_overhead_from_ranks(ch["measured"])
@@ -417,7 +422,7 @@ def test_powersgd_wake_probe_measured_once_and_charged_only_where_it_shows(repor
 
 
 def test_wake_overhead_is_the_skewed_chains_excess_after_the_last_launch():
-    from validate.mitigation_job import wake_figures, wake_overhead_from_ranks
+    from validate.mitigation_powersgd_probes import wake_figures, wake_overhead_from_ranks
 
     # two samples of one size; per sample the span is the last end minus the last start
     a = {"aligned_windows": [[[0.0, 1.0], [10.0, 11.0]]], "skewed_windows": [[[0.0, 4.0], [10.0, 13.5]]]}
@@ -441,7 +446,7 @@ def test_step_blocks_one_step_or_one_period():
 
 
 def test_measured_steps_start_each_block_at_its_common_start():
-    from validate.mitigation_job import measured_step_time, measured_steps
+    from validate.mitigation_measured import measured_step_time, measured_steps
 
     # two ranks, two blocks of two steps: within a block from the previous step's last end
     blocks = [[{"start": 10.0, "ends": [10.5, 11.0]}, {"start": 20.0, "ends": [20.25, 21.0]}],
@@ -451,7 +456,7 @@ def test_measured_steps_start_each_block_at_its_common_start():
 
 
 def test_compute_rows_are_the_ranks_samples_side_by_side():
-    from validate.mitigation_job import compute_rows
+    from validate.mitigation_measured import compute_rows
 
     # two samples: rank 0 fast then slow, rank 1 the other way (a shared core): the rows keep
     # which rank was slow at each moment; the means are over every rank's samples
@@ -463,7 +468,7 @@ def test_compute_rows_are_the_ranks_samples_side_by_side():
 
 
 def test_step_phases_from_the_ranks_stamps():
-    from validate.mitigation_job import step_phases
+    from validate.mitigation_measured import step_phases
 
     def st(go, ready, hook, reduces, backward, optimizer, end):
         return {"go": go, "ready": ready, "hook": hook, "reduces": reduces, "backward": backward,
@@ -500,7 +505,7 @@ def test_case_compute_sampled_in_its_steps_window(report):
 
 
 def test_products_overlap_is_the_time_every_rank_ran_them_at_once():
-    from validate.mitigation_job import products_overlap
+    from validate.mitigation_measured import products_overlap
 
     side_by_side = [[[0.0, 1.0], [5.0, 6.0]], [[0.0, 1.0], [5.0, 6.0]]]
     assert products_overlap(side_by_side) == 1.0
@@ -518,7 +523,7 @@ def test_powersgd_products_sampled_with_both_ranks_at_once(report):
 
 
 def test_powersgd_fresh_writes_measured_once_and_in_every_powersgd_prediction(report):
-    from validate.mitigation_job import fresh_bw_from_ranks
+    from validate.mitigation_powersgd_probes import fresh_bw_from_ranks
 
     fr = report["fresh"]
     assert len(fr["measured"]) == 2

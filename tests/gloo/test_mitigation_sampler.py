@@ -1,4 +1,4 @@
-"""validate.mitigation_job.HardwareSampler on a one-rank gloo group: a slow case's compute is
+"""validate.mitigation_sampler.HardwareSampler on a one-rank gloo group: a slow case's compute is
 sampled after the rank's stall, as its step runs it (the ranks' computes overlap as in the steps)."""
 
 import pytest
@@ -7,7 +7,8 @@ torch = pytest.importorskip("torch")
 
 from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
 
-import validate.mitigation_job as job  # noqa: E402
+import validate.mitigation_powersgd_probes as powersgd_probes  # noqa: E402
+import validate.mitigation_sampler as sampling  # noqa: E402
 from validate.compute_timing import synthetic_model  # noqa: E402
 
 
@@ -15,12 +16,12 @@ def test_sample_sleeps_the_steps_stall_between_the_barrier_and_the_compute(group
     module = synthetic_model(64 * 64 + 64)
     model = DDP(module)
     x = y = torch.randn(4, 64)
-    sampler = job.HardwareSampler(model, x, y, 64, 4 * (64 * 64 + 64), iters=1)
+    sampler = sampling.HardwareSampler(model, x, y, 64, 4 * (64 * 64 + 64), iters=1)
     events = []
-    real_step = job.compute_step
-    monkeypatch.setattr(job.dist, "barrier", lambda *a, **k: events.append("barrier"))
-    monkeypatch.setattr(job.time, "sleep", lambda s: events.append(("sleep", s)))
-    monkeypatch.setattr(job, "compute_step", lambda *a: (events.append("compute"), real_step(*a))[1])
+    real_step = sampling.compute_step
+    monkeypatch.setattr(sampling.dist, "barrier", lambda *a, **k: events.append("barrier"))
+    monkeypatch.setattr(sampling.time, "sleep", lambda s: events.append(("sleep", s)))
+    monkeypatch.setattr(sampling, "compute_step", lambda *a: (events.append("compute"), real_step(*a))[1])
     sampler.sample(0.03)
     assert events == ["barrier", ("sleep", 0.03), "compute"]
     del events[:]
@@ -35,11 +36,12 @@ def test_transposed_and_decompress_products_run_inside_an_all_reduce_callback(gr
     module = synthetic_model(64 * 64 + 64)
     model = DDP(module)
     x = y = torch.randn(4, 64)
-    sampler = job.HardwareSampler(model, x, y, 64, 4 * (64 * 64 + 64), iters=1, r=2)
+    sampler = sampling.HardwareSampler(model, x, y, 64, 4 * (64 * 64 + 64), iters=1, r=2)
     events = []
-    real_reduce, real_bmm = job.dist.all_reduce, job.torch.bmm
-    monkeypatch.setattr(job.dist, "all_reduce", lambda *a, **k: (events.append("all_reduce"), real_reduce(*a, **k))[1])
-    monkeypatch.setattr(job.torch, "bmm", lambda *a, **k: (events.append("bmm"), real_bmm(*a, **k))[1])
+    real_reduce, real_bmm = sampling.dist.all_reduce, sampling.torch.bmm
+    monkeypatch.setattr(sampling.dist, "all_reduce",
+                        lambda *a, **k: (events.append("all_reduce"), real_reduce(*a, **k))[1])
+    monkeypatch.setattr(sampling.torch, "bmm", lambda *a, **k: (events.append("bmm"), real_bmm(*a, **k))[1])
     sampler.sample()
     # one matrix: M Q, then an all-reduce and M^T P in its callback, then another and P Q^T
     assert events == ["bmm", "all_reduce", "bmm", "all_reduce", "bmm"]
@@ -52,7 +54,7 @@ def test_transposed_and_decompress_products_run_inside_an_all_reduce_callback(gr
 def test_fresh_write_probe_runs_the_hooks_passes_into_new_memory(group):
     module = synthetic_model(64 * 64 + 64)
     x = y = torch.randn(4, 64)
-    probe = job.FreshWriteProbe(module, x, y, 1000)
+    probe = powersgd_probes.FreshWriteProbe(module, x, y, 1000)
     probe.error.fill_(1.0)
     before = probe.buf.clone()
     first = probe.error
@@ -68,4 +70,5 @@ def test_fresh_write_probe_runs_the_hooks_passes_into_new_memory(group):
         assert m["bytes_per_s"] == pytest.approx(5 * 4 * 1000 / (m["clone_s"] + m["error_s"]), rel=1e-12)
     per_rank = [{"aligned": {"bytes_per_s": 1.0}, "alone": {"bytes_per_s": 4.0}},
                 {"aligned": {"bytes_per_s": 3.0}, "alone": {"bytes_per_s": 6.0}}]
-    assert job.fresh_bw_from_ranks(per_rank, "aligned") == 2.0 and job.fresh_bw_from_ranks(per_rank, "alone") == 5.0
+    assert (powersgd_probes.fresh_bw_from_ranks(per_rank, "aligned") == 2.0
+            and powersgd_probes.fresh_bw_from_ranks(per_rank, "alone") == 5.0)
