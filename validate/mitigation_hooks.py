@@ -1,9 +1,9 @@
 """The cases' DDP communication hooks as the per-rank job (:func:`~validate.mitigation_job._run_case`)
-runs them (torch only): each case's hook registered (:func:`_register`: fp16/bf16_compress_hook,
+runs them (torch only): each case's hook registered (:func:`register_case_hook`: fp16/bf16_compress_hook,
 powerSGD_hook with its ``PowerSGDState``, post_localSGD_hook with its ``PostLocalSGDState`` and a
 ``PeriodicModelAverager``), each bucket's entry into it reported (:func:`_entered`), and the hook's
 all-reduces stamped on every rank (:class:`StampedDist`, installed in place of the hook module's
-``dist``: :func:`stamped_hook_module`; :class:`_StampedDict` for powerSGD_hook's new error), what
+``dist``: :func:`stamped_hook_module`; :class:`StampedDict` for powerSGD_hook's new error), what
 :func:`~validate.mitigation_measured.step_phases` reads.
 """
 
@@ -30,7 +30,7 @@ def _entered(hook, on_entry):
     return entered
 
 
-def _register(model: DDP, case: Case, gpus_per_node: int, on_entry=None):
+def register_case_hook(model: DDP, case: Case, gpus_per_node: int, on_entry=None):
     """Register the case's hook (calling `on_entry()` as each bucket enters it); returns (hook
     state, model averager or None)."""
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, post_localSGD_hook, powerSGD_hook
@@ -55,7 +55,7 @@ def _register(model: DDP, case: Case, gpus_per_node: int, on_entry=None):
     return None, None
 
 
-class _StampedDict(dict):
+class StampedDict(dict):
     """A dict that stamps (time.monotonic) `rec[key]` as an item is set: powerSGD_hook's
     ``state.error_dict[bucket_index] = input_tensor_cp - input_tensor``, right after the new error
     is computed."""

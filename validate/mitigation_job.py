@@ -53,7 +53,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from validate.compute_timing import synthetic_model
 from validate.ddp_job import bucket_kwargs, ddp_bucket_sizes
 from validate.mitigation_cases import Case
-from validate.mitigation_hooks import StampedDist, _register, _StampedDict, stamped_hook_module
+from validate.mitigation_hooks import StampedDict, StampedDist, register_case_hook, stamped_hook_module
 from validate.mitigation_powersgd_probes import CHAIN_ROUNDS, ChainProbe, FreshWriteProbe, powersgd_buffers
 from validate.mitigation_probes import (REDUCE_DTYPES, SUBGROUP_REPS, DDPCostProbe, FlattenProbe, ReduceDtypeProbe,
                                         SubgroupReduceProbe)
@@ -112,7 +112,7 @@ def _run_case(ctx, module: nn.Module, x, y, case: Case, plan: Dict, stall: Seque
     def hook_entered() -> None:
         cur.setdefault("hook", time.monotonic())
 
-    state, averager = _register(model, case, plan["gpus_per_node"], hook_entered)
+    state, averager = register_case_hook(model, case, plan["gpus_per_node"], hook_entered)
     handles = [prm.register_post_accumulate_grad_hook(grad_ready) for prm in module.parameters()]
     hooked_module = stamped_hook_module(case)
     stamped = StampedDist(dist) if hooked_module is not None else None
@@ -154,7 +154,7 @@ def _run_case(ctx, module: nn.Module, x, y, case: Case, plan: Dict, stall: Seque
     if stamped is not None:
         hooked_module.dist = stamped
     if case.hook == "powersgd":  # the new error's assignment, decompress's last pass, stamped
-        state.error_dict = _StampedDict(state.error_dict, cur, "error_set")
+        state.error_dict = StampedDict(state.error_dict, cur, "error_set")
     blocks = []
     s = 0
     for n in step_blocks(plan["steps"], case):
