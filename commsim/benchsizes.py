@@ -39,13 +39,16 @@ def parse_bench_size(text: str) -> int:
 
 
 def parse_size_range(text: str) -> List[int]:
-    """"MIN:MAX[:FACTOR]" -> MIN, MIN*FACTOR, ... <= MAX (factor 2 by default, as nccl-tests -f 2).
+    """"MIN:MAX[:FACTOR]" -> MIN, MIN*FACTOR, ... <= MAX (factor 2 by default, as nccl-tests -f 2);
+    one size alone ("1G") is that size only, as nccl-tests' -b 1G -e 1G.
 
     MAX may be at most :data:`MAX_TABLE_BYTES` (2**50); anything else is a ValueError whose
     message names the range and what was expected."""
     parts = text.split(":")
+    if len(parts) == 1:
+        parts = [parts[0], parts[0]]  # one size: a range from it to itself
     if len(parts) not in (2, 3):
-        raise ValueError(f"--sizes {text!r}: expected MIN:MAX or MIN:MAX:FACTOR, e.g. 8:1G")
+        raise ValueError(f"--sizes {text!r}: expected SIZE, MIN:MAX or MIN:MAX:FACTOR, e.g. 8:1G")
     lo, hi = parse_bench_size(parts[0]), parse_bench_size(parts[1])
     factor = int(parts[2]) if len(parts) == 3 and _FACTOR.match(parts[2]) else (2 if len(parts) == 2 else 0)
     if lo < 1 or hi < lo or factor < 2:

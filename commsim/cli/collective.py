@@ -200,7 +200,7 @@ def physical_table(cal_path, system_name, nodes, gpus_per_node, sizes, kind, ncc
 @click.option("--model", default=None, help="alpha-beta or nccl-2.7/2.19/2.30 (default: the scenario's collective.model).")
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a scenario key, as in `commsim run`.")
 @click.option("--sizes", type=SizeRange(), default="8:1G", show_default=True,
-              help="MIN:MAX[:FACTOR] in bytes (K/M/G binary), doubling by default.")
+              help="MIN:MAX[:FACTOR] in bytes (K/M/G binary), doubling by default; or one SIZE.")
 @click.option("--level", type=click.Choice(LEVELS), default=None,
               help="Calibration link level to use without SCENARIO (default: the only one, else inter_node).")
 @click.option("--nodes", type=click.IntRange(min=1), default=None,

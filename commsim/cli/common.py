@@ -266,10 +266,10 @@ class ByteSize(click.ParamType):
 
 
 class SizeRange(click.ParamType):
-    """MIN:MAX[:FACTOR] in bytes (K/M/G binary): the sizes MIN, MIN*FACTOR, ... up to MAX
-    (at most :data:`commsim.benchsizes.MAX_TABLE_BYTES`, which parse_size_range checks)."""
+    """MIN:MAX[:FACTOR] in bytes (K/M/G binary): the sizes MIN, MIN*FACTOR, ... up to MAX (at
+    most :data:`commsim.benchsizes.MAX_TABLE_BYTES`, which parse_size_range checks); or one SIZE."""
 
-    name = "MIN:MAX[:FACTOR]"
+    name = "MIN:MAX[:FACTOR]|SIZE"
 
     def convert(self, value, param, ctx):
         if isinstance(value, list):

@@ -44,3 +44,16 @@ def test_what_is_no_size_says_so(text, message):
     with pytest.raises(ValueError) as info:
         parse_size_range(text)
     assert message in str(info.value)
+
+
+@pytest.mark.parametrize("text, sizes", [("1G", [1 << 30]), ("8", [8]), ("25 MB", [25_000_000])])
+def test_one_size_alone_is_that_size_only(text, sizes):
+    # nccl-tests' -b 1G -e 1G; "--sizes 1G" was refused as no MIN:MAX before.
+    assert parse_size_range(text) == sizes
+
+
+def test_one_size_alone_is_still_bounded_and_checked():
+    with pytest.raises(ValueError, match="expected sizes up to 2"):
+        parse_size_range("2000T")
+    with pytest.raises(ValueError, match="expected 1 <= MIN"):
+        parse_size_range("0")
