@@ -38,10 +38,12 @@ from commsim.atomic import atomic_write_text  # noqa: E402
 from commsim.cli.outputs import check_script_outputs  # noqa: E402
 from commsim.calibration.nccl_tables import load_tables  # noqa: E402
 from commsim.calibration.physical_fit import Measurement, fit_physical  # noqa: E402
-from commsim.collectives.nccl_tuner import bus_factor, clique_splits, nvls_heads, plan  # noqa: E402
-from commsim.collectives.nccl_tuner import (  # noqa: E402
-    Scale, channels_used, nccl_channels, nics_driven, physical_time_us, simple_ring_loops, simple_ring_slices,
-)
+from commsim.collectives.nccl.graph import nccl_channels, nics_driven  # noqa: E402
+from commsim.collectives.nccl.nvls import clique_splits, nvls_heads  # noqa: E402
+from commsim.collectives.nccl.physical import channels_used, physical_time_us  # noqa: E402
+from commsim.collectives.nccl.scale import Scale, bus_factor  # noqa: E402
+from commsim.collectives.nccl.simple import simple_ring_loops, simple_ring_slices  # noqa: E402
+from commsim.collectives.nccl_tuner import plan  # noqa: E402
 from commsim.network.system import PRESETS, System  # noqa: E402
 
 DATA = os.path.join(os.path.dirname(HERE), "tests", "data")

@@ -40,7 +40,8 @@ sys.path.insert(0, os.path.dirname(HERE))
 from commsim.atomic import atomic_write_text  # noqa: E402
 from commsim.cli.outputs import check_script_outputs  # noqa: E402
 from commsim.calibration.physical_fit import Measurement, PhysicalFit, compose, fit_physical  # noqa: E402
-from commsim.collectives.nccl_tuner import bus_factor, plan  # noqa: E402
+from commsim.collectives.nccl.scale import bus_factor  # noqa: E402
+from commsim.collectives.nccl_tuner import plan  # noqa: E402
 from commsim.network.system import LINE_RATE_OF, PRESETS, System, nominal_system  # noqa: E402
 from commsim.yamlio import load_yaml_file  # noqa: E402
 

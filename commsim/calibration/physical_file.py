@@ -32,7 +32,7 @@ import numpy as np
 
 from commsim.calibration.errors import CalibrationError
 from commsim.calibration.physical_fit import PRIOR_FACTOR, FittedConstant, Measurement, PhysicalFit
-from commsim.collectives.nccl_tuner import KINDS
+from commsim.collectives.nccl.scale import KINDS
 from commsim.errors import InputError
 from commsim.network.system import System, system_from_dict
 from commsim.units import MAX_TIME, MIN_FRACTION, MIN_RATE

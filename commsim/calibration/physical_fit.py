@@ -71,7 +71,8 @@ import numpy as np
 from commsim.calibration.errors import CalibrationError
 from commsim.calibration.nccl_tables import LogTables, load_tables
 from commsim.calibration.residuals import regimes, residual_correction
-from commsim.collectives.nccl_tuner import KINDS, Scale, bus_factor, plan
+from commsim.collectives.nccl.scale import KINDS, Scale, bus_factor
+from commsim.collectives.nccl_tuner import plan
 from commsim.errors import InputError
 from commsim.network.system import System
 

@@ -14,7 +14,8 @@ from typing import List, Optional, Sequence, Tuple
 import numpy as np
 
 from commsim.calibration.physical_fit import PhysicalFit
-from commsim.collectives.nccl_tuner import bus_factor, plan
+from commsim.collectives.nccl.scale import bus_factor
+from commsim.collectives.nccl_tuner import plan
 from commsim.network.system import System
 
 

@@ -112,8 +112,8 @@ def _held(x, s, r, g, k, away, tol):
 
 #: Constants of a network step's floors, each a max() over the step's other costs that binds
 #: from one size on, as a protocol does: the proxy's per-step cost
-#: (:func:`commsim.collectives.nccl_tuner.net_step_floor_us`) and the rendezvous messages of a
-#: chunk past the plugin's eager limit (:func:`~commsim.collectives.nccl_tuner.rendezvous_work_us`).
+#: (:func:`commsim.collectives.nccl.physical.net_step_floor_us`) and the rendezvous messages of a
+#: chunk past the plugin's eager limit (:func:`~commsim.collectives.nccl.simple.rendezvous_work_us`).
 #: Tried and not kept: every fitted constant (the bandwidth ceilings then split runs of one
 #: protocol at each channel count, and the interpolation benchmark's maximum rose 47.8 -> 51.1%).
 REGIME_CONSTANTS = ("net_rdzv_us", "net_step_us")

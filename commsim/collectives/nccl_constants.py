@@ -9,7 +9,7 @@ Two views of the same numbers:
 
 - :data:`NCCL_TABLES` ("2.18", "2.19", "2.20", "2.30"): every algorithm NCCL tunes (tree, ring, CollNet,
   NVLS, NVLS tree, PAT), four architecture rows (Volta, Ampere, Hopper, Blackwell), used by
-  :mod:`commsim.collectives.nccl_tuner` (the physical model and NCCL's a-priori pick);
+  :mod:`commsim.collectives.nccl` (the physical model and NCCL's a-priori pick);
 - :data:`VERSIONS` ("2.7", "2.19", "2.30"): Tree and Ring only, three architecture rows,
   used by :mod:`commsim.collectives.nccl_model` (``collective.model: nccl-X``). The 2.19 and
   2.30 entries are derived from :data:`NCCL_TABLES`; 2.7 (older layout) stands alone.
@@ -164,7 +164,7 @@ NCCL_TABLES["2.28.9"] = _with_blackwell(NCCL_TABLES["2.30"], ring_ll128=(2 * 36.
                                         nvls_tree=(0.0, 96.0, 43.8))
 NCCL_TABLES["2.29"] = _with_blackwell(NCCL_TABLES["2.30"], ring_ll128=(34.5, 34.6, 34.5), nvls_tree=(0.0, 96.0, 43.8))
 NCCL_TABLES["2.29.7"] = _with_blackwell(NCCL_TABLES["2.30"], nvls_tree=(0.0, 96.0, 43.8))
-# (release line, first version it covers), newest first: nccl_tuner.nccl_table picks from 2.23 on
+# (release line, first version it covers), newest first: nccl.scale.nccl_table picks from 2.23 on
 BLACKWELL_RELEASES = (("2.30", (2, 30, 0)), ("2.29.7", (2, 29, 7)), ("2.29", (2, 29, 0)), ("2.28.9", (2, 28, 9)),
                       ("2.28.7", (2, 28, 7)), ("2.28", (2, 28, 0)), ("2.25", (2, 25, 0)), ("2.23", (2, 23, 0)))
 

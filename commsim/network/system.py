@@ -21,7 +21,7 @@ Bandwidths are per direction, in GB/s (1e9 bytes/s, the nccl-tests unit), and ar
 collective *achieves* on the link (line rate times an achievable fraction, see
 :data:`ACHIEVABLE_FRACTION`), since that is what a measurement determines. Latencies are per
 hop, in microseconds, for NCCL's Simple protocol; the other protocols scale from them with
-NCCL's own ratios (see :mod:`commsim.collectives.nccl_tuner`).
+NCCL's own ratios (see :mod:`commsim.collectives.nccl.physical`).
 
 Pure module: numbers and small closed forms only.
 """
@@ -121,7 +121,7 @@ class System:
     cpu_vendor: str = "intel"
     nccl_version: str = "2.30"
     # Not read by the NCCL model any more: the channel count comes from NCCL's ring search on the
-    # link speeds (collectives.nccl_tuner.ring_graph / nccl_channels). Kept so that the system
+    # link speeds (collectives.nccl.graph.ring_graph / nccl_channels). Kept so that the system
     # descriptions calibration files hold (System.describe writes every field) still read back.
     intra_channels: int = 16
     # The best GPU-NIC PCIe path (NIC_PATHS): NCCL's inter-node graphs take it as typeInter,
@@ -146,7 +146,7 @@ class System:
     tree_efficiency: float = 0.92      # tree busBw x .92 (tuning.cc "Tree ... busBw * .92")
     launch_us: float = 4.0             # host launch + completion per collective, beyond NCCL's baseLat
     # per graph channel (the ring search's, before ncclTopoPostset doubles them), as tuning.cc
-    # applies perChMax*Bws (collectives.nccl_tuner.protocol_ceiling_GBps):
+    # applies perChMax*Bws (collectives.nccl.physical.protocol_ceiling_GBps):
     simple_ch_GBps: float = 40.0       # one channel's Simple throughput (perChMaxTreeBws-like)
     ll128_ch_GBps: float = 36.7        # perChMaxRingLL128Bws[arch]
     # LL's whole-GPU ceiling, not per channel despite the name (kept: calibration files hold it):

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from commsim.calibration.physical_fit import INTRA_NAMES, LEVEL, NETWORK_NAMES
-from commsim.collectives.nccl_tuner import bus_factor, plan
+from commsim.collectives.nccl.scale import bus_factor
+from commsim.collectives.nccl_tuner import plan
 from commsim.network.system import PRESETS
 from tests.conftest import load_benchmark
 

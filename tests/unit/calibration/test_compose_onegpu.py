@@ -2,7 +2,7 @@
 a network fit from 2x1 figures predicts 2x8 (Azure NDmv4, NCCL 2.17.1, the published figures of
 tests/data/published_summaries.yaml S2, each with its source quote).
 
-Before the ring's loop-boundary gap was priced (nccl_tuner.ring_loop_bubble_us) the 2x1 figures
+Before the ring's loop-boundary gap was priced (nccl.simple.ring_loop_bubble_us) the 2x1 figures
 read as a 17.2 GB/s NIC and the composed 2x8 came out 23-27% slow; the gap now takes what one
 GPU's sequential loops cost, and the NIC constant the 2x1 fit reads is the one 2x8 runs at.
 """
@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 from commsim.calibration.physical_fit import Measurement, compose, fit_physical
-from commsim.collectives.nccl_tuner import bus_factor, plan
+from commsim.collectives.nccl.scale import bus_factor
+from commsim.collectives.nccl_tuner import plan
 from commsim.network.system import PRESETS
 from commsim.yamlio import load_yaml_file
 

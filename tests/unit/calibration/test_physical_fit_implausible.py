@@ -8,7 +8,7 @@ from dataclasses import replace
 import numpy as np
 
 from commsim.calibration.physical_fit import IMPLAUSIBLE_SIGMAS, PRIOR_FACTOR, Measurement, fit_physical
-from commsim.collectives.nccl_tuner import bus_factor
+from commsim.collectives.nccl.scale import bus_factor
 from commsim.network.system import preset
 
 

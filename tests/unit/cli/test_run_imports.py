@@ -54,6 +54,7 @@ NOT_FOR_A_RING = (
     "commsim.collectives.auto",
     "commsim.collectives.halving_doubling",
     "commsim.collectives.hierarchical",
+    "commsim.collectives.nccl",  # the package and every submodule: NCCL's estimate and physical model
     "commsim.collectives.nccl_constants",
     "commsim.collectives.nccl_model",
     "commsim.collectives.nccl_tuner",

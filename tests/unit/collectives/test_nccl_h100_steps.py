@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from commsim.calibration.nccl_tables import load_tables
-from commsim.collectives import nccl_tuner as nt
+from commsim.collectives.nccl.simple import SIMPLE_RING_CHUNK_BYTES, simple_ring_loops, simple_ring_slices
 from tests.conftest import load_benchmark
 
 MB = 1 << 20
@@ -30,8 +30,8 @@ DATA = ROOT / "tests" / "data" / "nccl-tests-multiscale"
 ])
 def test_simple_ring_loops_exact(size, ranks, channels, chunk, loops):
     S = np.array([float(size)])
-    assert float(np.sum(nt.simple_ring_slices(S, ranks, channels))) == chunk
-    assert nt.simple_ring_loops(S, ranks, channels)[0] == loops
+    assert float(np.sum(simple_ring_slices(S, ranks, channels))) == chunk
+    assert simple_ring_loops(S, ranks, channels)[0] == loops
 
 
 def test_loops_of_chunks_cover_a_channels_share_and_no_more():
@@ -39,11 +39,11 @@ def test_loops_of_chunks_cover_a_channels_share_and_no_more():
     S = np.floor(np.exp(rng.uniform(np.log(1e3), np.log(6e10), 400)))
     for ranks, channels in ((2, 4), (10, 4), (20, 8), (40, 16), (80, 16), (80, 1)):
         share = np.ceil(S / ranks / channels)
-        chunk = np.sum(nt.simple_ring_slices(S, ranks, channels), axis=-1)
-        loops = nt.simple_ring_loops(S, ranks, channels)
+        chunk = np.sum(simple_ring_slices(S, ranks, channels), axis=-1)
+        loops = simple_ring_loops(S, ranks, channels)
         assert np.all(loops * chunk >= share)
         assert np.all((loops - 1) * chunk < share)
-        assert np.all(chunk <= nt.SIMPLE_RING_CHUNK_BYTES)
+        assert np.all(chunk <= SIMPLE_RING_CHUNK_BYTES)
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,10 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from commsim.collectives import nccl_tuner as nt
+from commsim.collectives.nccl.estimate import nccl_estimate_us
+from commsim.collectives.nccl.graph import ring_graph
+from commsim.collectives.nccl.scale import Scale, nccl_table
+from commsim.collectives.nccl_tuner import plan
 from commsim.network.system import PRESETS
 
 MB = 2 ** 20
@@ -20,7 +23,7 @@ def test_hopper_ll128_terms_are_v2_29_2_tuning_cc(version):
     # baseLatencies Ring LL128 14.0; hwLatencies NVLINK Ring LL128 1.9, NET Ring LL128 4.0,
     # NET Tree LL128 8.5 (the ppn == 1 latency); perChMaxRingLL128Bws Hopper {36.7, 36.7, 36.7};
     # perChMaxTreeLL128Bws Hopper {36.7, 36.7, 29.0}
-    t = nt.nccl_table(version)
+    t = nccl_table(version)
     assert t["base"]["ring"][1] == 14.0
     assert t["hw"]["NVLINK"]["ring"][1] == 1.9
     assert t["hw"]["NET"]["ring"][1] == 4.0 and t["hw"]["NET"]["tree"][1] == 8.5
@@ -45,12 +48,12 @@ def test_hopper_ll128_terms_are_v2_29_2_tuning_cc(version):
     ("2.30.7", (40.0, 40.0, 40.0), (55.6, 31.67, 20.0), (70.0, 42.8, 24.0)),
 ])
 def test_blackwell_rows_are_each_release_s_own(version, ring, tree_ll128, tree):
-    t = nt.nccl_table(version)
+    t = nccl_table(version)
     assert t["ring_ll128"][BLACKWELL] == pytest.approx(ring)
     assert t["tree_ll128"][BLACKWELL] == pytest.approx(tree_ll128)
     assert t["tree"][BLACKWELL] == pytest.approx(tree)
     # the other rows are the release line's common ones
-    later = nt.nccl_table("2.30")
+    later = nccl_table("2.30")
     for key in ("ring_ll128", "tree_ll128", "tree", "ll_max"):
         assert t[key][:BLACKWELL] == later[key][:BLACKWELL]
     assert t["hw"] == later["hw"] and t["base"] == later["base"]
@@ -61,7 +64,7 @@ def test_blackwell_rows_are_each_release_s_own(version, ring, tree_ll128, tree):
 def test_blackwell_nvls_tree_ceiling_per_release(version, n4):
     # perChMaxNVLSTreeBws Blackwell {0.0, 96.0, N4}: 43.1 (v2.28.3-1, v2.28.7-1), 43.8 (v2.28.9-1 ..
     # v2.29.7-1), 80.0 (v2.30.3-1 on); Hopper {0.0, 57.7, 45.5} throughout
-    t = nt.nccl_table(version)
+    t = nccl_table(version)
     assert t["nvls_tree"][BLACKWELL] == (0.0, 96.0, n4)
     assert t["nvls_tree"][HOPPER] == (0.0, 57.7, 45.5)
 
@@ -72,8 +75,8 @@ def test_gb200_one_tray_all_reduce_at_16_mb_picks_ll128_under_2_27_but_simple_un
     S = np.array([16.0 * MB])
     old = replace(PRESETS["gb200-nvl72"], nccl_version="2.27.3")
     new = replace(PRESETS["gb200-nvl72"], nccl_version="2.30")
-    assert nt.plan("all_reduce", old, 1, 4).choose(S)[0] == ("ring", "LL128")
-    assert nt.plan("all_reduce", new, 1, 4).choose(S)[0] == ("ring", "Simple")
+    assert plan("all_reduce", old, 1, 4).choose(S)[0] == ("ring", "LL128")
+    assert plan("all_reduce", new, 1, 4).choose(S)[0] == ("ring", "Simple")
 
 
 def test_h100_ring_ll128_estimate_is_tuning_cc_s_formula():
@@ -82,11 +85,11 @@ def test_h100_ring_ll128_estimate_is_tuning_cc_s_formula():
     # lat = baseLat + (nsteps - nInterSteps) * max(hwLat NVLink, netOverhead) + nInterSteps * (hwLat NET
     # + latencyInter); time = lat + nBytes / (1000 * bw)
     s = replace(PRESETS["dgx-h100"], nccl_version="2.29.2")
-    sc = nt.Scale.of(s, 10, 8)
-    g = nt.ring_graph(s, sc)
+    sc = Scale.of(s, 10, 8)
+    g = ring_graph(s, sc)
     n, nsteps, n_inter = 80, 79, 9
     bus = min(g.channels * g.bw_inter * 0.92, g.channels * 36.7)
     lat = 14.0 + (nsteps - n_inter) * max(1.9, 1.0) + n_inter * (4.0 + s.nic_reported_latency_us)
     S = np.array([32.0 * MB, 128.0 * MB])
     want = lat + S / (1000.0 * bus * n / nsteps)
-    assert nt.nccl_estimate_us("all_gather", "ring", "LL128", S, s, sc) == pytest.approx(want)
+    assert nccl_estimate_us("all_gather", "ring", "LL128", S, s, sc) == pytest.approx(want)

@@ -3,7 +3,8 @@
 import numpy as np
 from hypothesis import given, strategies as st
 
-from commsim.collectives.nccl_tuner import SIMPLE_STEP_BYTES, Scale, tree_depth, tree_simple_chunks
+from commsim.collectives.nccl.scale import Scale
+from commsim.collectives.nccl.simple import SIMPLE_STEP_BYTES, tree_depth, tree_simple_chunks
 from commsim.network.system import preset
 
 KB, MB = 1 << 10, 1 << 20
@@ -51,7 +52,8 @@ from dataclasses import replace  # noqa: E402
 import pytest  # noqa: E402
 
 from commsim.calibration.nccl_tables import load_tables  # noqa: E402
-from commsim.collectives.nccl_tuner import LL, SIMPLE, channels_used, net_step_floor_us, physical_time_us  # noqa: E402
+from commsim.collectives.nccl.physical import channels_used, net_step_floor_us, physical_time_us  # noqa: E402
+from commsim.collectives.nccl.scale import LL, SIMPLE  # noqa: E402
 from commsim.errors import InputError  # noqa: E402
 from commsim.network.system import System, system_from_dict  # noqa: E402
 

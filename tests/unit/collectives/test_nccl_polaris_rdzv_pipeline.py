@@ -1,6 +1,6 @@
 """A Simple ring step across nodes where the plugin sends long messages by rendezvous: the
 proxy's rendezvous work of one slice overlaps the transfer of the other (NCCL_STEPS slots in
-flight). The closed form (:func:`nccl_tuner.net_rendezvous_step_us`) against a per-message event
+flight). The closed form (:func:`nccl.simple.net_rendezvous_step_us`) against a per-message event
 simulation of the ring, exact cases, and its effect on a Polaris ring price."""
 
 from dataclasses import replace
@@ -8,7 +8,9 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from commsim.collectives import nccl_tuner as nt
+from commsim.collectives.nccl.physical import physical_time_us
+from commsim.collectives.nccl.scale import Scale
+from commsim.collectives.nccl.simple import net_rendezvous_step_us, simple_ring_slices
 from commsim.network.system import preset
 
 KB, MB = 1 << 10, 1 << 20
@@ -39,7 +41,7 @@ def _polaris():
 
 
 def _closed_form(system, size, ranks, floor, T):
-    return float(nt.net_rendezvous_step_us(system, np.array([float(size)]), ranks, 4.0, floor, T)[0]) + T
+    return float(net_rendezvous_step_us(system, np.array([float(size)]), ranks, 4.0, floor, T)[0]) + T
 
 
 @pytest.mark.parametrize("seed", range(12))
@@ -52,7 +54,7 @@ def test_step_equals_event_simulation_steady_state(seed):
     size = float(rng.choice([1, 2, 4, 8, 16, 32, 64, 128])) * ranks * 4 * 16 * KB  # chunk 16K..2M
     T = float(rng.uniform(2.0, 150.0))
     floor = float(rng.uniform(0.0, 40.0))
-    b = nt.simple_ring_slices(np.array([size]), ranks, 4.0)[0]
+    b = simple_ring_slices(np.array([size]), ranks, 4.0)[0]
     slices = [T * x / b.sum() for x in b if x > 0]
     c = system.net_rdzv_us
     per_step = (_ring_events(ranks, 80, c, slices, floor) - _ring_events(ranks, 40, c, slices, floor)) / 40.0
@@ -75,16 +77,16 @@ def test_exact_cases():
     assert _closed_form(s, 512 * KB, 32, 10.0, 1.0) == pytest.approx(11.0)
     # no rendezvous threshold: the floor, unchanged
     none = replace(s, net_rdzv_threshold_bytes=None)
-    assert float(nt.net_rendezvous_step_us(none, np.array([16.0 * MB]), 32, 4.0, 10.0, 14.0)[0]) == 10.0
+    assert float(net_rendezvous_step_us(none, np.array([16.0 * MB]), 32, 4.0, 10.0, 14.0)[0]) == 10.0
 
 
 def test_ring_price_hides_rendezvous_behind_a_long_transfer():
     # Polaris 8x4 ring/Simple all_gather: at 256 MB (1 MiB slices, ~230 us a step) the rendezvous
     # cost no longer adds to the price; at 16 MB (64 KiB slices, ~14 us) every step pays 2c
-    sc = nt.Scale.of(preset("polaris"), 8, 4)
+    sc = Scale.of(preset("polaris"), 8, 4)
     lo, hi = _polaris(), replace(_polaris(), net_rdzv_us=33.0)
     sizes = np.array([16.0 * MB, 256.0 * MB])
-    t_lo = nt.physical_time_us("all_gather", "ring", "Simple", sizes, lo, sc)
-    t_hi = nt.physical_time_us("all_gather", "ring", "Simple", sizes, hi, sc)
+    t_lo = physical_time_us("all_gather", "ring", "Simple", sizes, lo, sc)
+    t_hi = physical_time_us("all_gather", "ring", "Simple", sizes, hi, sc)
     assert t_hi[1] == pytest.approx(t_lo[1], rel=1e-12)
     assert t_hi[0] - t_lo[0] == pytest.approx(31 * 2 * 10.0, rel=1e-9)  # 31 steps x 2 slices x 10 us

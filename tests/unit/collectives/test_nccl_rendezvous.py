@@ -9,7 +9,10 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from commsim.collectives import nccl_tuner as nt
+from commsim.collectives.nccl.graph import nccl_channels
+from commsim.collectives.nccl.physical import channels_used, physical_time_us, priced_by
+from commsim.collectives.nccl.scale import ALGORITHMS, PROTOCOLS, Scale
+from commsim.collectives.nccl.simple import rendezvous_work_us, simple_ring_slices, tree_depth, tree_simple_chunks
 from commsim.errors import InputError
 from commsim.network.system import PRESETS, System, preset
 
@@ -33,7 +36,7 @@ def _polaris(**kw):
     (8, 8 * 4 * 1000, (4000, 0)),     # rounded up to the 4 KiB grain, capped at the rank's bytes
 ])
 def test_slices_per_step_exact_cases(ranks, size, slices):
-    got = nt.simple_ring_slices(np.array([float(size)]), ranks, 4)
+    got = simple_ring_slices(np.array([float(size)]), ranks, 4)
     assert tuple(got[0]) == slices
 
 
@@ -63,7 +66,7 @@ def test_slices_equal_the_device_loop_on_random_cases():
         ranks = int(rng.choice([2, 4, 8, 16, 32, 64, 512]))
         channels = int(rng.integers(1, 9))
         size = int(rng.integers(1, 1 << 28)) // (4 * ranks) * (4 * ranks) or 4 * ranks
-        got = nt.simple_ring_slices(np.array([float(size)]), ranks, channels)[0]
+        got = simple_ring_slices(np.array([float(size)]), ranks, channels)[0]
         assert tuple(int(v) for v in got) == _device_loop_slices(size, ranks, channels), (size, ranks, channels)
 
 
@@ -71,8 +74,8 @@ def test_rendezvous_count_follows_the_threshold():
     S = np.array([256 * KB, 1 * MB, 2 * MB, 4 * MB], dtype=float)
     s = _polaris(net_rdzv_us=10.0)
     assert s.net_rdzv_threshold_bytes == 4097
-    slices = nt.simple_ring_slices(S, 8, 4)
-    step = lambda system: nt.rendezvous_work_us(system, slices).sum(axis=-1)  # the step's rendezvous work
+    slices = simple_ring_slices(S, 8, 4)
+    step = lambda system: rendezvous_work_us(system, slices).sum(axis=-1)  # the step's rendezvous work
     np.testing.assert_array_equal(step(s), [10.0, 10.0, 20.0, 20.0])
     # libfabric >= 2.3's 16384 + 2049 (18433): the 8 KiB slice goes eagerly, the others do not
     np.testing.assert_array_equal(step(replace(s, net_rdzv_threshold_bytes=18433)), [0.0, 10.0, 20.0, 20.0])
@@ -81,8 +84,8 @@ def test_rendezvous_count_follows_the_threshold():
 
 
 def _t(kind, system, nodes, size, protocol="Simple", algorithm="ring"):
-    sc = nt.Scale.of(system, nodes, 4)
-    return float(nt.physical_time_us(kind, algorithm, protocol, np.array([float(size)]), system, sc)[0])
+    sc = Scale.of(system, nodes, 4)
+    return float(physical_time_us(kind, algorithm, protocol, np.array([float(size)]), system, sc)[0])
 
 
 @pytest.mark.parametrize("kind,nodes,size,steps,messages", [
@@ -128,30 +131,30 @@ def test_only_polaris_has_a_threshold_so_no_other_preset_moves():
             assert "rdzv_get_min" in s.sources["net_rdzv_threshold_bytes"]
             continue
         assert s.net_rdzv_threshold_bytes is None, name
-        sc = nt.Scale.of(s, 4, min(4, s.gpus_per_node))
+        sc = Scale.of(s, 4, min(4, s.gpus_per_node))
         S = np.array([4.0 * MB, 64.0 * MB])
         moved = s.with_constants({"net_rdzv_us": 500.0}, "test")
-        np.testing.assert_array_equal(nt.physical_time_us("all_gather", "ring", "Simple", S, moved, sc),
-                                      nt.physical_time_us("all_gather", "ring", "Simple", S, s, sc))
+        np.testing.assert_array_equal(physical_time_us("all_gather", "ring", "Simple", S, moved, sc),
+                                      physical_time_us("all_gather", "ring", "Simple", S, s, sc))
 
 
 def test_priced_by_names_it_for_a_system_with_a_threshold():
     s = _polaris()
-    sc = nt.Scale.of(s, 2, 4)
-    assert "net_rdzv_us" in nt.priced_by("ring", "Simple", sc, s)
-    assert "net_rdzv_us" not in nt.priced_by("ring", "Simple", sc)
-    assert "net_rdzv_us" in nt.priced_by("tree", "Simple", sc, s)
-    assert "net_rdzv_us" not in nt.priced_by("ring", "LL", sc, s)
-    assert "net_rdzv_us" not in nt.priced_by("ring", "Simple", nt.Scale.of(s, 1, 4), s)
-    assert "net_rdzv_us" not in nt.priced_by("ring", "Simple", sc, preset("dgx-h100"))
+    sc = Scale.of(s, 2, 4)
+    assert "net_rdzv_us" in priced_by("ring", "Simple", sc, s)
+    assert "net_rdzv_us" not in priced_by("ring", "Simple", sc)
+    assert "net_rdzv_us" in priced_by("tree", "Simple", sc, s)
+    assert "net_rdzv_us" not in priced_by("ring", "LL", sc, s)
+    assert "net_rdzv_us" not in priced_by("ring", "Simple", Scale.of(s, 1, 4), s)
+    assert "net_rdzv_us" not in priced_by("ring", "Simple", sc, preset("dgx-h100"))
     S = np.array([1.0 * MB, 16.0 * MB])
-    for a in nt.ALGORITHMS:
-        for p in nt.PROTOCOLS:
-            if "net_rdzv_us" in nt.priced_by(a, p, sc, s):
+    for a in ALGORITHMS:
+        for p in PROTOCOLS:
+            if "net_rdzv_us" in priced_by(a, p, sc, s):
                 continue
             moved = s.with_constants({"net_rdzv_us": 900.0}, "test")
-            np.testing.assert_array_equal(nt.physical_time_us("all_reduce", a, p, S, moved, sc),
-                                          nt.physical_time_us("all_reduce", a, p, S, s, sc), err_msg=f"{a}/{p}")
+            np.testing.assert_array_equal(physical_time_us("all_reduce", a, p, S, moved, sc),
+                                          physical_time_us("all_reduce", a, p, S, s, sc), err_msg=f"{a}/{p}")
 
 
 @pytest.mark.parametrize("bad", [-1, 4097.0, True, "4097"])
@@ -170,9 +173,9 @@ def test_the_cost_is_a_fitted_physical_constant():
 @pytest.mark.parametrize("nodes,size", [(2, 256 * KB), (2, 2 * MB), (8, 8 * MB)])
 def test_a_simple_tree_pays_one_rendezvous_per_chunk(nodes, size):
     a, b = _polaris(net_rdzv_us=1000.0), _polaris(net_rdzv_us=2000.0)
-    sc = nt.Scale.of(a, nodes, 4)
-    nc = nt.channels_used("tree", "Simple", np.array([float(size)]), nt.nccl_channels(a, sc), sc.ranks)
-    chunks = float(nt.tree_simple_chunks(np.array([float(size)]), nc, nt.tree_depth(sc))[0])
+    sc = Scale.of(a, nodes, 4)
+    nc = channels_used("tree", "Simple", np.array([float(size)]), nccl_channels(a, sc), sc.ranks)
+    chunks = float(tree_simple_chunks(np.array([float(size)]), nc, tree_depth(sc))[0])
     assert chunks >= 2
     diff = _t("all_reduce", b, nodes, size, algorithm="tree") - _t("all_reduce", a, nodes, size, algorithm="tree")
     assert diff == pytest.approx(chunks * 1000.0)

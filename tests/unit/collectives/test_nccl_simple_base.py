@@ -7,7 +7,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from commsim.collectives import nccl_tuner as nt
+from commsim.collectives.nccl.physical import physical_time_us, priced_by
+from commsim.collectives.nccl.scale import Scale
 from commsim.network.system import PRESETS
 
 SIZES = np.geomspace(1e3, 1e10, 15)
@@ -15,10 +16,10 @@ D_US = 37.0
 
 
 def _delta(system, kind, algorithm, protocol, nodes, gpus):
-    sc = nt.Scale.of(system, nodes, gpus)
+    sc = Scale.of(system, nodes, gpus)
     more = replace(system, net_simple_base_us=system.net_simple_base_us + D_US)
-    return (nt.physical_time_us(kind, algorithm, protocol, SIZES, more, sc)
-            - nt.physical_time_us(kind, algorithm, protocol, SIZES, system, sc))
+    return (physical_time_us(kind, algorithm, protocol, SIZES, more, sc)
+            - physical_time_us(kind, algorithm, protocol, SIZES, system, sc))
 
 
 @pytest.mark.parametrize("algorithm,kind", [("ring", "all_reduce"), ("ring", "all_gather"),
@@ -45,6 +46,6 @@ def test_one_node_never_does(algorithm):
 
 def test_a_prediction_across_nodes_with_simple_names_it_as_a_constant_it_rests_on():
     s = PRESETS["dgx-h100"]
-    assert "net_simple_base_us" in nt.priced_by("ring", "Simple", nt.Scale.of(s, 2, 8), s)
-    assert "net_simple_base_us" not in nt.priced_by("ring", "LL", nt.Scale.of(s, 2, 8), s)
-    assert "net_simple_base_us" not in nt.priced_by("ring", "Simple", nt.Scale.of(s, 1, 8), s)
+    assert "net_simple_base_us" in priced_by("ring", "Simple", Scale.of(s, 2, 8), s)
+    assert "net_simple_base_us" not in priced_by("ring", "LL", Scale.of(s, 2, 8), s)
+    assert "net_simple_base_us" not in priced_by("ring", "Simple", Scale.of(s, 1, 8), s)

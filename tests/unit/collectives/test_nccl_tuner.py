@@ -6,7 +6,13 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from commsim.collectives import nccl_tuner as nt
+from commsim.collectives.nccl.estimate import nccl_estimate_us
+from commsim.collectives.nccl.graph import nccl_channels, nics_driven
+from commsim.collectives.nccl.nvls import nvls_tree_nics
+from commsim.collectives.nccl.physical import channels_used, physical_time_us
+from commsim.collectives.nccl.runnable import parse_selection
+from commsim.collectives.nccl.scale import ALGORITHMS, KINDS, PROTOCOLS, Scale
+from commsim.collectives.nccl_tuner import plan
 from commsim.errors import InputError
 from commsim.network.system import System, preset
 
@@ -22,9 +28,9 @@ def _sys(**kw) -> System:
 
 def test_ring_all_reduce_one_node_closed_form():
     s = _sys()
-    sc = nt.Scale.of(s, 1, 8)
+    sc = Scale.of(s, 1, 8)
     S = 1 << 30
-    t = nt.physical_time_us("all_reduce", "ring", "Simple", [S], s, sc)[0]
+    t = physical_time_us("all_reduce", "ring", "Simple", [S], s, sc)[0]
     lat = 8.4 + 5.0 + 2 * 7 * 3.0          # baseLat[Ring][Simple] + launch + 2(n-1) NVLink hops
     bw = 360.0 / (2 * 7 / 8)               # algbw = busbw / (2(n-1)/n)
     assert t == pytest.approx(lat + S / (1000 * bw))
@@ -32,9 +38,9 @@ def test_ring_all_reduce_one_node_closed_form():
 
 def test_ring_across_nodes_is_paced_by_the_nics_in_use_and_counts_network_steps():
     s = _sys()
-    sc = nt.Scale.of(s, 4, 2)              # 8 ranks, 2 NICs per node in use
+    sc = Scale.of(s, 4, 2)              # 8 ranks, 2 NICs per node in use
     S = 1 << 30
-    t = nt.physical_time_us("all_gather", "ring", "Simple", [S], s, sc)[0]
+    t = physical_time_us("all_gather", "ring", "Simple", [S], s, sc)[0]
     n, D = 8, 4
     steps, inter = n - 1, D - 1
     lat = 8.4 + 5.0 + (steps - inter) * max(3.0, 3 * 1.0) + inter * 10.0  # Intel net overhead x3 for Simple
@@ -47,20 +53,20 @@ def test_ring_across_nodes_is_paced_by_the_nics_in_use_and_counts_network_steps(
 
 def test_tree_at_two_nodes_moves_each_node_s_once_and_beats_the_nic_rate():
     s = _sys(tree_efficiency=1.0, nics_per_node=2)  # network-limited: 2 x 50 GB/s per node
-    sc = nt.Scale.of(s, 2, 8)
+    sc = Scale.of(s, 2, 8)
     S = float(1 << 34)  # past the tree correction table
-    t = nt.physical_time_us("all_reduce", "tree", "Simple", [S], s, sc)[0]
+    t = physical_time_us("all_reduce", "tree", "Simple", [S], s, sc)[0]
     alg = min(360.0 / 2, 2 * 50.0 / 1.0)   # intra chain 2S/B, network S/(k B)
     lat = 8.4 + 5.0 + 2 * (7 * 3.0 * 4.0 / 3.4 + 1 * 10.0)  # tree hop ratios 4.0/3.4 (NVLink), 14/14 (NET)
     lat += 7.0                              # net_simple_base_us
     assert t == pytest.approx(lat + S / (1000 * alg))
     busbw = S / (t * 1e3) * 2 * 15 / 16
     assert busbw > 2 * 50.0 * 1.5  # above the node's NIC aggregate, which no ring can do
-    ring = nt.physical_time_us("all_reduce", "ring", "Simple", [S], s, sc)[0]
+    ring = physical_time_us("all_reduce", "ring", "Simple", [S], s, sc)[0]
     assert S / (ring * 1e3) * 2 * 15 / 16 <= 2 * 50.0
     # 3 nodes: 2S per node through the NICs, the 2-node advantage is gone
-    sc3 = nt.Scale.of(s, 3, 8)
-    t3 = nt.physical_time_us("all_reduce", "tree", "Simple", [S], s, sc3)[0]
+    sc3 = Scale.of(s, 3, 8)
+    t3 = physical_time_us("all_reduce", "tree", "Simple", [S], s, sc3)[0]
     lat3 = 8.4 + 5.0 + 2 * (7 * 3.0 * 4.0 / 3.4 + 2 * 10.0) + 7.0  # the btree over 3 nodes is 2 hops deep
     assert t3 == pytest.approx(lat3 + S / (1000 * (2 * 50.0 / 2.0)))
 
@@ -73,13 +79,13 @@ def test_nvls_tree_across_nvlink_domains_crosses_the_network_through_one_nic_per
     ring's 21 nor all 64."""
     s = _sys(gpus_per_node=4, nics_per_node=4, nvls=True, nvlink_domain_nodes=16, intra_bw_GBps=1000.0,
              nvls_efficiency=1.0, tree_efficiency=1.0)
-    sc = nt.Scale.of(s, 48, 4)
-    assert (sc.domains, sc.nics, nt.nccl_channels(s, sc), nt.nics_driven(s, sc)) == (3, 64, 42, 21)
+    sc = Scale.of(s, 48, 4)
+    assert (sc.domains, sc.nics, nccl_channels(s, sc), nics_driven(s, sc)) == (3, 64, 42, 21)
     S = float(1 << 34)
-    t = nt.physical_time_us("all_reduce", "nvls_tree", "Simple", [S], s, sc)[0]
+    t = physical_time_us("all_reduce", "nvls_tree", "Simple", [S], s, sc)[0]
     lat = 0.0 + 5.0 + 3.0 * 25 / 3.4 + 2 * 2 * 10.0 * 20.9 / 14.0  # launch, NVLS hop, 2h net hops (3 nodes: h = 2)
     lat += 7.0                                                      # net_simple_base_us: NVLS tree is Simple
-    assert nt.nvls_tree_nics(s, sc) == 32
+    assert nvls_tree_nics(s, sc) == 32
     alg = 32 * 50.0 / 2.0                                          # D > 2: 2S per domain through 32 heads' NICs
     # one loop (16 NVLS channels x 32 heads x 128 KiB) through 4 hops of half a head's channels; in the
     # node, scatter and gather a loop each and 2h + 1 = 5 chunk stages of 1/32 loop at the heads
@@ -90,24 +96,24 @@ def test_nvls_tree_across_nvlink_domains_crosses_the_network_through_one_nic_per
 
 def test_protocol_payload_fractions_scale_bandwidth():
     s = _sys()
-    sc = nt.Scale.of(s, 1, 8)
+    sc = Scale.of(s, 1, 8)
     S = np.array([float(1 << 32)])
-    t = {p: nt.physical_time_us("all_reduce", "ring", p, S, s, sc)[0] for p in nt.PROTOCOLS}
-    lat = {p: nt.physical_time_us("all_reduce", "ring", p, np.array([1e-9]), s, sc)[0] for p in nt.PROTOCOLS}
-    bw = {p: S[0] / (1000 * (t[p] - lat[p])) for p in nt.PROTOCOLS}
+    t = {p: physical_time_us("all_reduce", "ring", p, S, s, sc)[0] for p in PROTOCOLS}
+    lat = {p: physical_time_us("all_reduce", "ring", p, np.array([1e-9]), s, sc)[0] for p in PROTOCOLS}
+    bw = {p: S[0] / (1000 * (t[p] - lat[p])) for p in PROTOCOLS}
     assert bw["LL"] / bw["Simple"] == pytest.approx(0.5, rel=1e-6)
     assert bw["LL128"] / bw["Simple"] == pytest.approx(120 / 128, rel=1e-6)
 
 
 def test_small_sizes_use_fewer_channels_and_fewer_nics():
     # enqueue.cc: Simple needs 512 threads x 64 bytes = 32 KiB per channel
-    nc = nt.channels_used("ring", "Simple", [16 << 10, 64 << 10, 1 << 20], 16, 8)
+    nc = channels_used("ring", "Simple", [16 << 10, 64 << 10, 1 << 20], 16, 8)
     assert nc.tolist() == [1.0, 2.0, 16.0]
     s = _sys(simple_ch_GBps=1e6)
-    sc = nt.Scale.of(s, 2, 8)
+    sc = Scale.of(s, 2, 8)
     S = np.array([64.0 * 1024])
-    t2 = nt.physical_time_us("all_gather", "ring", "Simple", S, s, sc)[0]
-    lat = nt.physical_time_us("all_gather", "ring", "Simple", np.array([1e-9]), s, sc)[0]
+    t2 = physical_time_us("all_gather", "ring", "Simple", S, s, sc)[0]
+    lat = physical_time_us("all_gather", "ring", "Simple", np.array([1e-9]), s, sc)[0]
     bw = S[0] / (1000 * (t2 - lat))
     assert bw == pytest.approx(2 * 50.0 / (15 / 16))  # two channels drive two NICs
 
@@ -115,30 +121,30 @@ def test_small_sizes_use_fewer_channels_and_fewer_nics():
 def test_nvls_needs_nvswitch_and_is_an_error_naming_the_key():
     s = _sys(intra_kind="nvlink")
     with pytest.raises(InputError) as e:
-        nt.plan("all_reduce", s, 1, 8, algorithm="nvls")
+        plan("all_reduce", s, 1, 8, algorithm="nvls")
     assert e.value.path == "algorithm" and "NVSwitch" in str(e.value)
     with pytest.raises(InputError) as e:
-        nt.plan("all_reduce", _sys(), 2, 8, algorithm="collnet_direct")
+        plan("all_reduce", _sys(), 2, 8, algorithm="collnet_direct")
     assert "SHARP" in str(e.value)
     with pytest.raises(InputError) as e:
-        nt.plan("all_reduce", _sys(), 1, 8, protocol="LL256")
+        plan("all_reduce", _sys(), 1, 8, protocol="LL256")
     assert e.value.path == "protocol"
 
 
 def test_selection_syntax_like_nccl_algo_and_proto():
-    names = nt.ALGORITHMS
-    assert nt.parse_selection("Ring,TREE", names, "algorithm", "x") == ("tree", "ring")
-    assert "ring" not in nt.parse_selection("^ring", names, "algorithm", "x")
-    assert nt.parse_selection(None, nt.PROTOCOLS, "protocol", "x") == nt.PROTOCOLS
-    p = nt.plan("all_reduce", _sys(), 2, 8, algorithm="ring", protocol="Simple")
+    names = ALGORITHMS
+    assert parse_selection("Ring,TREE", names, "algorithm", "x") == ("tree", "ring")
+    assert "ring" not in parse_selection("^ring", names, "algorithm", "x")
+    assert parse_selection(None, PROTOCOLS, "protocol", "x") == PROTOCOLS
+    p = plan("all_reduce", _sys(), 2, 8, algorithm="ring", protocol="Simple")
     assert p.candidates == (("ring", "Simple"),)
 
 
 def test_nccl_estimate_reproduces_tuning_cc_ring_latency():
     # one node, 8 NVLink GPUs, ring LL (2.30): baseLat 6.6 + 2(n-1) x hwLat[NVLINK][Ring][LL] 0.6
     s = _sys()
-    sc = nt.Scale.of(s, 1, 8)
-    t = nt.nccl_estimate_us("all_reduce", "ring", "LL", [8.0], s, sc)[0]
+    sc = Scale.of(s, 1, 8)
+    t = nccl_estimate_us("all_reduce", "ring", "LL", [8.0], s, sc)[0]
     C = s.intra_channels
     bus = min(141.0, C * (360.0 / C) * 0.5)  # llMaxBws[Hopper][N1], Ring/LL x .5
     alg = bus * 8 / 14
@@ -148,25 +154,25 @@ def test_nccl_estimate_reproduces_tuning_cc_ring_latency():
 def test_nccl_picks_tree_on_two_nodes_and_ring_on_many_for_large_sizes():
     s = replace(preset("hgx-h100-4gpu"), nccl_version="2.22")
     big = [float(1 << 33)]
-    assert nt.plan("all_reduce", s, 2, 4).choose(big)[0][0] == "tree"
-    assert nt.plan("all_reduce", s, 16, 4).choose(big)[0][0] == "ring"
+    assert plan("all_reduce", s, 2, 4).choose(big)[0][0] == "tree"
+    assert plan("all_reduce", s, 16, 4).choose(big)[0][0] == "ring"
     # small messages: a low-latency protocol
-    assert nt.plan("all_reduce", s, 16, 4).choose([1024.0])[0][1] in ("LL", "LL128")
+    assert plan("all_reduce", s, 16, 4).choose([1024.0])[0][1] in ("LL", "LL128")
 
 
 def test_pcie_without_nvlink_has_no_ll128_and_no_halving_doubling():
     s = preset("g4dn-t4")
-    p = nt.plan("all_reduce", s, 1, 8)
+    p = plan("all_reduce", s, 1, 8)
     assert all(proto != "LL128" for _, proto in p.candidates)
     assert {a for a, _ in p.candidates} <= {"ring", "tree"}
 
 
 def test_plan_time_is_the_physical_time_of_the_chosen_pair_and_finish_times_are_a_barrier():
     s = _sys()
-    p = nt.plan("all_reduce", s, 2, 8)
+    p = plan("all_reduce", s, 2, 8)
     S = np.array([1e3, 1e6, 1e9])
     chosen = p.choose(S)
-    direct = [nt.physical_time_us("all_reduce", a, pr, [x], s, p.scale)[0] for (a, pr), x in zip(chosen, S)]
+    direct = [physical_time_us("all_reduce", a, pr, [x], s, p.scale)[0] for (a, pr), x in zip(chosen, S)]
     assert p.time_us(S) == pytest.approx(direct)
     f = p.finish_times([0.0, 1e-3, 2e-3], 1e6)
     assert f.tolist() == pytest.approx([2e-3 + direct[1] * 1e-6] * 3)
@@ -174,14 +180,14 @@ def test_plan_time_is_the_physical_time_of_the_chosen_pair_and_finish_times_are_
 
 @settings(max_examples=60, deadline=None)
 @given(nodes=st.integers(1, 64), g=st.sampled_from([1, 2, 4, 8]), exp=st.integers(3, 33),
-       kind=st.sampled_from(nt.KINDS))
+       kind=st.sampled_from(KINDS))
 def test_time_grows_with_size_and_busbw_never_beats_the_links(nodes, g, exp, kind):
     s = preset("dgx-h100")
     if nodes * g < 2:
         return
     # NCCL's own pick (by its a-priori estimate) may be slower than the fastest pair, never faster.
-    fastest = nt.plan(kind, s, nodes, g, pick="fastest")
-    p = nt.plan(kind, s, nodes, g)
+    fastest = plan(kind, s, nodes, g, pick="fastest")
+    p = plan(kind, s, nodes, g)
     S = np.array([2.0 ** exp, 2.0 ** (exp + 1)])
     tf = fastest.time_us(S)
     assert np.all(tf > 0)
@@ -190,7 +196,7 @@ def test_time_grows_with_size_and_busbw_never_beats_the_links(nodes, g, exp, kin
     # the bytes per channel can drop, so time may dip, but never by more than the channel step;
     # once every channel is in use, time grows with size.
     assert tf[1] >= 0.5 * tf[0]
-    full = 2.0 ** exp >= nt.nccl_channels(s, nt.Scale.of(s, nodes, g)) * 512 * 8 * nodes * g
+    full = 2.0 ** exp >= nccl_channels(s, Scale.of(s, nodes, g)) * 512 * 8 * nodes * g
     if full:
         assert tf[1] >= tf[0]
     bus = p.busbw_GBps(S)
@@ -209,7 +215,6 @@ from commsim.network.system import SystemFabric, system_of_fabric, with_system  
 from commsim.collectives.kernels import REGISTRY as _REGISTRY  # noqa: E402
 
 REGISTRY_NCCL = _REGISTRY["nccl"]
-plan = nt.plan
 
 
 def _fabric(**kw):
@@ -260,4 +265,4 @@ def test_parse_selection_refuses_an_empty_item(text):
     from commsim.errors import InputError
 
     with pytest.raises(InputError, match="without empty items"):
-        nt.parse_selection(text, nt.ALGORITHMS, "collective.algorithm", "s.yaml")
+        parse_selection(text, ALGORITHMS, "collective.algorithm", "s.yaml")

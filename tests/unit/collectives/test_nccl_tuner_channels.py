@@ -7,7 +7,13 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from commsim.collectives import nccl_tuner as nt
+from commsim.collectives.nccl.estimate import nccl_estimate_us
+from commsim.collectives.nccl.graph import (
+    max_channels, nccl_channels, nics_driven, ring_graph, search_speeds_intra, search_top_speed,
+)
+from commsim.collectives.nccl.physical import physical_time_us
+from commsim.collectives.nccl.scale import Scale, bus_factor
+from commsim.collectives.nccl.simple import ring_loop_bubble_us
 from commsim.network.system import PRESETS, System
 
 
@@ -16,7 +22,7 @@ def _preset(name, version):
 
 
 def _scale(s, nodes, gpus):
-    return nt.Scale.of(s, nodes, gpus)
+    return Scale.of(s, nodes, gpus)
 
 
 def test_snellius_channel_counts_match_the_logs():
@@ -25,40 +31,40 @@ def test_snellius_channel_counts_match_the_logs():
     # doubled by the postset to 24. 2x4: one 24 GB/s ring per NDR200 NIC, not duplicated
     # (bwIntra 24 < 25), doubled to 8.
     s = _preset("hgx-h100-4gpu", "2.22")
-    g1 = nt.ring_graph(s, _scale(s, 1, 4))
+    g1 = ring_graph(s, _scale(s, 1, 4))
     assert (g1.searched, g1.channels, g1.bw_intra, g1.duplicated) == (6, 12, 30.0, True)
-    assert nt.nccl_channels(s, _scale(s, 1, 4)) == 24
-    g2 = nt.ring_graph(s, _scale(s, 2, 4))
+    assert nccl_channels(s, _scale(s, 1, 4)) == 24
+    g2 = ring_graph(s, _scale(s, 2, 4))
     assert (g2.searched, g2.channels, g2.bw_inter, g2.duplicated) == (4, 4, 24.0, False)
-    assert nt.nccl_channels(s, _scale(s, 2, 4)) == 8
+    assert nccl_channels(s, _scale(s, 2, 4)) == 8
 
 
 def test_h100_eight_nics_at_48_are_not_duplicated():
     # ccMin > 80 && bwIntra < 50 && nChannels > 4: 8 ring channels of 48 GB/s stay 8 in the graph
     # (what tuning.cc multiplies), 16 after the postset doubling (what runs)
     s = _preset("dgx-h100", "2.29")
-    g = nt.ring_graph(s, _scale(s, 10, 8))
+    g = ring_graph(s, _scale(s, 10, 8))
     assert (g.channels, g.bw_inter, g.duplicated) == (8, 48.0, False)
-    assert nt.nccl_channels(s, _scale(s, 10, 8)) == 16
+    assert nccl_channels(s, _scale(s, 10, 8)) == 16
 
 
 def test_four_channels_are_duplicated_and_run_on_sixteen():
     # 10x4 of a DGX H100: 4 NICs, 4 channels of 48; nChannels > 4 fails, so DupChannels makes 8 of
     # 24, and the postset 16 (channels = 2 x NICs would give 8)
     s = _preset("dgx-h100", "2.29")
-    g = nt.ring_graph(s, _scale(s, 10, 4))
+    g = ring_graph(s, _scale(s, 10, 4))
     assert (g.searched, g.channels, g.bw_inter, g.duplicated) == (4, 8, 24.0, True)
-    assert nt.nccl_channels(s, _scale(s, 10, 4)) == 16
-    assert nt.nccl_channels(s, _scale(s, 10, 1)) == 4
+    assert nccl_channels(s, _scale(s, 10, 4)) == 16
+    assert nccl_channels(s, _scale(s, 10, 1)) == 4
 
 
 def test_slow_channels_are_not_duplicated_before_hopper():
     # DGX A100 across nodes: 8 HDR NICs -> 8 channels of 24 GB/s; bwIntra < 25: no duplication
     s = _preset("dgx-a100", "2.18")
-    g = nt.ring_graph(s, _scale(s, 2, 8))
+    g = ring_graph(s, _scale(s, 2, 8))
     assert (g.channels, g.bw_inter, g.duplicated) == (8, 24.0, False)
     # one node: 6 of 40 (= the GPU's 240 GB/s, "PERFECT"), Ampere duplicates (ccMin 80 is not > 80)
-    g1 = nt.ring_graph(s, _scale(s, 1, 8))
+    g1 = ring_graph(s, _scale(s, 1, 8))
     assert (g1.searched, g1.channels, g1.bw_intra) == (6, 12, 20.0)
 
 
@@ -66,22 +72,22 @@ def test_hopper_doubles_few_fast_channels_across_nodes():
     # connect.cc: minCompCap >= 90 (== 90 before 2.25), nNodes > 1, ring bwIntra > 45, nChannels < 16
     # (2*nChannels <= MAXCHANNELS before 2.20): 6 NICs -> 6 channels of 48, 12 after the postset, 24
     s = _preset("dgx-h100", "2.29")
-    assert nt.ring_graph(s, _scale(s, 10, 6)).channels == 6
-    assert nt.nccl_channels(s, _scale(s, 10, 6)) == 24
-    assert nt.nccl_channels(_preset("dgx-h100", "2.18"), _scale(s, 10, 6)) == 24
+    assert ring_graph(s, _scale(s, 10, 6)).channels == 6
+    assert nccl_channels(s, _scale(s, 10, 6)) == 24
+    assert nccl_channels(_preset("dgx-h100", "2.18"), _scale(s, 10, 6)) == 24
     # not on one node, not before Hopper
-    assert nt.nccl_channels(s, _scale(s, 1, 8)) == 24
+    assert nccl_channels(s, _scale(s, 1, 8)) == 24
     a = _preset("dgx-a100", "2.29")
-    assert nt.nccl_channels(a, _scale(a, 2, 8)) == 16
+    assert nccl_channels(a, _scale(a, 2, 8)) == 16
 
 
 def test_search_channel_cap_follows_maxchannels():
     # the ring search stops at MAXCHANNELS/2: 16 before 2.25, 32 from 2.25
-    assert nt.max_channels("2.24") == 32 and nt.max_channels("2.25") == 64
+    assert max_channels("2.24") == 32 and max_channels("2.25") == 64
     s = System(name="t", gpu_arch="hopper", gpus_per_node=8, intra_kind="nvswitch", intra_bw_GBps=2000.0,
                intra_hop_us=3.0, nics_per_node=8, nic_bw_GBps=50.0, net_hop_us=10.0, nccl_version="2.24")
-    assert nt.ring_graph(s, _scale(s, 1, 8)).searched == 16
-    assert nt.ring_graph(replace(s, nccl_version="2.29"), _scale(s, 1, 8)).searched == 32
+    assert ring_graph(s, _scale(s, 1, 8)).searched == 16
+    assert ring_graph(replace(s, nccl_version="2.29"), _scale(s, 1, 8)).searched == 32
 
 
 def test_estimate_multiplies_the_graph_channels_not_the_running_ones():
@@ -90,8 +96,8 @@ def test_estimate_multiplies_the_graph_channels_not_the_running_ones():
     s = _preset("dgx-h100", "2.29")
     sc = _scale(s, 1, 8)
     S = np.array([1e10])
-    t = nt.nccl_estimate_us("all_reduce", "ring", "Simple", S, s, sc)
-    lat = nt.nccl_estimate_us("all_reduce", "ring", "Simple", np.array([0.0]), s, sc)
+    t = nccl_estimate_us("all_reduce", "ring", "Simple", S, s, sc)
+    lat = nccl_estimate_us("all_reduce", "ring", "Simple", np.array([0.0]), s, sc)
     bw = S[0] / (1000.0 * (t[0] - lat[0]))
     assert bw == pytest.approx(12 * 30.0 * 8 / 14)
 
@@ -102,7 +108,7 @@ def test_plateau_reads_the_running_channels():
     s = _preset("dgx-h100", "2.29")
     sc = _scale(s, 10, 4)
     edge = 16 * 40 * 64.0
-    f = lambda x: nt.nccl_estimate_us("all_reduce", "ring", "Simple", np.array([x]), s, sc)[0]
+    f = lambda x: nccl_estimate_us("all_reduce", "ring", "Simple", np.array([x]), s, sc)[0]
     assert f(edge) - f(edge - 1) > 1.0
     assert f(edge / 2) - f(edge / 2 - 1) < 1e-3
 
@@ -114,27 +120,27 @@ def test_duplicated_channels_drive_no_extra_nic():
                intra_hop_us=3.0, nics_per_node=8, nic_bw_GBps=50.0, net_hop_us=10.0,
                simple_ch_GBps=1000.0, nccl_version="2.29")
     sc = _scale(s, 10, 8)
-    g = nt.ring_graph(s, sc)
-    assert (g.searched, g.channels, nt.nccl_channels(s, sc), nt.nics_driven(s, sc)) == (2, 4, 8, 2)
+    g = ring_graph(s, sc)
+    assert (g.searched, g.channels, nccl_channels(s, sc), nics_driven(s, sc)) == (2, 4, 8, 2)
     S = np.array([1e11])
-    t = nt.physical_time_us("all_gather", "ring", "Simple", S, s, sc)[0]
-    t -= nt.ring_loop_bubble_us(s, S, 80, 8)[0]  # the loop boundaries' idle time, not a NIC rate
-    lat = nt.physical_time_us("all_gather", "ring", "Simple", np.array([0.0]), s, sc)[0]
-    bus = S[0] / (1000.0 * (t - lat)) * nt.bus_factor("all_gather", 80)
+    t = physical_time_us("all_gather", "ring", "Simple", S, s, sc)[0]
+    t -= ring_loop_bubble_us(s, S, 80, 8)[0]  # the loop boundaries' idle time, not a NIC rate
+    lat = physical_time_us("all_gather", "ring", "Simple", np.array([0.0]), s, sc)[0]
+    bus = S[0] / (1000.0 * (t - lat)) * bus_factor("all_gather", 80)
     assert bus == pytest.approx(min(100.0, 2 * 50.0))
 
 
 def test_intra_speed_arrays_by_release():
-    assert nt.search_speeds_intra(1, "2.29")[0] == 40.0
-    assert 50.0 not in nt.search_speeds_intra(2, "2.18") and 50.0 in nt.search_speeds_intra(2, "2.19")
-    assert 11.0 in nt.search_speeds_intra(2, "2.21") and 11.0 not in nt.search_speeds_intra(2, "2.20")
-    assert nt.search_speeds_intra(3, "2.24")[0] == 60.0     # Blackwell on the SM90 array before 2.25
-    assert nt.search_speeds_intra(3, "2.25")[0] == 90.0
-    assert 45.0 in nt.search_speeds_intra(3, "2.29") and 45.0 not in nt.search_speeds_intra(3, "2.28")
+    assert search_speeds_intra(1, "2.29")[0] == 40.0
+    assert 50.0 not in search_speeds_intra(2, "2.18") and 50.0 in search_speeds_intra(2, "2.19")
+    assert 11.0 in search_speeds_intra(2, "2.21") and 11.0 not in search_speeds_intra(2, "2.20")
+    assert search_speeds_intra(3, "2.24")[0] == 60.0     # Blackwell on the SM90 array before 2.25
+    assert search_speeds_intra(3, "2.25")[0] == 90.0
+    assert 45.0 in search_speeds_intra(3, "2.29") and 45.0 not in search_speeds_intra(3, "2.28")
 
 
 def test_blackwell_one_node_top_speed_from_2_25():
     # sm100SpeedArrayIntra is selected from v2.25.1-1 (``ccMin >= 100 ? sm100SpeedArrayIntra``)
-    assert nt.search_top_speed(3, "2.25", inter=False) == 90.0
-    assert nt.search_top_speed(3, "2.24", inter=False) == 60.0
-    assert nt.search_top_speed(2, "2.30", inter=False) == 60.0
+    assert search_top_speed(3, "2.25", inter=False) == 90.0
+    assert search_top_speed(3, "2.24", inter=False) == 60.0
+    assert search_top_speed(2, "2.30", inter=False) == 60.0

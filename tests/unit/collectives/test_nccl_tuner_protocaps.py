@@ -6,16 +6,18 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from commsim.collectives import nccl_tuner as nt
+from commsim.collectives.nccl.graph import nccl_channels, ring_graph
+from commsim.collectives.nccl.physical import physical_time_us, protocol_ceiling_GBps
+from commsim.collectives.nccl.scale import Scale, bus_factor
 from commsim.network.system import PRESETS
 
 BIG = np.array([float(1 << 34)])
 
 
 def _busbw(kind, a, p, system, nodes, gpus, sizes=BIG):
-    sc = nt.Scale.of(system, nodes, gpus)
-    t = nt.physical_time_us(kind, a, p, sizes, system, sc)
-    return sizes / (t * 1e3) * nt.bus_factor(kind, sc.ranks)
+    sc = Scale.of(system, nodes, gpus)
+    t = physical_time_us(kind, a, p, sizes, system, sc)
+    return sizes / (t * 1e3) * bus_factor(kind, sc.ranks)
 
 
 def test_ll_prior_is_llmaxbw_itself():
@@ -27,40 +29,40 @@ def test_ll_prior_is_llmaxbw_itself():
 def test_ring_ll_ceiling_is_a_total_not_per_channel(channels_seen):
     # DGX A100 1x8: 24 channels; LL's total ceiling 87.7 binds below the links' half rate
     s = PRESETS["dgx-a100"]
-    sc = nt.Scale.of(s, 1, 8)
-    assert nt.nccl_channels(s, sc) == 24
-    ceil = nt.protocol_ceiling_GBps("ring", "LL", s, sc, np.array([channels_seen]), channels_seen)
+    sc = Scale.of(s, 1, 8)
+    assert nccl_channels(s, sc) == 24
+    ceil = protocol_ceiling_GBps("ring", "LL", s, sc, np.array([channels_seen]), channels_seen)
     assert ceil[0] == pytest.approx(87.7)
     assert _busbw("all_reduce", "ring", "LL", s, 1, 8)[0] == pytest.approx(87.7, rel=1e-3)
 
 
 def test_ll_ceiling_scales_with_the_channels_launched():
     s = PRESETS["dgx-a100"]
-    sc = nt.Scale.of(s, 1, 8)
-    ceil = nt.protocol_ceiling_GBps("ring", "LL", s, sc, np.array([6.0, 24.0]), 24)
+    sc = Scale.of(s, 1, 8)
+    ceil = protocol_ceiling_GBps("ring", "LL", s, sc, np.array([6.0, 24.0]), 24)
     np.testing.assert_allclose(ceil, [87.7 / 4, 87.7])
 
 
 def test_ll128_ceiling_is_per_graph_channel():
     # H100 10x8: the ring graph has 8 channels (one per NIC), comm->nChannels 16
     s = PRESETS["dgx-h100"]
-    sc = nt.Scale.of(s, 10, 8)
-    g, c = nt.ring_graph(s, sc).channels, nt.nccl_channels(s, sc)
+    sc = Scale.of(s, 10, 8)
+    g, c = ring_graph(s, sc).channels, nccl_channels(s, sc)
     assert (g, c) == (8, 16)
     assert _busbw("all_reduce", "ring", "LL128", s, 10, 8)[0] == pytest.approx(36.7 * 8, rel=5e-3)
 
 
 def test_tree_simple_ceiling_is_not_scaled_by_the_tree_efficiency():
     s = replace(PRESETS["dgx-h100"], simple_ch_GBps=1.0)
-    sc = nt.Scale.of(s, 2, 8)
-    g = nt.ring_graph(s, sc).channels
+    sc = Scale.of(s, 2, 8)
+    g = ring_graph(s, sc).channels
     # tuning.cc busBw = min(busBw*.92, nChannels*perChMaxTreeBw): bus at the ceiling, algbw half of it
-    alg = _busbw("all_reduce", "tree", "Simple", s, 2, 8)[0] / nt.bus_factor("all_reduce", 16)
+    alg = _busbw("all_reduce", "tree", "Simple", s, 2, 8)[0] / bus_factor("all_reduce", 16)
     assert alg == pytest.approx(g * 1.0 / 2.0, rel=1e-3)
 
 
 def test_ring_simple_keeps_its_per_launched_channel_ceiling():
     s = replace(PRESETS["dgx-h100"], simple_ch_GBps=1.0)
-    sc = nt.Scale.of(s, 1, 8)
-    c = nt.nccl_channels(s, sc)
+    sc = Scale.of(s, 1, 8)
+    c = nccl_channels(s, sc)
     assert _busbw("all_reduce", "ring", "Simple", s, 1, 8)[0] == pytest.approx(c * 1.0, rel=1e-3)

@@ -5,14 +5,18 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from commsim.collectives import nccl_tuner as nt
+from commsim.collectives.nccl.estimate import nccl_estimate_us
+from commsim.collectives.nccl.physical import physical_time_us
+from commsim.collectives.nccl.runnable import runnable
+from commsim.collectives.nccl.scale import LL, LL128, SIMPLE, Scale, nccl_table, ring_ll_factor
+from commsim.collectives.nccl_tuner import plan
 from commsim.errors import InputError
 from commsim.network.system import preset, system_from_dict
 
 
 def _ll128_allowed(system, nodes, gpus, kind="all_reduce", algorithm="ring"):
-    scale = nt.Scale.of(system, nodes, gpus)
-    return nt.runnable(kind, algorithm, nt.LL128, system, scale) is None
+    scale = Scale.of(system, nodes, gpus)
+    return runnable(kind, algorithm, LL128, system, scale) is None
 
 
 @pytest.mark.parametrize("path", ["pix", "pxb", "pxn", "phb", "sys"])
@@ -37,11 +41,11 @@ def test_hopper_allows_ll128_through_pxn_but_not_phb():
 
 
 def test_plan_across_polaris_nodes_offers_no_ll128_and_says_why():
-    p = nt.plan("all_reduce", preset("polaris"), 8, 4)
-    assert all(proto != nt.LL128 for _, proto in p.candidates)
-    assert any(proto == nt.LL128 for _, proto in nt.plan("all_reduce", preset("polaris"), 1, 4).candidates)
+    p = plan("all_reduce", preset("polaris"), 8, 4)
+    assert all(proto != LL128 for _, proto in p.candidates)
+    assert any(proto == LL128 for _, proto in plan("all_reduce", preset("polaris"), 1, 4).candidates)
     with pytest.raises(InputError, match="PHB"):
-        nt.plan("all_reduce", preset("polaris"), 8, 4, algorithm="ring", protocol="LL128")
+        plan("all_reduce", preset("polaris"), 8, 4, algorithm="ring", protocol="LL128")
 
 
 def test_polaris_preset_records_the_phb_path_and_it_survives_a_round_trip():
@@ -65,18 +69,18 @@ def test_unknown_nic_path_is_an_input_error_naming_the_key():
     ("2.21", "all_reduce", 2, 0.5), ("2.21", "all_gather", 1, 0.5), ("2.29", "all_reduce", 8, 0.5),
 ])
 def test_ring_ll_factor_changed_in_2_21(version, kind, nodes, factor):
-    assert nt.ring_ll_factor(version, kind, nodes) == pytest.approx(factor)
+    assert ring_ll_factor(version, kind, nodes) == pytest.approx(factor)
 
 
 def test_nccl_estimate_of_ring_ll_uses_the_version_s_factor():
     # NCCL 2.20 still quarters Ring/LL busBw (its other tables are the 2.30 ones), 2.21 halves
     # it: on 2 Polaris nodes (below llMaxBw) the 2.20 transfer term is ~2x 2.21's, not equal.
     base = preset("polaris")
-    scale = nt.Scale.of(base, 2, 4)
+    scale = Scale.of(base, 2, 4)
 
     def transfer(version):
         s = replace(base, nccl_version=version)
-        f = lambda x: nt.nccl_estimate_us("all_reduce", "ring", nt.LL, np.array([x]), s, scale)[0]
+        f = lambda x: nccl_estimate_us("all_reduce", "ring", LL, np.array([x]), s, scale)[0]
         return f(64.0 * 2 ** 20) - f(8.0)
 
     assert transfer("2.20") / transfer("2.21") > 1.8
@@ -93,14 +97,14 @@ def test_nccl_estimate_of_ring_ll_uses_the_version_s_factor():
 ])
 def test_tree_simple_latencies_per_release(version, tree_simple, base_tree_simple):
     # hwLat[NVLINK|PCI|NET][Tree][Simple] and baseLat[Tree][Simple] in each tag's tuning.cc
-    t = nt.nccl_table(version)
+    t = nccl_table(version)
     assert tuple(t["hw"][hw]["tree"][2] for hw in ("NVLINK", "PCI", "NET")) == tree_simple
     assert t["base"]["tree"][2] == base_tree_simple
     assert t["ring_ll_factor"] in (0.25, 0.5)
 
 
 def test_2_20_to_2_22_tables_keep_the_later_bandwidth_rows_and_have_no_pat():
-    t, later = nt.nccl_table("2.21"), nt.nccl_table("2.30")
+    t, later = nccl_table("2.21"), nccl_table("2.30")
     assert t["ll_max"] == later["ll_max"] and t["tree"] == later["tree"]
     assert t["hw"]["NET"]["nvls_tree"][2] == 14.0 and later["hw"]["NET"]["nvls_tree"][2] == 20.9
     assert not t["pat"] and len(t["tree_corr"]["Simple"]) == 23
@@ -111,7 +115,7 @@ def test_polaris_8x4_all_reduce_pick_differs_between_2_18_and_2_21():
     # costs 28 per hop and Ring/LL is estimated at busBw/2 -> ring LL to 4 MB, Simple from 8 MB.
     # The 2.21 log's times fall from 1.88 ms at 4 MB to 1.41 ms at 8 MB, where this pick leaves LL.
     def pick(version, size):
-        return nt.plan("all_reduce", replace(preset("polaris"), nccl_version=version), 8, 4).choose([size])[0]
+        return plan("all_reduce", replace(preset("polaris"), nccl_version=version), 8, 4).choose([size])[0]
 
     assert pick("2.18", 1 << 20) == ("tree", "Simple")
     assert pick("2.21.5", 1 << 20) == ("ring", "LL")
@@ -122,7 +126,7 @@ def test_polaris_8x4_all_reduce_pick_differs_between_2_18_and_2_21():
 def test_polaris_128x4_all_gather_runs_ll_until_32_mb_without_ll128():
     # with LL128 off (PHB) NCCL 2.18 stays on LL to 32 MB; the 128-node log's time drops from
     # 15.6 ms at 32 MB to 12.6 ms at 64 MB, where the pick moves to Simple
-    p = nt.plan("all_gather", replace(preset("polaris"), nccl_version="2.18"), 128, 4)
+    p = plan("all_gather", replace(preset("polaris"), nccl_version="2.18"), 128, 4)
     assert p.choose([32 << 20, 64 << 20]) == [("ring", "LL"), ("ring", "Simple")]
 
 
@@ -130,13 +134,13 @@ def test_polaris_128x4_all_gather_runs_ll_until_32_mb_without_ll128():
 def test_release_tables_change_the_pick_not_the_physical_price(version, before):
     s = replace(preset("polaris"), nccl_version=version)
     b = replace(s, nccl_version=before)
-    scale = nt.Scale.of(s, 8, 4)
+    scale = Scale.of(s, 8, 4)
     sizes = np.array([1e3, 1e5, 1e7])
-    for a, p in (("tree", nt.SIMPLE), ("tree", nt.LL), ("ring", nt.SIMPLE)):
-        np.testing.assert_array_equal(nt.physical_time_us("all_reduce", a, p, sizes, s, scale),
-                                      nt.physical_time_us("all_reduce", a, p, sizes, b, scale))
-    assert not np.array_equal(nt.nccl_estimate_us("all_reduce", "tree", nt.SIMPLE, sizes, s, scale),
-                              nt.nccl_estimate_us("all_reduce", "tree", nt.SIMPLE, sizes, b, scale))
+    for a, p in (("tree", SIMPLE), ("tree", LL), ("ring", SIMPLE)):
+        np.testing.assert_array_equal(physical_time_us("all_reduce", a, p, sizes, s, scale),
+                                      physical_time_us("all_reduce", a, p, sizes, b, scale))
+    assert not np.array_equal(nccl_estimate_us("all_reduce", "tree", SIMPLE, sizes, s, scale),
+                              nccl_estimate_us("all_reduce", "tree", SIMPLE, sizes, b, scale))
 
 
 # --- the per-step floor of a ring across nodes (getNetOverhead), now a physical constant -------
@@ -153,18 +157,18 @@ def test_net_step_defaults_to_nccl_s_cpu_figure():
 def test_net_step_floors_every_ring_step_and_every_tree_network_hop_across_nodes():
     base = replace(preset("polaris"), nccl_version="2.18")
     slow = replace(base, net_step_us=10.0)
-    s8 = nt.Scale.of(base, 8, 4)
+    s8 = Scale.of(base, 8, 4)
     tiny = np.array([8.0])
     # ring LL: 2(n-1) = 62 steps, 14 of them network; the 48 NVLink steps are floored at 10 us
     # (their LL latency is 3.4 x 0.6/3.4 = 0.6 us, under NCCL's 2 us AMD floor before)
-    d_ring = nt.physical_time_us("all_reduce", "ring", nt.LL, tiny, slow, s8) - \
-        nt.physical_time_us("all_reduce", "ring", nt.LL, tiny, base, s8)
+    d_ring = physical_time_us("all_reduce", "ring", LL, tiny, slow, s8) - \
+        physical_time_us("all_reduce", "ring", LL, tiny, base, s8)
     assert d_ring[0] == pytest.approx(48 * (10.0 - 2.0))
     # tree LL: 2 log2(8) = 6 network hops, each max(14 x 5/14 = 5 us, floor)
-    d_tree = nt.physical_time_us("all_reduce", "tree", nt.LL, tiny, slow, s8) - \
-        nt.physical_time_us("all_reduce", "tree", nt.LL, tiny, base, s8)
+    d_tree = physical_time_us("all_reduce", "tree", LL, tiny, slow, s8) - \
+        physical_time_us("all_reduce", "tree", LL, tiny, base, s8)
     assert d_tree[0] == pytest.approx(6 * (10.0 - 5.0))
     # one node: no network step, no floor
-    s1 = nt.Scale.of(base, 1, 4)
-    np.testing.assert_array_equal(nt.physical_time_us("all_reduce", "ring", nt.LL, tiny, slow, s1),
-                                  nt.physical_time_us("all_reduce", "ring", nt.LL, tiny, base, s1))
+    s1 = Scale.of(base, 1, 4)
+    np.testing.assert_array_equal(physical_time_us("all_reduce", "ring", LL, tiny, slow, s1),
+                                  physical_time_us("all_reduce", "ring", LL, tiny, base, s1))
