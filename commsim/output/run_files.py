@@ -1,7 +1,7 @@
-"""Writing results: JSON, CSV and Chrome/Perfetto traces, always atomically.
+"""Results as the text of their files: JSON, CSV and Chrome/Perfetto traces.
 
-Every file is written through :func:`commsim.atomic.atomic_write_text`, so an existing file is
-never left half-written.
+These functions return text; the CLI writes each file through
+:func:`commsim.atomic.atomic_write_text`, so an existing file is never left half-written.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any, Dict, Optional
 
 import numpy as np
 
-from commsim.atomic import atomic_write_text  # noqa: F401 - re-exported: every output file is written through it
 
 if TYPE_CHECKING:  # annotations only: `commsim collective` and `validate` write JSON without the engine
     from commsim.sim.engine import RunResult
