@@ -406,6 +406,13 @@ def _presets() -> Dict[str, System]:
     # GPU (300 each way), 8x ConnectX-6 HDR 200 Gb/s for compute, AMD EPYC 7742.
     p["dgx-a100"] = nominal_system("dgx-a100", "ampere", 8, "nvswitch", 300.0, 8, 200.0, cpu_vendor="amd",
                                    source="NVIDIA DGX A100 datasheet")
+    # NVIDIA DGX B200 datasheet: 8x B200 on 2 NVLink5 switch chips (NVLS capable), 1.8 TB/s
+    # bidirectional per GPU (900 each way), 8x single-port ConnectX-7 400 Gb/s for compute (the two
+    # BlueField-3 DPUs serve storage), 2x Intel Xeon Platinum 8570. No published nccl-tests log of it
+    # is among the benchmark's: its figures rest on the nominal constants alone. (A DGX H200 has
+    # the DGX H100's NVLink4 and NICs: use dgx-h100.)
+    p["dgx-b200"] = nominal_system("dgx-b200", "blackwell", 8, "nvswitch", 900.0, 8, 400.0, nvls=True,
+                                   cpu_vendor="intel", source="NVIDIA DGX B200 datasheet")
     # AWS p4d/p4de/p4dn.24xlarge: 8x A100 SXM4 on NVSwitch (600 GB/s), 4x 100 Gb/s EFA, Intel Xeon.
     p["p4d"] = nominal_system("p4d", "ampere", 8, "nvswitch", 300.0, 4, 100.0, cpu_vendor="intel",
                               source="AWS p4d instance page (4x 100 Gb/s EFA)")
