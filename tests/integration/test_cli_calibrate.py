@@ -36,7 +36,8 @@ def test_size_parsing():
     assert parse_size_range("8:64") == [8, 16, 32, 64]
     assert parse_size_range("1K:1M:4") == [1024, 4096, 16384, 65536, 262144, 1048576]
     assert len(parse_size_range("8:1G")) == 28
-    for bad in ("8", "64:8", "8:64:1", "x:1G"):
+    assert parse_size_range("8") == [8]  # one size alone, as nccl-tests' -b 8 -e 8
+    for bad in ("8:", "64:8", "8:64:1", "x:1G", "1:2:3:4"):
         with pytest.raises(ValueError):
             parse_size_range(bad)
 

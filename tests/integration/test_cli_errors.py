@@ -70,7 +70,7 @@ CORPUS = [
     (["collective"], "--calibration"),
     (["collective", "--calibration", "missing.yaml", "--ranks", "8"], "missing.yaml"),
     (["collective", "--calibration", "{cal}", "--ranks", "1"], "--ranks"),
-    (["collective", "--calibration", "{cal}", "--ranks", "8", "--sizes", "8"], "--sizes"),
+    (["collective", "--calibration", "{cal}", "--ranks", "8", "--sizes", "8:"], "--sizes"),
     (["collective", "--calibration", "{cal}", "--ranks", "8", "--sizes", "x:1G"], "--sizes"),
     (["collective", "--calibration", "{cal}", "--ranks", "8", "--level", "bogus"], "--level"),
     (["collective", "--calibration", "{cal}", "--ranks", "8", "--json", "{tmp}"], "is a directory"),
