@@ -17,7 +17,7 @@ from commsim.cli.outputs import check_not_named_calibration, check_outputs, echo
 from commsim.collectives import ALL_REDUCE
 from commsim.collectives.kernels import COST_MODELS
 from commsim.errors import InputError
-from commsim.scenario.schema import check_comm_streams
+from commsim.scenario.schema import check_comm_streams, check_cost_model_arch
 
 
 
@@ -53,7 +53,8 @@ def algorithms(scenario, nodes_text, algorithm_text, model_text, steps, override
     Prints per node count and algorithm: GPUs, step time, collective time per step
     (one baseline step's collectives), exposed communication and scaling efficiency
     (compute / step time); '*' marks the fastest.
-    Algorithms a model does not cover (NCCL's models: ring, tree, auto) are skipped.
+    Algorithms a model does not cover (NCCL's models: ring, tree, auto) are skipped, and so
+    are NCCL's models on GPUs they have no tables for (cluster.gpu_arch blackwell).
     """
     from commsim.analysis.algorithm_comparison import compare
     from commsim.collectives import algorithms_for
@@ -64,6 +65,16 @@ def algorithms(scenario, nodes_text, algorithm_text, model_text, steps, override
     counts = node_counts(nodes_text) if nodes_text else None
     sc = load_or_fail(scenario, overrides, steps, None, force=force)
     check_not_named_calibration({"--json": json_path}, scenario, overrides)  # known once the scenario is read
+    priced = []
+    for m in models:
+        try:
+            check_cost_model_arch(f"{scenario} (--model {m})", m, sc.cluster.gpu_arch)
+            priced.append(m)
+        except InputError as exc:
+            refused = str(exc)
+    if not priced:
+        fail(refused)
+    models = priced
     pairs = [(a, m) for m in models for a in names if a in algorithms_for(m)]
     if not pairs:
         covered = "; ".join(f"{m} covers {', '.join(algorithms_for(m))}" for m in models)

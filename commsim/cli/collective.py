@@ -63,6 +63,7 @@ def algorithm_tables(scenario_path, overrides, algorithm, model, ranks, cal_path
     from commsim.collectives import ALGORITHMS, algorithms_for
     from commsim.collectives.kernels import COST_MODELS
     from commsim.output.text import format_algorithm_table
+    from commsim.scenario.schema import check_cost_model_arch
     from commsim.sim.links import fitted_fabric, scenario_fabric
 
     sc = load_or_fail(scenario_path, overrides, None, None, force=force)
@@ -78,6 +79,10 @@ def algorithm_tables(scenario_path, overrides, algorithm, model, ranks, cal_path
     beyond = [n for n in names if n not in covered]
     if beyond:
         fail(f"--model {model} covers algorithms {', '.join(covered)}; got {beyond[0]!r}")
+    try:
+        check_cost_model_arch(f"{scenario_path} (--model {model})", model, sc.cluster.gpu_arch)
+    except InputError as exc:
+        fail(str(exc))
     if ranks is not None:
         sc = resized(sc, ranks)
     fabric = scenario_fabric(replace(sc, calibration=None))  # nominal links unless --calibration

@@ -34,6 +34,7 @@ from typing import Optional
 import numpy as np
 
 from commsim.collectives import nccl_constants as K
+from commsim.errors import InputError
 from commsim.network.fabric import Fabric
 
 ARCHS = ("Volta", "Ampere", "Hopper")
@@ -239,6 +240,13 @@ class NcclKernel:
 
     def __init__(self, model: str, algorithm: str, kind: str, fabric: Fabric, size: float, **kw):
         algo = nccl_algorithm(model, algorithm, kind)
+        if "arch" not in kw:  # the fabric's GPUs (a scenario's cluster.gpu_arch) pick the tables
+            arch = fabric.gpu_arch.capitalize()
+            if arch not in ARCHS:
+                raise InputError("scenario", "cluster.gpu_arch",
+                                 f"the {model} cost model has tables for {', '.join(a.lower() for a in ARCHS)} "
+                                 f"GPUs, got {fabric.gpu_arch} (collective.algorithm: nccl prices it)")
+            kw["arch"] = arch
         a, p, seconds = NcclModel.named(model, **kw).choose(fabric, size, kind, algo)
         self.kind, self.size, self.world_size = kind, float(size), fabric.world_size
         self.chosen = f"{a}/{p}"

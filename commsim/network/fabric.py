@@ -88,6 +88,10 @@ class PortScales:
         return min(min(self.send), min(self.receive))
 
 
+# NCCL's compute-capability rows (src/graph/tuning.cc): a fabric's GPUs pick NCCL's tables by these.
+GPU_ARCHS = ("volta", "ampere", "hopper", "blackwell")
+
+
 @dataclass(frozen=True)
 class Fabric:
     """Two-level cluster as seen by a collective (module docstring). Units: seconds, bytes/s."""
@@ -100,6 +104,7 @@ class Fabric:
     inter_bandwidth: float
     nics_per_node: Optional[int] = None  # None: not known (only NCCL's channel count uses it)
     intra_kind: str = "nvswitch"  # nvswitch | nvlink | pcie | pcie-nop2p (NCCL's model: NVLINK vs PCI latencies)
+    gpu_arch: str = "hopper"  # GPU_ARCHS: which of NCCL's per-generation tables price its collectives
     # degraded ports (None: all nominal): intra_scale per rank, inter_scale per node
     intra_scale: Optional[PortScales] = None
     inter_scale: Optional[PortScales] = None
@@ -116,6 +121,8 @@ class Fabric:
         for name in ("intra_bandwidth", "inter_bandwidth"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"Fabric.{name} must be > 0 bytes/s, got {getattr(self, name)!r}")
+        if self.gpu_arch not in GPU_ARCHS:
+            raise ValueError(f"Fabric.gpu_arch must be one of {', '.join(GPU_ARCHS)}, got {self.gpu_arch!r}")
         if self.nics_per_node is not None and (int(self.nics_per_node) != self.nics_per_node or self.nics_per_node < 1):
             raise ValueError(f"Fabric.nics_per_node must be an integer >= 1, got {self.nics_per_node!r}")
         for name, ports in (("intra_scale", self.world_size), ("inter_scale", self.nodes)):

@@ -33,9 +33,9 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Dict, Mapping, Optional, Tuple
 
 from commsim.errors import InputError
-from commsim.network.fabric import Fabric
+from commsim.network.fabric import GPU_ARCHS, Fabric
 
-ARCHS = ("volta", "ampere", "hopper", "blackwell")  # NCCL's compute-capability rows (tuning.cc)
+ARCHS = GPU_ARCHS  # NCCL's compute-capability rows (tuning.cc)
 INTRA_KINDS = ("nvswitch", "nvlink", "pcie_p2p", "pcie_host")
 TRANSPORTS = ("rdma", "socket")  # NCCL's IB/RoCE/EFA/libfabric plugins vs its internal TCP sockets
 CPU_VENDORS = ("intel", "amd", "arm")
@@ -693,16 +693,17 @@ def with_system(fabric: Fabric, system: System, choice_system: Optional[System] 
     return SystemFabric(**kw, system=system, choice_system=choice_system, nccl_algo=nccl_algo, nccl_proto=nccl_proto)
 
 
-def system_of_fabric(fabric: Fabric, gpu_arch: str = "hopper") -> System:
+def system_of_fabric(fabric: Fabric, gpu_arch: Optional[str] = None) -> System:
     """The physical system a fabric describes: the one it carries (:class:`SystemFabric`),
     else one built from its two link levels (bandwidths as achieved rates, per-hop latencies,
-    the node's network split over its NICs) with NCCL's protocol priors for `gpu_arch`.
-    Assumptions where a plain fabric does not say: one NIC per GPU (rail-optimised DGX/HGX
-    nodes; NCCL opens two channels per NIC across nodes, so the NIC count sets the channel
-    count), and a Hopper GPU."""
+    the node's network split over its NICs) with NCCL's protocol priors for `gpu_arch` (default:
+    the fabric's ``gpu_arch``, a scenario's ``cluster.gpu_arch``). Assumption where a plain fabric
+    does not say: one NIC per GPU (rail-optimised DGX/HGX nodes; NCCL opens two channels per NIC
+    across nodes, so the NIC count sets the channel count)."""
     carried = getattr(fabric, "system", None)
     if carried is not None:
         return carried
+    gpu_arch = gpu_arch or fabric.gpu_arch
     nics = fabric.nics_per_node or fabric.gpus_per_node
     intra_kind = FABRIC_INTRA_KIND.get(fabric.intra_kind, "nvswitch")
     src = "from the scenario's links"

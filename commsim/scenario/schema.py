@@ -86,6 +86,23 @@ MAX_RANK_STEPS = 2**30  # steps x world size: the engine keeps per-rank, per-ste
 MAX_BUCKETS = 1_000_000  # gradient buckets per step (gradient bytes / bucket_cap)
 
 
+def check_cost_model_arch(source: str, model: str, gpu_arch: str) -> None:
+    """NCCL's cost models (nccl-2.7/2.19/2.30) have no Blackwell row: a CrossKeyError naming
+    ``cluster.gpu_arch`` for such a cluster there (at load, or where a command's --model sets the
+    model), rather than a price from another generation's tables. The alpha-beta model has none."""
+    if model == "alpha-beta":
+        return
+    from commsim.collectives.nccl_model import ARCHS  # only an NCCL cost model needs it
+
+    if gpu_arch.capitalize() not in ARCHS:
+        raise CrossKeyError(
+            source, "cluster.gpu_arch",
+            f"the {model} cost model has tables for {', '.join(a.lower() for a in ARCHS)} GPUs, got {gpu_arch} "
+            "(collective.algorithm: nccl with the alpha-beta model prices it)",
+            related=("collective.model",),
+        )
+
+
 def _default_name(source: str) -> str:
     path = Path(source)
     return path.stem if path.suffix in (".yaml", ".yml") and path.stem else spec.Scenario.name
@@ -167,6 +184,7 @@ def parse_scenario(doc: Any, source: str) -> spec.Scenario:
             f"records), got {steps} x {cluster.world_size}",
             related=("cluster.nodes", "cluster.gpus_per_node"),
         )
+    check_cost_model_arch(source, collective.model, cluster.gpu_arch)
     calibration = read_calibration(source, doc["calibration"], collective) if "calibration" in doc else None
     if ddp.comm_streams > 1:
         _check_comm_streams(source, ddp.comm_streams, cluster, collective, stragglers, MITIGATION_KEY in doc)

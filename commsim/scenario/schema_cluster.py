@@ -33,6 +33,7 @@ __all__ = [
 ]
 
 INTRA_KINDS: Tuple[str, ...] = get_args(spec.IntraKind)
+GPU_ARCHS: Tuple[str, ...] = get_args(spec.GpuArch)
 
 # Per-hop link latency when a file gives none: NCCL's own cost model for Ring/Simple
 # (src/graph/tuning.cc hwLat, v2.19.3 and v2.30.7: NVLink 3.4 us, network 14.0 us; see
@@ -99,6 +100,7 @@ def read_cluster(source: str, value: Any) -> spec.Cluster:
         inter_node=_link(source, "cluster.inter_node", m.value["inter_node"], DEFAULT_INTER_NODE_LATENCY),
         intra_kind=m.get("intra_kind", choice(INTRA_KINDS), spec.Cluster.intra_kind),
         nics_per_node=m.get("nics_per_node", read_count, None),
+        gpu_arch=m.get("gpu_arch", choice(GPU_ARCHS), spec.Cluster.gpu_arch),
     )
 
 

@@ -154,7 +154,7 @@ SECTION_KEYS: Dict[str, Tuple[str, ...]] = {
     "": ("name", "description", "seed", "steps", "cluster", "model", "compute", "ddp", "collective", "stragglers",
          "calibration"),
     "cluster": ("nodes", "gpus_per_node", "intra_node", "inter_node", "preset", "intra_kind", "nics_per_node",
-                "nic_bandwidth", "oversubscription"),
+                "nic_bandwidth", "oversubscription", "gpu_arch"),
     "cluster.intra_node": ("bandwidth", "latency"),
     "cluster.inter_node": ("bandwidth", "latency"),
     "model": ("parameters", "grad_dtype"),

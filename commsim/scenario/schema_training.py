@@ -86,6 +86,7 @@ PRESET_MEMORY_BANDWIDTH = {
     "dgx-a100": 1555e9,          # A100 SXM4 40 GB HBM2: 1,555 GB/s (NVIDIA A100 datasheet)
     "dgx-h100": 3.35e12,         # H100 SXM5 80 GB HBM3: 3.35 TB/s (NVIDIA H100 datasheet)
     "hgx-h100-8x400g": 3.35e12,  # H100 SXM5 (NVIDIA H100 datasheet)
+    "dgx-b200": 8e12,            # B200 HBM3e: 8 TB/s (NVIDIA DGX B200 datasheet: 64 TB/s for 8 GPUs)
     "pcie-8gpu": 320e9,          # T4 16 GB GDDR6: 320 GB/s (NVIDIA T4 datasheet)
     "dgx1-v100": 900e9,          # V100 SXM2 HBM2: 900 GB/s (NVIDIA V100 datasheet)
 }

@@ -27,6 +27,8 @@ Algorithm = Literal["ring", "tree", "hierarchical", "halving_doubling", "reduce_
 # Cost models: the plain alpha-beta model, or NCCL's own tuning model of a given version.
 CostModel = Literal["alpha-beta", "nccl-2.7", "nccl-2.19", "nccl-2.30"]
 IntraKind = Literal["nvswitch", "nvlink", "pcie", "pcie-nop2p"]
+# The GPUs' generation, as NCCL's tuning tables have a row for each (commsim.network.fabric.GPU_ARCHS)
+GpuArch = Literal["volta", "ampere", "hopper", "blackwell"]
 # Data-parallel sharding (commsim/sim/sharding.py): plain DDP, ZeRO stage 2, or FSDP FULL_SHARD (ZeRO-3).
 Sharding = Literal["none", "zero2", "fsdp"]
 # What concurrent collectives share (commsim/sim/concurrent_streams.py): the bandwidth part, or all.
@@ -47,7 +49,8 @@ class Cluster:
 
     ``inter_node.bandwidth`` is a node's network bandwidth available to one collective (all its
     NICs together: NCCL spreads a ring's channels over the NICs, rail-aligned); ``nics_per_node``
-    (None: unknown) and ``intra_kind`` refine the tree/hierarchical and NCCL models.
+    (None: unknown) and ``intra_kind`` refine the tree/hierarchical and NCCL models; ``gpu_arch``
+    picks NCCL's per-generation tables where a collective is priced as NCCL runs it.
     """
 
     nodes: int
@@ -56,6 +59,7 @@ class Cluster:
     inter_node: Link
     intra_kind: IntraKind = "nvswitch"
     nics_per_node: Optional[int] = None
+    gpu_arch: GpuArch = "hopper"
 
     @property
     def world_size(self) -> int:

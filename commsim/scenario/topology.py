@@ -58,6 +58,7 @@ class Topology:
     # NVLinks per GPU pair where GPUs are joined directly and not every pair alike (hybrid
     # cube-mesh); None for NVSwitch/PCIe. A job on fewer GPUs gets only the links among them.
     nvlink_mesh: Optional[Tuple[Tuple[int, ...], ...]] = None
+    gpu_arch: str = "hopper"  # the GPUs' generation: NCCL's tables (spec.GpuArch)
 
     def job_intra_bandwidth(self, gpus: int) -> Optional[float]:
         """Per-GPU intra-node bandwidth of a job on GPUs 0..gpus-1: ``intra_bandwidth`` scaled
@@ -82,6 +83,7 @@ class Topology:
             "nics_per_node": self.nics_per_node,
             "nic_bandwidth": self.nic_bandwidth,
             "oversubscription": self.oversubscription,
+            "gpu_arch": self.gpu_arch,
         }
 
 
@@ -97,6 +99,7 @@ PRESETS: dict[str, Topology] = {
         inter_latency=NCCL_NET_HOP,        # NCCL tuning.cc hwLat[NET][Ring][Simple]
         oversubscription=1.0,              # DGX SuperPOD reference architecture: non-blocking fat tree
         source="NVIDIA DGX A100 datasheet; DGX A100 User Guide",
+        gpu_arch="ampere",
     ),
     # NVIDIA DGX H100 datasheet and DGX H100/H200 User Guide ("Hardware Overview", "Network Ports"):
     "dgx-h100": Topology(
@@ -109,6 +112,19 @@ PRESETS: dict[str, Topology] = {
         inter_latency=NCCL_NET_HOP,        # NCCL tuning.cc hwLat[NET][Ring][Simple]
         oversubscription=1.0,              # DGX SuperPOD (H100) reference architecture: rail-optimized, non-blocking
         source="NVIDIA DGX H100 datasheet; DGX H100/H200 User Guide",
+    ),
+    # NVIDIA DGX B200 datasheet and DGX B200 User Guide ("Hardware Overview", "Network Ports"):
+    "dgx-b200": Topology(
+        gpus_per_node=8,                   # 8x B200
+        intra_kind="nvswitch",             # 2x NVLink5 switch chips (NVLS capable)
+        intra_bandwidth=900 * GBYTE,       # 5th-gen NVLink: 1.8 TB/s per GPU bidirectional = 900 GB/s each way
+        intra_latency=NCCL_NVLINK_HOP,     # NCCL tuning.cc hwLat[NVLINK][Ring][Simple]
+        nics_per_node=8,                   # 8x single-port ConnectX-7 for the compute fabric (BlueField-3 DPUs: storage)
+        nic_bandwidth=400 * GBIT,          # 400 Gb/s InfiniBand / Ethernet per NIC
+        inter_latency=NCCL_NET_HOP,        # NCCL tuning.cc hwLat[NET][Ring][Simple]
+        oversubscription=1.0,              # DGX SuperPOD (B200) reference architecture: rail-optimized, non-blocking
+        source="NVIDIA DGX B200 datasheet; DGX B200 User Guide",
+        gpu_arch="blackwell",
     ),
     # NVIDIA HGX H100 datasheet (8-GPU board) + one 400G NIC per GPU, as in cloud instances such as
     # Azure ND H100 v5 ("8x 400 Gb/s NVIDIA Quantum-2 CX7 InfiniBand, 3.2 Tb/s per VM"):
@@ -136,6 +152,7 @@ PRESETS: dict[str, Topology] = {
         oversubscription=1.0,
         source="NVIDIA DGX-1 datasheet; NVIDIA DGX-1 With Tesla V100 System Architecture white paper",
         nvlink_mesh=DGX1V_NVLINKS,         # links per GPU pair (white paper Fig. 4)
+        gpu_arch="volta",
     ),
     # AWS EC2 g4dn.metal (instance-type documentation): 8x NVIDIA T4 on PCIe, no NVLink, 100 Gb/s
     # networking with EFA. T4 is a PCIe Gen3 x16 card (NVIDIA T4 datasheet).
@@ -149,6 +166,7 @@ PRESETS: dict[str, Topology] = {
         inter_latency=NCCL_NET_HOP,        # NCCL tuning.cc hwLat[NET][Ring][Simple]
         oversubscription=1.0,
         source="AWS EC2 g4dn instance types; NVIDIA T4 datasheet; PCI-SIG PCIe 3.0",
+        gpu_arch="volta",                  # T4 is Turing (sm_75): NCCL's tables give it the Volta row
     ),
     # Commodity hosts, one GPU each, on Ethernet (IEEE 802.3by 25GBASE-R line rate):
     "ethernet-25g": Topology(
@@ -262,7 +280,8 @@ def fabric(preset: str, nodes: int) -> Fabric:
         resolve_preset(preset)  # raises with the list of names
     return Fabric(nodes=nodes, gpus_per_node=t.gpus_per_node, intra_latency=t.intra_latency,
                   intra_bandwidth=t.intra_bandwidth, inter_latency=t.inter_latency,
-                  inter_bandwidth=t.node_bandwidth, nics_per_node=t.nics_per_node, intra_kind=t.intra_kind)
+                  inter_bandwidth=t.node_bandwidth, nics_per_node=t.nics_per_node, intra_kind=t.intra_kind,
+                  gpu_arch=t.gpu_arch)
 
 
 def cluster_fabric(cluster: Cluster, pricing: Optional[LevelPricing] = None) -> Fabric:
@@ -278,6 +297,7 @@ def cluster_fabric(cluster: Cluster, pricing: Optional[LevelPricing] = None) -> 
         inter_bandwidth=cluster.inter_node.bandwidth,
         nics_per_node=cluster.nics_per_node,
         intra_kind=cluster.intra_kind,
+        gpu_arch=cluster.gpu_arch,
         pricing=pricing,
     )
 

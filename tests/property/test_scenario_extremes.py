@@ -72,7 +72,7 @@ BASES: Dict[str, Dict[str, Any]] = {
                 "ddp": {"bucket_cap": "1 MB", "comm_streams": 2, "comm_capacity": 1.5, "comm_shared": "bandwidth"}},
     "sharded": {**_COMMON, "cluster": _CLUSTER, "stragglers": _STRAGGLERS[:1],
                 "ddp": {"bucket_cap": "1 MB", "first_bucket": "100 kB", "sharding": "fsdp", **_DDP_COSTS}},
-    "nccl": {**_COMMON, "cluster": {**_CLUSTER, "intra_kind": "pcie", "nics_per_node": 2},
+    "nccl": {**_COMMON, "cluster": {**_CLUSTER, "intra_kind": "pcie", "nics_per_node": 2, "gpu_arch": "ampere"},
              "collective": {"algorithm": "auto", "model": "nccl-2.19"}, "stragglers": _STRAGGLERS[5:],
              "ddp": {"bucket_cap": "1 MB", "first_bucket": "100 kB", **_DDP_COSTS}},
     "nics": {**_COMMON, "cluster": {"preset": "dgx-a100", "nodes": 2, "gpus_per_node": 2, "nics_per_node": 2,

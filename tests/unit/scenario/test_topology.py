@@ -9,6 +9,7 @@ import numpy as np
 from commsim.collectives import uniform_time
 from commsim.errors import InputError
 from commsim.scenario import topology
+from commsim.network.fabric import GPU_ARCHS
 from commsim.scenario.spec import Cluster, Link
 from commsim.scenario.topology import (PRESETS, TopologyError, cluster_fabric, expand_cluster, resolve_preset,
                                        ring_crossings, ring_hop_links)
@@ -18,8 +19,8 @@ def test_every_preset_has_cluster_keys_and_a_source():
     for name, t in PRESETS.items():
         keys = resolve_preset(name)
         assert set(keys) == {"gpus_per_node", "intra_node", "inter_node", "intra_kind", "nics_per_node",
-                             "nic_bandwidth", "oversubscription"}
-        assert t.source and t.intra_kind in topology.INTRA_KINDS
+                             "nic_bandwidth", "oversubscription", "gpu_arch"}
+        assert t.source and t.intra_kind in topology.INTRA_KINDS and t.gpu_arch in GPU_ARCHS
         assert keys["inter_node"]["bandwidth"] == t.nics_per_node * t.nic_bandwidth / t.oversubscription
 
 
