@@ -29,6 +29,7 @@ Pure module: numbers and small closed forms only.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field, fields, replace
 from typing import Dict, Mapping, Optional, Tuple
 
@@ -49,6 +50,9 @@ NET_STEP_US_BY_CPU = {"intel": 1.0, "amd": 2.0, "arm": 1.0}
 # switches, "pxn" through a peer GPU over NVLink, "phb" through the CPU's host bridge, "sys"
 # across CPU sockets. What nvidia-smi topo -m prints between a GPU and its NIC.
 NIC_PATHS = ("pix", "pxb", "pxn", "phb", "sys")
+
+# An NCCL release as its tables are picked by it: 2.MINOR or 2.MINOR.PATCH (ASCII digits)
+NCCL_RELEASE = re.compile(r"2\.[0-9]{1,3}(\.[0-9]{1,3})?", re.ASCII)
 
 # Achievable fraction of line rate per link kind, for nominal (uncalibrated) descriptions.
 # Measured large-message bus bandwidth over line rate on well-configured systems:
@@ -202,6 +206,10 @@ class System:
             raise InputError(src, "nic_path", f"expected one of {', '.join(NIC_PATHS)}, got {self.nic_path!r}")
         if self.cpu_vendor not in CPU_VENDORS:
             raise InputError(src, "cpu_vendor", f"expected one of {', '.join(CPU_VENDORS)}, got {self.cpu_vendor!r}")
+        if not isinstance(self.nccl_version, str) or not NCCL_RELEASE.fullmatch(self.nccl_version):
+            # every table is picked by (major, minor[, patch]): 'abc' or '2' raised from deep inside a price
+            raise InputError(src, "nccl_version", f"expected an NCCL release like 2.21 or 2.27.3, "
+                                                  f"got {self.nccl_version!r}"[:200])
         if self.net_step_us is None and self.cpu_vendor in CPU_VENDORS:
             object.__setattr__(self, "net_step_us", NET_STEP_US_BY_CPU[self.cpu_vendor])
         if self.net_ll_ch_GBps is None and self.gpu_arch in ARCHS:

@@ -56,11 +56,22 @@ def test_domains_for_a_multi_node_nvlink_domain():
     (dict(nic_bw_GBps=0.0), "nic_bw_GBps"),
     (dict(gpus_per_node=0), "gpus_per_node"),
     (dict(intra_kind="nvlink", nvls=True), "nvls"),
+    # every NCCL table is picked by the release: these raised ValueError / IndexError mid-price
+    (dict(nccl_version="abc"), "nccl_version"),
+    (dict(nccl_version="2"), "nccl_version"),
+    (dict(nccl_version="2.x"), "nccl_version"),
+    (dict(nccl_version="2.\u0662\u0661"), "nccl_version"),  # Arabic-Indic digits
+    (dict(nccl_version=2.21), "nccl_version"),
 ])
 def test_bad_values_name_their_key(kw, key):
     with pytest.raises(InputError) as e:
         _sys(**kw)
     assert e.value.path == key
+
+
+@pytest.mark.parametrize("version", ["2.18", "2.27.3", "2.4", "2.30"])
+def test_a_release_with_or_without_its_patch_is_a_version(version):
+    assert _sys(nccl_version=version).nccl_version == version
 
 
 def test_check_scale_and_unknown_preset():
