@@ -38,6 +38,7 @@ from commsim.network.system import System, system_from_dict
 from commsim.units import MAX_TIME, MIN_FRACTION, MIN_RATE
 
 TABLE_COLUMNS = ["size_bytes", "time_us", "log_residual"]
+MAX_RMS_LOG_ERROR = 10.0  # a typical misfit of a factor e^10: far past any fit of a real log (<= 0.3 shipped)
 KEYS = ["nominal_system", "constants", "free", "covariance", "rms_log_error", "tables"]
 OPTIONAL_KEYS = ["notes"]
 CONSTANT_KEYS = ["value", "stderr", "determined", "logs", "source"]
@@ -216,8 +217,11 @@ def physical_from_dict(doc: Any, source: str, where: str = "physical") -> Physic
         raise r.err(f"{where}.covariance", "expected a positive semi-definite matrix (a covariance), "
                                            f"got one with eigenvalue {lowest:.3g}")
     rms = r.number(top["rms_log_error"], f"{where}.rms_log_error")
-    if rms < 0:
-        raise r.err(f"{where}.rms_log_error", f"expected a number >= 0, got {rms!r}")
+    # the residual scatter (log of measured over fitted) widens every interval by exp(1.96 rms): past
+    # a factor e^10 (~22,000) typical misfit no fit is a calibration, and 1e308 overflowed rms**2
+    if not 0 <= rms <= MAX_RMS_LOG_ERROR:
+        raise r.err(f"{where}.rms_log_error", f"expected a number in [0, {MAX_RMS_LOG_ERROR:g}] (the rms of "
+                                              f"ln(measured / fitted)), got {rms!r}")
     notes = tuple(r.strings(top.get("notes") or [], f"{where}.notes"))
 
     tables_doc = top["tables"]

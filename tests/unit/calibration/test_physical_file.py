@@ -83,6 +83,8 @@ def test_neither_levels_nor_physical_is_refused_naming_the_key():
     (lambda d: d["free"].append("ll_ch_GBps") if "ll_ch_GBps" not in d["free"] else d["free"].pop(), "physical.free"),
     (lambda d: d["nominal_system"].update(gpu_arch="kepler"), "physical.nominal_system.gpu_arch"),
     (lambda d: d["nominal_system"].update(nccl_version="abc"), "physical.nominal_system.nccl_version"),
+    (lambda d: d.update(rms_log_error=1e308), "physical.rms_log_error"),  # overflowed rms**2 (OverflowError)
+    (lambda d: d.update(rms_log_error=-0.1), "physical.rms_log_error"),
     (lambda d: d["nominal_system"].update(bogus=1), "physical.nominal_system.bogus"),
     (lambda d: d["tables"][0].update(kind="broadcast"), r"physical.tables\[0\].kind"),
     (lambda d: d["tables"][0]["rows"][0].__setitem__(1, 0.0), r"physical.tables\[0\].rows\[0\]\[1\] \(time_us\)"),
