@@ -51,6 +51,9 @@ NET_STEP_US_BY_CPU = {"intel": 1.0, "amd": 2.0, "arm": 1.0}
 # across CPU sockets. What nvidia-smi topo -m prints between a GPU and its NIC.
 NIC_PATHS = ("pix", "pxb", "pxn", "phb", "sys")
 
+# The generations whose NVSwitch does NVLS (multicast and in-switch reduction: NVSwitch 3, Hopper on)
+NVLS_ARCHS = ("hopper", "blackwell")
+
 # An NCCL release as its tables are picked by it: 2.MINOR or 2.MINOR.PATCH (ASCII digits)
 NCCL_RELEASE = re.compile(r"2\.[0-9]{1,3}(\.[0-9]{1,3})?", re.ASCII)
 
@@ -705,9 +708,11 @@ def system_of_fabric(fabric: Fabric, gpu_arch: Optional[str] = None) -> System:
     """The physical system a fabric describes: the one it carries (:class:`SystemFabric`),
     else one built from its two link levels (bandwidths as achieved rates, per-hop latencies,
     the node's network split over its NICs) with NCCL's protocol priors for `gpu_arch` (default:
-    the fabric's ``gpu_arch``, a scenario's ``cluster.gpu_arch``). Assumption where a plain fabric
+    the fabric's ``gpu_arch``, a scenario's ``cluster.gpu_arch``). Assumptions where a plain fabric
     does not say: one NIC per GPU (rail-optimised DGX/HGX nodes; NCCL opens two channels per NIC
-    across nodes, so the NIC count sets the channel count)."""
+    across nodes, so the NIC count sets the channel count), and NVLS on an NVSwitch of Hopper or
+    later (the third-generation NVSwitch has the multicast and in-switch reduction NVLS needs;
+    A100's second generation has not), as every such preset here has it."""
     carried = getattr(fabric, "system", None)
     if carried is not None:
         return carried
@@ -718,8 +723,9 @@ def system_of_fabric(fabric: Fabric, gpu_arch: Optional[str] = None) -> System:
     defaults = dict(nvls_efficiency=_NVLS_EFF[gpu_arch], simple_ch_GBps=_SIMPLE_CH[gpu_arch],
                     ll128_ch_GBps=_LL128_CH[gpu_arch], ll_ch_GBps=_LL_CH[gpu_arch],
                     net_ll_ch_GBps=_NET_LL_CH[gpu_arch])
+    nvls = intra_kind == "nvswitch" and gpu_arch in NVLS_ARCHS
     return System(
-        name="fabric", gpu_arch=gpu_arch, gpus_per_node=fabric.gpus_per_node, intra_kind=intra_kind,
+        name="fabric", gpu_arch=gpu_arch, gpus_per_node=fabric.gpus_per_node, intra_kind=intra_kind, nvls=nvls,
         intra_bw_GBps=fabric.intra_bandwidth / 1e9, intra_hop_us=max(fabric.intra_latency * 1e6, 1e-3),
         nics_per_node=nics, nic_bw_GBps=fabric.inter_bandwidth / nics / 1e9,
         net_hop_us=max(fabric.inter_latency * 1e6, 1e-3),

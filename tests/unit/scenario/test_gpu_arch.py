@@ -92,3 +92,22 @@ def test_every_shipped_generation_prices_finite_times():
         fabric = cluster_fabric(scenario({**DOC["cluster"], "gpu_arch": arch}).cluster)
         t = PhysicalKernel("all_reduce", fabric, 1e8).seconds
         assert np.isfinite(t) and t > 0
+
+
+@pytest.mark.parametrize("cluster, nvls", [
+    ({"preset": "dgx-h100", "nodes": 1}, True),
+    ({"preset": "dgx-b200", "nodes": 1}, True),
+    ({"preset": "dgx-a100", "nodes": 1}, False),                       # NVSwitch 2: no multicast
+    ({"preset": "dgx1-v100", "nodes": 1}, False),                      # no NVSwitch
+    ({**DOC["cluster"], "intra_kind": "nvlink", "gpu_arch": "hopper"}, False),  # NVLink without a switch
+])
+def test_nvls_where_the_nvswitch_has_it(cluster, nvls):
+    # a scenario's cluster ran no NVLS before, so DGX H100 nodes were priced by rings and trees only
+    fabric = cluster_fabric(scenario(cluster).cluster)
+    assert system_of_fabric(fabric).nvls is nvls
+
+
+def test_a_dgx_h100_node_runs_nvls_at_large_sizes_as_nccl_does():
+    fabric = cluster_fabric(scenario({"preset": "dgx-h100", "nodes": 1}).cluster)
+    kernel = PhysicalKernel("all_reduce", fabric, 256e6)
+    assert kernel.chosen == "nccl:nvls/Simple"
