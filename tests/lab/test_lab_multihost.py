@@ -85,7 +85,11 @@ def test_calibrate_across_two_hosts_writes_one_file_naming_both(lab_name, tmp_pa
     inter = cal.level("inter_node")
     largest = max(inter.table, key=lambda m: m.size_bytes)
     assert largest.size_bytes == 4 << 20 and 0.6 * 12.5e6 < largest.size_bytes / largest.time_s < 1.1 * 12.5e6
-    assert 0.6 * 12.5e6 < inter.ranges[-1].beta_Bps < 1.1 * 12.5e6
+    # the fitted slope may read above the rate: tbf's 16 KiB bucket lets each message's first
+    # 16 KiB through at wire speed, so 32-128 KiB all-reduces run 1.3-1.5x the rate, and a range
+    # spanning them reads a beta up to ~1.1x (13.78 MB/s in one CI run): the bound says "this
+    # link, not loopback's GB/s" without that bias failing it
+    assert 0.6 * 12.5e6 < inter.ranges[-1].beta_Bps < 1.3 * 12.5e6
     table = (tmp_path / "cal.tables" / "inter_all_reduce.txt").read_text()
     assert "# NRANKS: 2 (2 nodes x 1 ranks)" in table
     assert f"on cslab-{lab_name}-n0" in table and f"on cslab-{lab_name}-n1" in table

@@ -44,7 +44,9 @@ def test_torchrun_on_two_nodes_calibrates_both_levels(lab_name, tmp_path):
     assert cal.provenance.backend == "gloo"
     assert cal.provenance.hostnames == (f"cslab-{lab_name}-n0", f"cslab-{lab_name}-n1")
     # the network level is the shaped link (100 Mbit/s), the intra-node level loopback
-    assert 0.7 * 12.5e6 < cal.level("inter_node").beta_Bps < 1.1 * 12.5e6
+    # above the rate by up to ~10%: tbf's 16 KiB bucket speeds the mid sizes a fitted range spans
+    # (tests/lab/test_lab_multihost.py says how); loopback would be GB/s
+    assert 0.7 * 12.5e6 < cal.level("inter_node").beta_Bps < 1.3 * 12.5e6
     assert cal.level("intra_node").beta_Bps > 10 * cal.level("inter_node").beta_Bps
     assert sorted(p.name for p in cal_dir.glob("*.txt")) == ["full_all_reduce.txt", "inter_all_reduce.txt",
                                                             "intra_all_reduce.txt"]
