@@ -15,7 +15,7 @@ from commsim.cli.common import (FORCE_HELP, POSITIVE_INT, check_resized, command
                                 split_choices)
 from commsim.cli.outputs import check_not_named_calibration, check_outputs, echo_to, write_output
 from commsim.collectives import ALL_REDUCE
-from commsim.collectives.kernels import COST_MODELS
+from commsim.collectives.kernels import COST_MODELS, PHYSICAL
 from commsim.errors import InputError
 from commsim.scenario.schema import check_comm_streams, check_cost_model_arch
 
@@ -37,7 +37,8 @@ def check_calibrated_pairs(scenario, pairs) -> None:
 @click.argument("scenario", type=click.Path(dir_okay=False))
 @click.option("--nodes", "nodes_text", help="Comma-separated node counts to compare (default: the scenario's).")
 @click.option("--algorithm", "algorithm_text", default="ring,tree,hierarchical", show_default=True,
-              help=f"Comma-separated all-reduce algorithms ({', '.join(ALL_REDUCE)}) or 'all'.")
+              help=f"Comma-separated all-reduce algorithms ({', '.join(ALL_REDUCE + PHYSICAL)}; nccl: NCCL's "
+                   "own choice priced by the physical model) or 'all'.")
 @click.option("--model", "model_text", default="alpha-beta", show_default=True,
               help=f"Comma-separated cost models ({', '.join(COST_MODELS)}) or 'all'.")
 @click.option("--steps", type=POSITIVE_INT, help="Steps per run (overrides the scenario's `steps`).")
@@ -60,7 +61,7 @@ def algorithms(scenario, nodes_text, algorithm_text, model_text, steps, override
     from commsim.collectives import algorithms_for
 
     stdout_taken = check_outputs({"--json": json_path}, {"SCENARIO": scenario})
-    names = split_choices(algorithm_text, "--algorithm", ALL_REDUCE)
+    names = split_choices(algorithm_text, "--algorithm", ALL_REDUCE + PHYSICAL)
     models = split_choices(model_text, "--model", COST_MODELS)
     counts = node_counts(nodes_text) if nodes_text else None
     sc = load_or_fail(scenario, overrides, steps, None, force=force)

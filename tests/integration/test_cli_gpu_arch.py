@@ -41,3 +41,20 @@ def test_algorithms_with_every_model_keeps_the_ones_that_price_it(tmp_path, caps
     out = tmp_path / "rows.json"
     assert run_cli(["algorithms", _scenario(tmp_path), "--model", "all", "-q", "--json", str(out)]) == 0
     assert {r["model"] for r in json.loads(out.read_text())["rows"]} == {"alpha-beta"}
+
+
+def test_algorithms_compares_nccls_own_choice_with_the_closed_forms(tmp_path):
+    # `--algorithm nccl` (the physical model, as `run` prices it) was refused as no all-reduce
+    out = tmp_path / "rows.json"
+    assert run_cli(["algorithms", "scenarios/dgx_h100_scaling.yaml", "--algorithm", "ring,nccl", "--nodes", "4,256",
+                    "--steps", "2", "-q", "--json", str(out)]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert {(r["world_size"], r["algorithm"]) for r in rows} == {(32, "ring"), (32, "nccl"), (2048, "ring"),
+                                                                  (2048, "nccl")}
+    at = {(r["world_size"], r["algorithm"]): r["comm_time_s"] for r in rows}
+    # a flat ring pays 2(n-1) hop latencies; NCCL's trees and NVLS do not: at 2,048 GPUs it is far ahead
+    assert at[(2048, "nccl")] < at[(2048, "ring")] / 10
+    all_rows = tmp_path / "all.json"
+    assert run_cli(["algorithms", "scenarios/dgx_h100_scaling.yaml", "--algorithm", "all", "--steps", "2", "-q",
+                    "--json", str(all_rows)]) == 0
+    assert "nccl" in {r["algorithm"] for r in json.loads(all_rows.read_text())["rows"]}
