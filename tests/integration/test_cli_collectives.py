@@ -44,7 +44,9 @@ def test_nccl_models_skip_algorithms_they_do_not_cover():
     rows = r.output.strip().splitlines()[1:]
     nccl = [line.split()[1] for line in rows if "nccl-2.19" in line]
     assert nccl == ["ring", "tree", "auto"]
-    assert len(rows) == 6 + 3
+    alpha_beta = [line.split()[1] for line in rows if "alpha-beta" in line]
+    assert alpha_beta[-1] == "nccl" and len(alpha_beta) == 7  # the six closed forms and NCCL's own choice
+    assert len(rows) == 7 + 3
 
 
 def test_bad_input_exits_2():
