@@ -112,6 +112,7 @@ def _numel(dims: Any) -> Optional[int]:
 
 
 MAX_NS = 2**63  # the profiler's and Flight Recorder's nanosecond stamps are int64
+MAX_TS_US = MAX_NS / 1000  # an event's ts (us) beyond them is no clock reading
 
 
 def _is_number(value: Any) -> bool:
@@ -165,6 +166,11 @@ class _Reader:
                                                                         "needs its start time")
             if not _is_number(ts) or not _is_number(dur) or not _finite(ts):
                 raise TraceError(self.source, f"traceEvents[{i}]", f"expected numeric ts and dur, got {ts!r:.60} and {dur!r:.60}")
+            if abs(ts) > MAX_TS_US:
+                # past the int64 nanosecond clock (292 years) no profiler wrote it, and -1e308
+                # overflowed the ranks' common origin in nanoseconds (OverflowError, a traceback)
+                raise TraceError(self.source, f"traceEvents[{i}].ts",
+                                 f"expected a start time within +-2**63 ns ({MAX_TS_US:.4g} us), got {ts!r:.60}")
             # the trace-event format's dur is an elapsed time: a negative or non-finite one
             # would run a span backwards and skew every compute and collective time read from it
             if not _finite(dur) or dur < 0:

@@ -228,3 +228,21 @@ def test_input_dims_past_int64_are_exact():
     _first_op(doc, "c10d::allreduce_")["args"]["Input Dims"] = [[[2**32, 2**32]], [], [], [], [], []]
     _first_op(doc, "gloo:all_reduce")["args"]["Input Dims"] = [[2**32, 2**32]]
     assert max(c.nbytes for c in read_kineto(doc, "rank0.json").comms) == 4 * 2**64
+
+
+@pytest.mark.parametrize("ts", [-1e308, 1e300, 2.0**63])
+def test_a_start_time_past_the_nanosecond_clock_is_named(ts):
+    # -1e308 overflowed the ranks' common origin in nanoseconds when the job was assembled
+    doc = synth.kineto(0, 2, synth.plan(2, 1)[0], gpu=True)
+    i = next(i for i, e in enumerate(doc["traceEvents"]) if e.get("ph") == "X")
+    doc["traceEvents"][i]["ts"] = ts
+    with pytest.raises(TraceError, match=rf"rank0\.json: traceEvents\[{i}\]\.ts: expected a start time within"):
+        read_kineto(doc, "rank0.json")
+
+
+def test_a_start_time_on_the_epoch_clock_still_reads():
+    doc = synth.kineto(0, 2, synth.plan(2, 1)[0], gpu=True)
+    for e in doc["traceEvents"]:
+        if isinstance(e.get("ts"), (int, float)):
+            e["ts"] = e["ts"] + 1.7e15  # microseconds since 1970, as some profilers write them
+    assert read_kineto(doc, "rank0.json").rank == 0
