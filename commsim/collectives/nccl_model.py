@@ -38,6 +38,18 @@ from commsim.errors import InputError
 from commsim.network.fabric import Fabric
 
 ARCHS = ("Volta", "Ampere", "Hopper")
+
+
+def tables_arch(model: str, gpu_arch: str) -> str:
+    """The row of cost model ``model``'s tables for GPUs of generation ``gpu_arch`` (a scenario's
+    ``cluster.gpu_arch``: volta, ampere, hopper, blackwell), as NCCL names it ("Hopper"). NCCL's
+    tables have no Blackwell row, so such GPUs raise ValueError saying what the tables cover,
+    rather than take another generation's price; callers name the key and say what prices it."""
+    arch = gpu_arch.capitalize()
+    if arch not in ARCHS:
+        raise ValueError(f"the {model} cost model has tables for {', '.join(a.lower() for a in ARCHS)} "
+                         f"GPUs, got {gpu_arch}")
+    return arch
 COMPUTE_CAPABILITY = {"Volta": 70, "Ampere": 80, "Hopper": 90}
 MODELS = {"nccl-2.7": "2.7", "nccl-2.19": "2.19", "nccl-2.30": "2.30"}
 
@@ -241,12 +253,11 @@ class NcclKernel:
     def __init__(self, model: str, algorithm: str, kind: str, fabric: Fabric, size: float, **kw):
         algo = nccl_algorithm(model, algorithm, kind)
         if "arch" not in kw:  # the fabric's GPUs (a scenario's cluster.gpu_arch) pick the tables
-            arch = fabric.gpu_arch.capitalize()
-            if arch not in ARCHS:
+            try:
+                kw["arch"] = tables_arch(model, fabric.gpu_arch)
+            except ValueError as err:
                 raise InputError("scenario", "cluster.gpu_arch",
-                                 f"the {model} cost model has tables for {', '.join(a.lower() for a in ARCHS)} "
-                                 f"GPUs, got {fabric.gpu_arch} (collective.algorithm: nccl prices it)")
-            kw["arch"] = arch
+                                 f"{err} (collective.algorithm: nccl prices it)") from None
         a, p, seconds = NcclModel.named(model, **kw).choose(fabric, size, kind, algo)
         self.kind, self.size, self.world_size = kind, float(size), fabric.world_size
         self.chosen = f"{a}/{p}"

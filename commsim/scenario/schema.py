@@ -92,15 +92,14 @@ def check_cost_model_arch(source: str, model: str, gpu_arch: str) -> None:
     model), rather than a price from another generation's tables. The alpha-beta model has none."""
     if model == "alpha-beta":
         return
-    from commsim.collectives.nccl_model import ARCHS  # only an NCCL cost model needs it
+    from commsim.collectives.nccl_model import tables_arch  # only an NCCL cost model needs it
 
-    if gpu_arch.capitalize() not in ARCHS:
-        raise CrossKeyError(
-            source, "cluster.gpu_arch",
-            f"the {model} cost model has tables for {', '.join(a.lower() for a in ARCHS)} GPUs, got {gpu_arch} "
-            "(collective.algorithm: nccl with the alpha-beta model prices it)",
-            related=("collective.model",),
-        )
+    try:
+        tables_arch(model, gpu_arch)
+    except ValueError as err:
+        raise CrossKeyError(source, "cluster.gpu_arch",
+                            f"{err} (collective.algorithm: nccl with the alpha-beta model prices it)",
+                            related=("collective.model",)) from None
 
 
 def _default_name(source: str) -> str:
