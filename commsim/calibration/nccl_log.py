@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import List, Optional, Tuple
 
 from commsim.calibration.errors import CalibrationError
+from commsim.calibration.nccl_json import UNSTATED_TESTS_VERSION, looks_like_json_report, render_json_report
 from commsim.collectives.busbw import BUSBW_FACTORS, busbw_factor
 from commsim.yamlio import read_regular_bytes
 
@@ -212,21 +213,44 @@ def _timing(toks: List[str]) -> Optional[Timing]:
     )
 
 
-def _split_row(toks: List[str], has_root: Optional[bool]):
-    """Split a data row's tokens after "size count type redop"; returns (root, rest) or None."""
+@dataclass(frozen=True)
+class Layout:
+    """Where a data row's cells are: whether a ``root`` column follows ``size count type redop``,
+    and how many cells after it (and the root) the in-place group starts: 4 (time algbw busbw
+    #wrong), 8 in nccl-tests' per-iteration report (``-I 1``, 2.19 and later: i_min i_max i_p99
+    i_cv% follow each group's four). A timestamp (``-S 1``) comes last, after both groups."""
+
+    has_root: bool
+    in_place_at: int = 4
+
+
+# a row's cell count after "size count type redop" -> its layout, where no header says it:
+# 9 / 8 (root / none, both groups), 5 / 4 (one group), 11 (root, a "YYYY-MM-DD HH:MM:SS"
+# timestamp), 17 / 19 (root, per-iteration columns, without / with a timestamp)
+_HEADERLESS = {9: Layout(True), 5: Layout(True), 11: Layout(True), 8: Layout(False), 4: Layout(False),
+               17: Layout(True, 8), 19: Layout(True, 8)}
+
+
+def _header_layout(header: str, has_root: bool) -> Layout:
+    """The layout a column header names: the in-place group starts at its second ``time`` (or
+    ``cputime``, nccl-tests' ``-C 1``) column, counted from its first."""
+    times = [i for i, tok in enumerate(header.lstrip("#").split()) if tok.lower() in ("time", "cputime")]
+    return Layout(has_root, times[1] - times[0] if len(times) >= 2 and times[1] > times[0] else 4)
+
+
+def _split_row(toks: List[str], layout: Optional[Layout]):
+    """Split a data row's tokens after "size count type redop"; returns (root, rest, layout) or
+    None when the row has no layout this parser can tell."""
     rest = toks[4:]
-    if has_root is None:  # no header seen: a full row has 9 (root) or 8 (no root) cells
-        if len(rest) in (9, 5):
-            has_root = True
-        elif len(rest) in (8, 4):
-            has_root = False
-        else:
+    if layout is None:  # no header seen: the cell count says it (_HEADERLESS)
+        layout = _HEADERLESS.get(len(rest))
+        if layout is None:
             return None
-    if has_root:
+    if layout.has_root:
         if not rest or not _INT.match(rest[0]) or len(rest[0]) > MAX_DIGITS:
             return None
-        return int(rest[0]), rest[1:]
-    return None, rest
+        return int(rest[0]), rest[1:], layout
+    return None, rest, layout
 
 
 def parse_nccl_log(text: str, source: str = "<log>", world_size: Optional[int] = None,
@@ -250,7 +274,7 @@ def parse_nccl_log(text: str, source: str = "<log>", world_size: Optional[int] =
     source_version: Optional[str] = None
     perf_name = None
     avg = None
-    has_root: Optional[bool] = None
+    layout: Optional[Layout] = None  # from the column header, else from the first complete row
     # the collective of each "# Collective test starting: X_perf" section, per row: a log of
     # several tables (one script running all_reduce_perf then all_gather_perf) keeps one table
     section: Optional[str] = None
@@ -275,11 +299,11 @@ def parse_nccl_log(text: str, source: str = "<log>", world_size: Optional[int] =
             if (device := _device(stripped)) is not None:
                 devices.append(device)
             elif (m := _HEADER.match(stripped)):
-                has_root = bool(m.group(1))
+                layout = _header_layout(stripped, bool(m.group(1)))
             elif source_version is None and (m := _SOURCE_NCCL.match(stripped)):
                 source_version = m.group(1) + (m.group(2) or "")
             elif (m := _TESTS_VERSION.match(stripped)):
-                tests_version = m.group(1)
+                tests_version = None if m.group(1) == UNSTATED_TESTS_VERSION else m.group(1)
                 if m.group(2):
                     nccl_version = nccl_version or _nccl_version_from_code(m.group(2))
             elif (m := _COLLECTIVE.match(stripped)):
@@ -303,12 +327,13 @@ def parse_nccl_log(text: str, source: str = "<log>", world_size: Optional[int] =
             continue
         toks = stripped.split()
         if len(toks) >= 2 and _INT.match(toks[0]) and _INT.match(toks[1]):
-            row = _parse_row(lineno, toks, has_root, skipped)
-            if row is not None:
+            parsed = _parse_row(lineno, toks, layout, skipped)
+            if parsed is not None:
+                row, row_layout = parsed
                 rows.append(row)
                 row_sections.append(section)
-                if has_root is None:  # the first complete row fixes the layout for cut-off rows
-                    has_root = row.root is not None
+                if layout is None:  # the first complete row fixes the layout for cut-off rows
+                    layout = row_layout
             continue
         if command is None and (name := _perf_name(stripped)) is not None:
             command = _strip_prompt(stripped)
@@ -421,34 +446,36 @@ def _strip_prompt(line: str) -> str:
     return line.strip()
 
 
-def _parse_row(lineno: int, toks: List[str], has_root: Optional[bool], skipped) -> Optional[NcclRow]:
+def _parse_row(lineno: int, toks: List[str], layout: Optional[Layout], skipped) -> Optional[Tuple[NcclRow, Layout]]:
+    """The row of a data line and the layout it was read with; None (with a note) if unusable."""
     if max(len(toks[0]), len(toks[1])) > MAX_DIGITS:
         skipped.append((lineno, f"data row with a size or count of more than {MAX_DIGITS} digits"))
         return None
     if len(toks) < 4:
         skipped.append((lineno, "cut-off data row (fewer than 4 columns)"))
         return None
-    split = _split_row(toks, has_root)
+    split = _split_row(toks, layout)
     if split is None:
         skipped.append((lineno, f"data row with {len(toks)} columns: cannot tell its layout"))
         return None
-    root, rest = split
+    root, rest, layout = split
+    at = layout.in_place_at
     try:
         oop = _timing(rest[:4])
-        ip = _timing(rest[4:8])
+        ip = _timing(rest[at:at + 4])
     except ValueError as exc:
         skipped.append((lineno, f"data row with a non-numeric cell {exc.args[0]!r}"))
         return None
     if oop is None:
         skipped.append((lineno, "cut-off data row (no complete out-of-place columns)"))
         return None
-    if ip is None and rest[4:]:
+    if ip is None and rest[at:]:
         skipped.append((lineno, "in-place columns cut off"))
     size = int(toks[0])
     if size <= 0:
         skipped.append((lineno, "data row with size 0"))
         return None
-    return NcclRow(lineno, size, int(toks[1]), toks[2], toks[3], root, oop, ip)
+    return NcclRow(lineno, size, int(toks[1]), toks[2], toks[3], root, oop, ip), layout
 
 
 _FACTOR_TEXT = {"all_reduce": "2(n-1)/n", "all_gather": "(n-1)/n", "reduce_scatter": "(n-1)/n",
@@ -546,7 +573,8 @@ MAX_LOG_BYTES = 64 * 1024 * 1024
 
 
 def read_log_text(path: str) -> str:
-    """The text of the log file at `path` (undecodable bytes replaced), refused with an
+    """The text of the log file at `path` (undecodable bytes replaced; an nccl-tests JSON
+    report rendered as its text log, :mod:`commsim.calibration.nccl_json`), refused with an
     NcclLogError unless it is a regular file of at most :data:`MAX_LOG_BYTES`: reading
     /dev/zero never ended (it filled memory until the process was killed) and a FIFO blocked
     for a writer."""
@@ -561,7 +589,9 @@ def read_log_text(path: str) -> str:
         raise NcclLogError(f"cannot read log: {exc.strerror or exc}", source) from None
     except ValueError:  # a path with a NUL character
         raise NcclLogError("cannot read log: the path contains a NUL character", source) from None
-    return raw.decode("utf-8-sig", errors="replace")  # a BOM (Windows editors) dropped
+    text = raw.decode("utf-8-sig", errors="replace")  # a BOM (Windows editors) dropped
+    # nccl-tests' JSON report (-J FILE.json) is read as the text log it stands for
+    return render_json_report(text, source) if looks_like_json_report(text) else text
 
 
 def load_nccl_log(path: str, world_size: Optional[int] = None, collective: Optional[str] = None) -> NcclLog:

@@ -31,6 +31,7 @@ class Inputs:
 
 def read_inputs(paths: Sequence[str], allow_logs: bool = True) -> Inputs:
     """Read each file by its content (never by its name alone)."""
+    from commsim.calibration.nccl_json import opens_like_a_report
     from commsim.traces.flight_recorder import read_flight_recorder
     from commsim.traces.kineto import read_kineto
 
@@ -40,7 +41,8 @@ def read_inputs(paths: Sequence[str], allow_logs: bool = True) -> Inputs:
     for p in paths:
         data = read_bytes(p)
         head = data.lstrip()[:1]
-        if allow_logs and data[:1] != b"\x80" and head not in (b"{", b"["):
+        report = opens_like_a_report(data)  # nccl-tests' JSON report (-J): a log, not a trace
+        if allow_logs and data[:1] != b"\x80" and (report or head not in (b"{", b"[")):
             if _is_nccl_log(data, p):
                 out.nccl_logs.append(p)
                 continue
@@ -53,15 +55,17 @@ def read_inputs(paths: Sequence[str], allow_logs: bool = True) -> Inputs:
 
 
 def _is_nccl_log(data: bytes, path: str) -> bool:
-    from commsim.calibration.nccl_log import NcclLogError, parse_nccl_log
+    from commsim.calibration.errors import CalibrationError
+    from commsim.calibration.nccl_json import looks_like_json_report, render_json_report
+    from commsim.calibration.nccl_log import parse_nccl_log
 
     try:
         text = data.decode("utf-8", errors="strict")
     except UnicodeDecodeError:
         return False
     try:
-        parse_nccl_log(text, path)
-    except NcclLogError:
+        parse_nccl_log(render_json_report(text, path) if looks_like_json_report(text) else text, path)
+    except CalibrationError:  # NcclLogError, or a JSON document that is no nccl-tests report
         return False
     return True
 

@@ -175,6 +175,33 @@ def test_an_nccl_tests_log_among_the_inputs_joins_the_calibration(tmp_path):
     assert "# nccl-tests log: " + log in out.read_text().replace("#   nccl-tests log", "# nccl-tests log")
 
 
+def test_an_nccl_tests_json_report_among_the_inputs_joins_the_calibration_too(tmp_path):
+    """nccl-tests' -J report (a JSON document) was read as a trace that is none and refused."""
+    import json
+
+    from commsim.calibration.nccl_log import load_nccl_log
+
+    text_log = load_nccl_log(str(DATA.parent / "nccl-tests" / "RTX2080Ti-PCIe3-noP2P-1node_2ranks_anthony-hoo-autodl.txt"))
+    group = lambda t: None if t is None else {"time": t.time_s * 1e6, "alg_bw": t.algbw_Bps / 1e9,  # noqa: E731
+                                              "bus_bw": t.busbw_Bps / 1e9, "nwrong": 0.0}
+    report = {"version": 3, "start_time": "2026-11-30 09:15:00", "args": ["./all_reduce_perf", "-J", "r.json"],
+              "env": [], "nccl_version": 21803,
+              "config": {"nthreads": 1, "ngpus": 1, "devices": [
+                  {"rank": d.rank, "group": 0, "pid": 1, "hostname": d.host, "device": d.device,
+                   "device_hex": d.bus_id, "device_info": d.name} for d in text_log.devices]},
+              "results": [{"size": r.size_bytes, "count": r.count, "type": r.dtype, "redop": r.redop, "root": "    -1",
+                           "out_of_place": group(r.out_of_place), "in_place": group(r.in_place)}
+                          for r in text_log.rows]}
+    log = tmp_path / "r.json"
+    log.write_text(json.dumps(report, indent=2))
+    out, cal = tmp_path / "s.yaml", tmp_path / "c.yaml"
+    assert run_cli(["import", *HEALTHY, str(log), "-q", "-o", str(out), "--calibration-out", str(cal)]) == 0
+    doc = yaml.safe_load(cal.read_text())
+    assert [s["path"] for s in doc["provenance"]["sources"]] == [*HEALTHY, str(log)]
+    sizes = {row[0] for row in doc["levels"]["intra_node"]["table"]["rows"]}
+    assert {r.size_bytes for r in text_log.rows} <= sizes
+
+
 @pytest.mark.parametrize("args, needle", [
     (["--seed", "-5"], "Invalid value for '--seed': -5 is not in the range 0<=x<="),
     (["--name", "   "], "--name: expected a non-empty scenario name, got '   '"),

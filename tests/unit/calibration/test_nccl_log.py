@@ -211,11 +211,12 @@ def test_overflowing_cells_skip_the_row():
 
 
 def test_split_row_returns_root_and_cells():
-    from commsim.calibration.nccl_log import _split_row
+    from commsim.calibration.nccl_log import Layout, _split_row
 
     toks = ROW_1M.split()
-    assert _split_row(toks, True) == (-1, toks[5:])
-    assert _split_row(toks[:4] + toks[5:], False) == (None, toks[5:])
+    assert _split_row(toks, Layout(True)) == (-1, toks[5:], Layout(True))
+    assert _split_row(toks[:4] + toks[5:], Layout(False)) == (None, toks[5:], Layout(False))
+    assert _split_row(toks, None) == (-1, toks[5:], Layout(True))  # 9 cells: root and both groups
     assert _split_row(toks[:4] + ["x"], None) is None
 
 
