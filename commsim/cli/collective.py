@@ -222,10 +222,13 @@ def physical_table(cal_path, system_name, nodes, gpus_per_node, sizes, kind, ncc
 @click.option("--nccl-proto", default=None, help="Restrict NCCL's protocol like NCCL_PROTO (LL, LL128, Simple).")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, allow_dash=True), default=None,
               help="Also write the rows as JSON ('-': stdout, the table then goes to stderr).")
+@click.option("--csv", "csv_path", type=click.Path(dir_okay=False, allow_dash=True), default=None,
+              help="Also write the rows as CSV, the JSON's fields as columns ('-': stdout, the table then goes to "
+                   "stderr).")
 @click.option("--force", is_flag=True, help=FORCE_HELP)
-@click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors (--json is still written).")
+@click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors (--json and --csv are still written).")
 def collective_cmd(scenario, cal_path, ranks, algorithm, model, overrides, sizes, level, nodes, gpus_per_node,
-                   system_name, kind, nccl_algo, nccl_proto, json_path, force, quiet):
+                   system_name, kind, nccl_algo, nccl_proto, json_path, csv_path, force, quiet):
     """Print predicted all-reduce tables in nccl-tests' own columns.
 
     \b
@@ -241,9 +244,10 @@ def collective_cmd(scenario, cal_path, ranks, algorithm, model, overrides, sizes
         the scenario's cluster (and --set) priced by each algorithm's closed form; with a
         calibration, its fitted alpha/beta replace the nominal link numbers.
     """
-    from commsim.output.run_files import json_text
+    from commsim.output.run_files import json_text, rows_csv
 
-    stdout_taken = check_outputs({"--json": json_path}, {"SCENARIO": scenario, "--calibration file": cal_path})
+    stdout_taken = check_outputs({"--json": json_path, "--csv": csv_path},
+                                 {"SCENARIO": scenario, "--calibration file": cal_path})
     physical_opts = [o for o, v in (("--gpus-per-node", gpus_per_node), ("--system", system_name),
                                     ("--nccl-algo", nccl_algo), ("--nccl-proto", nccl_proto),
                                     ("--collective", None if kind == "all_reduce" else kind)) if v]
@@ -267,13 +271,15 @@ def collective_cmd(scenario, cal_path, ranks, algorithm, model, overrides, sizes
             fail("--level goes with --calibration CAL --ranks N (no SCENARIO); on a SCENARIO's cluster each link "
                  "level is priced by the calibration's matching level")
         rows, text = algorithm_tables(scenario, overrides, algorithm, model, ranks, cal_path, sizes, force,
-                                      {"--json": json_path})
+                                      {"--json": json_path, "--csv": csv_path})
     else:
         if cal_path is None or ranks is None:
             fail("give --calibration CAL.yaml and --ranks N (the calibration's curve), or a SCENARIO (its cluster)")
         rows, text = calibration_table(cal_path, ranks, sizes, level)
     if json_path:
         write_output(json_path, json_text(rows), "the JSON rows")
+    if csv_path:
+        write_output(csv_path, rows_csv(rows), "the CSV rows")
     if not quiet:
         echo_to(stdout_taken)(text)
 

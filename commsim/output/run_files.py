@@ -43,6 +43,30 @@ def json_text(obj: Any) -> str:
     return json.dumps(json_safe(obj), indent=2, sort_keys=False, allow_nan=False) + "\n"
 
 
+def rows_csv(rows) -> str:
+    """CSV text of a table's rows (mappings of column -> value, as its JSON lists them): the
+    columns in the order they first appear, an empty cell where a row has no value (None, or a
+    column it lacks), floats at full precision (repr), booleans as true/false like the JSON."""
+    columns: Dict[str, None] = {}
+    for row in rows:
+        columns.update(dict.fromkeys(row))
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(list(columns))
+
+    def cell(v: Any) -> str:
+        v = json_safe(v)
+        if v is None:
+            return ""
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        return repr(v) if isinstance(v, float) else str(v)
+
+    for row in rows:
+        w.writerow([cell(row.get(c)) for c in columns])
+    return buf.getvalue()
+
+
 def step_last_rank(late: np.ndarray) -> np.ndarray:
     """Per step, the rank most often late among that step's collectives (-1: none), given
     :func:`commsim.analysis.report.late_ranks`."""

@@ -82,8 +82,43 @@ def test_quiet_prints_nothing_but_still_writes_the_json(tmp_path, capsys, comman
     assert got.out.encode() == loud.read_bytes() and got.err == ""
 
 
-@pytest.mark.parametrize("command", ["collective", "algorithms"])
-def test_quiet_is_in_the_help(capsys, command):
+@pytest.mark.parametrize("command,written", [("collective", "--json and --csv are"), ("algorithms", "--json is")])
+def test_quiet_is_in_the_help(capsys, command, written):
     assert run_cli([command, "--help"]) == 0
     text = " ".join(capsys.readouterr().out.split())  # click wraps the help at the terminal's width
-    assert "-q, --quiet Print nothing but errors (--json is still written)." in text
+    assert f"-q, --quiet Print nothing but errors ({written} still written)." in text
+
+
+@pytest.mark.parametrize("mode", [
+    [SCENARIO, "--algorithm", "ring,tree", "--sizes", "1M:4M"],
+    ["--system", "dgx-h100", "--nodes", "4", "--sizes", "64K:64M:8"],
+    ["--calibration", "{cal}", "--ranks", "16", "--sizes", "1M:16M"],
+])
+def test_csv_holds_the_json_rows_in_every_mode(tmp_path, capsys, mode):
+    """A table for a spreadsheet: the same rows as --json, its fields as columns."""
+    import csv
+
+    cal = tmp_path / "c.yaml"
+    if "{cal}" in mode:
+        assert run_cli(["calibrate", "--from-nccl-tests", LOG, "-q", "-o", str(cal)]) == 0
+    mode = [str(cal) if a == "{cal}" else a for a in mode]
+    js, cs = tmp_path / "rows.json", tmp_path / "rows.csv"
+    assert run_cli(["collective", *mode, "-q", "--json", str(js), "--csv", str(cs)]) == 0
+    rows = json.loads(js.read_text())
+    with open(cs, newline="") as f:
+        table = list(csv.DictReader(f))
+    assert list(table[0]) == list(rows[0]) and len(table) == len(rows)
+
+    def as_json(v):  # what the JSON holds for a CSV cell
+        return None if v == "" else {"true": True, "false": False}.get(v, v)
+
+    for row, line in zip(rows, table):
+        for key, value in row.items():
+            cell = as_json(line[key])
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                assert float(cell) == value  # full precision: repr of each float
+            else:
+                assert cell == (value if value != "" else None)
+    capsys.readouterr()
+    assert run_cli(["collective", *mode, "--csv", "-"]) == 0
+    assert capsys.readouterr().out == cs.read_text()  # '-': the rows on stdout, the table on stderr
