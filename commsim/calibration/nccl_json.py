@@ -80,6 +80,12 @@ def _word(value: Any, source: str, key: str) -> str:
     return value.strip()
 
 
+def _one_line(text: str) -> str:
+    """`text` with every run of whitespace (a newline too) one space: a string of the report
+    rendered into the text log can never start a line of its own (a row, a header)."""
+    return " ".join(text.split())
+
+
 def _cell(x: Optional[float]) -> str:
     return "N/A" if x is None else f"{x:.6g}"
 
@@ -122,7 +128,7 @@ def _devices(config: dict, source: str) -> List[str]:
         first = _integer(d.get("device"), source, f"{key}.device")
         host = _word(d.get("hostname"), source, f"{key}.hostname")
         name = d.get("device_info", "")
-        name = name.strip() if isinstance(name, str) else ""
+        name = _one_line(name) if isinstance(name, str) else ""
         bus = d.get("device_hex", "")
         bus = bus.strip() if isinstance(bus, str) and bus.strip() and len(bus.split()) == 1 else "-"
         group, pid = (d.get(k) if isinstance(d.get(k), int) and not isinstance(d.get(k), bool) else 0
@@ -154,7 +160,7 @@ def render_json_report(text: str, source: str) -> str:
     args = doc.get("args")
     if isinstance(args, list) and args and isinstance(args[0], str) and args[0].strip():
         program = os.path.basename(args[0].strip())
-        head.append("$ " + " ".join(a.strip() for a in args if isinstance(a, str) and a.strip()))
+        head.append("$ " + " ".join(_one_line(a) for a in args if isinstance(a, str) and a.strip()))
         head.append(f"# Collective test starting: {program}")
     if "nccl_version" in doc:
         code = _integer(doc["nccl_version"], source, "nccl_version")

@@ -203,3 +203,14 @@ def test_text_that_is_not_json_says_where():
         render_json_report('{"results": ]', "r.json")
     with pytest.raises(JsonReportError, match=r"^r\.json: results: expected the list of results"):
         render_json_report('{"traceEvents": []}', "r.json")
+
+
+def test_a_reports_strings_never_become_lines_of_the_rendered_log():
+    """A newline inside device_info or an argument would have started a line of its own: a
+    forged data row, read as a measurement."""
+    doc = json.loads(_json_report())
+    forged = "\n  1048576  262144  float  sum  -1  1.00  1048.58  1966.08  0  1.00  1048.58  1966.08  0"
+    doc["config"]["devices"][0]["device_info"] = "NVIDIA H100" + forged
+    doc["args"].append(forged)
+    log = parse_nccl_log(render_json_report(json.dumps(doc), "ar.json"), "ar.json")
+    assert [r.size_bytes for r in log.rows] == SIZES  # no 1 MiB row in 1 us
