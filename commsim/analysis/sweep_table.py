@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +19,8 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from commsim.errors import InputError
-from commsim.units import UnitError, parse_number, parse_rate, parse_size, parse_time
+from commsim.scenario.schema_cluster import MAX_WORLD_SIZE
+from commsim.units import UnitError, describe, parse_number, parse_rate, parse_size, parse_time
 from commsim.yamlio import read_regular_bytes
 
 GPU_KEYS = ("cluster.nodes", "cluster.gpus_per_node")
@@ -30,6 +32,8 @@ MAX_PANELS = 12
 # it whole would take gigabytes. The plot command reads no JSON file larger either.
 MAX_JSON_BYTES = 64 * 1024**2
 REQUIRED_COLUMNS = ("world_size", "step_time_s.mean", "baseline_step_time_s", "compute_time_s", "scaling_efficiency")
+# Columns the plots read as numbers where a row has them (a row without them draws 0 or nothing).
+NUMBER_COLUMNS = REQUIRED_COLUMNS[1:] + ("exposed_comm_s", "straggler_cost_s", "slowdown")
 
 Row = Dict[str, Any]
 Combo = Tuple[Any, ...]
@@ -172,6 +176,36 @@ def same_value(a: Any, b: Any) -> bool:
 # ---------------------------------------------------------------------------------------
 
 
+def _as_float(value: Any) -> Optional[float]:
+    """A JSON number as a float, None for anything else (a bool, text, null, an int past float)."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return None
+    try:
+        return float(value)
+    except OverflowError:  # a JSON integer of 400 digits
+        return None
+
+
+def _check_numbers(row: Row, source: str, i: int) -> None:
+    """The columns the plots turn into numbers are numbers: a hand-edited row's "abc" or null
+    ended `commsim plot` in a ValueError/TypeError traceback from int() or float(), and an
+    infinity (or 1e308 + 1e308 stacked) in matplotlib's "Axis limits cannot be NaN or Inf"."""
+    n = row["world_size"]
+    gpus = _as_float(n)
+    if gpus is None or not (1 <= gpus <= MAX_WORLD_SIZE and gpus == int(gpus)):
+        raise ResultsError(source, f"expected a whole number of GPUs in [1, {MAX_WORLD_SIZE:,}], got {describe(n)}",
+                           f"rows[{i}].world_size")
+    for column in NUMBER_COLUMNS:  # NaN draws nothing; an infinity fails the axis limits
+        value = _as_float(row.get(column, 0.0))
+        if value is None or math.isinf(value):
+            raise ResultsError(source, f"expected a finite number (or NaN), got {describe(row[column])}",
+                               f"rows[{i}].{column}")
+    compute, comm, strag = (float(row.get(k, 0.0)) for k in ("compute_time_s", "exposed_comm_s", "straggler_cost_s"))
+    if math.isinf(compute + max(comm, 0.0) + max(strag, 0.0)):  # the stacked bar, clipped as breakdown() does
+        raise ResultsError(source, "expected compute_time_s + exposed_comm_s + straggler_cost_s (the stacked step "
+                                   f"time) to be finite, got {compute!r} + {comm!r} + {strag!r}", f"rows[{i}]")
+
+
 class SweepTable:
     """results.json of a sweep: the grid (what was varied) and the finished rows."""
 
@@ -190,6 +224,7 @@ class SweepTable:
             if missing:
                 raise ResultsError(source, f"expected commsim sweep rows with {', '.join(REQUIRED_COLUMNS)}; "
                                            f"row {i} lacks {', '.join(missing)}", f"rows[{i}]")
+            _check_numbers(row, source, i)
 
     @classmethod
     def load(cls, path: Path) -> "SweepTable":

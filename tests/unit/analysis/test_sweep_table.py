@@ -183,3 +183,34 @@ def test_a_file_over_64_mib_is_refused_unread(tmp_path):
 def test_a_directory_is_named_as_one(tmp_path):
     with pytest.raises(ResultsError, match=f"is a directory, expected {RESULTS}$"):
         read_json_document(tmp_path, RESULTS)
+
+
+@pytest.mark.parametrize("column, value, expected", [
+    ("world_size", "abc", r"rows\[0\]\.world_size: expected a whole number of GPUs in \[1, 1,048,576\], got 'abc'"),
+    ("world_size", None, r"rows\[0\]\.world_size: .*got null"),
+    ("world_size", float("nan"), r"rows\[0\]\.world_size: .*got nan"),
+    ("world_size", 2**70, r"rows\[0\]\.world_size: .*got 1180591620717411303424"),
+    ("world_size", True, r"rows\[0\]\.world_size: .*got true \(a boolean\)"),
+    ("scaling_efficiency", "abc", r"rows\[0\]\.scaling_efficiency: expected a finite number \(or NaN\), got 'abc'"),
+    ("scaling_efficiency", [], r"rows\[0\]\.scaling_efficiency: .*got \[\] \(a list\)"),
+    ("compute_time_s", float("inf"), r"rows\[0\]\.compute_time_s: .*got inf"),
+    ("step_time_s.mean", 10**400, r"rows\[0\]\.step_time_s\.mean: .*got 1000"),
+    ("slowdown", None, r"rows\[0\]\.slowdown: .*got null"),
+    ("exposed_comm_s", 1e308, r"rows\[0\]: expected compute_time_s \+ exposed_comm_s \+ straggler_cost_s"),
+])
+def test_a_hand_edited_row_that_is_no_number_is_named(tmp_path, column, value, expected):
+    # `commsim plot DIR` on these ended in a traceback: int('abc') / float(None) (ValueError,
+    # TypeError), numpy's log2 of a 2**70 object array, matplotlib's "Axis limits cannot be NaN or Inf"
+    bad = row(8, {"cluster.nodes": 1}, compute=1e308 if column == "exposed_comm_s" else 0.31)
+    bad[column] = value
+    results = tmp_path / "results.json"
+    results.write_text(json.dumps({"grid": {"cluster.nodes": [1, 2]}, "rows": [bad, row(16, {"cluster.nodes": 2})]}))
+    with pytest.raises(ResultsError, match=f"^{results}: {expected}") as info:
+        SweepTable.load(results)
+    assert isinstance(info.value, InputError) and "\n" not in str(info.value)
+
+
+def test_a_nan_figure_and_a_whole_float_gpu_count_are_read():
+    rows = [row(8.0, {"cluster.nodes": 1}, slowdown=float("nan")), row(16, {"cluster.nodes": 2})]
+    table = SweepTable({"grid": {"cluster.nodes": [1, 2]}, "rows": rows}, "results.json")
+    assert table.gpu_counts() == [8, 16]
