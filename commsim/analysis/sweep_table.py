@@ -166,9 +166,13 @@ def natural_key(name: str) -> Tuple[Tuple[int, float, str], ...]:
     return tuple(key)
 
 
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True)
+
+
 def same_value(a: Any, b: Any) -> bool:
     """Two swept values are the same (values may be lists or mappings)."""
-    return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+    return _canonical(a) == _canonical(b)
 
 
 # ---------------------------------------------------------------------------------------
@@ -225,6 +229,19 @@ class SweepTable:
                 raise ResultsError(source, f"expected commsim sweep rows with {', '.join(REQUIRED_COLUMNS)}; "
                                            f"row {i} lacks {', '.join(missing)}", f"rows[{i}]")
             _check_numbers(row, source, i)
+        severity = self.straggler_key()
+        # the plots group rows by the grid's values and look each row's value up among them
+        allowed = {key: {_canonical(v) for v in self.grid[key]} for key in self.varied()}
+        for i, row in enumerate(self.rows):
+            for key, values in allowed.items():
+                if key not in row or _canonical(row[key]) not in values:
+                    shown = [value_text(v) for v in self.grid[key][:6]] + (["..."] if len(self.grid[key]) > 6 else [])
+                    raise ResultsError(source, f"expected one of the grid's values of {key} ({', '.join(shown)}), "
+                                               f"got {describe(row[key]) if key in row else 'none'}",
+                                       f"rows[{i}].{key}")
+            if severity is not None and "slowdown" not in row:  # what the straggler heatmap draws
+                raise ResultsError(source, f"expected a slowdown column (the straggler heatmap's figure, as "
+                                           f"{severity} is swept); row {i} lacks it", f"rows[{i}]")
 
     @classmethod
     def load(cls, path: Path) -> "SweepTable":

@@ -214,3 +214,29 @@ def test_a_nan_figure_and_a_whole_float_gpu_count_are_read():
     rows = [row(8.0, {"cluster.nodes": 1}, slowdown=float("nan")), row(16, {"cluster.nodes": 2})]
     table = SweepTable({"grid": {"cluster.nodes": [1, 2]}, "rows": rows}, "results.json")
     assert table.gpu_counts() == [8, 16]
+
+
+@pytest.mark.parametrize("edit, expected", [
+    (lambda rows: rows[0].update({"stragglers[0].cv": 0.5}),
+     r"rows\[0\]\.stragglers\[0\]\.cv: expected one of the grid's values of stragglers\[0\]\.cv \(0\.1, 0\), got 0\.5"),
+    (lambda rows: rows[1].pop("stragglers[0].cv"), r"rows\[1\]\.stragglers\[0\]\.cv: .*got none"),
+    (lambda rows: rows[2].update({"stragglers[0].cv": {"a": 1}}), r"rows\[2\]\.stragglers\[0\]\.cv: .*\(a mapping\)"),
+    (lambda rows: [r.pop("slowdown") for r in rows],
+     r"rows\[0\]: expected a slowdown column .*stragglers\[0\]\.cv is swept.*lacks it"),
+])
+def test_a_row_off_the_grid_is_named(tmp_path, edit, expected):
+    # the heatmap looked each row's severity up among the grid's (StopIteration) and read its
+    # slowdown (KeyError); a grid key no row holds divided by zero panels (ZeroDivisionError)
+    doc = {"grid": heatmap_table().grid, "rows": heatmap_table().rows}
+    edit(doc["rows"])
+    results = tmp_path / "results.json"
+    results.write_text(json.dumps(doc))
+    with pytest.raises(ResultsError, match=f"^{results}: {expected}"):
+        SweepTable.load(results)
+
+
+def test_a_grid_key_no_row_holds_is_named():
+    table = heatmap_table()
+    with pytest.raises(ResultsError, match=r"rows\[0\]\.ddp\.bucket_cap: expected one of the grid's values of "
+                                           r"ddp\.bucket_cap \(1 MB, 4 MB\), got none"):
+        SweepTable({"grid": {**table.grid, "ddp.bucket_cap": ["1 MB", "4 MB"]}, "rows": table.rows}, "results.json")
