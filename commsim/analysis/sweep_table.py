@@ -67,6 +67,8 @@ def read_json_document(path: Path, expected: str) -> Any:
         return json.loads(raw)
     except ValueError as exc:  # UnicodeDecodeError included
         raise ResultsError(source, f"expected {expected}, got invalid JSON ({exc})") from None
+    except RecursionError:  # json's recursive decoder: arrays or objects nested thousands deep
+        raise ResultsError(source, f"expected {expected}, got invalid JSON (nested too deeply)") from None
 
 
 # ---------------------------------------------------------------------------------------

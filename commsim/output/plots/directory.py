@@ -109,7 +109,7 @@ def _validation_files(directory: Path) -> List[Path]:
         try:
             if is_validation(json.loads(f.read_text())):
                 found.append(f)
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):  # not JSON, or nested deeper than json decodes: not validate's
             continue
     return found
 

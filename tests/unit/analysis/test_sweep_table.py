@@ -119,6 +119,10 @@ def test_foreign_results_are_one_line_input_errors(tmp_path):
     bad.write_text("{")
     with pytest.raises(ResultsError, match="invalid JSON"):
         SweepTable.load(bad)
+    bad.write_text("[" * 100_000)  # json's recursive decoder raised RecursionError (a traceback)
+    with pytest.raises(ResultsError, match=r"results\.json: expected the results\.json of commsim sweep, "
+                                           r"got invalid JSON \(nested too deeply\)"):
+        SweepTable.load(bad)
     with pytest.raises(ResultsError, match="no finished points"):
         SweepTable({"grid": {}, "rows": []}, "x.json")
     with pytest.raises(ResultsError, match="grid"):

@@ -305,6 +305,19 @@ def test_predicted_vs_measured_from_validate_json(tmp_path):
     assert "bucket_25MB_slow" in svg and "10% error band" in svg
 
 
+def test_a_json_nested_too_deeply_is_no_validation_file_and_a_given_one_is_named(tmp_path):
+    # json's recursive decoder raised RecursionError, which the folder's scan (and the given
+    # --validation's reader) let through: `commsim plot DIR` with a stray such *.json was a traceback
+    validation_json(tmp_path / "a.json", "bucket_1MB", 0.50, 0.52)
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000)
+    written = plots.plot_directory(tmp_path)
+    assert [p.name for p in written] == ["predicted_vs_measured.png", "predicted_vs_measured.svg"]
+    with pytest.raises(plots.PlotError, match=r"deep\.json: expected commsim validate JSON, got invalid JSON "
+                                              r"\(nested too deeply\)"):
+        plots.plot_directory(tmp_path, validations=[deep])
+
+
 # ---------------------------------------------------------------------------------------
 # A single run
 
