@@ -31,7 +31,7 @@ def _parse_record(line: bytes) -> Optional[Tuple[str, Dict[str, Any]]]:
     try:
         record = json.loads(line)
         key, summary = record["key"], record["summary"]
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, RecursionError):  # RecursionError: '[' nested thousands deep
         return None
     if not isinstance(key, str) or not isinstance(summary, dict):
         return None

@@ -41,6 +41,7 @@ def repaired(tmp_path, content: bytes):
     (b'{"key":"b","su', b"", "cut 14 bytes"),
     (record("a") + b"x" * 200_000, record("a"), "cut 200000 bytes"),  # a tail longer than a read block
     (record("a") + b"[1, 2]", record("a"), "cut 6 bytes"),  # JSON, but not a record
+    (record("a") + b"[" * 100_000, record("a"), "cut 100000 bytes"),  # json.loads: RecursionError
 ])
 def test_repair_tail(tmp_path, content, expected, what):
     assert repaired(tmp_path, content) == (what, expected)
@@ -49,6 +50,12 @@ def test_repair_tail(tmp_path, content, expected, what):
 def test_read_journal_recovers_a_record_glued_to_a_torn_fragment(tmp_path):
     # What appending onto a torn line used to leave: the fragment and the next record on one line.
     (tmp_path / JOURNAL).write_bytes(record("a") + b'{"key":"x","summ' + record("b") + b"not json\n")
+    assert set(read_journal(tmp_path)) == {"a", "b"}
+
+
+def test_a_line_nested_too_deeply_holds_no_record(tmp_path):
+    # json's recursive decoder raised RecursionError, which `sweep --resume` let out as a traceback
+    (tmp_path / JOURNAL).write_bytes(record("a") + b"[" * 100_000 + b"\n" + record("b"))
     assert set(read_journal(tmp_path)) == {"a", "b"}
 
 
