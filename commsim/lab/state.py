@@ -60,6 +60,8 @@ def read_state(name: str) -> Optional[dict]:
         doc = json.loads(text)
     except ValueError as exc:
         raise LabError(str(path), None, f"not JSON ({exc})") from None
+    except RecursionError:  # json's recursive decoder: arrays or objects nested thousands deep
+        raise LabError(str(path), None, "not JSON (nested too deeply)") from None
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise LabError(str(path), "format", f"expected {FORMAT!r}, got {doc.get('format') if isinstance(doc, dict) else doc!r}")
     return doc

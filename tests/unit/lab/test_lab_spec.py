@@ -110,3 +110,19 @@ def test_a_delay_of_the_wrong_sign_or_not_finite_says_so(text, why):
     with pytest.raises(LabError) as exc:
         parse_delay(text, "--latency")
     assert str(exc.value).endswith(f"got {text!r} ({why})")
+
+
+@pytest.mark.parametrize("text, message", [
+    ("[" * 100_000, "not JSON (nested too deeply)"),  # json's recursive decoder raised RecursionError
+    ("{oops", "not JSON (Expecting property name"),
+    ('{"format": "other"}', "format: expected"),
+])
+def test_a_damaged_state_file_is_one_line(tmp_path, monkeypatch, text, message):
+    from commsim.lab import state
+
+    monkeypatch.setenv(state.ENV, str(tmp_path))
+    (tmp_path / "lab0.json").write_text(text)
+    with pytest.raises(LabError) as err:
+        state.read_state("lab0")
+    assert message in str(err.value) and "\n" not in str(err.value)
+    assert str(err.value).startswith(str(tmp_path / "lab0.json"))
