@@ -282,4 +282,9 @@ def _origin(path: Optional[str], origins: Dict[str, str]) -> Optional[str]:
         if any(a == b or a.startswith(b + ".") or a.startswith(b + "[") for a, b in ((path, key), (key, path))):
             if best is None or len(key) > len(best[0]):
                 best = (key, flag)
+    if best is None:  # a preset fills its mapping's other keys: one set or removed by a flag is theirs too
+        for key, flag in origins.items():
+            parent, _, leaf = key.rpartition(".")
+            if leaf == "preset" and parent and path.startswith(parent + "."):
+                best = (key, flag)
     return best[1] if best else None

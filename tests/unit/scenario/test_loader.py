@@ -307,6 +307,24 @@ def test_full_width_digits_are_not_counts(tmp_path):
     assert_message(str(err.value), "(after --set 'cluster.nodes=\uff12'): cluster.nodes: expected a whole number")
 
 
+def test_a_key_a_removed_preset_filled_is_the_flags_fault(tmp_path):
+    """Without the preset its mapping's keys are missing: the error named the file alone, as if
+    the file lacked them, not the --set that removed the preset."""
+    path = tmp_path / "p.yaml"
+    path.write_text("cluster: {preset: dgx-h100, nodes: 2}\nmodel: {parameters: 1e6}\n"
+                    "compute: {forward: 10 ms, backward: 20 ms}\n")
+    load_scenario(path)
+    with pytest.raises(ScenarioError) as err:
+        load_scenario(path, ["cluster.preset=null"])
+    assert str(err.value).startswith(f"{path} (after --set 'cluster.preset=null'): cluster.gpus_per_node: required")
+    with pytest.raises(ScenarioError) as err:  # a key the file writes is still the file's
+        load_scenario(path, ["cluster.preset=null", "cluster.gpus_per_node=8"])
+    assert "(after --set 'cluster.preset=null')" in str(err.value)
+    with pytest.raises(ScenarioError) as err:  # not a preset's mapping: no flag to blame
+        load_scenario(path, ["model.grad_dtype=fp32", "compute.forward=abc"])
+    assert str(err.value).startswith(f"{path} (after --set 'compute.forward=abc'): compute.forward")
+
+
 def test_override_into_an_empty_list():
     with pytest.raises(ScenarioError, match=r"expected no index \(the list is empty\)"):
         apply_overrides({"stragglers": []}, ["stragglers[0].factor=2"])
