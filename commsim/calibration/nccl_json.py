@@ -35,6 +35,9 @@ from commsim.calibration.errors import CalibrationError
 _GROUP_TIME_KEYS = ("time", "cpu_time")
 # the nccl-tests version a rendered report's version line names: the report does not say it
 UNSTATED_TESTS_VERSION = "-"
+# most ranks a report's device list may stand for (the scenario loader's world-size limit): each
+# is a rendered line
+MAX_RANKS = 1_048_576
 
 
 class JsonReportError(CalibrationError):
@@ -66,11 +69,19 @@ def _number(value: Any, source: str, key: str, what: str = "a number") -> Option
     return float(value)
 
 
-def _integer(value: Any, source: str, key: str) -> int:
+def _integer(value: Any, source: str, key: str, printed: bool = False) -> int:
+    """An integer cell; with `printed`, also the digits nccl-tests writes as a string ("root":
+    the printed "    -1")."""
+    if isinstance(value, str) and printed and value.strip().lstrip("-").isdigit() and len(value.strip()) <= 18:
+        return int(value.strip())
     if isinstance(value, bool) or not isinstance(value, int):
-        if isinstance(value, str) and value.strip().lstrip("-").isdigit() and len(value.strip()) <= 18:
-            return int(value.strip())  # "root": nccl-tests writes the printed "    -1"
         raise JsonReportError(f"expected an integer, got {value!r}", source, key)
+    return value
+
+
+def _mapping(value: Any, source: str, key: str) -> dict:
+    if not isinstance(value, dict):
+        raise JsonReportError(f"expected a mapping, got {type(value).__name__}", source, key)
     return value
 
 
@@ -119,11 +130,13 @@ def _devices(config: dict, source: str) -> List[str]:
             if not 1 <= v <= 1024:
                 raise JsonReportError(f"expected 1..1024, got {v}", source, f"config.{k}")
             per_process *= v
+    if len(devices) * per_process > MAX_RANKS:
+        raise JsonReportError(f"expected at most {MAX_RANKS:,} ranks, got {len(devices):,} processes x {per_process:,} "
+                              "GPUs each", source, "config.devices")
     lines = []
     for p, d in enumerate(devices):
         key = f"config.devices[{p}]"
-        if not isinstance(d, dict):
-            raise JsonReportError(f"expected a mapping, got {type(d).__name__}", source, key)
+        d = _mapping(d, source, key)
         rank = _integer(d.get("rank"), source, f"{key}.rank")
         first = _integer(d.get("device"), source, f"{key}.device")
         host = _word(d.get("hostname"), source, f"{key}.hostname")
@@ -153,9 +166,7 @@ def render_json_report(text: str, source: str) -> str:
     if not isinstance(results, list):
         raise JsonReportError("expected the list of results an nccl-tests JSON report (-J FILE.json) holds"
                               + ("" if results is None else f", got {type(results).__name__}"), source, "results")
-    config = doc.get("config", {})
-    if not isinstance(config, dict):
-        raise JsonReportError(f"expected a mapping, got {type(config).__name__}", source, "config")
+    config = _mapping(doc.get("config", {}), source, "config")
     head: List[str] = []
     args = doc.get("args")
     if isinstance(args, list) and args and isinstance(args[0], str) and args[0].strip():
@@ -172,13 +183,12 @@ def render_json_report(text: str, source: str) -> str:
     rows = []
     for i, entry in enumerate(results):
         key = f"results[{i}]"
-        if not isinstance(entry, dict):
-            raise JsonReportError(f"expected a mapping, got {type(entry).__name__}", source, key)
+        entry = _mapping(entry, source, key)
         size = _integer(entry.get("size"), source, f"{key}.size")
         count = _integer(entry.get("count"), source, f"{key}.count")
         dtype = _word(entry.get("type"), source, f"{key}.type")
         redop = _word(entry.get("redop"), source, f"{key}.redop")
-        root = _integer(entry.get("root", -1), source, f"{key}.root")
+        root = _integer(entry.get("root", -1), source, f"{key}.root", printed=True)
         rows.append(f"{size} {count} {dtype} {redop} {root} "
                     f"{_group(entry, 'out_of_place', source, key)} {_group(entry, 'in_place', source, key)}")
     first_row = len(head) + 2  # the note line below, and lines counting from 1

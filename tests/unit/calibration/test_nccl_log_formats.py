@@ -188,6 +188,9 @@ def test_a_json_reports_nan_and_missing_group_are_na(tmp_path):
     (lambda d: d["config"]["devices"][1].update(hostname=7), "config.devices[1].hostname", "expected one word"),
     (lambda d: d["config"].update(ngpus=0), "config.ngpus", "expected 1..1024, got 0"),
     (lambda d: d.update(nccl_version="2.28"), "nccl_version", "expected an integer"),
+    (lambda d: d["results"][2].update(size="1048576"), "results[2].size", "expected an integer"),  # root alone is text
+    (lambda d: d["config"].update(nthreads=1024, ngpus=1024), "config.devices", "expected at most 1,048,576 ranks"),
+    (lambda d: d["config"]["devices"].append(3), "config.devices[2]", "expected a mapping, got int"),
 ])
 def test_a_broken_json_report_is_one_line_naming_the_key(tmp_path, mutate, key, expected):
     doc = json.loads(_json_report())
