@@ -45,9 +45,11 @@ def check_calibrated_pairs(scenario, pairs) -> None:
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a scenario key (as in run).")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, allow_dash=True),
               help="Write the rows as JSON here ('-': stdout).")
+@click.option("--csv", "csv_path", type=click.Path(dir_okay=False, allow_dash=True),
+              help="Write the rows as CSV here, nested fields as dotted columns ('-': stdout).")
 @click.option("--force", is_flag=True, help=FORCE_HELP)
-@click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors (--json is still written).")
-def algorithms(scenario, nodes_text, algorithm_text, model_text, steps, overrides, json_path, force, quiet):
+@click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors (--json and --csv are still written).")
+def algorithms(scenario, nodes_text, algorithm_text, model_text, steps, overrides, json_path, csv_path, force, quiet):
     """Simulate SCENARIO with each all-reduce algorithm (and cost model) at each node count.
 
     \b
@@ -60,12 +62,12 @@ def algorithms(scenario, nodes_text, algorithm_text, model_text, steps, override
     from commsim.analysis.algorithm_comparison import compare
     from commsim.collectives import algorithms_for
 
-    stdout_taken = check_outputs({"--json": json_path}, {"SCENARIO": scenario})
+    stdout_taken = check_outputs({"--json": json_path, "--csv": csv_path}, {"SCENARIO": scenario})
     names = split_choices(algorithm_text, "--algorithm", ALL_REDUCE + PHYSICAL)
     models = split_choices(model_text, "--model", COST_MODELS)
     counts = node_counts(nodes_text) if nodes_text else None
     sc = load_or_fail(scenario, overrides, steps, None, force=force)
-    check_not_named_calibration({"--json": json_path}, scenario, overrides)  # known once the scenario is read
+    check_not_named_calibration({"--json": json_path, "--csv": csv_path}, scenario, overrides)  # known once the scenario is read
     priced = []
     for m in models:
         try:
@@ -94,6 +96,10 @@ def algorithms(scenario, nodes_text, algorithm_text, model_text, steps, override
     if json_path:
         doc = {"scenario": sc.name, "rows": rows}
         write_output(json_path, json.dumps(doc, indent=2, sort_keys=True) + "\n", "the JSON rows")
+    if csv_path:
+        from commsim.output.run_files import rows_csv
+
+        write_output(csv_path, rows_csv(rows), "the CSV rows")
     if not quiet:
         echo_to(stdout_taken)(format_rows(rows))
 

@@ -51,11 +51,14 @@ def _load(path, overrides, steps, nodes, force):
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a scenario key (as in run).")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, allow_dash=True),
               help="Write the rows as JSON here ('-': stdout).")
+@click.option("--csv", "csv_path", type=click.Path(dir_okay=False, allow_dash=True),
+              help="Write the rows as CSV here, nested fields as dotted columns ('-': stdout).")
 @click.option("--plot", "plot_dir", type=click.Path(file_okay=False),
               help="Write compare.png and compare.svg (step time per remedy; by GPU count with --nodes) here.")
 @click.option("--force", is_flag=True, help=FORCE_HELP)
 @click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors.")
-def compare_command(scenario, mitigations_text, nodes_text, steps, overrides, json_path, plot_dir, force, quiet):
+def compare_command(scenario, mitigations_text, nodes_text, steps, overrides, json_path, csv_path, plot_dir, force,
+                    quiet):
     """Simulate SCENARIO as it is and with each remedy, and print them side by side.
 
     \b
@@ -67,13 +70,13 @@ def compare_command(scenario, mitigations_text, nodes_text, steps, overrides, js
     from commsim.mitigations.compare import check_mitigations, compare
     from commsim.mitigations.spec import DEFAULT_MITIGATIONS, parse_mitigations
 
-    stdout_taken = check_outputs({"--json": json_path}, {"SCENARIO": scenario})
+    stdout_taken = check_outputs({"--json": json_path, "--csv": csv_path}, {"SCENARIO": scenario})
     if plot_dir:
         _check_plot_dir(plot_dir)
     counts = node_counts(nodes_text) if nodes_text else None
     scenarios, section = _load(scenario, overrides, steps, counts, force)
     # the calibration file the scenario names is an input too, known once the scenario is read
-    check_not_named_calibration({"--json": json_path}, scenario, overrides)
+    check_not_named_calibration({"--json": json_path, "--csv": csv_path}, scenario, overrides)
     if mitigations_text is not None:
         mitigations = parse_mitigations(mitigations_text)
         source = "--mitigations"
@@ -93,6 +96,10 @@ def compare_command(scenario, mitigations_text, nodes_text, steps, overrides, js
     if json_path:
         doc = {"scenario": first.name, "seed": first.seed, "steps": first.steps, "rows": rows}
         write_output(json_path, json.dumps(doc, indent=2, sort_keys=True) + "\n", "the JSON rows")
+    if csv_path:
+        from commsim.output.run_files import rows_csv
+
+        write_output(csv_path, rows_csv(rows), "the CSV rows")
     if plot_dir:
         import os
 

@@ -44,26 +44,21 @@ def json_text(obj: Any) -> str:
 
 
 def rows_csv(rows) -> str:
-    """CSV text of a table's rows (mappings of column -> value, as its JSON lists them): the
-    columns in the order they first appear, an empty cell where a row has no value (None, or a
-    column it lacks), floats at full precision (repr), booleans as true/false like the JSON."""
+    """CSV text of a table's rows (mappings of column -> value, as its JSON lists them), as a
+    sweep's results.csv writes its rows (:func:`commsim.sweep.results.flatten_summary`,
+    :func:`~commsim.sweep.results.csv_cell`): a nested mapping becomes dotted columns
+    (step_time_s.mean), in the order they first appear; an empty cell where a row has no value."""
+    from commsim.sweep.results import csv_cell, flatten_summary
+
+    flat = [flatten_summary(json_safe(row)) for row in rows]
     columns: Dict[str, None] = {}
-    for row in rows:
+    for row in flat:
         columns.update(dict.fromkeys(row))
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(list(columns))
-
-    def cell(v: Any) -> str:
-        v = json_safe(v)
-        if v is None:
-            return ""
-        if isinstance(v, bool):
-            return "true" if v else "false"
-        return repr(v) if isinstance(v, float) else str(v)
-
-    for row in rows:
-        w.writerow([cell(row.get(c)) for c in columns])
+    for row in flat:
+        w.writerow([csv_cell(row.get(c)) for c in columns])
     return buf.getvalue()
 
 

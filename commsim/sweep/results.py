@@ -29,15 +29,25 @@ RESULTS_JSON = "results.json"
 FLUSH_INTERVAL_S = 1.0
 
 
-def _flatten_summary(summary: Mapping[str, Any], prefix: str = "") -> Dict[str, Any]:
+def flatten_summary(summary: Mapping[str, Any], prefix: str = "") -> Dict[str, Any]:
     """Nested metrics become dotted columns (step_time_s.mean); lists stay whole."""
     flat: Dict[str, Any] = {}
     for k, v in summary.items():
         if isinstance(v, dict):
-            flat.update(_flatten_summary(v, f"{prefix}{k}."))
+            flat.update(flatten_summary(v, f"{prefix}{k}."))
         else:
             flat[f"{prefix}{k}"] = v
     return flat
+
+
+def csv_cell(value: Any) -> Any:
+    """A metric as a CSV cell: empty for None, compact JSON for a list, mapping or boolean
+    (true/false, as the JSON says it), the value itself otherwise (csv writes a float's repr)."""
+    if value is None:
+        return ""
+    if isinstance(value, (list, dict, bool)):
+        return json.dumps(value, separators=(",", ":"), default=str)
+    return value
 
 
 def result_rows(points: Sequence[Point], done: Mapping[str, Dict[str, Any]]) -> Tuple[List[str], List[Dict[str, Any]]]:
@@ -49,7 +59,7 @@ def result_rows(points: Sequence[Point], done: Mapping[str, Dict[str, Any]]) -> 
         summary = done.get(p.key)
         if summary is None:
             continue
-        flat = _flatten_summary(summary)
+        flat = flatten_summary(summary)
         for col in flat:
             # A swept key that is also a metric (e.g. `steps`) is the same number: keep one column.
             if col not in columns:
@@ -73,14 +83,7 @@ def write_results(out_dir: Path, points: Sequence[Point], done: Mapping[str, Dic
         cells = []
         for col in columns:
             v = row.get(col)
-            if col in meta["grid"]:
-                cells.append(value_text(v))
-            elif v is None:
-                cells.append("")
-            elif isinstance(v, (list, dict, bool)):
-                cells.append(json.dumps(v, separators=(",", ":"), default=str))
-            else:
-                cells.append(v)
+            cells.append(value_text(v) if col in meta["grid"] else csv_cell(v))
         writer.writerow(cells)
     doc = {**meta, "points_total": len(points), "points_done": len(rows), "complete": len(rows) == len(points),
            "columns": columns, "rows": rows}

@@ -82,7 +82,7 @@ def test_quiet_prints_nothing_but_still_writes_the_json(tmp_path, capsys, comman
     assert got.out.encode() == loud.read_bytes() and got.err == ""
 
 
-@pytest.mark.parametrize("command,written", [("collective", "--json and --csv are"), ("algorithms", "--json is")])
+@pytest.mark.parametrize("command,written", [("collective", "--json and --csv are"), ("algorithms", "--json and --csv are")])
 def test_quiet_is_in_the_help(capsys, command, written):
     assert run_cli([command, "--help"]) == 0
     text = " ".join(capsys.readouterr().out.split())  # click wraps the help at the terminal's width

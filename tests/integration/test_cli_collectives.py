@@ -58,3 +58,21 @@ def test_bad_input_exits_2():
     assert r.exit_code == 2
     r = invoke(SCENARIO, "--set", "cluster.nodes=zero")
     assert r.exit_code == 2 and "cluster.nodes" in r.output
+
+
+def test_csv_holds_the_json_rows(tmp_path):
+    import csv
+
+    js, cs = tmp_path / "rows.json", tmp_path / "rows.csv"
+    args = [SCENARIO, "--nodes", "1,2", "--algorithm", "ring,tree", "--steps", "3", "--set", "model.parameters=1e8",
+            "-q", "--json", str(js), "--csv", str(cs)]
+    r = invoke(*args)
+    assert r.exit_code == 0, r.output
+    rows = json.loads(js.read_text())["rows"]
+    with open(cs, newline="") as f:
+        table = list(csv.DictReader(f))
+    assert set(table[0]) == set(rows[0]) and len(table) == len(rows) == 4
+    for row, line in zip(rows, table):
+        assert (line["algorithm"], line["model"], line["fastest"]) == (row["algorithm"], row["model"],
+                                                                       "true" if row["fastest"] else "false")
+        assert float(line["step_time_s"]) == row["step_time_s"] and int(line["world_size"]) == row["world_size"]

@@ -105,3 +105,29 @@ def test_concurrent_collective_streams_are_refused(tmp_path):
     assert out.returncode == 2 and out.stderr.count("\n") == 1 and "Traceback" not in out.stderr
     assert "validate_gloo_2rank.yaml: ddp.comm_streams: expected comm_streams 1 to compare" in out.stderr
     assert target.read_text() == "kept"
+
+
+def test_csv_holds_the_json_rows_with_nested_fields_dotted(tmp_path):
+    import csv
+
+    js, cs = tmp_path / "rows.json", tmp_path / "rows.csv"
+    assert cli(SCENARIO, "--mitigations", "fp16,backup:b=1", "--steps", "4", "-q", "--json", js, "--csv", cs).returncode == 0
+    rows = json.loads(js.read_text())["rows"]
+    with open(cs, newline="") as f:
+        table = list(csv.DictReader(f))
+    assert [r["mitigation"] for r in table] == [r["mitigation"] for r in rows]
+    for row, line in zip(rows, table):
+        assert float(line["step_time_s.mean"]) == row["step_time_s"]["mean"]  # full precision
+        assert float(line["step_time_s.p95"]) == row["step_time_s"]["p95"]
+        for key, value in row["details"].items():
+            cell = line[f"details.{key}"]
+            if isinstance(value, (list, dict)):
+                assert json.loads(cell) == value  # a list stays whole, as JSON
+            elif isinstance(value, (int, float)) and not isinstance(value, bool):
+                assert float(cell) == value
+            else:
+                assert cell == str(value)
+        # a field another row has and this one lacks is an empty cell
+        assert all(line[c] == "" for c in line if c.startswith("details.") and c[8:] not in row["details"])
+    out = cli(SCENARIO, "--mitigations", "fp16,backup:b=1", "--steps", "4", "--csv", "-")
+    assert out.returncode == 0 and out.stdout == cs.read_text() and "speedup" in out.stderr
