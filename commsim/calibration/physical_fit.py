@@ -62,6 +62,7 @@ The optimiser is a small Levenberg-Marquardt in numpy (scipy is not a dependency
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field, replace
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
@@ -74,7 +75,7 @@ from commsim.calibration.residuals import regimes, residual_correction
 from commsim.collectives.nccl.scale import KINDS, Scale, bus_factor
 from commsim.collectives.nccl_tuner import plan
 from commsim.errors import InputError
-from commsim.network.system import System
+from commsim.network.system import System, with_fields
 
 PRIOR_FACTOR = 4.0        # prior: a constant is within a factor 4 of nominal (1 sigma in log)
 DETERMINED_SHRINK = 0.5   # determined: posterior sd of log(value) < 0.5 x prior sd
@@ -170,6 +171,26 @@ class PhysicalFit:
     free: Tuple[str, ...]
     notes: Tuple[str, ...] = ()
     residuals: Mapping[str, np.ndarray] = field(default_factory=dict)
+    # fields a what-if changed (:meth:`what_if`), as "key=value": the logs measured other hardware
+    changed: Tuple[str, ...] = ()
+
+    def what_if(self, values: Mapping[str, object], source: str = "--with") -> "PhysicalFit":
+        """The fit on hardware that differs from the logs' by `values` (System fields: 4 NICs
+        per node instead of 8, another NIC rate, another NCCL release). Both the fitted system and
+        NCCL's view of it change. A fitted constant the what-if sets is the user's value, no
+        longer uncertain: it leaves the covariance. The measured residuals are not applied (they
+        are of the hardware the logs measured), and every prediction says what was changed."""
+        system, nominal = with_fields(self.system, values, source), with_fields(self.nominal, values, source)
+        keep = [j for j, name in enumerate(self.free) if name not in values]
+        constants = dict(self.constants)
+        for name in values:
+            if name in constants:
+                constants[name] = replace(constants[name], value=float(getattr(system, name)), stderr=None,
+                                          determined=True, logs=(), source=source, at_line_rate=False)
+        return replace(self, system=system, nominal=nominal, constants=constants,
+                       free=tuple(self.free[j] for j in keep), covariance=self.covariance[np.ix_(keep, keep)],
+                       changed=self.changed + tuple(f"{k}={v if isinstance(v, str) else json.dumps(v)}"
+                                                    for k, v in values.items()))
 
     @property
     def max_nodes(self) -> int:
@@ -202,7 +223,10 @@ class PhysicalFit:
             var = var + np.einsum("ij,jk,ik->i", g, self.covariance, g)
         notes = []
         corrected = np.zeros(S.shape, dtype=bool)  # sizes a measured table of this scale corrects
-        if use_measured and not kw:
+        if self.changed:
+            notes.append(f"what-if {', '.join(self.changed)}: not the hardware the logs measured (no measured "
+                         "residuals; the interval covers the fitted constants that were kept)")
+        if use_measured and not kw and not self.changed:
             for m in self.measurements:
                 if (m.kind, m.nodes, m.gpus_per_node) == (kind, nodes, gpus_per_node):
                     r = self.residuals.get(m.label)

@@ -141,12 +141,38 @@ def calibration_table(cal_path: str, ranks: int, sizes, level: Optional[str]):
     return rows, "\n".join(lines)
 
 
-def physical_table(cal_path, system_name, nodes, gpus_per_node, sizes, kind, nccl_algo, nccl_proto):
+def what_if_fields(items) -> dict:
+    """The System fields of the --with FIELD=VALUE options, VALUE read as YAML (4, 23.75, true,
+    2.27, [{nodes_below: 32, oversubscription: 2}]); a later one for the same field wins."""
+    from dataclasses import fields
+
+    from commsim.network.system import System
+    from commsim.yamlio import parse_yaml
+
+    # a text field is the text as written: nccl_version=2.20 is release 2.20, not the number 2.2
+    text_fields = {f.name for f in fields(System) if f.type in ("str", str)}
+    values = {}
+    for item in items:
+        key, eq, text = item.partition("=")
+        if not eq or not key.strip():
+            fail(f"--with {item!r}: expected FIELD=VALUE (e.g. nics_per_node=4)")
+        try:
+            value = parse_yaml(text, f"--with {item!r}", f" in the value {text.strip()!r}")
+        except InputError as exc:
+            fail(str(exc))
+        if key.strip() in text_fields and not isinstance(value, str):
+            value = text.strip()
+        values[key.strip()] = value
+    return values
+
+
+def physical_table(cal_path, system_name, nodes, gpus_per_node, sizes, kind, nccl_algo, nccl_proto, what_if=()):
     """Rows and text of `commsim collective --nodes N --gpus-per-node G` with a calibration's
-    physical fit (--calibration) or nominal hardware (--system): the physical model's prediction."""
+    physical fit (--calibration) or nominal hardware (--system): the physical model's prediction;
+    `what_if` (--with FIELD=VALUE) changes the hardware the prediction is for."""
     from commsim.calibration.file import load_calibration
     from commsim.calibration.physical_prediction import physical_rows
-    from commsim.network.system import preset
+    from commsim.network.system import preset, with_fields
 
     fit, system = None, None
     if cal_path:
@@ -161,6 +187,16 @@ def physical_table(cal_path, system_name, nodes, gpus_per_node, sizes, kind, ncc
         system = fit.system
     else:
         system = preset(system_name, "--system")
+    values = what_if_fields(what_if)
+    if values:
+        try:
+            if fit is not None:
+                fit = fit.what_if(values, "--with")
+                system = fit.system
+            else:
+                system = with_fields(system, values, "--with")
+        except InputError as exc:
+            fail(f"--with {exc.path}: {exc.message}")
     if gpus_per_node is None:
         gpus_per_node = system.gpus_per_node
     from commsim.scenario.loader import MAX_WORLD_SIZE
@@ -176,6 +212,8 @@ def physical_table(cal_path, system_name, nodes, gpus_per_node, sizes, kind, ncc
                   "gpus_per_node": "--gpus-per-node"}.get(exc.path or "", exc.source)
         fail(f"{option}: {exc.message}")
     what = f"calibration {cal_path} (physical fit)" if fit else f"nominal {system.name}"
+    if values:
+        what += " with " + ", ".join(what_if)
     head = [f"# commsim collective: {kind}, {counted(nodes, 'node')} x {counted(gpus_per_node, 'GPU')}, {what}, NCCL {system.nccl_version}",
             *([f"# {note}"] if note else [])]
     table = format_nccl_table([nccl_columns(r) for r in rows])
@@ -220,6 +258,11 @@ def physical_table(cal_path, system_name, nodes, gpus_per_node, sizes, kind, ncc
               help="Restrict NCCL's algorithm like NCCL_ALGO (ring, tree, nvls, nvls_tree, collnet_direct, "
                    "collnet_chain, pat; comma-separated, ^ to exclude).")
 @click.option("--nccl-proto", default=None, help="Restrict NCCL's protocol like NCCL_PROTO (LL, LL128, Simple).")
+@click.option("--with", "what_if", multiple=True, metavar="FIELD=VALUE",
+              help="With --nodes: predict for hardware that differs from the system's or the calibration's by a "
+                   "field of its description (nics_per_node=4, nic_bw_GBps=23.75 (achieved GB/s per NIC), "
+                   "gpus_per_node=4, nccl_version=2.27, nvls=false, tiers=[{nodes_below: 32, oversubscription: 2}]); "
+                   "repeatable.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, allow_dash=True), default=None,
               help="Also write the rows as JSON ('-': stdout, the table then goes to stderr).")
 @click.option("--csv", "csv_path", type=click.Path(dir_okay=False, allow_dash=True), default=None,
@@ -228,7 +271,7 @@ def physical_table(cal_path, system_name, nodes, gpus_per_node, sizes, kind, ncc
 @click.option("--force", is_flag=True, help=FORCE_HELP)
 @click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors (--json and --csv are still written).")
 def collective_cmd(scenario, cal_path, ranks, algorithm, model, overrides, sizes, level, nodes, gpus_per_node,
-                   system_name, kind, nccl_algo, nccl_proto, json_path, csv_path, force, quiet):
+                   system_name, kind, nccl_algo, nccl_proto, what_if, json_path, csv_path, force, quiet):
     """Print predicted all-reduce tables in nccl-tests' own columns.
 
     \b
@@ -250,7 +293,8 @@ def collective_cmd(scenario, cal_path, ranks, algorithm, model, overrides, sizes
                                  {"SCENARIO": scenario, "--calibration file": cal_path})
     physical_opts = [o for o, v in (("--gpus-per-node", gpus_per_node), ("--system", system_name),
                                     ("--nccl-algo", nccl_algo), ("--nccl-proto", nccl_proto),
-                                    ("--collective", None if kind == "all_reduce" else kind)) if v]
+                                    ("--collective", None if kind == "all_reduce" else kind),
+                                    ("--with", what_if)) if v]
     if nodes is None and physical_opts:
         fail(f"{physical_opts[0]} goes with --nodes N (the physical model's prediction at N nodes)")
     if nodes is not None:
@@ -263,7 +307,8 @@ def collective_cmd(scenario, cal_path, ranks, algorithm, model, overrides, sizes
         for option, selection in (("--nccl-algo", nccl_algo), ("--nccl-proto", nccl_proto)):
             if selection:  # NCCL_ALGO syntax: an optional ^ (all but these), then a comma list
                 split_list(selection, option, negatable=True)
-        rows, text = physical_table(cal_path, system_name, nodes, gpus_per_node, sizes, kind, nccl_algo, nccl_proto)
+        rows, text = physical_table(cal_path, system_name, nodes, gpus_per_node, sizes, kind, nccl_algo, nccl_proto,
+                                    what_if)
     elif scenario is not None or algorithm is not None or model is not None or overrides:
         if scenario is None:
             fail("--algorithm, --model and --set need a SCENARIO: its cluster is the topology the algorithms run on")

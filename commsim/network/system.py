@@ -676,6 +676,29 @@ def system_from_dict(doc: object, source: str, where: str = "system") -> System:
         raise InputError(source, f"{where}.{exc.path}" if exc.path else where, exc.message) from None
 
 
+# fields a what-if may not change: the record's own bookkeeping
+_UNCHANGEABLE = ("name", "sources")
+
+
+def with_fields(system: System, values: Mapping[str, object], source: str) -> System:
+    """`system` with description fields replaced (a what-if: 4 NICs instead of 8, 400 Gb/s NICs,
+    another NCCL release, a switch tier), each checked as a calibration file's
+    ``nominal_system`` is (:func:`system_from_dict`) and its source marked `source`. An unknown
+    field or a bad value is an InputError naming `source` and the field."""
+    names = [f.name for f in fields(System) if f.name not in _UNCHANGEABLE]
+    for key in values:
+        if key not in names:
+            raise InputError(source, key, f"not a field of a system (expected one of {', '.join(names)})")
+    doc = system.describe()
+    doc.update(values)
+    doc["sources"] = {**dict(system.sources), **{k: source for k in values}}
+    try:
+        return system_from_dict(doc, source, "system")
+    except InputError as exc:
+        key = (exc.path or "").split(".", 1)[1] if "." in (exc.path or "") else exc.path
+        raise InputError(source, key, exc.message) from None
+
+
 # --- a fabric that carries its physical system ------------------------------------------------
 
 # the fabric's intra_kind names (scenario cluster.intra_kind) -> the System's

@@ -212,3 +212,19 @@ def test_a_switch_tier_with_nan_or_inf_is_refused_by_the_record_too():
     for tier in (SwitchTier(2, float("nan")), SwitchTier(2, 1.0, float("inf"))):
         with pytest.raises(InputError, match="tiers"):
             _sys(tiers=(tier,))
+
+
+def test_with_fields_changes_the_description_and_marks_where_it_came_from():
+    from commsim.errors import InputError
+    from commsim.network.system import preset, with_fields
+
+    base = preset("dgx-h100", "t")
+    w = with_fields(base, {"nics_per_node": 4, "tiers": [{"nodes_below": 32, "oversubscription": 2}]}, "--with")
+    assert (w.nics_per_node, w.tiers[0].nodes_below, w.tiers[0].oversubscription) == (4, 32, 2.0)
+    assert w.sources["nics_per_node"] == "--with" and w.sources["intra_bw_GBps"] == base.sources["intra_bw_GBps"]
+    assert with_fields(base, {}, "--with") == base
+    for bad, key in (({"name": "x"}, "name"), ({"sources": {}}, "sources"), ({"nics": 4}, "nics"),
+                     ({"nic_bw_GBps": -1}, "nic_bw_GBps"), ({"tiers": [{"nodes_below": 2.5}]}, "tiers[0].nodes_below")):
+        with pytest.raises(InputError) as err:
+            with_fields(base, bad, "--with")
+        assert err.value.path == key and str(err.value).startswith(f"--with: {key}: ")
