@@ -14,7 +14,8 @@ from typing import Optional
 import click
 
 from commsim.calibration import LEVELS
-from commsim.cli.common import FORCE_HELP, SizeRange, command, fail, load_or_fail, split_choices, split_list
+from commsim.cli.common import (FORCE_HELP, SizeRange, command, fail, load_or_fail, node_counts, split_choices,
+                                split_list)
 from commsim.cli.outputs import check_not_named_calibration, check_outputs, echo_to, write_output
 from commsim.errors import InputError
 from commsim.units import counted
@@ -166,13 +167,15 @@ def what_if_fields(items) -> dict:
     return values
 
 
-def physical_table(cal_path, system_name, nodes, gpus_per_node, sizes, kind, nccl_algo, nccl_proto, what_if=()):
-    """Rows and text of `commsim collective --nodes N --gpus-per-node G` with a calibration's
-    physical fit (--calibration) or nominal hardware (--system): the physical model's prediction;
-    `what_if` (--with FIELD=VALUE) changes the hardware the prediction is for."""
+def physical_table(cal_path, system_name, counts, gpus_per_node, sizes, kind, nccl_algo, nccl_proto, what_if=()):
+    """Rows and text of `commsim collective --nodes N[,N...] --gpus-per-node G` with a
+    calibration's physical fit (--calibration) or nominal hardware (--system): the physical
+    model's prediction at each node count of `counts`, one table each; `what_if` (--with
+    FIELD=VALUE) changes the hardware the prediction is for. Every row says its scale (nodes,
+    gpus_per_node) first."""
     from commsim.calibration.file import load_calibration
-    from commsim.calibration.physical_prediction import physical_rows
     from commsim.network.system import preset, with_fields
+    from commsim.scenario.loader import MAX_WORLD_SIZE
 
     fit, system = None, None
     if cal_path:
@@ -199,11 +202,25 @@ def physical_table(cal_path, system_name, nodes, gpus_per_node, sizes, kind, ncc
             fail(f"--with {exc.path}: {exc.message}")
     if gpus_per_node is None:
         gpus_per_node = system.gpus_per_node
-    from commsim.scenario.loader import MAX_WORLD_SIZE
+    for nodes in counts:  # the loader's limit on a scenario, here too (it ran for minutes)
+        if nodes * gpus_per_node > MAX_WORLD_SIZE:
+            fail(f"--nodes: expected a world size up to {MAX_WORLD_SIZE:,}, got {nodes * gpus_per_node:,} "
+                 f"({nodes:,} nodes x {gpus_per_node})")
+    what = f"calibration {cal_path} (physical fit)" if fit else f"nominal {system.name}"
+    if values:
+        what += " with " + ", ".join(what_if)
+    rows, texts = [], []
+    for nodes in counts:
+        scale_rows, text = _scale_table(fit, system, nodes, gpus_per_node, sizes, kind, nccl_algo, nccl_proto, what)
+        rows += scale_rows
+        texts.append(text)
+    return rows, "\n\n".join(texts)
 
-    if nodes * gpus_per_node > MAX_WORLD_SIZE:  # the loader's limit on a scenario, here too (it ran for minutes)
-        fail(f"--nodes: expected a world size up to {MAX_WORLD_SIZE:,}, got {nodes * gpus_per_node:,} "
-             f"({nodes:,} nodes x {gpus_per_node})")
+
+def _scale_table(fit, system, nodes, gpus_per_node, sizes, kind, nccl_algo, nccl_proto, what):
+    """One node count's rows (each led by its nodes and gpus_per_node) and its table."""
+    from commsim.calibration.physical_prediction import physical_rows
+
     try:
         rows, note = physical_rows(kind, nodes, gpus_per_node, sizes, fit=fit, system=system,
                                    algorithm=nccl_algo, protocol=nccl_proto, source="collective")
@@ -211,9 +228,7 @@ def physical_table(cal_path, system_name, nodes, gpus_per_node, sizes, kind, ncc
         option = {"algorithm": "--nccl-algo", "protocol": "--nccl-proto", "nodes": "--nodes",
                   "gpus_per_node": "--gpus-per-node"}.get(exc.path or "", exc.source)
         fail(f"{option}: {exc.message}")
-    what = f"calibration {cal_path} (physical fit)" if fit else f"nominal {system.name}"
-    if values:
-        what += " with " + ", ".join(what_if)
+    rows = [{"nodes": nodes, "gpus_per_node": gpus_per_node, **r} for r in rows]
     head = [f"# commsim collective: {kind}, {counted(nodes, 'node')} x {counted(gpus_per_node, 'GPU')}, {what}, NCCL {system.nccl_version}",
             *([f"# {note}"] if note else [])]
     table = format_nccl_table([nccl_columns(r) for r in rows])
@@ -246,8 +261,9 @@ def physical_table(cal_path, system_name, nodes, gpus_per_node, sizes, kind, ncc
               help="MIN:MAX[:FACTOR] in bytes (K/M/G binary), doubling by default; or one SIZE.")
 @click.option("--level", type=click.Choice(LEVELS), default=None,
               help="Calibration link level to use without SCENARIO (default: the only one, else inter_node).")
-@click.option("--nodes", type=click.IntRange(min=1), default=None,
-              help="Predict at this node count with the physical model (a --calibration's physical fit, or --system).")
+@click.option("--nodes", "nodes_text", default=None, metavar="N[,N...]",
+              help="Predict at this node count (or each of a comma-separated list: 2,16,128) with the physical model "
+                   "(a --calibration's physical fit, or --system).")
 @click.option("--gpus-per-node", type=click.IntRange(min=1), default=None,
               help="GPUs per node of the prediction (default: the system's).")
 @click.option("--system", "system_name", default=None, metavar="PRESET",
@@ -270,7 +286,7 @@ def physical_table(cal_path, system_name, nodes, gpus_per_node, sizes, kind, ncc
                    "stderr).")
 @click.option("--force", is_flag=True, help=FORCE_HELP)
 @click.option("--quiet", "-q", is_flag=True, help="Print nothing but errors (--json and --csv are still written).")
-def collective_cmd(scenario, cal_path, ranks, algorithm, model, overrides, sizes, level, nodes, gpus_per_node,
+def collective_cmd(scenario, cal_path, ranks, algorithm, model, overrides, sizes, level, nodes_text, gpus_per_node,
                    system_name, kind, nccl_algo, nccl_proto, what_if, json_path, csv_path, force, quiet):
     """Print predicted all-reduce tables in nccl-tests' own columns.
 
@@ -279,7 +295,7 @@ def collective_cmd(scenario, cal_path, ranks, algorithm, model, overrides, sizes
       commsim collective --calibration CAL.yaml --ranks N [--sizes 8:1G]
         the calibration's own curve: its measured table when N is a measured world size and
         the size lies inside it, otherwise its fitted alpha-beta model;
-      commsim collective --calibration CAL.yaml --nodes N [--gpus-per-node G] [--collective K]
+      commsim collective --calibration CAL.yaml --nodes N[,N...] [--gpus-per-node G] [--collective K]
         the calibration's physical fit at any scale, with a 95% interval (low_us, high_us), NCCL's
         algorithm/protocol per size, and a note when extrapolating; --system PRESET instead of
         --calibration: nominal hardware; --nccl-algo/--nccl-proto restrict the choice;
@@ -295,6 +311,7 @@ def collective_cmd(scenario, cal_path, ranks, algorithm, model, overrides, sizes
                                     ("--nccl-algo", nccl_algo), ("--nccl-proto", nccl_proto),
                                     ("--collective", None if kind == "all_reduce" else kind),
                                     ("--with", what_if)) if v]
+    nodes = None if nodes_text is None else node_counts(nodes_text)
     if nodes is None and physical_opts:
         fail(f"{physical_opts[0]} goes with --nodes N (the physical model's prediction at N nodes)")
     if nodes is not None:

@@ -134,3 +134,33 @@ def test_a_hand_edited_switch_tier_is_one_line_naming_its_key(cal, tmp_path, tie
     err = capsys.readouterr().err
     assert f"{edited}: physical.nominal_system.tiers[0].{key}: expected" in err
     assert "Traceback" not in err and "Warning" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_several_node_counts_give_one_table_each_and_rows_that_say_their_scale(tmp_path, capsys):
+    """A scaling table in one call: --nodes 2,16,128 is the three single-count runs, in order."""
+    one = []
+    for n in (2, 16, 128):
+        out = tmp_path / f"n{n}.json"
+        assert run_cli(["collective", "--system", "dgx-h100", "--nodes", str(n), "--sizes", "1M:1G:32", "-q",
+                        "--json", str(out)]) == 0
+        one += json.loads(out.read_text())
+    out = tmp_path / "all.json"
+    capsys.readouterr()
+    assert run_cli(["collective", "--system", "dgx-h100", "--nodes", "2,16,128", "--sizes", "1M:1G:32",
+                    "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    rows = json.loads(out.read_text())
+    assert rows == one
+    assert [(r["nodes"], r["gpus_per_node"]) for r in rows] == [(n, 8) for n in (2, 16, 128) for _ in range(3)]
+    heads = [line for line in text.splitlines() if line.startswith("# commsim collective:")]
+    assert [h.split(",")[1].strip() for h in heads] == ["2 nodes x 8 GPUs", "16 nodes x 8 GPUs", "128 nodes x 8 GPUs"]
+
+
+@pytest.mark.parametrize("nodes, message", [
+    ("0", "expected comma-separated positive node counts"), ("2,2", "expected each value once"),
+    ("2,x", "expected comma-separated positive node counts"), ("2,200000", "expected a world size up to 1,048,576"),
+])
+def test_bad_node_lists_are_one_line(capsys, nodes, message):
+    assert run_cli(["collective", "--system", "dgx-h100", "--nodes", nodes]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and "\n" not in err
