@@ -46,11 +46,11 @@ def test_collective_scenario_header():
 
 def test_collective_physical_header():
     sizes = parse_size_range("8:64")
-    one = physical_table(None, "dgx-h100", 1, 2, sizes, "all_reduce", None, None)[1].splitlines()[0]
+    one = physical_table(None, "dgx-h100", [1], 2, sizes, "all_reduce", None, None)[1].splitlines()[0]
     assert one.startswith("# commsim collective: all_reduce, 1 node x 2 GPUs, nominal dgx-h100"), one
-    assert physical_table(None, "dgx-h100", 2, 1, sizes, "all_reduce", None, None)[1].startswith(
+    assert physical_table(None, "dgx-h100", [2], 1, sizes, "all_reduce", None, None)[1].startswith(
         "# commsim collective: all_reduce, 2 nodes x 1 GPU, nominal dgx-h100")
-    two = physical_table(None, "dgx-h100", 2, 8, sizes, "all_reduce", None, None)[1].splitlines()[0]
+    two = physical_table(None, "dgx-h100", [2], 8, sizes, "all_reduce", None, None)[1].splitlines()[0]
     assert two.startswith("# commsim collective: all_reduce, 2 nodes x 8 GPUs, nominal dgx-h100"), two
 
 
