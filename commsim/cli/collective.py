@@ -291,7 +291,7 @@ def collective_cmd(scenario, cal_path, ranks, algorithm, model, overrides, sizes
     """Print predicted all-reduce tables in nccl-tests' own columns.
 
     \b
-    Two ways:
+    Three ways:
       commsim collective --calibration CAL.yaml --ranks N [--sizes 8:1G]
         the calibration's own curve: its measured table when N is a measured world size and
         the size lies inside it, otherwise its fitted alpha-beta model;
@@ -299,6 +299,7 @@ def collective_cmd(scenario, cal_path, ranks, algorithm, model, overrides, sizes
         the calibration's physical fit at any scale, with a 95% interval (low_us, high_us), NCCL's
         algorithm/protocol per size, and a note when extrapolating; --system PRESET instead of
         --calibration: nominal hardware; --nccl-algo/--nccl-proto restrict the choice;
+        --with FIELD=VALUE prices other hardware (nics_per_node=4) than the logs or the preset;
       commsim collective SCENARIO [--algorithm NAME|all] [--model M] [--ranks N] [--calibration CAL]
         the scenario's cluster (and --set) priced by each algorithm's closed form; with a
         calibration, its fitted alpha/beta replace the nominal link numbers.
