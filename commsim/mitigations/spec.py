@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from typing import Any, Dict, Mapping, Optional, Tuple
 
 from commsim.errors import InputError
-from commsim.units import describe, parse_count, parse_number, parse_rate, parse_time
+from commsim.scenario.schema_fields import read_rate, read_time_or_zero
+from commsim.units import MIN_FRACTION, describe, parse_count, parse_number
 
 # Defaults, each with its source:
 # - DEFAULT_MEMORY_BANDWIDTH: the rate casts and PowerSGD's memory passes run at when the remedy
@@ -185,10 +186,25 @@ class Mitigation:
 
 
 # remedy name -> (record factory, {parameter: (parser, what is expected)})
+# Rates and times are held to the scenario's plausibility limits (read_rate: at least MIN_RATE
+# B/s; read_time_or_zero: at most MAX_TIME s), as the links and compute they stand beside are:
+# mem_bw=1e-308 or kernel_overhead=1e308 would turn every step time into inf and the rows into NaN.
+# reduce_bytes: at most a million times fp32's 4 bytes (MIN_FRACTION: a million times slower is
+# dead); 1e308 overflowed the priced bytes to inf, which the all-reduce's kernel refuses.
+MAX_REDUCE_BYTES = 4.0 / MIN_FRACTION
+
+
 def _positive(value) -> float:
     number = parse_number(value)
     if number <= 0:
         raise ValueError("not above 0")
+    return number
+
+
+def _reduce_bytes(value) -> float:
+    number = _positive(value)
+    if number > MAX_REDUCE_BYTES:
+        raise ValueError(f"above {MAX_REDUCE_BYTES:g}")
     return number
 
 
@@ -197,31 +213,31 @@ def _dtype(name):
 
 
 PARAMETERS: Dict[str, Dict[str, Tuple[Any, str]]] = {
-    "fp16": {"mem_bw": (parse_rate, "a memory bandwidth like 900GB/s"), "reduce_bytes": (_positive, REDUCE_BYTES_DOC)},
-    "bf16": {"mem_bw": (parse_rate, "a memory bandwidth like 900GB/s"), "reduce_bytes": (_positive, REDUCE_BYTES_DOC)},
+    "fp16": {"mem_bw": (read_rate, "a memory bandwidth like 900GB/s"), "reduce_bytes": (_reduce_bytes, REDUCE_BYTES_DOC)},
+    "bf16": {"mem_bw": (read_rate, "a memory bandwidth like 900GB/s"), "reduce_bytes": (_reduce_bytes, REDUCE_BYTES_DOC)},
     "powersgd": {
         "r": (parse_count, "a whole number >= 1"),
         "start": (lambda v: parse_count(v, allow_zero=True), "a whole number >= 0"),
         "shapes": (str, f"one of {', '.join(SHAPE_MODELS)}"),
         "width": (parse_count, "a whole number >= 1"),
-        "mem_bw": (parse_rate, "a memory bandwidth like 900GB/s"),
+        "mem_bw": (read_rate, "a memory bandwidth like 900GB/s"),
         "flops": (lambda v: float(parse_count(v)), "a matmul rate in FLOP/s like 15e12"),
-        "kernel_overhead": (lambda v: parse_time(v, allow_zero=True), "a time like 5us"),
-        "chain_overhead": (lambda v: parse_time(v, allow_zero=True), "a time like 2ms"),
+        "kernel_overhead": (read_time_or_zero, "a time like 5us"),
+        "chain_overhead": (read_time_or_zero, "a time like 2ms"),
         "mq_flops": (lambda v: float(parse_count(v)), "a matmul rate in FLOP/s like 15e12"),
         "mtp_flops": (lambda v: float(parse_count(v)), "a matmul rate in FLOP/s like 15e12"),
         "pqt_flops": (lambda v: float(parse_count(v)), "a matmul rate in FLOP/s like 15e12"),
-        "wake_overhead": (lambda v: parse_time(v, allow_zero=True), "a time like 2ms"),
-        "fresh_bw": (parse_rate, "a memory bandwidth like 5GB/s"),
+        "wake_overhead": (read_time_or_zero, "a time like 2ms"),
+        "fresh_bw": (read_rate, "a memory bandwidth like 5GB/s"),
     },
     "backup": {"b": (parse_count, "a whole number >= 1")},
     "localsgd": {"H": (parse_count, "a whole number >= 1"),
                  "warmup": (lambda v: parse_count(v, allow_zero=True), "a whole number >= 0"),
-                 "mem_bw": (parse_rate, "a memory bandwidth like 900GB/s"),
-                 "subgroup_overhead": (lambda v: parse_time(v, allow_zero=True), "a time like 4ms")},
+                 "mem_bw": (read_rate, "a memory bandwidth like 900GB/s"),
+                 "subgroup_overhead": (read_time_or_zero, "a time like 4ms")},
     "async": {"servers": (parse_count, "a whole number >= 1"),
-              "bandwidth": (parse_rate, "a link bandwidth like 25Gbps"),
-              "latency": (lambda v: parse_time(v, allow_zero=True), "a time like 10us")},
+              "bandwidth": (read_rate, "a link bandwidth like 25Gbps"),
+              "latency": (read_time_or_zero, "a time like 10us")},
     "buckets": {},
 }
 FACTORIES = {"fp16": _dtype("fp16"), "bf16": _dtype("bf16"), "powersgd": PowerSGD, "backup": Backup,

@@ -47,6 +47,15 @@ def test_reduce_bytes_of_a_16_bit_all_reduce():
     ("fp16,fp16", "fp16", "listed twice"),
     ("powersgd:r=4:r=5", "powersgd.r", "expected each parameter once, got r=4 and r=5"),
     ("fp16+powersgd:start=1: start =2", "powersgd.start", "expected each parameter once"),
+    # the scenario's plausibility limits: beyond them every step time was inf and the rows NaN
+    # (mem_bw=1e-308, kernel_overhead=1e308), or the priced bytes overflowed the kernel's check
+    ("fp16:mem_bw=1e-308", "fp16.mem_bw", "expected a rate of at least 1 B/s"),
+    ("powersgd:fresh_bw=1e-308 B/s", "powersgd.fresh_bw", "expected a rate of at least 1 B/s"),
+    ("async:bandwidth=1e-308", "async.bandwidth", "expected a rate of at least 1 B/s"),
+    ("powersgd:kernel_overhead=1e308", "powersgd.kernel_overhead", "expected a time up to 1e+06 s"),
+    ("localsgd:subgroup_overhead=1e308", "localsgd.subgroup_overhead", "expected a time up to 1e+06 s"),
+    ("async:latency=1e308", "async.latency", "expected a time up to 1e+06 s"),
+    ("fp16:reduce_bytes=1e308", "fp16.reduce_bytes", "above 4e+06"),
 ])
 def test_bad_remedies_are_one_line_input_errors_naming_the_key(text, key, words):
     with pytest.raises(MitigationError) as err:
