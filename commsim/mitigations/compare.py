@@ -33,7 +33,9 @@ from commsim.mitigations.hooked import plain_bytes, run_hooked
 from commsim.mitigations.localsgd import LocalSGDHook, whole_periods
 from commsim.mitigations.spec import (AsyncPS, Backup, Buckets, Compression, LocalSGD, Mitigation,
                                       MitigationError, PowerSGD, check_against)
+from commsim.scenario import budget
 from commsim.scenario.budget import MAX_SECONDS
+from commsim.scenario.schema import MAX_RANK_STEPS
 from commsim.scenario.spec import Scenario
 from commsim.sim.engine import simulate
 
@@ -57,6 +59,9 @@ def check_mitigations(scenario: Scenario, mitigations: Sequence[Mitigation], sou
                     f"expected a run within the {MAX_SECONDS:.0f} s limit, got servers={ps.servers:,}: about "
                     f"{seconds:,.0f} s ({scenario.steps:,} steps x {scenario.world_size:,} workers x "
                     f"{ps.servers:,} servers, twice); use fewer servers or steps, or pass --force to run it anyway")
+        local = m.get(LocalSGD)
+        if local is not None:
+            _check_periods(scenario, local, source, force)
         psgd = m.get(PowerSGD)
         check_against(m, scenario.world_size, source,
                       smallest_dimension(scenario, psgd) if psgd is not None else None)
@@ -66,6 +71,30 @@ def check_mitigations(scenario: Scenario, mitigations: Sequence[Mitigation], sou
         if any(m.get(k) is not None for k in HOOKED) and scenario.ddp.sharding != "none":
             raise MitigationError(source, m.label, f"expected ddp.sharding none for a DDP communication hook "
                                   f"(torch registers comm hooks on DDP only), got {scenario.ddp.sharding}")
+
+
+def _check_periods(scenario: Scenario, local: LocalSGD, source: str, force: bool) -> None:
+    """Post-local SGD runs whole periods of H steps (:func:`whole_periods`): an H far above the
+    scenario's steps makes the run that many steps long (localsgd:H=1e9 on 4 ranks asked numpy
+    for 30 GiB of per-rank records). Refused at ``localsgd.H`` past the loader's limit on steps x
+    world size whatever --force says, and past the run's budget
+    (:func:`commsim.scenario.budget.check`) unless `force`, as the scenario's own steps are."""
+    extended = whole_periods(scenario, local.H)
+    if extended.steps == scenario.steps:
+        return
+    given = (f"got H={local.H:,}: the run is extended to whole periods, {extended.steps:,} steps "
+             f"x {scenario.world_size:,} ranks")
+    if extended.steps * scenario.world_size > MAX_RANK_STEPS:
+        raise MitigationError(source, "localsgd.H", f"expected a period whose whole periods keep steps x world "
+                              f"size up to {MAX_RANK_STEPS} (per-rank, per-step records), {given}")
+    if not force:
+        try:
+            budget.check(extended, source)
+        except budget.BudgetError as err:
+            # the estimate without the loader's advice ("lower steps"): here H is what stretched the run
+            need = err.message.rsplit("; ", 1)[0]
+            raise MitigationError(source, "localsgd.H", f"expected a period whose whole periods fit the run's "
+                                  f"budget, {given}; {need}; use a smaller H, or pass --force to run it anyway") from None
 
 
 def _stats(step: np.ndarray) -> Dict[str, float]:
