@@ -277,7 +277,13 @@ class _Reader:
 
     def _groups(self) -> Tuple[Tuple[str, Tuple[int, ...]], ...]:
         out = []
-        for j, pg in enumerate(self.dist.get("pg_config") or []):
+        config = self.dist.get("pg_config")
+        if config is None:
+            config = []
+        elif not isinstance(config, list):  # a number here was iter()'s TypeError, a traceback
+            raise TraceError(self.source, "distributedInfo.pg_config",
+                             f"expected a list of process groups ({{pg_name, ranks, ...}}), got {config!r:.80}")
+        for j, pg in enumerate(config):
             if isinstance(pg, dict) and "pg_name" in pg:
                 ranks = pg.get("ranks")
                 if isinstance(ranks, list) and any(isinstance(r, int) and not isinstance(r, bool) and r < 0 for r in ranks):

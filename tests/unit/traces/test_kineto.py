@@ -222,6 +222,17 @@ def test_a_negative_group_rank_is_named(ranks):
         read_kineto(doc, "rank0.json")
 
 
+@pytest.mark.parametrize("config", [-1, 5, 1e308, float("nan"), 2**64, "abc", {"pg_name": "0"}])
+def test_a_pg_config_that_is_no_list_is_named(config):
+    # a number there ended in iter()'s TypeError ('int' object is not iterable), a traceback
+    doc = synth.kineto(0, 2, synth.plan(2, 1)[0], gpu=True)
+    doc["distributedInfo"] = {"rank": 0, "world_size": 2, "pg_config": config}
+    with pytest.raises(TraceError, match=r"rank0.json: distributedInfo\.pg_config: expected a list of process groups"):
+        read_kineto(doc, "rank0.json")
+    doc["distributedInfo"]["pg_config"] = None  # no groups said: the trace's ops name them
+    read_kineto(doc, "rank0.json")
+
+
 @pytest.mark.parametrize("dims", [[[-100]], [[True]]])
 def test_a_negative_or_boolean_input_dim_is_no_size(dims):
     doc = synth.kineto(0, 2, synth.plan(2, 1)[0])
