@@ -35,7 +35,9 @@ MAX_NODES = 64
 MAX_RATE_BPS = 10e9
 MIN_RATE_BPS = 1e6
 MAX_LATENCY_S = 1.0
-NAME_RE = re.compile(r"^[a-z0-9]{1,16}$")
+# \Z, not $: "$" also matches before a trailing newline, which let --name 'lab\n' through into the
+# namespaces' and the state file's names
+NAME_RE = re.compile(r"^[a-z0-9]{1,16}\Z")
 # The number part takes a sign, NaN and infinities too, so that "-5Mbit" is refused for its
 # sign (it read "unknown unit 'Mbit'", the tc spelling going unrecognised).
 _TC_BITS = re.compile(r"^\s*([+-]?(?:[0-9]+(?:\.[0-9]+)?|(?i:nan|inf(?:inity)?)))\s*([kKMGT]?)bit\s*$")

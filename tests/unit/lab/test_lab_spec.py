@@ -46,6 +46,7 @@ def test_names_addresses_and_rates_of_a_spec():
 
 @pytest.mark.parametrize("kwargs, what", [
     ({"nodes": 0}, "--nodes"), ({"nodes": 65}, "--nodes"), ({"name": "Bad_Name"}, "--name"),
+    ({"name": "lab\n"}, "--name"),  # "$" matched before the newline: it named namespaces cslab-lab\n-n0
     ({"slow": {3: 1e8}}, "--slow-node"), ({"slow": {1: 1.0}}, "--slow-bandwidth"), ({"rate_bps": 1e12}, "--bandwidth"),
 ])
 def test_bad_specs_name_the_option(kwargs, what):
