@@ -47,6 +47,14 @@ class LabError(InputError):
     """Bad lab input (an option or the state file): one line, exit code 2."""
 
 
+def check_name(name: object) -> str:
+    """A lab's name (``--name``) as :data:`NAME_RE` allows it, else LabError naming --name. Every
+    name that becomes a namespace's or a state file's name passes here."""
+    if not isinstance(name, str) or not NAME_RE.match(name):
+        raise LabError("--name", None, f"expected 1-16 lower-case letters or digits, got {name!r}")
+    return name
+
+
 def parse_bits(text: str, source: str = "--bandwidth") -> float:
     """Bits per second from ``400Mbit`` (tc's spelling), ``400 Mbit/s``, ``400Mbps`` or a plain
     number of bytes per second; LabError naming `source` otherwise."""
@@ -92,8 +100,7 @@ class LabSpec:
     slow: Dict[int, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if not NAME_RE.match(self.name):
-            raise LabError("--name", None, f"expected 1-16 lower-case letters or digits, got {self.name!r}")
+        check_name(self.name)
         if not (isinstance(self.nodes, int) and 1 <= self.nodes <= MAX_NODES):
             raise LabError("--nodes", None, f"expected 1 to {MAX_NODES} nodes, got {self.nodes!r}")
         if not MIN_RATE_BPS <= self.rate_bps <= MAX_RATE_BPS:

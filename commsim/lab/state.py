@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import List, Optional
 
 from commsim.atomic import atomic_write_text
-from commsim.lab.spec import LabError, LabSpec
+from commsim.lab.spec import NAME_RE, LabError, LabSpec, check_name
 
 ENV = "COMMSIM_LAB_STATE_DIR"
 FORMAT = "commsim-lab/1"
@@ -34,7 +34,9 @@ def state_dir() -> Path:
 
 
 def state_path(name: str) -> Path:
-    return state_dir() / f"{name}.json"
+    # the name is checked here, where it becomes a path: status, link, down and the rest take
+    # --name without building a LabSpec, and `down --name ../x` removed <state dir>/../x.json
+    return state_dir() / f"{check_name(name)}.json"
 
 
 def write_state(spec: LabSpec, **extra) -> Path:
@@ -84,4 +86,4 @@ def known_labs() -> List[str]:
     folder = state_dir()
     if not folder.is_dir():
         return []
-    return sorted(p.stem for p in folder.glob("*.json"))
+    return sorted(p.stem for p in folder.glob("*.json") if NAME_RE.match(p.stem))  # no other file is a lab's

@@ -33,7 +33,7 @@ from typing import Dict, Iterator, List, Optional, Sequence
 from commsim.lab import commands
 from commsim.lab.commands import ip, tc
 from commsim.lab.spec import (BRIDGE, MTU, NODE_IFACE, PREFIX, PREFIX_LEN, SWITCH_ADDRESS, LabError, LabSpec,
-                              tc_rate)
+                              check_name, tc_rate)
 from commsim.lab.state import read_spec, remove_state, write_state
 
 # tbf bucket: at least 16 KiB (a few MTU-sized packets, and a GSO burst segmented by tbf), or
@@ -269,6 +269,8 @@ def teardown(prefix: str, names: Sequence[str] = (), state_name: Optional[str] =
     processes inside; remove the state file `state_name`. Returns the namespaces removed."""
     if not prefix.startswith(PREFIX):
         raise ValueError(f"refusing to remove namespaces outside the lab's prefix {PREFIX!r}: {prefix!r}")
+    if state_name is not None:
+        check_name(state_name)  # before anything is removed (state_path would refuse it after)
     present = commands.list_namespaces()
     victims = sorted({ns for ns in present if ns.startswith(prefix)} | {ns for ns in names if ns in present})
     for ns in victims:

@@ -127,3 +127,30 @@ def test_a_damaged_state_file_is_one_line(tmp_path, monkeypatch, text, message):
         state.read_state("lab0")
     assert message in str(err.value) and "\n" not in str(err.value)
     assert str(err.value).startswith(str(tmp_path / "lab0.json"))
+
+
+@pytest.mark.parametrize("name", ["../victim", "a/b", "", "Lab", "lab\n"])
+def test_a_name_that_is_no_lab_name_never_becomes_a_state_path(tmp_path, monkeypatch, name):
+    # status, link, run and down take --name without building a LabSpec: `commsim lab down
+    # --name ../victim` removed <state dir>/../victim.json and said "nothing to remove", exit 0
+    from click.testing import CliRunner
+
+    from commsim.cli.main import main
+    from commsim.lab import state
+
+    monkeypatch.setenv(state.ENV, str(tmp_path / "state"))
+    (tmp_path / "state").mkdir()
+    victim = tmp_path / "victim.json"
+    victim.write_text("{}")
+    monkeypatch.setattr(commands, "list_namespaces", lambda: [])  # no ip is run
+    for op in (state.state_path, state.read_state, state.remove_state):
+        with pytest.raises(LabError, match=r"^--name: expected 1-16 lower-case letters or digits"):
+            op(name)
+    for args in (["down"], ["status"], ["link", "--node", "0", "--cut"], ["run", "true"]):
+        args = args[:-1] + ["--name", name, args[-1]] if args[0] == "run" else args + ["--name", name]
+        res = CliRunner().invoke(main, ["lab"] + args)
+        assert res.exit_code == 2, (args, res.output)
+        assert res.stderr.count("\n") == 1 and "--name: expected 1-16 lower-case letters or digits" in res.stderr
+    assert victim.exists()
+    (tmp_path / "state" / "NOTALAB.json").write_text("{}")  # down --all passes over what no lab is named
+    assert state.known_labs() == []
