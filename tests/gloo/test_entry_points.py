@@ -70,6 +70,11 @@ def cal_file(tmp_path_factory):
     ("validate.collective_bench", ["--iters", "0"], "Invalid value for '--iters'"),
     ("validate.collective_bench", ["--bogus"], "No such option"),
     ("validate.collective_bench", ["--timeout", "0.1"], "Invalid value for '--timeout'"),
+    # FloatRange(min=1.0) let these through: every rank then failed on torch's OverflowError (exit 3)
+    ("validate.collective_bench", ["--timeout", "inf"], "expected a finite number of seconds from 1 to 1e+06"),
+    ("validate.collective_bench", ["--timeout", "1e308"], "expected a finite number of seconds from 1 to 1e+06"),
+    ("validate.accuracy", ["--calibration", "CAL", "--timeout", "inf"], "expected a finite number of seconds"),
+    ("validate.accuracy", ["--calibration", "CAL", "--timeout", "nan"], "expected a finite number of seconds"),
     ("validate.accuracy", [], "Missing option '--calibration'"),
     ("validate.accuracy", ["--calibration", "/nonexistent/cal.yaml"], "/nonexistent/cal.yaml: cannot read calibration file"),
     ("validate.accuracy", ["--calibration", "CAL", "--nprocs", "3"], "the scenario has 2 ranks but --nprocs is 3"),
