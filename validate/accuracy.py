@@ -20,7 +20,7 @@ import click
 from commsim.atomic import atomic_write_text
 from commsim.calibration.file import load_calibration
 from commsim.scenario.loader import load_scenario
-from validate.entry import CONTEXT, Failure, TimeoutSeconds, run_command, save_partial
+from validate.entry import CONTEXT, Failure, timeout_seconds, run_command, save_partial
 from validate.launch import LaunchError, LaunchInterrupted
 from validate.replay import validate_scenario
 
@@ -70,7 +70,7 @@ the cases finished so far go to JSON.partial.json).
 @click.option("--repeats", type=click.IntRange(min=1), default=1, show_default=True,
               help="Replays per case; the case's figures are those of the run with the median mean step time "
                    "(a shared machine's load drifts by 10-20% from minute to minute).")
-@click.option("--timeout", "timeout_s", type=TimeoutSeconds(), default=120.0, show_default=True,
+@click.option("--timeout", "timeout_s", type=timeout_seconds(), default=120.0, show_default=True,
               help="Seconds without progress before a hung or stopped rank fails the run.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
               help="Write the summary of all cases here as JSON.")

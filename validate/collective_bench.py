@@ -40,7 +40,7 @@ import torch.distributed as dist
 from commsim.atomic import atomic_write_text
 from commsim.collectives.busbw import algbw, busbw
 from commsim.output.nccl_table import nccl_table_header, time_cell
-from validate.entry import CONTEXT, BenchSize, Failure, TimeoutSeconds, run_command, save_partial
+from validate.entry import CONTEXT, BenchSize, Failure, timeout_seconds, run_command, save_partial
 from validate.launch import LaunchError, launch
 
 ELEMENT_BYTES = 4
@@ -233,7 +233,7 @@ is kept), 130 interrupted.
               help="Timed iterations per size and column group.")
 @click.option("--check", is_flag=True,
               help="Check the sums (rank r contributes r+1) and count wrong elements in the #wrong columns.")
-@click.option("--timeout", "timeout_s", type=TimeoutSeconds(), default=300.0, show_default=True,
+@click.option("--timeout", "timeout_s", type=timeout_seconds(), default=300.0, show_default=True,
               help="Seconds. Without torchrun: no progress for this long fails the run, naming the rank; "
                    "under torchrun: the process group's timeout.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,

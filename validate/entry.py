@@ -18,7 +18,6 @@ CLI's conventions rather than an import of ``commsim.cli``.
 from __future__ import annotations
 
 import json
-import math
 from typing import Optional, Sequence
 
 import click
@@ -26,6 +25,7 @@ import click
 from commsim.atomic import atomic_write_text
 from commsim.benchsizes import parse_bench_size
 from commsim.errors import EXIT_INPUT, EXIT_INTERRUPTED, InputError
+from commsim.paramtypes import Seconds
 from validate.launch import MIN_TIMEOUT_S, LaunchError
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
@@ -46,27 +46,10 @@ class BenchSize(click.ParamType):
             self.fail(f"expected a whole number of bytes such as 8, 64K, 16M or 1G, got {value!r}", param, ctx)
 
 
-# The longest --timeout, as `commsim validate --timeout` takes it (commsim.cli.common.MAX_SECONDS,
-# 11.6 days): torch converts the process group's timeout to a C int of milliseconds.
-MAX_TIMEOUT_S = 1e6
-
-
-class TimeoutSeconds(click.ParamType):
-    """A --timeout: finite seconds from :data:`validate.launch.MIN_TIMEOUT_S` to
-    :data:`MAX_TIMEOUT_S`. click's FloatRange(min=1.0) let inf and 1e308 through, and every rank
-    then failed on torch's OverflowError after the launch (exit 3, a run failure for bad input)."""
-
-    name = "SECONDS"
-
-    def convert(self, value, param, ctx) -> float:
-        try:
-            seconds = float(value)
-        except (TypeError, ValueError):
-            self.fail(f"expected a number of seconds, got {value!r}", param, ctx)
-        if not (math.isfinite(seconds) and MIN_TIMEOUT_S <= seconds <= MAX_TIMEOUT_S):
-            self.fail(f"expected a finite number of seconds from {MIN_TIMEOUT_S:g} to {MAX_TIMEOUT_S:g} "
-                      f"(11.6 days), got {value!r}", param, ctx)
-        return seconds
+def timeout_seconds() -> Seconds:
+    """A --timeout: finite seconds from :data:`validate.launch.MIN_TIMEOUT_S` (a shorter one
+    would call ranks between two heartbeats stopped) to :data:`commsim.paramtypes.MAX_SECONDS`."""
+    return Seconds(minimum=MIN_TIMEOUT_S)
 
 
 class Failure(click.ClickException):

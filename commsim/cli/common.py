@@ -30,6 +30,7 @@ from typing import NoReturn, Optional, Sequence
 import click
 
 from commsim.benchsizes import parse_bench_size, parse_size_range
+from commsim.paramtypes import Seconds
 from commsim.errors import EXIT_INPUT, EXIT_INTERRUPTED, InputError
 
 PROG = "commsim"
@@ -314,31 +315,6 @@ def _refuse_repeats(items: Sequence, text: str, option: str) -> None:
         if item in seen:
             raise click.BadParameter(f"expected each value once, got {item} twice in {text!r}", param_hint=option)
         seen.add(item)
-
-
-# The longest --timeout: the scenario's own limit on a time (11.6 days). A launch's process
-# group waits half as long again (validate.launch.group_timeout), 1.5e9 ms, which still fits
-# the C int that torch converts it to; --timeout 1e300 failed every rank with an
-# OverflowError (exit 3) after the launch instead of being refused.
-MAX_SECONDS = 1e6
-
-
-class Seconds(click.ParamType):
-    """A finite number of seconds in (0, :data:`MAX_SECONDS`] (click's FloatRange lets nan and
-    inf through)."""
-
-    name = "SECONDS"
-
-    def convert(self, value, param, ctx) -> float:
-        try:
-            seconds = float(value)
-        except (TypeError, ValueError):
-            self.fail(f"expected a number of seconds, got {value!r}", param, ctx)
-        if not (math.isfinite(seconds) and seconds > 0):
-            self.fail(f"expected a finite number of seconds > 0, got {value!r}", param, ctx)
-        if seconds > MAX_SECONDS:
-            self.fail(f"expected at most {MAX_SECONDS:g} seconds (11.6 days), got {value!r}", param, ctx)
-        return seconds
 
 
 class Fraction(click.FloatRange):
