@@ -20,7 +20,7 @@ import click
 from commsim.atomic import atomic_write_text
 from commsim.calibration.file import load_calibration
 from commsim.scenario.loader import load_scenario
-from validate.entry import CONTEXT, Failure, timeout_seconds, run_command, save_partial
+from validate.entry import CONTEXT, check_local_ranks, Failure, check_outputs, run_command, save_partial, timeout_seconds
 from validate.launch import LaunchError, LaunchInterrupted
 from validate.replay import validate_scenario
 
@@ -77,6 +77,8 @@ the cases finished so far go to JSON.partial.json).
 @click.option("--out-dir", type=click.Path(file_okay=False), default=None,
               help="Write one validate-JSON file per case here (for `commsim plot --validation`).")
 def command(cal_path, scenario_path, nprocs, backend, steps, slow_factor, repeats, timeout_s, json_path, out_dir):
+    check_local_ranks(nprocs)
+    check_outputs({"--json": json_path}, {"--scenario": scenario_path, "--calibration": cal_path})
     cal = load_calibration(cal_path)
     scenarios = [(cap, slow, name, load_scenario(scenario_path, overrides=overrides, steps=steps))
                  for cap, slow, name, overrides in cases(slow_factor)]

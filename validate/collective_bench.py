@@ -40,7 +40,7 @@ import torch.distributed as dist
 from commsim.atomic import atomic_write_text
 from commsim.collectives.busbw import algbw, busbw
 from commsim.output.nccl_table import nccl_table_header, time_cell
-from validate.entry import CONTEXT, BenchSize, Failure, timeout_seconds, run_command, save_partial
+from validate.entry import CONTEXT, BenchSize, check_local_ranks, Failure, check_outputs, run_command, save_partial, timeout_seconds
 from validate.launch import LaunchError, launch
 
 ELEMENT_BYTES = 4
@@ -239,6 +239,8 @@ is kept), 130 interrupted.
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
               help="Write the rows here as JSON (after a failure, what was measured goes to JSON.partial.json).")
 def command(backend, nprocs, min_size, max_size, warmup, iters, check, timeout_s, json_path):
+    check_local_ranks(nprocs)
+    check_outputs({"--json": json_path})
     if not ELEMENT_BYTES <= min_size <= max_size:
         raise Failure(f"--min-size {min_size}, --max-size {max_size}: expected {ELEMENT_BYTES} <= --min-size <= --max-size "
                       "(bytes of float32 elements)")

@@ -25,6 +25,8 @@ import click
 from commsim.atomic import atomic_write_text
 from commsim.benchsizes import parse_bench_size
 from commsim.errors import EXIT_INPUT, EXIT_INTERRUPTED, InputError
+from commsim.outputpaths import OutputPathError
+from commsim.outputpaths import check_outputs as _check_outputs
 from commsim.paramtypes import Seconds
 from validate.launch import MIN_TIMEOUT_S, LaunchError
 
@@ -59,6 +61,28 @@ class Failure(click.ClickException):
 
     def show(self, file=None) -> None:
         _error(self.format_message())
+
+
+def check_local_ranks(nprocs: int, option: str = "--nprocs") -> None:
+    """A :class:`Failure` before launching where `nprocs` local ranks cannot fit in this
+    machine's memory (:func:`commsim.scenario.budget.local_ranks_problem`): ``--nprocs 2**64``
+    ended in the launcher's OverflowError traceback."""
+    from commsim.scenario.budget import local_ranks_problem
+
+    problem = local_ranks_problem(nprocs)
+    if problem:
+        raise Failure(f"{option}: {problem}")
+
+
+def check_outputs(outputs, inputs=None) -> None:
+    """:func:`commsim.outputpaths.check_outputs` before a measurement's minutes: a bad output
+    path, or one that is an input of the command, is a :class:`Failure` (one line, exit 2) before
+    anything is launched, not after the run (when the results would be lost, or written over the
+    scenario they came from)."""
+    try:
+        _check_outputs(outputs, inputs)
+    except OutputPathError as exc:
+        raise Failure(str(exc)) from None
 
 
 def _error(message: str) -> None:

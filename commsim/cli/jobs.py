@@ -26,11 +26,6 @@ from commsim.errors import EXIT_INTERRUPTED
 
 INSTALL_VALIDATE = "from the repository root: pip install -e '.[validate]'"
 
-# The least memory one local rank takes: a fresh interpreter (multiprocessing "spawn") that
-# imports torch, measured at 218 MiB peak RSS (torch 2.x CPU, Python 3.11) before any
-# process group or tensor; the job itself adds to it.
-RANK_MEMORY_BYTES = 200 * 1024**2
-
 
 def command_line() -> str:
     """The exact command as typed (for provenance)."""
@@ -47,17 +42,15 @@ def import_validate(name: str):
 
 def check_backend(backend: str, nprocs: int, option: str = "--nprocs") -> None:
     """Before launching (bad input, exit 2): the `nprocs` local ranks must fit in the memory
-    available, at :data:`RANK_MEMORY_BYTES` each (``--nprocs 100000``, or a 1,024-rank scenario
+    available, at :data:`commsim.scenario.budget.RANK_MEMORY_BYTES` each (``--nprocs 100000``, or a 1,024-rank scenario
     validated on one host, would spawn that many torch interpreters until the machine runs out
     of memory); --backend nccl needs a CUDA GPU per rank. `option` names where the count came
     from in the message."""
-    from commsim.scenario.budget import available_memory
+    from commsim.scenario.budget import local_ranks_problem
 
-    free = available_memory()
-    if free is not None and nprocs * RANK_MEMORY_BYTES > free:
-        fail(f"{option}: expected at most {max(free // RANK_MEMORY_BYTES, 1):,} local ranks (each is a Python "
-             f"interpreter with torch, at least {RANK_MEMORY_BYTES // 1024**2} MiB; {free / 1024**3:.1f} GiB of "
-             f"memory available), got {nprocs:,}")
+    problem = local_ranks_problem(nprocs)
+    if problem:
+        fail(f"{option}: {problem}")
     if backend != "nccl":
         return
     launch_mod = import_validate("launch")

@@ -79,6 +79,16 @@ def cal_file(tmp_path_factory):
     ("validate.accuracy", ["--calibration", "/nonexistent/cal.yaml"], "/nonexistent/cal.yaml: cannot read calibration file"),
     ("validate.accuracy", ["--calibration", "CAL", "--nprocs", "3"], "the scenario has 2 ranks but --nprocs is 3"),
     ("validate.accuracy", ["--calibration", "CAL", "--scenario", "/nonexistent.yaml"], "/nonexistent.yaml"),
+    # an --nprocs past memory ended in the launcher's OverflowError traceback (2**64) or spawned until OOM
+    ("validate.collective_bench", ["--nprocs", str(2**64)], "--nprocs: expected at most"),
+    ("validate.accuracy", ["--calibration", "CAL", "--nprocs", str(2**64)], "--nprocs: expected at most"),
+    # outputs were checked only when written, after the run: lost, or written over an input
+    ("validate.collective_bench", ["--json", "/nonexistent/dir/rows.json"], "--json /nonexistent/dir/rows.json: cannot "
+     "write here: the folder /nonexistent/dir does not exist"),
+    ("validate.accuracy", ["--calibration", "CAL", "--json", "CAL"], "expected an output path other than the inputs, "
+     "got the --calibration itself"),
+    ("validate.accuracy", ["--calibration", "CAL", "--json", ROOT + "/scenarios/validate_gloo_2rank.yaml"],
+     "got the --scenario itself"),
 ])
 def test_bad_input_is_one_line_and_exit_code_2(module, argv, says, cal_file, capfd):
     argv = [cal_file if a == "CAL" else a for a in argv]

@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # Lowest first. A stage may import itself and anything before it.
 LAYERS = [
     ("commsim.errors", "commsim.units", "commsim.atomic", "commsim.yamlio", "commsim.benchsizes", "commsim.parentdeath",
-     "commsim.lazy", "commsim.paramtypes"),
+     "commsim.lazy", "commsim.paramtypes", "commsim.outputpaths"),
     ("commsim.network",),
     ("commsim.collectives",),
     ("commsim.calibration",),

@@ -2,7 +2,7 @@
 
 import pytest
 
-from commsim.cli.jobs import RANK_MEMORY_BYTES
+from commsim.scenario.budget import RANK_MEMORY_BYTES
 from tests.unit.cli.launch_guard import one_line_exit_2, refuse_launches
 
 CALIBRATION = "docs/measurements/gloo2_vm_calibration.yaml"
