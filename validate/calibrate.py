@@ -33,9 +33,11 @@ from validate.launch import launch
 COMPUTE_BATCH = 32
 
 
-def rank_calibrate(ctx, sizes: List[int], warmup: int, iters: int, parameters: int, batch_size: int) -> dict:
-    """validate.launch entry point: sweep, then compute timing; rank 0 prints the table."""
-    rows = collective_bench.rank_sweep(ctx, sizes, warmup, iters, check=True)
+def rank_calibrate(ctx, sizes: List[int], warmup: int, iters: int, parameters: int, batch_size: int,
+                   table: Optional[str] = "stdout") -> dict:
+    """validate.launch entry point: sweep, then compute timing; rank 0 prints the table on
+    `table` (collective_bench.TABLE_STREAMS)."""
+    rows = collective_bench.rank_sweep(ctx, sizes, warmup, iters, check=True, table=table)
     compute = None
     if parameters > 0:
         compute = compute_timing.rank_compute(ctx, parameters, batch_size, warmup=2, iters=5)
@@ -80,15 +82,17 @@ def compute_from_ranks(per_rank: List[Optional[dict]]) -> Optional[calib.Compute
 def measure_calibration(backend: str, nprocs: int, max_size: int, iters: int = 10, warmup: int = 3,
                         compute_params: int = 0, level: Optional[str] = None, timeout_s: float = 300.0,
                         command: Optional[str] = None, echo: Callable[[str], None] = print,
-                        min_size: int = 8, result_dir: Optional[str] = None) -> calib.Calibration:
-    """Run the sweep and compute timing on `nprocs` local ranks and fit a calibration.
+                        min_size: int = 8, result_dir: Optional[str] = None,
+                        table: Optional[str] = "stdout") -> calib.Calibration:
+    """Run the sweep and compute timing on `nprocs` local ranks and fit a calibration; rank 0
+    prints the sweep's table on `table` ("stdout", "stderr" or None).
 
     Raises validate.launch.LaunchError (with the partial records) if a rank dies or hangs."""
     sizes = collective_bench.sweep_sizes(min_size, max_size)
     echo(f"# commsim calibrate: all_reduce {sizes[0]}..{sizes[-1]} B on {nprocs} x {backend}, "
          f"warmup {warmup}, iters {iters}, timeout {timeout_s:g} s")
     results = launch(rank_calibrate, nprocs, backend, timeout_s,
-                     args=(sizes, warmup, iters, compute_params, COMPUTE_BATCH), result_dir=result_dir)
+                     args=(sizes, warmup, iters, compute_params, COMPUTE_BATCH, table), result_dir=result_dir)
     return calibration_from_results(results, backend, level, command)
 
 

@@ -40,7 +40,7 @@ import torch.distributed as dist
 from commsim.atomic import atomic_write_text
 from commsim.collectives.busbw import algbw, busbw
 from commsim.output.nccl_table import nccl_table_header, time_cell
-from validate.entry import CONTEXT, BenchSize, check_local_ranks, Failure, check_outputs, run_command, save_partial, timeout_seconds
+from validate.entry import CONTEXT, BenchSize, check_local_ranks, check_sweep_memory, Failure, check_outputs, run_command, save_partial, timeout_seconds
 from validate.launch import LaunchError, launch
 
 ELEMENT_BYTES = 4
@@ -194,9 +194,16 @@ def run_sweep(sizes: List[int], warmup: int, iters: int, check: bool, device: to
     return rows
 
 
-def rank_sweep(ctx, sizes, warmup, iters, check):
-    """validate.launch entry point: the sweep on one rank; rank 0 prints the table."""
-    echo = (lambda line: print(line, flush=True)) if ctx.rank == 0 else None
+# where rank 0 prints the sweep's table: this script's own output; a command whose stdout holds
+# another document (calibrate -o -) or that is quiet (-q) sends it to stderr or nowhere
+TABLE_STREAMS = ("stdout", "stderr", None)
+
+
+def rank_sweep(ctx, sizes, warmup, iters, check, table="stdout"):
+    """validate.launch entry point: the sweep on one rank; rank 0 prints the table on `table`
+    (:data:`TABLE_STREAMS`)."""
+    stream = {"stdout": sys.stdout, "stderr": sys.stderr}.get(table)
+    echo = (lambda line: print(line, file=stream, flush=True)) if ctx.rank == 0 and stream is not None else None
     rows = run_sweep(sizes, warmup, iters, check, torch.device(ctx.device),
                      progress=lambda rec=None: ctx.progress(rec if ctx.rank == 0 else None), echo=echo)
     return rows if ctx.rank == 0 else None
@@ -245,6 +252,8 @@ def command(backend, nprocs, min_size, max_size, warmup, iters, check, timeout_s
         raise Failure(f"--min-size {min_size}, --max-size {max_size}: expected {ELEMENT_BYTES} <= --min-size <= --max-size "
                       "(bytes of float32 elements)")
     sizes = sweep_sizes(min_size, max_size)
+    if not under_torchrun():  # under torchrun the ranks are already running: each checks nothing
+        check_sweep_memory(backend, nprocs, max_size)
     if under_torchrun():
         world = int(os.environ["WORLD_SIZE"])
         source = click.get_current_context().get_parameter_source("nprocs")

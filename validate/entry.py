@@ -74,6 +74,17 @@ def check_local_ranks(nprocs: int, option: str = "--nprocs") -> None:
         raise Failure(f"{option}: {problem}")
 
 
+def check_sweep_memory(backend: str, nprocs: int, max_size: int) -> None:
+    """A :class:`Failure` naming --max-size where a gloo sweep's largest tensors on `nprocs`
+    local ranks cannot fit in this host's memory
+    (:func:`commsim.scenario.budget.sweep_memory_problem`); NCCL's live in GPU memory."""
+    from commsim.scenario.budget import sweep_memory_problem
+
+    problem = sweep_memory_problem(nprocs, max_size) if backend == "gloo" else None
+    if problem:
+        raise Failure(f"--max-size: {problem}")
+
+
 def check_outputs(outputs, inputs=None) -> None:
     """:func:`commsim.outputpaths.check_outputs` before a measurement's minutes: a bad output
     path, or one that is an input of the command, is a :class:`Failure` (one line, exit 2) before

@@ -14,7 +14,7 @@ import click
 
 from commsim import calibration as calib
 from commsim.cli.common import POSITIVE_SECONDS, ByteSize, command, fail, sigterm_interrupts
-from commsim.cli.jobs import check_backend, command_line, import_validate, launched_job
+from commsim.cli.jobs import check_backend, check_sweep_memory, command_line, import_validate, launched_job
 from commsim.cli.outputs import check_outputs, echo_to, quiet_echo, write_output
 from commsim.cli.validate import host_job, multihost_options
 from commsim.errors import InputError
@@ -120,14 +120,15 @@ def _from_logs_quiet(logs, level, ranks, in_place, same_system):
     return calibration_from_nccl_logs(list(logs), level, ranks, in_place, command_line(), same_system=same_system)
 
 
-def _measured(output, backend, nprocs, max_size, iters, warmup, compute_params, level, timeout_s, echo):
+def _measured(output, backend, nprocs, max_size, iters, warmup, compute_params, level, timeout_s, echo, table):
     check_backend(backend, nprocs)
+    check_sweep_memory(backend, nprocs, max_size)
     measure = import_validate("calibrate").measure_calibration
     with launched_job(output):
         try:
             return measure(backend=backend, nprocs=nprocs, max_size=max_size, iters=iters, warmup=warmup,
                            compute_params=compute_params, level=None if level == "auto" else level,
-                           timeout_s=timeout_s, command=command_line(), echo=echo)
+                           timeout_s=timeout_s, command=command_line(), echo=echo, table=table)
         except InputError as exc:  # the measured data cannot be fitted: name what was calibrated
             _fail_naming(exc, [f"{output} (measured with {backend}, {nprocs} ranks)"])
 
@@ -135,6 +136,7 @@ def _measured(output, backend, nprocs, max_size, iters, warmup, compute_params, 
 def _measured_on_hosts(output, job, tables, backend, max_size, iters, warmup, compute_params, timeout_s, echo):
     """This host's part of a calibration across hosts; the calibration on rank 0's host, else None."""
     check_backend(backend, len(job.local_ranks()), "--nproc-per-node")
+    check_sweep_memory(backend, len(job.local_ranks()), max_size)
     measure = import_validate("calibrate").measure_calibration_on_hosts
     stem = output[:-5] if output.endswith(".yaml") else ("calibration" if output == "-" else output)
     with launched_job(output if job.has_rank0 else None):  # only rank 0's host writes next to OUTPUT
@@ -254,7 +256,10 @@ def _calibrate(click_ctx, logs, from_nccl, output, level, ranks, in_place, same_
         if job is None:
             if tables is not None:
                 raise click.UsageError("--tables goes with a calibration across hosts (--nnodes N or --ranks-from-env)")
-            cal = _measured(output, backend, nprocs, max_size, iters, warmup, compute_params, level, timeout_s, echo)
+            # rank 0's sweep table goes where the report goes: off stdout when -o - holds the YAML
+            table = None if quiet else ("stderr" if stdout_taken else "stdout")
+            cal = _measured(output, backend, nprocs, max_size, iters, warmup, compute_params, level, timeout_s, echo,
+                            table)
         else:
             if level != "auto":
                 raise click.UsageError("--level: across hosts the levels come from the job's placement (keep auto)")

@@ -40,6 +40,17 @@ def import_validate(name: str):
         fail(f"this command needs torch ({INSTALL_VALIDATE}): {exc}")
 
 
+def check_sweep_memory(backend: str, nprocs: int, max_size: int) -> None:
+    """Before launching an all-reduce sweep on `nprocs` local gloo ranks: its largest tensors
+    must fit in this host's memory (:func:`commsim.scenario.budget.sweep_memory_problem`),
+    else one line naming --max-size, exit 2."""
+    from commsim.scenario.budget import sweep_memory_problem
+
+    problem = sweep_memory_problem(nprocs, max_size) if backend == "gloo" else None
+    if problem:
+        fail(f"--max-size: {problem}")
+
+
 def check_backend(backend: str, nprocs: int, option: str = "--nprocs") -> None:
     """Before launching (bad input, exit 2): the `nprocs` local ranks must fit in the memory
     available, at :data:`commsim.scenario.budget.RANK_MEMORY_BYTES` each (``--nprocs 100000``, or a 1,024-rank scenario

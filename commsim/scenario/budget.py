@@ -294,6 +294,26 @@ def local_ranks_problem(nprocs: int) -> Optional[str]:
     return None
 
 
+# Host memory one gloo rank of an all-reduce sweep holds at its largest size, beyond the
+# interpreter: its send and receive tensors of that size (validate.collective_bench.bench_size;
+# several smaller ones below a cold-cache threshold take less)
+SWEEP_BUFFERS = 2
+
+
+def sweep_memory_problem(nprocs: int, max_size: int) -> Optional[str]:
+    """Why a sweep up to `max_size` bytes on `nprocs` local gloo ranks cannot fit in this
+    machine's memory, or None: each rank holds :data:`SWEEP_BUFFERS` tensors of that size beside
+    :data:`RANK_MEMORY_BYTES` (``--max-size 1T`` swept for hours towards a 1 TiB tensor, and
+    a rank's allocation then failed)."""
+    free = available_memory()
+    need = nprocs * (RANK_MEMORY_BYTES + SWEEP_BUFFERS * max_size)
+    if free is not None and need > free:
+        return (f"expected a sweep that fits in memory, got {nprocs:,} local ranks x ({RANK_MEMORY_BYTES // 1024**2} "
+                f"MiB + {SWEEP_BUFFERS} tensors of {max_size:,} bytes) = {need / 1024**3:,.1f} GiB, with "
+                f"{free / 1024**3:.1f} GiB of memory available")
+    return None
+
+
 def available_memory(meminfo: str = "/proc/meminfo", cgroup: str = "/sys/fs/cgroup") -> Optional[int]:
     """Bytes of memory available to a new process, or None where unknown: the kernel's
     ``MemAvailable``, or less when a memory cgroup (a container's limit) allows less."""

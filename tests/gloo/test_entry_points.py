@@ -82,6 +82,7 @@ def cal_file(tmp_path_factory):
     # an --nprocs past memory ended in the launcher's OverflowError traceback (2**64) or spawned until OOM
     ("validate.collective_bench", ["--nprocs", str(2**64)], "--nprocs: expected at most"),
     ("validate.accuracy", ["--calibration", "CAL", "--nprocs", str(2**64)], "--nprocs: expected at most"),
+    ("validate.collective_bench", ["--max-size", "1T"], "--max-size: expected a sweep that fits in memory"),
     # outputs were checked only when written, after the run: lost, or written over an input
     ("validate.collective_bench", ["--json", "/nonexistent/dir/rows.json"], "--json /nonexistent/dir/rows.json: cannot "
      "write here: the folder /nonexistent/dir does not exist"),

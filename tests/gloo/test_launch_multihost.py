@@ -159,3 +159,19 @@ def test_a_slow_link_across_hosts_outside_the_lab_is_refused_before_launching(tm
                            "cluster.gpus_per_node=1", "--set", "stragglers=[{kind: slow_link, node: 1, factor: 0.5}]"],
                           "slow_link on node 1 cannot be applied on this hardware")
     assert "commsim lab" in line
+
+
+def test_calibrate_to_stdout_keeps_the_sweep_table_off_it(tmp_path):
+    """`calibrate --backend gloo -o -` put rank 0's sweep table on stdout ahead of the YAML, so
+    `-o - > cal.yaml` wrote a file that did not load; with -q the table was printed anyway."""
+    import yaml
+
+    args = [sys.executable, "-m", "commsim.cli", "calibrate", "--backend", "gloo", "--max-size", "1M",
+            "--compute-params", "0", "--timeout", "120"]
+    run = subprocess.run(args + ["-o", "-"], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert yaml.safe_load(run.stdout)["format"] == "commsim-calibration/1"
+    assert "float     sum" not in run.stdout and "float     sum" in run.stderr  # the table, on the report's stream
+    quiet = subprocess.run(args + ["-q", "-o", str(tmp_path / "c.yaml")], cwd=REPO, capture_output=True, text=True,
+                           timeout=300)
+    assert quiet.returncode == 0 and quiet.stdout == "" and "float" not in quiet.stderr, quiet.stderr

@@ -38,3 +38,17 @@ def test_validate_a_scenario_of_more_ranks_than_fit_names_its_cluster(eight_gib)
                              "--set", "collective.algorithm=ring", "--set", "collective.model=alpha-beta"])
     assert line.startswith("commsim: error: scenarios/scaling_1024.yaml: cluster (its 1024 ranks, one local "
                            "process each): expected at most 40 local ranks")
+
+
+def test_a_sweep_whose_largest_tensors_do_not_fit_is_refused_naming_max_size(eight_gib, tmp_path):
+    """--max-size 1T swept for hours towards a 1 TiB tensor before a rank's allocation failed."""
+    from commsim.scenario.budget import SWEEP_BUFFERS, sweep_memory_problem
+
+    out = tmp_path / "cal.yaml"
+    line = one_line_exit_2(["calibrate", "--backend", "gloo", "--max-size", "4G", "-o", str(out)])
+    assert line.startswith("commsim: error: --max-size: expected a sweep that fits in memory, got 2 local ranks x "
+                           "(200 MiB + 2 tensors of 4,294,967,296 bytes) = 16.4 GiB, with 8.0 GiB")
+    assert not out.exists()
+    # the bound itself: 2 x (200 MiB + 2 x S) against 8 GiB
+    fits = (8 * 1024**3 // 2 - RANK_MEMORY_BYTES) // SWEEP_BUFFERS
+    assert sweep_memory_problem(2, fits) is None and sweep_memory_problem(2, fits + 1) is not None
