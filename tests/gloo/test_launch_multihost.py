@@ -166,7 +166,7 @@ def test_calibrate_to_stdout_keeps_the_sweep_table_off_it(tmp_path):
     `-o - > cal.yaml` wrote a file that did not load; with -q the table was printed anyway."""
     import yaml
 
-    args = [sys.executable, "-m", "commsim.cli", "calibrate", "--backend", "gloo", "--max-size", "1M",
+    args = [sys.executable, "-m", "commsim.cli", "calibrate", "--backend", "gloo", "--max-size", "32M", "--iters", "5",
             "--compute-params", "0", "--timeout", "120"]
     run = subprocess.run(args + ["-o", "-"], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr
