@@ -44,3 +44,15 @@ class Seconds(click.ParamType):
         if seconds > MAX_SECONDS:
             self.fail(f"expected at most {MAX_SECONDS:g} seconds (11.6 days), got {value!r}", param, ctx)
         return seconds
+
+
+# The most iterations (or real steps) a measuring command runs per size or job: with --iters
+# 2**64 a sweep ran until the hang timer fired, 300 s of one size and then "ranks hung", and
+# kept a timestamp per iteration in memory all the while. A million iterations of the
+# smallest gloo all-reduce is already most of a minute, of a 16 MB one about three hours.
+MAX_ITERATIONS = 1_000_000
+
+
+def iterations(minimum: int) -> click.IntRange:
+    """An iteration or step count from `minimum` to :data:`MAX_ITERATIONS`."""
+    return click.IntRange(min=minimum, max=MAX_ITERATIONS)

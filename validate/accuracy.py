@@ -19,6 +19,7 @@ import click
 
 from commsim.atomic import atomic_write_text
 from commsim.calibration.file import load_calibration
+from commsim.paramtypes import iterations
 from commsim.scenario.loader import load_scenario
 from validate.entry import CONTEXT, check_local_ranks, Failure, check_outputs, run_command, save_partial, timeout_seconds
 from validate.launch import LaunchError, LaunchInterrupted
@@ -63,7 +64,7 @@ the cases finished so far go to JSON.partial.json).
               help="Local ranks to launch; must be the scenario's world size.")
 @click.option("--backend", type=click.Choice(["gloo", "nccl"]), default="gloo", show_default=True,
               help="Process-group backend of the replays.")
-@click.option("--steps", type=click.IntRange(min=1), default=None,
+@click.option("--steps", type=iterations(1), default=None,
               help="Timed steps per replay (default: the scenario's `steps`).")
 @click.option("--slow-factor", type=click.FloatRange(min=1.0, min_open=True), default=1.5, show_default=True,
               help="How much slower rank 1 computes in the three slow-rank cases.")

@@ -40,6 +40,7 @@ import torch.distributed as dist
 from commsim.atomic import atomic_write_text
 from commsim.collectives.busbw import algbw, busbw
 from commsim.output.nccl_table import nccl_table_header, time_cell
+from commsim.paramtypes import iterations
 from validate.entry import CONTEXT, BenchSize, check_local_ranks, check_sweep_memory, Failure, check_outputs, run_command, save_partial, timeout_seconds
 from validate.launch import LaunchError, launch
 
@@ -102,6 +103,18 @@ def buffer_count(size: int, device: torch.device, cold_bytes: int = COLD_BYTES) 
     return max(1, min(MAX_BUFFERS, -(-cold_bytes // max(size, 1))))
 
 
+# Iterations between two progress marks within a size: the hang timer counts marks, and a size
+# of many long iterations (--iters 100000 of 16 MB over gloo is most of an hour) would otherwise
+# read as a hung run. Every rank runs the same iterations, so the counts stay level; a mark is
+# a few shared-memory writes, under a microsecond in one of these iterations.
+BEAT_EVERY = 64
+
+
+def _beat(progress: Optional[Callable], i: int) -> None:
+    if progress and i % BEAT_EVERY == BEAT_EVERY - 1:
+        progress()
+
+
 def bench_size(size: int, warmup: int, iters: int, check: bool, device: torch.device,
                progress: Optional[Callable] = None) -> dict:
     """One row: out-of-place and in-place timings of an all-reduce of `size` bytes.
@@ -128,6 +141,7 @@ def bench_size(size: int, warmup: int, iters: int, check: bool, device: torch.de
     for name, op in (("out_of_place", out_of_place), ("in_place", in_place)):
         for i in range(warmup):
             op(i)
+            _beat(progress, i)
         wrong = 0
         if name == "in_place":
             for b in range(k):
@@ -140,6 +154,7 @@ def bench_size(size: int, warmup: int, iters: int, check: bool, device: torch.de
         for i in range(iters):
             op(i)
             clock.mark()
+            _beat(progress, i)
         per_iter = _max_over_ranks(clock.intervals(), device)
         if check:  # after the timed loop: each buffer was reduced a known number of times
             for b in range(k):
@@ -234,9 +249,9 @@ is kept), 130 interrupted.
               help="Smallest all-reduce, in bytes; K/M/G are binary (64K = 65536).")
 @click.option("--max-size", type=BenchSize(), default="16M", show_default=True,
               help="Largest all-reduce, in bytes; the sizes double from --min-size up to it.")
-@click.option("--warmup", type=click.IntRange(min=0), default=3, show_default=True,
+@click.option("--warmup", type=iterations(0), default=3, show_default=True,
               help="Untimed iterations per size and column group.")
-@click.option("--iters", type=click.IntRange(min=1), default=10, show_default=True,
+@click.option("--iters", type=iterations(1), default=10, show_default=True,
               help="Timed iterations per size and column group.")
 @click.option("--check", is_flag=True,
               help="Check the sums (rank r contributes r+1) and count wrong elements in the #wrong columns.")

@@ -18,6 +18,7 @@ from commsim.cli.jobs import check_backend, check_sweep_memory, command_line, im
 from commsim.cli.outputs import check_outputs, echo_to, quiet_echo, write_output
 from commsim.cli.validate import host_job, multihost_options
 from commsim.errors import InputError
+from commsim.paramtypes import iterations
 LEVEL_CHOICES = ("auto",) + calib.LEVELS
 SWEEP_MIN_SIZE = 8  # the measured sweep starts at 8 B (two floats), as all_reduce_perf -b 8
 # Each rank holds a few buffers of the largest size: far beyond any host's memory, a rank is
@@ -178,8 +179,8 @@ def _measured_on_hosts(output, job, tables, backend, max_size, iters, warmup, co
               help="Local processes to launch when measuring.")
 @click.option("--max-size", type=ByteSize(minimum=SWEEP_MIN_SIZE, maximum=SWEEP_MAX_SIZE), default="64M", show_default=True,
               help="Largest all-reduce size of the sweep (from 8 B, doubling); K/M/G are binary.")
-@click.option("--iters", type=click.IntRange(min=1), default=10, show_default=True, help="Timed iterations per size.")
-@click.option("--warmup", type=click.IntRange(min=0), default=3, show_default=True, help="Untimed warm-up iterations per size.")
+@click.option("--iters", type=iterations(1), default=10, show_default=True, help="Timed iterations per size.")
+@click.option("--warmup", type=iterations(0), default=3, show_default=True, help="Untimed warm-up iterations per size.")
 @click.option("--compute-params", type=ByteSize(maximum=SWEEP_MAX_SIZE), default="4M", show_default=True,
               help="Parameters of the synthetic model timed for compute (0 to skip, else >= 2); K/M/G are binary.")
 @click.option("--timeout", "timeout_s", type=POSITIVE_SECONDS, default=300.0, show_default=True,

@@ -32,6 +32,7 @@ from commsim.units import counted
 from commsim.lab import CommandError, Lab, LabError, LabSpec, LabUnavailable, describe_rate, parse_bits, parse_delay
 from commsim.lab.spec import PREFIX
 from commsim.lab.testbed import leftovers, signals_raise, teardown
+from commsim.paramtypes import iterations
 
 NAME_OPTION = click.option("--name", default="lab", show_default=True,
                            help="Which lab (its namespaces are cslab-NAME-*).")
@@ -243,7 +244,7 @@ def down_cmd(everything, name, quiet):
               help="gloo ranks per node (2 or more: the intra-node level is measured too).")
 @click.option("--min-size", default="4K", show_default=True, help="Smallest all-reduce (doubling up); K/M/G binary.")
 @click.option("--max-size", default="4M", show_default=True, help="Largest all-reduce.")
-@click.option("--iters", type=click.IntRange(min=1), default=5, show_default=True, help="Timed iterations per size.")
+@click.option("--iters", type=iterations(1), default=5, show_default=True, help="Timed iterations per size.")
 @click.option("--tables", type=click.Path(file_okay=False), default=None,
               help="Folder for the per-level nccl-tests tables (default: OUTPUT without .yaml, plus .tables).")
 @click.option("--timeout", "timeout_s", type=POSITIVE_SECONDS, default=300.0, show_default=True,
@@ -300,8 +301,8 @@ def validate_head(sc, cal_path: str) -> str:
 @click.option("--calibration", "cal_path", required=True, type=click.Path(dir_okay=False),
               help="Calibration YAML the prediction uses (e.g. from `commsim lab calibrate`).")
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a scenario key (as in `run`).")
-@click.option("--steps", type=click.IntRange(min=1), default=None, help="Timed steps (overrides the scenario's).")
-@click.option("--warmup-steps", type=click.IntRange(min=0), default=1, show_default=True,
+@click.option("--steps", type=iterations(1), default=None, help="Timed steps (overrides the scenario's).")
+@click.option("--warmup-steps", type=iterations(0), default=1, show_default=True,
               help="Untimed steps first.")
 @click.option("--timeout", "timeout_s", type=POSITIVE_SECONDS, default=120.0, show_default=True,
               help="Seconds without progress before a hung or dead rank fails the run.")

@@ -18,6 +18,7 @@ from commsim.cli.common import FORCE_HELP, POSITIVE_SECONDS, command, fail, load
 from commsim.cli.jobs import check_backend, import_validate, launched_job
 from commsim.cli.outputs import check_not_named_calibration, check_outputs, echo_to, quiet_echo, write_output
 from commsim.units import counted
+from commsim.paramtypes import iterations
 
 
 def run_numerics(backend: str, nprocs: int, timeout_s: float, json_path: Optional[str],
@@ -109,8 +110,8 @@ def _refuse_scenario_options(click_ctx) -> None:
               help="torch.distributed backend of the job (nccl needs a CUDA GPU per rank).")
 @click.option("--nprocs", type=click.IntRange(min=1), default=None,
               help="Local ranks to launch (default: the scenario's world size; 2 for --numerics).")
-@click.option("--steps", type=click.IntRange(min=1), default=None, help="Timed steps (overrides the scenario's `steps`).")
-@click.option("--warmup-steps", type=click.IntRange(min=0), default=2, show_default=True, help="Untimed steps first.")
+@click.option("--steps", type=iterations(1), default=None, help="Timed steps (overrides the scenario's `steps`).")
+@click.option("--warmup-steps", type=iterations(0), default=2, show_default=True, help="Untimed steps first.")
 @click.option("--mode", type=click.Choice(["replay", "ddp"]), default="replay", show_default=True,
               help="replay: the scenario's durations and buckets on real all-reduces; "
                    "ddp: a real model under DistributedDataParallel, its measured compute fed to the prediction.")

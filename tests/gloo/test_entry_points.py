@@ -68,6 +68,10 @@ def cal_file(tmp_path_factory):
     ("validate.collective_bench", ["--min-size", "2"], "--min-size 2, --max-size 16777216: expected 4 <="),
     ("validate.collective_bench", ["--min-size", "1M", "--max-size", "64K"], "--min-size 1048576, --max-size 65536"),
     ("validate.collective_bench", ["--iters", "0"], "Invalid value for '--iters'"),
+    # 2**64 ran one size until the hang timer called the ranks hung, 300 s later
+    ("validate.collective_bench", ["--iters", str(2**64)], "is not in the range 1<=x<=1000000"),
+    ("validate.collective_bench", ["--warmup", str(2**64)], "is not in the range 0<=x<=1000000"),
+    ("validate.accuracy", ["--calibration", "CAL", "--steps", str(2**64)], "is not in the range 1<=x<=1000000"),
     ("validate.collective_bench", ["--bogus"], "No such option"),
     ("validate.collective_bench", ["--timeout", "0.1"], "Invalid value for '--timeout'"),
     # FloatRange(min=1.0) let these through: every rank then failed on torch's OverflowError (exit 3)

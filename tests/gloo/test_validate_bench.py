@@ -115,3 +115,13 @@ def test_table_format_and_bandwidths_are_the_shared_ones():
            "out_of_place": {"time_s": 123.456e-6, "algbw_Bps": 8.3e6, "busbw_Bps": 8.3e6, "wrong": 0},
            "in_place": {"time_s": 12345.6e-6, "algbw_Bps": 8.3e4, "busbw_Bps": 8.3e4, "wrong": None}}
     assert collective_bench.format_row(row).split()[5:] == ["123.5", "0.01", "0.01", "0", "12346", "0.00", "0.00", "N/A"]
+
+
+def test_a_size_of_many_iterations_keeps_marking_progress(group):
+    """The hang timer counts progress marks: a size with one mark per column read as hung when
+    its --iters ran longer than --timeout, so the loops mark every BEAT_EVERY iterations."""
+    marks = []
+    every = collective_bench.BEAT_EVERY
+    collective_bench.bench_size(64, every, 2 * every, False, torch.device("cpu"), progress=lambda: marks.append(1))
+    # per column: one mark after its warm-up, one per BEAT_EVERY warm-up and timed iterations
+    assert len(marks) == 2 * (1 + 1 + 2)
