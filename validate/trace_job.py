@@ -29,7 +29,6 @@ Make traces with ``python -m validate.trace_job OUT_DIR [options]`` (``--help``)
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import os
@@ -38,6 +37,12 @@ import time
 import warnings
 from pathlib import Path
 from typing import Any, Dict, List, Optional
+
+import click
+
+from commsim.atomic import atomic_write_text
+from commsim.paramtypes import Seconds, iterations
+from validate.entry import CONTEXT, Failure, check_local_ranks, run_command
 
 FR_ENV = "TORCH_FR_BUFFER_SIZE"
 SLEEP_MIN_S = 5e-4
@@ -228,28 +233,74 @@ def measured_step_time(results: List[Dict[str, Any]]) -> float:
     return float(np.diff(ends, axis=1).mean())
 
 
+HELP = """A small real DDP job that leaves what real jobs leave: a profiler trace per rank.
+
+\b
+  python -m validate.trace_job OUT_DIR --nprocs 2 --steps 16
+  python -m validate.trace_job OUT_DIR --steps 10 --delay-s 0.2 --delay-rank 1
+
+Each rank writes OUT_DIR/rank{r}.trace.json.gz (torch.profiler's Chrome trace) and, where the
+build has a Flight Recorder, rank{r}.fr.pkl; OUT_DIR/job.json holds the plan and every rank's
+measured step ends. Stragglers are real: a sleep mid-backward (--delay-s on --delay-rank), every
+layer stretched (--slow-factor on --slow-rank), a pause every --stall-every steps (--stall-s on
+--stall-rank). `commsim blame OUT_DIR/*.trace.json.gz` and `commsim import` read the traces.
+Exit codes: 0 done, 2 bad input, 3 a rank failed or hung, 130 interrupted.
+"""
+
+
+def _rank_option(name: str, what: str):
+    return click.option(name, type=click.IntRange(min=0), default=None, help=f"The rank {what} (default: none).")
+
+
+@click.command(help=HELP, context_settings=CONTEXT)
+@click.argument("out_dir", type=click.Path(file_okay=False))
+@click.option("--nprocs", type=click.IntRange(min=1), default=2, show_default=True, help="Local ranks to launch.")
+@click.option("--backend", type=click.Choice(["gloo", "nccl"]), default="gloo", show_default=True,
+              help="Process-group backend (nccl: one CUDA GPU per rank).")
+@click.option("--width", type=click.IntRange(min=1), default=DEFAULTS["width"], show_default=True,
+              help="Features into the first layer.")
+@click.option("--width-step", type=int, default=DEFAULTS["width_step"], show_default=True,
+              help="Features added per layer (so the buckets come in several sizes).")
+@click.option("--layers", type=click.IntRange(min=2, max=10_000), default=DEFAULTS["layers"], show_default=True,
+              help="Linear + ReLU layers.")
+@click.option("--batch-size", type=click.IntRange(min=1), default=DEFAULTS["batch_size"], show_default=True,
+              help="Samples per rank and step.")
+@click.option("--bucket-cap-mb", type=click.FloatRange(min=0, min_open=True, max=1e6), default=DEFAULTS["bucket_cap_mb"],
+              show_default=True, help="DDP's bucket_cap_mb.")
+@click.option("--steps", type=iterations(1), default=DEFAULTS["steps"], show_default=True, help="Profiled steps.")
+@click.option("--warmup-steps", type=iterations(0), default=DEFAULTS["warmup_steps"], show_default=True,
+              help="Unprofiled steps first (DDP rebuilds its buckets after the first).")
+@click.option("--delay-s", type=Seconds(minimum=0), default=DEFAULTS["delay_s"], show_default=True,
+              help="Seconds slept mid-backward on --delay-rank, every step.")
+@_rank_option("--delay-rank", "that sleeps mid-backward")
+@click.option("--slow-factor", type=click.FloatRange(min=1, max=1e3), default=DEFAULTS["slow_factor"],
+              show_default=True, help="How many times as long --slow-rank's layers take.")
+@_rank_option("--slow-rank", "whose layers are stretched")
+@click.option("--stall-s", type=Seconds(minimum=0), default=DEFAULTS["stall_s"], show_default=True,
+              help="Seconds of pause before the forward on --stall-rank.")
+@click.option("--stall-every", type=iterations(0), default=DEFAULTS["stall_every"], show_default=True,
+              help="Pause every this many steps (0: never).")
+@_rank_option("--stall-rank", "that pauses")
+@click.option("--flight-recorder/--no-flight-recorder", default=DEFAULTS["flight_recorder"], show_default=True,
+              help="Switch torch's Flight Recorder on for the ranks (where the build has one).")
+@click.option("--seed", type=click.IntRange(min=0, max=2**63 - 1), default=DEFAULTS["seed"], show_default=True,
+              help="Seed of the weights and the data.")
+def command(out_dir, nprocs, backend, **options):
+    check_local_ranks(nprocs)
+    for key in ("delay_rank", "slow_rank", "stall_rank"):
+        if options[key] is not None and options[key] >= nprocs:
+            raise Failure(f"--{key.replace('_', '-')} {options[key]}: expected a rank below --nprocs {nprocs}")
+    plan = make_plan(out_dir, **options)  # before the launch: a bad plan is bad input, not a failed run
+    results = record(out_dir, nprocs, backend, **options)
+    summary = {"measured_step_time_s": measured_step_time(results), "plan": plan, "ranks": results}
+    atomic_write_text(str(Path(out_dir) / "job.json"), json.dumps(summary, indent=2, sort_keys=True) + "\n")
+    click.echo(f"{nprocs} ranks x {plan['steps']} steps: mean step {summary['measured_step_time_s'] * 1e3:.2f} ms; "
+               f"traces in {out_dir}")
+
+
 def main(argv: Optional[List[str]] = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m validate.trace_job", description=__doc__.splitlines()[0])
-    p.add_argument("out_dir")
-    p.add_argument("--nprocs", type=int, default=2)
-    p.add_argument("--backend", default="gloo", choices=("gloo", "nccl"))
-    for key, default in DEFAULTS.items():
-        flag = "--" + key.replace("_", "-")
-        if isinstance(default, bool):
-            p.add_argument(flag, type=lambda v: v.lower() in ("1", "true", "yes"), default=default)
-        elif key.endswith("_rank"):
-            p.add_argument(flag, type=int, default=default)
-        else:
-            p.add_argument(flag, type=type(default), default=default)
-    a = vars(p.parse_args(argv))
-    out_dir, nprocs, backend = a.pop("out_dir"), a.pop("nprocs"), a.pop("backend")
-    results = record(out_dir, nprocs, backend, **a)
-    summary = {"measured_step_time_s": measured_step_time(results), "plan": make_plan(out_dir, **a),
-               "ranks": results}
-    (Path(out_dir) / "job.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
-    print(f"{nprocs} ranks x {a['steps']} steps: mean step {summary['measured_step_time_s'] * 1e3:.2f} ms; "
-          f"traces in {out_dir}")
-    return 0
+    """``python -m validate.trace_job``: run the command, return its exit code."""
+    return run_command(command, argv, prog_name="python -m validate.trace_job")
 
 
 if __name__ == "__main__":  # pragma: no cover

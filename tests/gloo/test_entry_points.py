@@ -186,3 +186,34 @@ def test_accuracy_interrupted_in_its_first_case_saves_no_partial_file(cal_file, 
     assert accuracy.main(["--calibration", cal_file, "--json", str(tmp_path / "acc.json")]) == 130
     assert not list(tmp_path.iterdir())
     assert capfd.readouterr().err == "commsim: error: interrupted (Ctrl-C); no measurements were taken\n"
+
+
+@pytest.mark.parametrize("argv, says", [
+    ([], "Missing argument 'OUT_DIR'"),
+    (["{tmp}", "--steps", "-3"], "Invalid value for '--steps'"),
+    (["{tmp}", "--delay-rank", "2"], "--delay-rank 2: expected a rank below --nprocs 2"),
+    (["{tmp}", "--slow-factor", "0.5"], "Invalid value for '--slow-factor'"),
+    (["{tmp}", "--delay-s", "inf"], "Invalid value for '--delay-s'"),
+    (["{tmp}", "--width", "1", "--width-step", "-1"], "a positive last width"),
+    (["{tmp}", "--nprocs", str(2**64)], "--nprocs: expected at most"),
+])
+def test_trace_job_bad_input_is_one_line_exit_2_before_launching(argv, says, tmp_path, capfd):
+    """validate.trace_job was argparse: a bad plan raised ValueError's traceback after parsing."""
+    from validate import trace_job
+
+    out_dir = tmp_path / "out"
+    assert trace_job.main([str(out_dir) if a == "{tmp}" else a for a in argv]) == 2
+    out, err = capfd.readouterr()
+    assert err.count("\n") == 1 and err.startswith("commsim: error: ") and says in err, err
+    assert "Traceback" not in err + out and not out_dir.exists()
+
+
+def test_trace_job_writes_its_traces_and_job_json(tmp_path, capfd):
+    from validate import trace_job
+
+    out_dir = tmp_path / "job"
+    assert trace_job.main([str(out_dir), "--steps", "2", "--warmup-steps", "1", "--no-flight-recorder"]) == 0
+    job = json.loads((out_dir / "job.json").read_text())
+    assert job["plan"]["steps"] == 2 and not job["plan"]["flight_recorder"] and len(job["ranks"]) == 2
+    assert sorted(p.name for p in out_dir.iterdir()) == ["job.json", "rank0.trace.json.gz", "rank1.trace.json.gz"]
+    assert "2 ranks x 2 steps: mean step" in capfd.readouterr().out
