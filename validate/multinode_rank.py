@@ -27,7 +27,9 @@ run unchanged. What it writes under --out (on each host's own disk):
 - rank<r>.jsonl: the records passed to ctx.progress, one JSON line each, written at once (the
   measurements taken before a failure survive it); rank<r>.beat: one byte per progress call
   (what a local launcher watches for hangs);
-- rank<r>.error.txt: a failure, first line first (and the traceback);
+- rank<r>.error.txt: a failure, first line first (and the traceback); the first line also goes
+  to stderr, and the exit code is 2 where the job never began (no rank in the environment, a bad
+  --fn or --args), 3 where it failed after;
 - results.json, on rank 0 only: every rank's return value with its host, gathered over the
   process group (no shared file system needed).
 """
@@ -46,6 +48,8 @@ import time
 import traceback
 from pathlib import Path
 from typing import Any, Callable, List, Optional, Tuple
+
+from commsim.errors import EXIT_INPUT, EXIT_RUN_FAILED
 
 # (rank, world size, local rank, local world size) variables of each launcher, in order of preference
 _ENV = (
@@ -131,6 +135,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     rank = int(os.environ.get("RANK", "-1"))
     dist = None
+    started = False  # whether the job itself began: before it, a failure is bad input (exit 2)
     try:
         rank, world, local, _ = place_from_env()
         os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(local))
@@ -149,6 +154,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             torch.cuda.set_device(local % max(torch.cuda.device_count(), 1))
             device = f"cuda:{torch.cuda.current_device()}"
         ctx = NodeRankContext(rank, world, local, a.backend, device, out)
+        started = True
         dist.init_process_group(a.backend, timeout=datetime.timedelta(seconds=group_timeout(a.timeout)))
         ctx.progress()
         result = fn(ctx, *args)
@@ -163,8 +169,11 @@ def main(argv: Optional[List[str]] = None) -> int:
         status = 0
     except BaseException as exc:  # one line first: the launcher names this rank with it
         first = f"{type(exc).__name__}: {exc}".splitlines()[0] if str(exc) else type(exc).__name__
-        (out / f"rank{rank}.error.txt").write_text(first + "\n" + traceback.format_exc(), encoding="utf-8")
-        status = 1
+        report = out / f"rank{rank}.error.txt"
+        report.write_text(first + "\n" + traceback.format_exc(), encoding="utf-8")
+        # also on stderr: run by hand (srun, torchrun) the rank otherwise ended with no word of why
+        print(f"commsim: error: rank {rank}: {first} (traceback in {report})", file=sys.stderr, flush=True)
+        status = EXIT_RUN_FAILED if started else EXIT_INPUT
     finally:
         if dist is not None and dist.is_initialized():
             dist.destroy_process_group()
