@@ -22,7 +22,7 @@ from commsim.scenario.schema_fields import (
     read_time_or_zero,
     MIN_RATE,
 )
-from commsim.units import parse_number
+from commsim.units import describe, parse_number
 
 __all__ = [
     "DEFAULT_INTRA_NODE_LATENCY",
@@ -99,9 +99,24 @@ def read_cluster(source: str, value: Any) -> spec.Cluster:
         intra_node=_link(source, "cluster.intra_node", m.value["intra_node"], DEFAULT_INTRA_NODE_LATENCY),
         inter_node=_link(source, "cluster.inter_node", m.value["inter_node"], DEFAULT_INTER_NODE_LATENCY),
         intra_kind=m.get("intra_kind", choice(INTRA_KINDS), spec.Cluster.intra_kind),
-        nics_per_node=m.get("nics_per_node", read_count, None),
+        nics_per_node=m.get("nics_per_node", read_nic_count, None),
         gpu_arch=m.get("gpu_arch", choice(GPU_ARCHS), spec.Cluster.gpu_arch),
     )
+
+
+# The most NICs a node's collectives can use: NCCL opens at most MAXCHANNELS (64, from 2.25)
+# channels, and each crosses the network through one NIC. More (cluster.nics_per_node
+# 9223372036854775807) split the node's bandwidth over NICs no channel reaches: the physical
+# model (collective.algorithm nccl) then priced an all-reduce at 2e15 s.
+MAX_NICS_PER_NODE = 64
+
+
+def read_nic_count(value: Any) -> int:
+    count = read_count(value)
+    if count > MAX_NICS_PER_NODE:
+        raise ValueError(f"expected at most {MAX_NICS_PER_NODE} NICs per node (NCCL's most channels, one NIC "
+                         f"each), got {describe(value)}")
+    return count
 
 
 def _derives_inter_bandwidth(value: Any) -> bool:

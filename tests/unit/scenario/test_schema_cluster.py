@@ -93,3 +93,12 @@ def test_a_derived_network_out_of_range_is_refused_at_the_nic_keys():
     # a bandwidth written beside the NIC keys is the link's, read (and checked) as written
     written = {**NICS, "inter_node": {"bandwidth": "10 GB/s"}, "nic_bandwidth": 1, "oversubscription": 4}
     assert read_cluster(SRC, written).inter_node.bandwidth == 10e9
+
+
+def test_nics_per_node_is_bounded_by_nccls_channels():
+    """More NICs than NCCL has channels split the node's bandwidth over NICs no channel reaches:
+    the physical model priced a 4 MB all-reduce at 2e15 s with 2**63 - 1 of them."""
+    assert read_cluster(SRC, {**NICS, "nics_per_node": 64}).nics_per_node == 64
+    assert error({**NICS, "nics_per_node": 65}) == (
+        "c.yaml: cluster.nics_per_node: expected at most 64 NICs per node (NCCL's most channels, one NIC "
+        "each), got 65")
