@@ -16,18 +16,48 @@ from commsim.scenario.spec import Scenario, SlowLink, Straggler
 from commsim.sim.engine import RunResult, simulate
 
 
-def with_algorithm(scenario: Scenario, algorithm: str, model: str) -> Scenario:
-    """The same scenario with another all-reduce algorithm and cost model.
+# NCCL's own choice held to one of its algorithms (as NCCL_ALGO=ring): "nccl:ring", "nccl:tree", ...
+NCCL_PREFIX = "nccl:"
 
-    A calibration prices the library's measured all-reduce (a ring), so it cannot be combined
-    with another algorithm or cost model: that is a ValueError, as in the scenario file.
+
+def nccl_restricted(name: str) -> Optional[str]:
+    """The NCCL algorithm a comparison name ``nccl:ALGO`` holds NCCL's choice to, else None."""
+    return name[len(NCCL_PREFIX):] if name.startswith(NCCL_PREFIX) else None
+
+
+def with_algorithm(scenario: Scenario, algorithm: str, model: str) -> Scenario:
+    """The same scenario with another all-reduce algorithm and cost model; ``nccl:ALGO`` is
+    ``algorithm: nccl`` with ``collective.nccl_algo: ALGO``.
+
+    A calibration's link levels price the library's measured all-reduce (a ring), its physical
+    fit NCCL's own collectives: another algorithm or cost model under them is a ValueError, as
+    in the scenario file.
     """
-    if scenario.calibration is not None and (algorithm, model) != ("ring", "alpha-beta"):
-        raise ValueError(
-            f"the scenario has a calibration, which prices the measured ring only: "
-            f"expected algorithm ring with model alpha-beta, got {algorithm} / {model} (remove the calibration to compare)"
-        )
-    return replace(scenario, collective=replace(scenario.collective, algorithm=algorithm, model=model))
+    held = nccl_restricted(algorithm)
+    name = "nccl" if held else algorithm
+    cal = scenario.calibration
+    if cal is not None:
+        allowed = ([("ring", "alpha-beta")] if cal.levels else []) + ([("nccl", "alpha-beta")] if cal.physical else [])
+        if (name, model) not in allowed:
+            what = " and ".join(["the measured ring"] * bool(cal.levels) + ["NCCL's own collectives (nccl, nccl:ALGO)"] * bool(cal.physical))
+            raise ValueError(f"the scenario has a calibration, which prices {what} only: got {algorithm} / {model} "
+                             "(remove the calibration to compare the others)")
+    collective = replace(scenario.collective, algorithm=name, model=model, nccl_algo=held,
+                         nccl_proto=scenario.collective.nccl_proto if name == "nccl" else None)
+    return replace(scenario, collective=collective)
+
+
+def runs_at_scale(scenario: Scenario) -> bool:
+    """Whether NCCL can run the scenario's ``collective.nccl_algo`` at its scale (NVLS across
+    nodes needs SHARP, PAT one GPU per node): a comparison leaves out the rows it cannot."""
+    from commsim.errors import InputError
+    from commsim.scenario.schema import check_nccl_selection
+
+    try:
+        check_nccl_selection(scenario.name, scenario.collective, scenario.cluster, scenario.calibration)
+    except InputError:
+        return False
+    return True
 
 
 def simulate_algorithm(scenario: Scenario, algorithm: str = "ring", model: str = "alpha-beta") -> RunResult:
@@ -76,7 +106,9 @@ def compare(scenario: Scenario, nodes: list, algorithms: list, models: list, ste
         for model in models:
             covered = algorithms_for(model)
             for name in algorithms:
-                if name not in covered:
+                if (nccl_restricted(name) and "nccl" not in covered) or (not nccl_restricted(name) and name not in covered):
+                    continue
+                if nccl_restricted(name) and not runs_at_scale(with_algorithm(sc, name, model)):
                     continue
                 s = summarize_algorithm(sc, name, model)
                 group.append({

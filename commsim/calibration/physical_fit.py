@@ -196,6 +196,13 @@ class PhysicalFit:
     def max_nodes(self) -> int:
         return max(m.nodes for m in self.measurements)
 
+    def extrapolation(self, nodes: int) -> Optional[str]:
+        """The note for a prediction at `nodes` beyond the logs' scales ("extrapolating: N nodes is
+        Kx the largest calibrated (M)"), or None within them."""
+        if nodes <= self.max_nodes:
+            return None
+        return f"extrapolating: {nodes} nodes is {nodes / self.max_nodes:g}x the largest calibrated ({self.max_nodes})"
+
     def plan(self, kind: str, nodes: int, gpus_per_node: int, **kw):
         return plan(kind, self.system, nodes, gpus_per_node, choice_system=self.nominal, **kw)
 
@@ -245,8 +252,8 @@ class PhysicalFit:
                         notes.append(f"{int(np.sum(inside & ~corrected))} size(s) in a regime no adjacent measured "
                                      "size ran under the model: physical price alone")
                     break
-        if nodes > self.max_nodes:
-            notes.append(f"extrapolating: {nodes} nodes is {nodes / self.max_nodes:g}x the largest calibrated ({self.max_nodes})")
+        if self.extrapolation(nodes):
+            notes.append(self.extrapolation(nodes))
         nominal_kept = self._nominal_constants_used(kind, nodes, gpus_per_node, S[~corrected], pick, kw)
         if nominal_kept:
             notes.append("rests on nominal " + ", ".join(nominal_kept) + " (not determined by the logs; "

@@ -10,7 +10,7 @@ import json
 
 import click
 
-from commsim.analysis.algorithm_comparison import with_algorithm, with_nodes
+from commsim.analysis.algorithm_comparison import NCCL_PREFIX, nccl_restricted, with_algorithm, with_nodes
 from commsim.cli.common import (FORCE_HELP, POSITIVE_INT, check_resized, command, fail, load_or_fail, node_counts,
                                 split_choices)
 from commsim.cli.outputs import check_not_named_calibration, check_outputs, echo_to, write_output
@@ -23,22 +23,45 @@ from commsim.scenario.schema import check_comm_streams, check_cost_model_arch
 
 
 def check_calibrated_pairs(scenario, pairs) -> None:
-    """A calibration prices the measured ring under the alpha-beta model only: refuse any other
-    (algorithm, model) pair for a calibrated scenario before running anything."""
-    if scenario.calibration is None:
-        return
-    other = [f"{a} / {m}" for a, m in pairs if (a, m) != ("ring", "alpha-beta")]
-    if other:
-        fail(f"the scenario has a calibration, which prices the measured ring only: expected algorithm ring "
-             f"with model alpha-beta, got {other[0]} (remove the calibration to compare)")
+    """A calibration's link levels price the measured ring under the alpha-beta model, its
+    physical fit NCCL's own collectives (nccl, nccl:ALGO): refuse any other (algorithm, model)
+    pair for a calibrated scenario before running anything."""
+    for a, m in pairs:
+        try:
+            with_algorithm(scenario, a, m)
+        except ValueError as exc:
+            fail(str(exc))
+
+
+def algorithm_names() -> tuple:
+    """What --algorithm takes: the all-reduce algorithms, nccl, and nccl:ALGO for each of NCCL's."""
+    from commsim.collectives.nccl.scale import ALGORITHMS as NCCL_ALGORITHMS
+
+    return ALL_REDUCE + PHYSICAL + tuple(NCCL_PREFIX + a for a in NCCL_ALGORITHMS)
+
+
+def default_algorithms(scenario, everything: bool = False) -> list:
+    """--algorithm left out: ring, tree and hierarchical (`everything`, --algorithm all: every
+    all-reduce algorithm and nccl); for a scenario whose calibration is a physical fit (which
+    prices NCCL's collectives only), NCCL's choice and each of its algorithms alone."""
+    cal = scenario.calibration
+    if cal is not None and cal.physical is not None and not cal.levels:
+        return [a for a in algorithm_names() if a == "nccl" or a.startswith(NCCL_PREFIX)]
+    return list(ALL_REDUCE + PHYSICAL) if everything else list(DEFAULT_ALGORITHMS)
+
+
+DEFAULT_ALGORITHMS = ("ring", "tree", "hierarchical")
 
 
 @command("algorithms")
 @click.argument("scenario", type=click.Path(dir_okay=False))
 @click.option("--nodes", "nodes_text", help="Comma-separated node counts to compare (default: the scenario's).")
-@click.option("--algorithm", "algorithm_text", default="ring,tree,hierarchical", show_default=True,
+@click.option("--algorithm", "algorithm_text", default=None,
               help=f"Comma-separated all-reduce algorithms ({', '.join(ALL_REDUCE + PHYSICAL)}; nccl: NCCL's "
-                   "own choice priced by the physical model) or 'all'.")
+                   "own choice priced by the physical model; nccl:ALGO: that choice held to one of NCCL's "
+                   "algorithms, as NCCL_ALGO=ALGO: nccl:ring, nccl:tree, nccl:nvls, ...) or 'all' (those and nccl). Default: "
+                   f"{','.join(DEFAULT_ALGORITHMS)}; under a calibration with only a physical fit, nccl and "
+                   "every nccl:ALGO that can run at the scale.")
 @click.option("--model", "model_text", default="alpha-beta", show_default=True,
               help=f"Comma-separated cost models ({', '.join(COST_MODELS)}) or 'all'.")
 @click.option("--steps", type=POSITIVE_INT, help="Steps per run (overrides the scenario's `steps`).")
@@ -57,16 +80,22 @@ def algorithms(scenario, nodes_text, algorithm_text, model_text, steps, override
     (one baseline step's collectives), exposed communication and scaling efficiency
     (compute / step time); '*' marks the fastest.
     Algorithms a model does not cover (NCCL's models: ring, tree, auto) are skipped, and so
-    are NCCL's models on GPUs they have no tables for (cluster.gpu_arch blackwell).
+    are NCCL's models on GPUs they have no tables for (cluster.gpu_arch blackwell) and any
+    nccl:ALGO that NCCL cannot run at that node count (nvls across nodes without SHARP).
+    Under a calibration with a physical fit (`calibrate --physical`), nccl and nccl:ALGO
+    are priced by its calibrated constants.
     """
     from commsim.analysis.algorithm_comparison import compare
     from commsim.collectives import algorithms_for
 
     stdout_taken = check_outputs({"--json": json_path, "--csv": csv_path}, {"SCENARIO": scenario})
-    names = split_choices(algorithm_text, "--algorithm", ALL_REDUCE + PHYSICAL)
+    everything = algorithm_text is not None and algorithm_text.strip() == "all"
+    names = split_choices(algorithm_text, "--algorithm", algorithm_names()) if algorithm_text and not everything else None
     models = split_choices(model_text, "--model", COST_MODELS)
     counts = node_counts(nodes_text) if nodes_text else None
     sc = load_or_fail(scenario, overrides, steps, None, force=force)
+    names = names or default_algorithms(sc, everything)
+    algorithm_text = algorithm_text or ",".join(names)
     check_not_named_calibration({"--json": json_path, "--csv": csv_path}, scenario, overrides)  # known once the scenario is read
     priced = []
     for m in models:
@@ -78,7 +107,7 @@ def algorithms(scenario, nodes_text, algorithm_text, model_text, steps, override
     if not priced:
         fail(refused)
     models = priced
-    pairs = [(a, m) for m in models for a in names if a in algorithms_for(m)]
+    pairs = [(a, m) for m in models for a in names if ("nccl" if nccl_restricted(a) else a) in algorithms_for(m)]
     if not pairs:
         covered = "; ".join(f"{m} covers {', '.join(algorithms_for(m))}" for m in models)
         fail(f"no (algorithm, model) pair to run among --algorithm {algorithm_text} and --model {model_text}: {covered}")
@@ -106,11 +135,12 @@ def algorithms(scenario, nodes_text, algorithm_text, model_text, steps, override
 
 def format_rows(rows) -> str:
     """A fixed-width table of :func:`commsim.analysis.algorithm_comparison.compare` rows."""
-    head = f"{'GPUs':>6}  {'algorithm':<17} {'model':<10} {'step ms':>10} {'comm ms':>10} {'exposed ms':>11} {'efficiency':>10}"
+    w = max([17] + [len(r["algorithm"]) for r in rows])  # nccl:collnet_direct is 19
+    head = f"{'GPUs':>6}  {'algorithm':<{w}} {'model':<10} {'step ms':>10} {'comm ms':>10} {'exposed ms':>11} {'efficiency':>10}"
     lines = [head]
     for r in rows:
         mark = " *" if r["fastest"] else ""
-        lines.append(f"{r['world_size']:>6}  {r['algorithm']:<17} {r['model']:<10} {r['step_time_s'] * 1e3:>10.2f} "
+        lines.append(f"{r['world_size']:>6}  {r['algorithm']:<{w}} {r['model']:<10} {r['step_time_s'] * 1e3:>10.2f} "
                      f"{r['comm_time_s'] * 1e3:>10.2f} {r['exposed_comm_s'] * 1e3:>11.2f} "
                      f"{r['scaling_efficiency']:>10.3f}{mark}")
     return "\n".join(lines)

@@ -88,7 +88,13 @@ def algorithm_tables(scenario_path, overrides, algorithm, model, ranks, cal_path
         sc = resized(sc, ranks)
     fabric = scenario_fabric(replace(sc, calibration=None))  # nominal links unless --calibration
     cal = load_calibration(cal_path) if cal_path else None
-    if cal is not None:
+    physical = cal is not None and not cal.levels and cal.physical is not None
+    if physical:  # a physical fit prices NCCL's own choice (algorithm nccl) at the scenario's scale
+        if names != ["nccl"]:
+            fail(f"--calibration {cal_path}: a physical fit prices NCCL's own collectives only: expected "
+                 f"--algorithm nccl, got {','.join(names)}")
+        fabric = scenario_fabric(replace(sc, calibration=cal, collective=replace(sc.collective, algorithm="nccl")))
+    elif cal is not None:
         from commsim.calibration import CalibrationError
         from commsim.calibration.records import default_level
 
@@ -96,19 +102,23 @@ def algorithm_tables(scenario_path, overrides, algorithm, model, ranks, cal_path
             default_level(cal)
         except CalibrationError as err:
             raise CalibrationError(err.message, source=str(cal_path)) from None
-    links = fitted_fabric(fabric, cal) if cal else fabric  # priced per size range by the fit
+    links = fitted_fabric(fabric, cal) if cal and not physical else fabric  # priced per size range by the fit
     rows = algorithm_rows(names, lambda size: links, sizes, model)
     where = f"{counted(sc.world_size, 'rank')} ({counted(sc.cluster.nodes, 'node')} x {sc.cluster.gpus_per_node}), model {model}"
-    links = f"calibration {cal_path}" if cal else "nominal links"
+    links = f"calibration {cal_path}{' (physical fit)' if physical else ''}" if cal else "nominal links"
     head = f"# commsim collective: {scenario_path}, {where}, {links}"
-    note = extrapolation_note(cal, sc.world_size, nodes=sc.cluster.nodes) if cal else None
-    if note:
-        head += f"\n# {note}"
+    if physical:
+        note = cal.physical.extrapolation(sc.cluster.nodes)
+    else:
+        note = extrapolation_note(cal, sc.world_size, nodes=sc.cluster.nodes) if cal else None
+    noted = f"\n# {note}" if note else ""
     if len(names) == 1:
         chosen = sorted({r["chosen"] for r in rows})
         table = format_nccl_table([nccl_columns(r) for r in rows])
-        return rows, "\n".join([f"{head}, algorithm {names[0]} (runs: {', '.join(chosen)})", table])
-    return rows, format_algorithm_table(head, names, rows)
+        # the note on a line of its own, after the header line it qualifies (it was once put
+        # between the header and the header's own ", algorithm ..." tail)
+        return rows, "\n".join([f"{head}, algorithm {names[0]} (runs: {', '.join(chosen)}){noted}", table])
+    return rows, format_algorithm_table(head + noted, names, rows)
 
 
 def calibration_table(cal_path: str, ranks: int, sizes, level: Optional[str]):

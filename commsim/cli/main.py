@@ -180,7 +180,25 @@ def run(scenario, steps, seed, overrides, calibration, json_path, csv_path, trac
 
         plot_run(result, summary, plot_path, baseline=baseline)  # a PlotError is an InputError: one line, exit 2
     if not quiet:
-        print_summary(sc, summary, text_console(stderr=stdout_taken))
+        console = text_console(stderr=stdout_taken)
+        print_summary(sc, summary, console)
+        note = physical_fit_note(sc)
+        if note:
+            console.print(f"note: {note}", highlight=False)
+
+
+def physical_fit_note(sc) -> Optional[str]:
+    """What `run` says of all-reduces priced by a calibration's physical fit
+    (``collective.algorithm: nccl``): whose hardware, and how far beyond the logs' scales."""
+    fit = sc.calibration.physical if sc.calibration is not None else None
+    if sc.collective.algorithm != "nccl" or fit is None:
+        return None
+    within = ", ".join(f"{key} {value}" for key, value in (("nccl_algo", sc.collective.nccl_algo),
+                                                              ("nccl_proto", sc.collective.nccl_proto)) if value)
+    note = f"all-reduces: NCCL's choice{' within ' + within if within else ''}, priced by the calibration's " \
+           f"physical fit of {fit.nominal.name}"
+    far = fit.extrapolation(sc.cluster.nodes)
+    return f"{note}; {far}" if far else note
 
 
 main.add_command(run)

@@ -720,9 +720,10 @@ class SystemFabric(Fabric):
     nccl_proto: Optional[str] = None
 
 
-def with_system(fabric: Fabric, system: System, choice_system: Optional[System] = None,
+def with_system(fabric: Fabric, system: Optional[System], choice_system: Optional[System] = None,
                 nccl_algo: Optional[str] = None, nccl_proto: Optional[str] = None) -> SystemFabric:
-    """`fabric` carrying `system` (see :class:`SystemFabric`)."""
+    """`fabric` carrying `system` (see :class:`SystemFabric`; None: the system its links
+    describe, :func:`system_of_fabric`)."""
     kw = {f.name: getattr(fabric, f.name) for f in fields(Fabric)}
     return SystemFabric(**kw, system=system, choice_system=choice_system, nccl_algo=nccl_algo, nccl_proto=nccl_proto)
 

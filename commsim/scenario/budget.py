@@ -205,7 +205,8 @@ def _collective_kinds(scenario: spec.Scenario, sizes) -> list:
     """The kernel each collective of a step runs, as a key of :data:`COSTS`."""
     sharding, collective = scenario.ddp.sharding, scenario.collective
     # NCCL's cost models and the physical `nccl` algorithm: one time for all ranks (a barrier kernel)
-    uniform = (collective.model != "alpha-beta" or collective.algorithm == "nccl") and scenario.calibration is None
+    # (a calibration's link levels make the ring per rank; a physical fit keeps `nccl` a barrier)
+    uniform = collective.algorithm == "nccl" or (collective.model != "alpha-beta" and scenario.calibration is None)
     if sharding != "none":  # reduce-scatters and all-gathers: ring halves (or one NCCL time)
         per_bucket = 2 if sharding == "zero2" else 3
         return ["uniform" if uniform else "reduce_scatter"] * (per_bucket * len(sizes))

@@ -162,7 +162,7 @@ SECTION_KEYS: Dict[str, Tuple[str, ...]] = {
     "ddp": ("bucket_cap", "first_bucket", "overlap", "gradient_accumulation", "sharding", "bucket_sizes",
             "bucket_ready", "bucket_overhead", "memory_bandwidth", "gradient_as_bucket_view", "overlap_slowdown",
             "comm_streams", "comm_capacity", "comm_shared"),
-    "collective": ("algorithm", "model"),
+    "collective": ("algorithm", "model", "nccl_algo", "nccl_proto"),
 }
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Mapping, Optional, Tuple, get_args
 
 from commsim.collectives import algorithms_for
-from commsim.errors import ScenarioError
+from commsim.errors import InputError, ScenarioError
 from commsim.scenario import spec
 from commsim.scenario.schema_fields import (
     SECTION_KEYS,
@@ -235,7 +235,30 @@ def read_collective(source: str, value: Any) -> spec.Collective:
     if algorithm not in covered:
         raise ScenarioError(source, "collective.algorithm",
                             f"expected one of {', '.join(covered)} under model {model}, got {algorithm!r}")
-    return spec.Collective(algorithm=algorithm, model=model)
+    selections = {key: m.get(key, read_selection, None) for key in ("nccl_algo", "nccl_proto")}
+    for key, text in selections.items():
+        if text is not None and algorithm != "nccl":
+            raise CrossKeyError(source, f"collective.{key}",
+                                f"restricts NCCL's own choice: expected collective.algorithm nccl, got {algorithm!r}",
+                                related=("collective.algorithm",))
+    if algorithm == "nccl" and any(v is not None for v in selections.values()):
+        # the NCCL model's names, read only where the keys are used (most scenarios never need them)
+        from commsim.collectives.nccl.runnable import parse_selection
+        from commsim.collectives.nccl.scale import ALGORITHMS as NCCL_ALGORITHMS, PROTOCOLS
+
+        for key, names in (("nccl_algo", NCCL_ALGORITHMS), ("nccl_proto", PROTOCOLS)):
+            try:
+                parse_selection(selections[key], names, key, source)
+            except InputError as exc:
+                raise ScenarioError(source, f"collective.{key}", exc.message) from None
+    return spec.Collective(algorithm=algorithm, model=model, **selections)
+
+
+def read_selection(value: Any) -> str:
+    """An NCCL_ALGO / NCCL_PROTO style selection: "ring", "ring,tree", "^nvls"."""
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"expected names like NCCL_ALGO's (ring, ring,tree or ^nvls), got {describe(value)}")
+    return value.strip()
 
 
 def calibration_file(source: str, value: str) -> Path:
@@ -247,27 +270,63 @@ def calibration_file(source: str, value: str) -> Path:
 
 
 def read_calibration(source: str, value: Any, collective: spec.Collective):
-    """`calibration: PATH` (relative to the scenario file): a file from `commsim calibrate`."""
+    """`calibration: PATH` (relative to the scenario file): a file from `commsim calibrate`.
+
+    Its link levels price the ring (``collective.algorithm: ring``, ``model: alpha-beta``); its
+    physical fit (``calibrate --physical``) prices NCCL's own collectives
+    (``collective.algorithm: nccl``) at the scenario's scale."""
     if not isinstance(value, str) or not value:
         raise ScenarioError(source, "calibration", f"expected the path of a calibration file, got {describe(value)}")
-    if (collective.algorithm, collective.model) != ("ring", "alpha-beta"):
+    nccl = collective.algorithm == "nccl"
+    if not nccl and (collective.algorithm, collective.model) != ("ring", "alpha-beta"):
         raise ScenarioError(
             source, "calibration",
             "a calibration measured the library's own all-reduce and replaces the ring's link costs: "
-            f"expected collective.algorithm ring with model alpha-beta, got {collective.algorithm} / {collective.model}",
+            "expected collective.algorithm ring with model alpha-beta (or nccl, with a physical fit), "
+            f"got {collective.algorithm} / {collective.model}",
         )
     # the file reader (with its physical-fit and NCCL-table modules) is imported only for a
     # scenario that names a calibration: most runs have none and should not pay for it
     from commsim.calibration.file import load_calibration
 
     path = calibration_file(source, value)
-    from commsim.calibration.records import default_level
-
     try:
         cal = load_calibration(path)
-        # the ring is priced by a link level: a file with only a physical fit failed later, in
-        # the run, as "calibration has no link level ... (it has )", naming neither file nor key
-        default_level(cal)
-        return cal
     except ScenarioError as err:  # the calibration file's own one-line error, reported at this key
         raise ScenarioError(source, "calibration", str(err) if err.source else f"{path}: {err}") from None
+    if nccl:
+        if cal.physical is None:
+            raise CrossKeyError(source, "calibration",
+                                f"{path}: collective.algorithm nccl is priced by a physical fit, and this calibration "
+                                "has only link levels (write one with commsim calibrate --from-nccl-tests LOG ... "
+                                "--physical --system PRESET)", related=("collective.algorithm",))
+    elif not cal.levels:
+        # the ring is priced by a link level: a file with only a physical fit failed later, in
+        # the run, as "calibration has no link level ... (it has )", naming neither file nor key
+        raise CrossKeyError(source, "calibration",
+                            f"{path}: the calibration has only a physical fit, which prices NCCL's own collectives: "
+                            "expected collective.algorithm nccl (collective.nccl_algo: ring runs NCCL's ring), "
+                            f"got {collective.algorithm}", related=("collective.algorithm",))
+    return cal
+
+
+def check_nccl_selection(source: str, collective: spec.Collective, cluster: spec.Cluster, calibration) -> None:
+    """``collective.nccl_algo`` / ``nccl_proto`` that leave NCCL nothing it can run at the
+    scenario's scale (NVLS across nodes without SHARP, PAT on more than one GPU per node) are
+    refused at their key when the scenario is read, not in the middle of the run."""
+    if collective.algorithm != "nccl" or (collective.nccl_algo is None and collective.nccl_proto is None) \
+            or cluster.world_size < 2:
+        return
+    from commsim.collectives.nccl_tuner import plan
+    from commsim.network.system import system_of_fabric
+    from commsim.scenario.topology import cluster_fabric
+
+    fit = calibration.physical if calibration is not None else None
+    system = fit.system if fit is not None else system_of_fabric(cluster_fabric(cluster))
+    try:
+        plan("all_reduce", system, cluster.nodes, cluster.gpus_per_node, algorithm=collective.nccl_algo,
+             protocol=collective.nccl_proto, source=source)
+    except InputError as exc:
+        key = "nccl_proto" if exc.path == "protocol" else "nccl_algo"
+        raise CrossKeyError(source, f"collective.{key}", exc.message,
+                            related=("cluster.nodes", "cluster.gpus_per_node", "cluster.preset")) from None

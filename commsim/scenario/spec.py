@@ -167,10 +167,15 @@ class DDP:
 
 @dataclass(frozen=True)
 class Collective:
-    """Which all-reduce algorithm the job uses, and which cost model prices it."""
+    """Which all-reduce algorithm the job uses, and which cost model prices it. Under
+    ``algorithm: nccl`` (NCCL's own choice, priced by the physical model), ``nccl_algo`` and
+    ``nccl_proto`` restrict that choice as NCCL_ALGO and NCCL_PROTO do ("ring", "^nvls",
+    "LL,LL128"); None keeps every runnable one."""
 
     algorithm: Algorithm = "ring"
     model: CostModel = "alpha-beta"
+    nccl_algo: Optional[str] = None
+    nccl_proto: Optional[str] = None
 
 
 @dataclass(frozen=True)

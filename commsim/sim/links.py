@@ -15,16 +15,29 @@ from typing import Iterable
 
 from commsim.calibration import Calibration, fitted_level_constants, measured_level_constants
 from commsim.network.fabric import Fabric
+from commsim.network.system import with_system
 from commsim.scenario.spec import Scenario, SlowLink
 from commsim.scenario.topology import cluster_fabric
 
 
 def scenario_fabric(scenario: Scenario) -> Fabric:
     """The scenario's fabric: its cluster, priced per size by its calibration's measured curve
-    (:func:`commsim.calibration.model.measured_level_constants`) if it has one, slow links applied."""
-    pricing = partial(measured_level_constants, scenario.calibration) if scenario.calibration is not None else None
+    (:func:`commsim.calibration.model.measured_level_constants`) where the calibration has link
+    levels, slow links applied. Under ``collective.algorithm: nccl`` it also carries the
+    physical system NCCL's collectives are priced on (:func:`commsim.network.system.with_system`):
+    the calibration's physical fit where it has one (NCCL's pick still made on the nominal
+    hardware the fit started from, as NCCL makes it), else the system the links describe, with
+    ``collective.nccl_algo`` / ``nccl_proto`` restricting the choice."""
+    cal = scenario.calibration
+    pricing = partial(measured_level_constants, cal) if cal is not None and cal.levels else None
+    fabric = cluster_fabric(scenario.cluster, pricing)
+    collective = scenario.collective
+    if collective.algorithm == "nccl":
+        fit = cal.physical if cal is not None else None
+        fabric = with_system(fabric, fit.system if fit is not None else None, fit.nominal if fit is not None else None,
+                             collective.nccl_algo, collective.nccl_proto)
     slow = [s for s in scenario.stragglers if isinstance(s, SlowLink)]
-    return with_slow_links(cluster_fabric(scenario.cluster, pricing), slow)
+    return with_slow_links(fabric, slow)
 
 
 def with_slow_links(fabric: Fabric, slow_links: Iterable[SlowLink]) -> Fabric:

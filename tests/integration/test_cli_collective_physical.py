@@ -104,8 +104,12 @@ def test_a_physical_only_calibration_in_a_scenario_names_the_file_and_key(tmp_pa
     assert run_cli(["run", "scenarios/validate_gloo_2rank.yaml", "-q", "--calibration", str(cal)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"commsim: error: scenarios/validate_gloo_2rank.yaml (after --calibration {str(cal)!r}): "
-                   f"calibration: {cal}: calibration has no link level, only a physical fit: predict with "
-                   "commsim collective --calibration CAL --nodes N --gpus-per-node G"]
+                   f"calibration: {cal}: the calibration has only a physical fit, which prices NCCL's own "
+                   "collectives: expected collective.algorithm nccl (collective.nccl_algo: ring runs NCCL's ring), "
+                   "got ring"]
+    # with collective.algorithm nccl the same file prices the run
+    assert run_cli(["run", "scenarios/validate_gloo_2rank.yaml", "-q", "--calibration", str(cal),
+                    "--set", "collective.algorithm=nccl"]) == 0
 
 
 def test_collective_level_the_calibration_lacks_names_the_file_and_option(tmp_path, capsys):

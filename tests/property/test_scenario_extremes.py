@@ -75,6 +75,9 @@ BASES: Dict[str, Dict[str, Any]] = {
     "nccl": {**_COMMON, "cluster": {**_CLUSTER, "intra_kind": "pcie", "nics_per_node": 2, "gpu_arch": "ampere"},
              "collective": {"algorithm": "auto", "model": "nccl-2.19"}, "stragglers": _STRAGGLERS[5:],
              "ddp": {"bucket_cap": "1 MB", "first_bucket": "100 kB", **_DDP_COSTS}},
+    "physical": {**_COMMON, "cluster": _CLUSTER, "stragglers": _STRAGGLERS[5:],
+                 "collective": {"algorithm": "nccl", "model": "alpha-beta", "nccl_algo": "ring,tree",
+                                "nccl_proto": "^LL"}},
     "nics": {**_COMMON, "cluster": {"preset": "dgx-a100", "nodes": 2, "gpus_per_node": 2, "nics_per_node": 2,
                                     "nic_bandwidth": "100 Gbps", "oversubscription": 2}},
 }

@@ -110,7 +110,7 @@ def test_calibration_checks_before_reading():
     ring = spec.Collective()
     assert error(read_calibration, 3, ring) == "t.yaml: calibration: expected the path of a calibration file, got 3"
     assert error(read_calibration, "c.yaml", spec.Collective("tree")).endswith(
-        "expected collective.algorithm ring with model alpha-beta, got tree / alpha-beta"
+        "expected collective.algorithm ring with model alpha-beta (or nccl, with a physical fit), got tree / alpha-beta"
     )
 
 
