@@ -80,7 +80,8 @@ def test_plot_of_an_older_results_json_with_a_nan_curve_skips_it(tmp_path):
 
 def test_a_physical_fit_alone_on_a_scenarios_cluster_is_refused_naming_the_file(tmp_path, capsys):
     # the algorithms are priced by the calibration's link levels; a physical-only file failed
-    # mid-table as "calibration has no link level 'intra_node' (it has )", naming no file
+    # mid-table as "calibration has no link level 'intra_node' (it has )", naming no file. A
+    # physical fit prices NCCL's own choice (--algorithm nccl), not the alpha-beta ring
     cal = tmp_path / "phys.yaml"
     log = "tests/data/nccl-tests-multiscale/Snellius-H100_1x4_odissei-allgather.txt"  # no all-reduce: no level
     assert run_cli(["calibrate", "--from-nccl-tests", log, "--physical", "--system", "dgx-h100", "-o", str(cal)]) == 0
@@ -88,8 +89,11 @@ def test_a_physical_fit_alone_on_a_scenarios_cluster_is_refused_naming_the_file(
     assert run_cli(["collective", "scenarios/32gpu_throttle.yaml", "--calibration", str(cal), "--algorithm", "ring",
                     "--sizes", "8:64"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith(f"commsim: error: {cal}: calibration has no link level, only a physical fit")
+    assert err.startswith(f"commsim: error: --calibration {cal}: a physical fit prices NCCL's own collectives only: "
+                          "expected --algorithm nccl, got ring")
     assert err.count("\n") == 1
+    assert run_cli(["collective", "scenarios/32gpu_throttle.yaml", "--calibration", str(cal), "--algorithm", "nccl",
+                    "--sizes", "8:64", "-q"]) == 0
 
 
 def test_level_with_a_scenario_is_refused_not_ignored(calibration, capsys):
