@@ -58,6 +58,24 @@ def test_collectives_algorithm_blocks_are_the_commands_output(command, printed):
     assert _commsim(command) == printed
 
 
+def _calibrated_scenario_blocks():
+    text = (ROOT / "docs" / "calibration.md").read_text()
+    blocks = [(c, out) for c, out in _shell_blocks(text) if "scenarios/dgx_h100_calibrated.yaml" in c]
+    assert len(blocks) == 2, blocks
+    return [pytest.param(c, out, id=c.split()[1]) for c, out in blocks]
+
+
+@pytest.mark.parametrize("command, printed", _calibrated_scenario_blocks())
+def test_calibration_guide_blocks_of_the_calibrated_scenario_are_the_commands_output(command, printed):
+    """The physical fit pricing a scenario: every line quoted (the run's abridged at '...')."""
+    out = _commsim(command)
+    if "commsim algorithms" in command:
+        assert out == printed
+    else:
+        quoted = [line for line in printed.splitlines() if line != "..."]
+        assert quoted and all(line in out.splitlines() for line in quoted), out
+
+
 def _readme_scaling_rows():
     text = README.read_text()
     table = text[text.index("| GPUs | mean step | baseline |"):]

@@ -119,3 +119,19 @@ def test_collective_of_a_scenario_prices_nccl_with_a_physical_calibration(tmp_pa
     assert run_cli(["collective", str(sc_path), "--calibration", str(cal), "--algorithm", "ring", "-q"]) == 2
     assert "a physical fit prices NCCL's own collectives only: expected --algorithm nccl, got ring" in \
         capsys.readouterr().err
+
+
+def test_the_shipped_calibrated_scenario_holds_todays_fit(tmp_path):
+    """scenarios/dgx_h100_calibrated.yaml is priced by scenarios/calibrations/h100_cluster01_physical.yaml,
+    a fit of two shipped logs: refitting them must give the same system, or the file is stale
+    (rewrite it with the command in the scenario's header)."""
+    fresh = tmp_path / "fresh.yaml"
+    assert run_cli(["calibrate", "--from-nccl-tests", *LOGS, "--physical", "--system", "dgx-h100", "-q",
+                    "-o", str(fresh)]) == 0
+    from commsim.calibration.file import load_calibration
+
+    shipped = load_scenario("scenarios/dgx_h100_calibrated.yaml").calibration.physical
+    refit = load_calibration(fresh).physical
+    for name in refit.system.FIT_NAMES:
+        assert getattr(shipped.system, name) == pytest.approx(getattr(refit.system, name), rel=1e-9), name
+    assert shipped.nominal == refit.nominal
