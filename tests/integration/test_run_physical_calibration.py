@@ -132,6 +132,8 @@ def test_the_shipped_calibrated_scenario_holds_todays_fit(tmp_path):
 
     shipped = load_scenario("scenarios/dgx_h100_calibrated.yaml").calibration.physical
     refit = load_calibration(fresh).physical
+    # rel 1e-4: another machine's floating point may end the fit's iterations a few digits apart;
+    # a change to the model moves its constants by far more
     for name in refit.system.FIT_NAMES:
-        assert getattr(shipped.system, name) == pytest.approx(getattr(refit.system, name), rel=1e-9), name
+        assert getattr(shipped.system, name) == pytest.approx(getattr(refit.system, name), rel=1e-4), name
     assert shipped.nominal == refit.nominal
