@@ -312,8 +312,8 @@ def read_calibration(source: str, value: Any, collective: spec.Collective):
 
 def check_nccl_selection(source: str, collective: spec.Collective, cluster: spec.Cluster, calibration) -> None:
     """``collective.nccl_algo`` / ``nccl_proto`` that leave NCCL nothing it can run at the
-    scenario's scale (NVLS across nodes without SHARP, PAT on more than one GPU per node) are
-    refused at their key when the scenario is read, not in the middle of the run."""
+    scenario's scale (NVLS across nodes without SHARP; PAT, which runs all_gather and
+    reduce_scatter only) are refused at their key when the scenario is read, not mid-run."""
     if collective.algorithm != "nccl" or (collective.nccl_algo is None and collective.nccl_proto is None) \
             or cluster.world_size < 2:
         return
