@@ -120,3 +120,24 @@ def summarize(scenario: Scenario, result: Optional[RunResult] = None, baseline: 
         "throughput_samples_per_s": samples / mean,
         "stragglers_top": stragglers_top(late_ranks(result, baseline), scenario.world_size),
     }
+
+
+def ring_latency_share(scenario: Scenario, bucket_sizes) -> Optional[float]:
+    """The share of a step's ring all-reduce time that is the ring's 2(n-1) per-hop latencies
+    (each bucket's ring priced at no bytes, over the same ring at its bytes), for a scenario
+    whose all-reduces run the alpha-beta ring on its nominal links; None for any other (a tree,
+    NCCL's choice, a calibration, sharded collectives, one rank). At 16,384 ranks the ring pays
+    32,766 latency steps per bucket, which no bucket size hides: `run` says so."""
+    c = scenario.collective
+    if (c.algorithm, c.model) != ("ring", "alpha-beta") or scenario.calibration is not None \
+            or scenario.ddp.sharding != "none" or scenario.world_size < 2 or not len(bucket_sizes):
+        return None
+    from commsim.collectives.kernels import collective_time
+    from commsim.sim.links import scenario_fabric
+
+    fabric = scenario.without_stragglers()
+    fabric = scenario_fabric(fabric)
+    sizes, counts = np.unique(np.asarray(bucket_sizes, dtype=float), return_counts=True)
+    full = sum(k * collective_time("ring", fabric, s) for s, k in zip(sizes, counts))
+    latency = len(bucket_sizes) * collective_time("ring", fabric, 0.0)
+    return float(latency / full) if full > 0 else None

@@ -182,9 +182,28 @@ def run(scenario, steps, seed, overrides, calibration, json_path, csv_path, trac
     if not quiet:
         console = text_console(stderr=stdout_taken)
         print_summary(sc, summary, console)
-        note = physical_fit_note(sc)
-        if note:
-            console.print(f"note: {note}", highlight=False)
+        for note in (physical_fit_note(sc), ring_latency_note(sc, result.bucket_sizes)):
+            if note:
+                console.print(f"note: {note}", highlight=False)
+
+
+# A ring whose latency steps are at least this share of its all-reduce time: the run says that a
+# tree or NCCL's choice would cut them (scaling_1024.yaml's ring at 2,048 nodes is 99% latency)
+RING_LATENCY_NOTE_SHARE = 0.5
+
+
+def ring_latency_note(sc, bucket_sizes) -> Optional[str]:
+    """What `run` says when the alpha-beta ring's 2(n-1) per-hop latencies are most of its
+    all-reduce time (:func:`commsim.analysis.report.ring_latency_share`)."""
+    from commsim.analysis.report import ring_latency_share
+
+    share = ring_latency_share(sc, bucket_sizes)
+    if share is None or share < RING_LATENCY_NOTE_SHARE:
+        return None
+    n = sc.world_size
+    return (f"the ring's 2(n-1) = {2 * (n - 1):,} per-hop latencies are {share:.0%} of its all-reduce time at "
+            f"{n:,} ranks; a tree, the hierarchical ring and NCCL's own choice pay fewer "
+            "(commsim algorithms --algorithm ring,tree,hierarchical,nccl compares them)")
 
 
 def physical_fit_note(sc) -> Optional[str]:
