@@ -35,6 +35,8 @@ def with_algorithm(scenario: Scenario, algorithm: str, model: str) -> Scenario:
     """
     held = nccl_restricted(algorithm)
     name = "nccl" if held else algorithm
+    if name == "nccl" and not held:  # NCCL's choice as the scenario configures it, as `run` prices it
+        held = scenario.collective.nccl_algo
     cal = scenario.calibration
     if cal is not None:
         allowed = ([("ring", "alpha-beta")] if cal.levels else []) + ([("nccl", "alpha-beta")] if cal.physical else [])
@@ -54,7 +56,8 @@ def runs_at_scale(scenario: Scenario) -> bool:
     from commsim.scenario.schema import check_nccl_selection
 
     try:
-        check_nccl_selection(scenario.name, scenario.collective, scenario.cluster, scenario.calibration)
+        check_nccl_selection(scenario.name, scenario.collective, scenario.cluster, scenario.calibration,
+                             scenario.ddp.sharding)
     except InputError:
         return False
     return True

@@ -42,12 +42,14 @@ def algorithm_names() -> tuple:
 
 def default_algorithms(scenario, everything: bool = False) -> list:
     """--algorithm left out: ring, tree and hierarchical (`everything`, --algorithm all: every
-    all-reduce algorithm and nccl); for a scenario whose calibration is a physical fit (which
-    prices NCCL's collectives only), NCCL's choice and each of its algorithms alone."""
+    all-reduce algorithm and nccl). For a calibrated scenario, what its calibration prices: the
+    ring where it has link levels, NCCL's choice and each of NCCL's algorithms alone where it
+    has a physical fit."""
     cal = scenario.calibration
-    if cal is not None and cal.physical is not None and not cal.levels:
-        return [a for a in algorithm_names() if a == "nccl" or a.startswith(NCCL_PREFIX)]
-    return list(ALL_REDUCE + PHYSICAL) if everything else list(DEFAULT_ALGORITHMS)
+    if cal is None:
+        return list(ALL_REDUCE + PHYSICAL) if everything else list(DEFAULT_ALGORITHMS)
+    return (["ring"] if cal.levels else []) + \
+        ([a for a in algorithm_names() if a == "nccl" or a.startswith(NCCL_PREFIX)] if cal.physical is not None else [])
 
 
 DEFAULT_ALGORITHMS = ("ring", "tree", "hierarchical")
@@ -60,8 +62,8 @@ DEFAULT_ALGORITHMS = ("ring", "tree", "hierarchical")
               help=f"Comma-separated all-reduce algorithms ({', '.join(ALL_REDUCE + PHYSICAL)}; nccl: NCCL's "
                    "own choice priced by the physical model; nccl:ALGO: that choice held to one of NCCL's "
                    "algorithms, as NCCL_ALGO=ALGO: nccl:ring, nccl:tree, nccl:nvls, ...) or 'all' (those and nccl). Default: "
-                   f"{','.join(DEFAULT_ALGORITHMS)}; under a calibration with only a physical fit, nccl and "
-                   "every nccl:ALGO that can run at the scale.")
+                   f"{','.join(DEFAULT_ALGORITHMS)}; under a calibration, what it prices: ring for its link "
+                   "levels, nccl and every nccl:ALGO that can run at the scale for its physical fit.")
 @click.option("--model", "model_text", default="alpha-beta", show_default=True,
               help=f"Comma-separated cost models ({', '.join(COST_MODELS)}) or 'all'.")
 @click.option("--steps", type=POSITIVE_INT, help="Steps per run (overrides the scenario's `steps`).")
@@ -122,6 +124,16 @@ def algorithms(scenario, nodes_text, algorithm_text, model_text, steps, override
             except InputError as exc:
                 fail(str(exc))
     rows = compare(sc, counts or [sc.cluster.nodes], names, models)
+    if not rows:  # every pair asked for was an nccl:ALGO that NCCL cannot run at these node counts
+        from commsim.scenario.schema import check_nccl_selection
+
+        a, m = pairs[0]
+        try:
+            check_nccl_selection(scenario, with_algorithm(sc, a, m).collective, with_nodes(sc, (counts or [sc.cluster.nodes])[0]).cluster,
+                                 sc.calibration, sc.ddp.sharding)
+        except InputError as exc:
+            fail(f"--algorithm {algorithm_text}: nothing NCCL can run: {exc.message}")
+        fail(f"--algorithm {algorithm_text}: nothing to run at these node counts")
     if json_path:
         doc = {"scenario": sc.name, "rows": rows}
         write_output(json_path, json.dumps(doc, indent=2, sort_keys=True) + "\n", "the JSON rows")

@@ -88,12 +88,21 @@ def algorithm_tables(scenario_path, overrides, algorithm, model, ranks, cal_path
         sc = resized(sc, ranks)
     fabric = scenario_fabric(replace(sc, calibration=None))  # nominal links unless --calibration
     cal = load_calibration(cal_path) if cal_path else None
-    physical = cal is not None and not cal.levels and cal.physical is not None
-    if physical:  # a physical fit prices NCCL's own choice (algorithm nccl) at the scenario's scale
+    # a physical fit prices NCCL's own choice (--algorithm nccl) at the scenario's scale; link
+    # levels, where the file has them too, price the others
+    physical = cal is not None and cal.physical is not None and (names == ["nccl"] or not cal.levels)
+    if physical:
         if names != ["nccl"]:
             fail(f"--calibration {cal_path}: a physical fit prices NCCL's own collectives only: expected "
                  f"--algorithm nccl, got {','.join(names)}")
-        fabric = scenario_fabric(replace(sc, calibration=cal, collective=replace(sc.collective, algorithm="nccl")))
+        try:
+            from commsim.scenario.schema import check_nccl_selection
+
+            priced = replace(sc, calibration=cal, collective=replace(sc.collective, algorithm="nccl"))
+            check_nccl_selection(f"{scenario_path} (--calibration {cal_path})", priced.collective, priced.cluster, cal)
+        except InputError as exc:
+            fail(str(exc))
+        fabric = scenario_fabric(priced)
     elif cal is not None:
         from commsim.calibration import CalibrationError
         from commsim.calibration.records import default_level

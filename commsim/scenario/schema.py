@@ -186,7 +186,7 @@ def parse_scenario(doc: Any, source: str) -> spec.Scenario:
         )
     check_cost_model_arch(source, collective.model, cluster.gpu_arch)
     calibration = read_calibration(source, doc["calibration"], collective) if "calibration" in doc else None
-    check_nccl_selection(source, collective, cluster, calibration)
+    check_nccl_selection(source, collective, cluster, calibration, ddp.sharding)
     if ddp.comm_streams > 1:
         _check_comm_streams(source, ddp.comm_streams, cluster, collective, stragglers, MITIGATION_KEY in doc)
     return spec.Scenario(

@@ -235,7 +235,8 @@ def read_collective(source: str, value: Any) -> spec.Collective:
     if algorithm not in covered:
         raise ScenarioError(source, "collective.algorithm",
                             f"expected one of {', '.join(covered)} under model {model}, got {algorithm!r}")
-    selections = {key: m.get(key, read_selection, None) for key in ("nccl_algo", "nccl_proto")}
+    selections = {"nccl_algo": m.get("nccl_algo", read_selection("NCCL_ALGO's (ring, ring,tree or ^nvls)"), None),
+                  "nccl_proto": m.get("nccl_proto", read_selection("NCCL_PROTO's (LL, LL,LL128 or ^Simple)"), None)}
     for key, text in selections.items():
         if text is not None and algorithm != "nccl":
             raise CrossKeyError(source, f"collective.{key}",
@@ -254,11 +255,16 @@ def read_collective(source: str, value: Any) -> spec.Collective:
     return spec.Collective(algorithm=algorithm, model=model, **selections)
 
 
-def read_selection(value: Any) -> str:
-    """An NCCL_ALGO / NCCL_PROTO style selection: "ring", "ring,tree", "^nvls"."""
-    if not isinstance(value, str) or not value.strip():
-        raise ValueError(f"expected names like NCCL_ALGO's (ring, ring,tree or ^nvls), got {describe(value)}")
-    return value.strip()
+def read_selection(like: str):
+    """A reader of an NCCL_ALGO / NCCL_PROTO style selection ("ring", "ring,tree", "^nvls"):
+    non-empty text; `like` says whose names, in the message."""
+
+    def parse(value: Any) -> str:
+        if not isinstance(value, str) or not value.strip():
+            raise ValueError(f"expected names like {like}, got {describe(value)}")
+        return value.strip()
+
+    return parse
 
 
 def calibration_file(source: str, value: str) -> Path:
@@ -310,23 +316,42 @@ def read_calibration(source: str, value: Any, collective: spec.Collective):
     return cal
 
 
-def check_nccl_selection(source: str, collective: spec.Collective, cluster: spec.Cluster, calibration) -> None:
-    """``collective.nccl_algo`` / ``nccl_proto`` that leave NCCL nothing it can run at the
-    scenario's scale (NVLS across nodes without SHARP; PAT, which runs all_gather and
-    reduce_scatter only) are refused at their key when the scenario is read, not mid-run."""
-    if collective.algorithm != "nccl" or (collective.nccl_algo is None and collective.nccl_proto is None) \
-            or cluster.world_size < 2:
+def check_nccl_selection(source: str, collective: spec.Collective, cluster: spec.Cluster, calibration,
+                         sharding: str = "none") -> None:
+    """What `collective.algorithm: nccl` can price, checked when the scenario is read, not mid-run:
+
+    - ``collective.nccl_algo`` / ``nccl_proto`` that leave NCCL nothing it can run at the
+      scenario's scale (NVLS across nodes without SHARP; PAT, which runs all_gather and
+      reduce_scatter only) are refused at their key;
+    - a calibration's physical fit holds the scale it can: a cluster with more GPUs per node than
+      the fitted system is refused at ``cluster.gpus_per_node``;
+    - a sharded run (``ddp.sharding`` zero2 / fsdp) has no all-reduce: its reduce-scatters and
+      all-gathers are the ring halves of the cluster's links, which neither a physical fit nor
+      those keys price, so the combination is refused at ``ddp.sharding``."""
+    if collective.algorithm != "nccl":
+        return
+    fit = calibration.physical if calibration is not None else None
+    selected = collective.nccl_algo is not None or collective.nccl_proto is not None
+    if sharding != "none" and (fit is not None or selected):
+        what = "a calibration's physical fit" if fit is not None else "collective.nccl_algo / nccl_proto"
+        raise CrossKeyError(source, "ddp.sharding",
+                            f"{what} prices NCCL's all-reduces, and a {sharding} run has none (its reduce-scatters "
+                            "and all-gathers are the ring halves of the cluster's links): expected ddp.sharding none, "
+                            f"got {sharding}", related=("collective.nccl_algo", "collective.nccl_proto", "calibration"))
+    if cluster.world_size < 2 or not (selected or fit is not None):
         return
     from commsim.collectives.nccl_tuner import plan
     from commsim.network.system import system_of_fabric
     from commsim.scenario.topology import cluster_fabric
 
-    fit = calibration.physical if calibration is not None else None
     system = fit.system if fit is not None else system_of_fabric(cluster_fabric(cluster))
     try:
         plan("all_reduce", system, cluster.nodes, cluster.gpus_per_node, algorithm=collective.nccl_algo,
              protocol=collective.nccl_proto, source=source)
     except InputError as exc:
+        if exc.path in ("nodes", "gpus_per_node"):  # the fitted system cannot hold the cluster
+            raise CrossKeyError(source, f"cluster.{exc.path}", f"{exc.message}: the calibration's physical fit is "
+                                f"of {system.name}", related=("calibration",)) from None
         key = "nccl_proto" if exc.path == "protocol" else "nccl_algo"
         raise CrossKeyError(source, f"collective.{key}", exc.message,
                             related=("cluster.nodes", "cluster.gpus_per_node", "cluster.preset")) from None

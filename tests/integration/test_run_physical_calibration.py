@@ -137,3 +137,81 @@ def test_the_shipped_calibrated_scenario_holds_todays_fit(tmp_path):
     for name in refit.system.FIT_NAMES:
         assert getattr(shipped.system, name) == pytest.approx(getattr(refit.system, name), rel=1e-4), name
     assert shipped.nominal == refit.nominal
+
+
+SNELLIUS = [f"{D}/Snellius-H100_1x4_odissei-allreduce.txt", f"{D}/Snellius-H100_2x4_odissei-allreduce.txt"]
+
+
+@pytest.fixture(scope="module")
+def mixed(tmp_path_factory):
+    """A calibration with both link levels and a physical fit (what calibrate --physical writes
+    from logs that have all-reduce tables), of a 4-GPU node."""
+    path = tmp_path_factory.mktemp("mixed") / "snellius.yaml"
+    assert run_cli(["calibrate", "--from-nccl-tests", *SNELLIUS, "--physical", "--system", "hgx-h100-4gpu", "-q",
+                    "-o", str(path)]) == 0
+    from commsim.calibration.file import load_calibration
+
+    cal = load_calibration(path)
+    assert cal.levels and cal.physical is not None
+    return path
+
+
+@pytest.mark.parametrize("extra, key, says", [
+    # the fit (or the keys) price all-reduces, and a sharded run has none: it was run on the
+    # ring halves while the note said the fit priced it
+    ("ddp: {sharding: zero2}\n", "ddp.sharding", "a calibration's physical fit prices NCCL's all-reduces, and a "
+     "zero2 run has none"),
+    ("ddp: {sharding: fsdp}\n", "ddp.sharding", "expected ddp.sharding none, got fsdp"),
+])
+def test_a_sharded_run_under_the_fit_is_refused(tmp_path, cal, capsys, extra, key, says):
+    assert run_cli(["run", str(scenario_file(tmp_path, cal, extra=extra)), "-q"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{key}: " in err and says in err, err
+
+
+def test_a_cluster_the_fitted_system_cannot_hold_is_refused_at_its_key(tmp_path, mixed, capsys):
+    # the 4-GPU fit under the scenario's 8 GPUs per node: "scale: gpus_per_node: ..." named no file
+    assert run_cli(["run", str(scenario_file(tmp_path, mixed)), "-q"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"commsim: error: {tmp_path / 'sc.yaml'}: cluster.gpus_per_node: expected 1..4 "
+                          "(hgx-h100-4gpu has 4 GPUs per node), got 8: the calibration's physical fit is of "
+                          "hgx-h100-4gpu"), err
+
+
+def test_collective_uses_the_fit_of_a_calibration_with_levels_too(tmp_path, mixed, capsys):
+    sc_path = scenario_file(tmp_path, mixed)
+    out = tmp_path / "rows.json"
+    assert run_cli(["collective", str(sc_path), "--set", "cluster.gpus_per_node=4", "--calibration", str(mixed),
+                    "--algorithm", "nccl", "--sizes", "1M:1G:32", "-q", "--json", str(out)]) == 0
+    rows = json.loads(out.read_text())
+    plan = load_scenario(sc_path, overrides=["cluster.gpus_per_node=4"]).calibration.physical.plan("all_reduce", 16, 4)
+    assert [r["time_us"] for r in rows] == pytest.approx(list(plan.time_us([r["size_bytes"] for r in rows])), rel=1e-9)
+
+
+def test_algorithms_defaults_to_what_the_calibration_prices(tmp_path, mixed, capsys):
+    out = tmp_path / "rows.json"
+    assert run_cli(["algorithms", str(scenario_file(tmp_path, mixed)), "--set", "cluster.gpus_per_node=4", "--steps",
+                    "2", "-q", "--json", str(out)]) == 0
+    names = [r["algorithm"] for r in json.loads(out.read_text())["rows"]]
+    assert names[:2] == ["ring", "nccl"] and "nccl:tree" in names
+
+
+def test_algorithms_of_only_unrunnable_algorithms_says_why(tmp_path, cal, capsys):
+    assert run_cli(["algorithms", str(scenario_file(tmp_path, cal)), "--algorithm", "nccl:nvls", "-q"]) == 2
+    assert ("--algorithm nccl:nvls: nothing NCCL can run: nvls cannot run all_reduce on 16 x 8 of dgx-h100"
+            in capsys.readouterr().err)
+
+
+def test_the_nccl_row_is_the_scenarios_own_choice(tmp_path, cal):
+    path = scenario_file(tmp_path, cal, "{algorithm: nccl, nccl_algo: tree}")
+    out = tmp_path / "rows.json"
+    assert run_cli(["algorithms", str(path), "--algorithm", "nccl", "-q", "--json", str(out)]) == 0
+    row = json.loads(out.read_text())["rows"][0]
+    sc = load_scenario(path)
+    assert row["comm_time_s"] == pytest.approx(summarize(sc, simulate(sc))["comm_time_s"], rel=1e-12)
+
+
+def test_a_protocol_selection_of_the_wrong_type_names_protocols(tmp_path, cal, capsys):
+    assert run_cli(["run", str(scenario_file(tmp_path, cal, "{algorithm: nccl, nccl_proto: 0}")), "-q"]) == 2
+    assert "collective.nccl_proto: expected names like NCCL_PROTO's (LL, LL,LL128 or ^Simple), got 0" in \
+        capsys.readouterr().err

@@ -117,15 +117,19 @@ def parse_selection(text: Optional[str], names: Sequence[str], key: str, source:
         return tuple(names)
     s = str(text).strip()
     negate = s.startswith("^")
-    items = [t.strip() for t in s.lstrip("^").split(",")]
+    body = s[1:] if negate else s
+    if body.startswith("^"):  # "^^ring" read as "^ring": a typo, not a double negation
+        raise InputError(source, key, f"expected one '^' at most, before the whole list, got {s!r}")
+    items = [t.strip() for t in body.split(",")]
     if not all(items):  # "ring," or "ring,,tree": a typo, as the command-line lists treat it
         raise InputError(source, key, f"expected a comma-separated list without empty items, got {s!r}")
-    lower = {n.lower(): n for n in names}
+    # NCCL's own spellings are accepted too: NCCL_ALGO=NVLSTree, CollnetDirect (no underscore)
+    lower = {n.lower().replace("_", ""): n for n in names}
     chosen = []
     for it in items:
-        if it.lower() not in lower:
+        if it.lower().replace("_", "") not in lower:
             raise InputError(source, key, f"unknown name {it!r} (expected {', '.join(names)}, comma-separated, optionally after ^)")
-        chosen.append(lower[it.lower()])
+        chosen.append(lower[it.lower().replace("_", "")])
     if negate:
         return tuple(n for n in names if n not in chosen)
     return tuple(n for n in names if n in chosen)

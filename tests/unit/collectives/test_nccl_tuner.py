@@ -266,3 +266,15 @@ def test_parse_selection_refuses_an_empty_item(text):
 
     with pytest.raises(InputError, match="without empty items"):
         parse_selection(text, ALGORITHMS, "collective.algorithm", "s.yaml")
+
+
+def test_parse_selection_takes_nccls_own_spellings_and_one_caret():
+    from commsim.errors import InputError
+
+    # NCCL_ALGO=NVLSTree / CollnetDirect were unknown names
+    assert parse_selection("NVLSTree,CollnetDirect", ALGORITHMS, "algorithm", "x") == ("collnet_direct", "nvls_tree")
+    assert parse_selection("^nvlstree", ALGORITHMS, "algorithm", "x") == tuple(a for a in ALGORITHMS if a != "nvls_tree")
+    # "^^ring" was read as "^ring"
+    for text in ("^^ring", "^^^^tree"):
+        with pytest.raises(InputError, match="one '\\^' at most"):
+            parse_selection(text, ALGORITHMS, "algorithm", "x")
