@@ -196,12 +196,22 @@ class PhysicalFit:
     def max_nodes(self) -> int:
         return max(m.nodes for m in self.measurements)
 
-    def extrapolation(self, nodes: int) -> Optional[str]:
-        """The note for a prediction at `nodes` beyond the logs' scales ("extrapolating: N nodes is
-        Kx the largest calibrated (M)"), or None within them."""
-        if nodes <= self.max_nodes:
-            return None
-        return f"extrapolating: {nodes} nodes is {nodes / self.max_nodes:g}x the largest calibrated ({self.max_nodes})"
+    def extrapolation(self, nodes: int, gpus_per_node: Optional[int] = None) -> Optional[str]:
+        """The note for a prediction at `nodes` x `gpus_per_node` beyond the logs' scales, or None
+        within them: more nodes than any log ran ("extrapolating: N nodes is Kx the largest
+        calibrated (M)"), or, across nodes, more GPUs per node than any multi-node log had: a
+        fit from 1x8 and 2x1 has priced NVLink and the network apart, never the two together,
+        which is where the H100 cluster's 10x8 misses most."""
+        notes = []
+        if nodes > self.max_nodes:
+            notes.append(f"{nodes} nodes is {nodes / self.max_nodes:g}x the largest calibrated ({self.max_nodes})")
+        if gpus_per_node is not None and nodes > 1:
+            across = [m.gpus_per_node for m in self.measurements if m.nodes > 1]
+            widest = max(across, default=0)
+            if gpus_per_node > widest:
+                notes.append(f"{gpus_per_node} GPUs per node across nodes, where "
+                             + (f"the logs crossed nodes with at most {widest}" if across else "no log crossed nodes"))
+        return "extrapolating: " + "; ".join(notes) if notes else None
 
     def plan(self, kind: str, nodes: int, gpus_per_node: int, **kw):
         return plan(kind, self.system, nodes, gpus_per_node, choice_system=self.nominal, **kw)
@@ -252,8 +262,9 @@ class PhysicalFit:
                         notes.append(f"{int(np.sum(inside & ~corrected))} size(s) in a regime no adjacent measured "
                                      "size ran under the model: physical price alone")
                     break
-        if self.extrapolation(nodes):
-            notes.append(self.extrapolation(nodes))
+        far = self.extrapolation(nodes, gpus_per_node)
+        if far:
+            notes.append(far)
         nominal_kept = self._nominal_constants_used(kind, nodes, gpus_per_node, S[~corrected], pick, kw)
         if nominal_kept:
             notes.append("rests on nominal " + ", ".join(nominal_kept) + " (not determined by the logs; "

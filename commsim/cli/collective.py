@@ -117,7 +117,7 @@ def algorithm_tables(scenario_path, overrides, algorithm, model, ranks, cal_path
     links = f"calibration {cal_path}{' (physical fit)' if physical else ''}" if cal else "nominal links"
     head = f"# commsim collective: {scenario_path}, {where}, {links}"
     if physical:
-        note = cal.physical.extrapolation(sc.cluster.nodes)
+        note = cal.physical.extrapolation(sc.cluster.nodes, sc.cluster.gpus_per_node)
     else:
         note = extrapolation_note(cal, sc.world_size, nodes=sc.cluster.nodes) if cal else None
     noted = f"\n# {note}" if note else ""

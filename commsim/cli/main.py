@@ -216,7 +216,7 @@ def physical_fit_note(sc) -> Optional[str]:
                                                               ("nccl_proto", sc.collective.nccl_proto)) if value)
     note = f"all-reduces: NCCL's choice{' within ' + within if within else ''}, priced by the calibration's " \
            f"physical fit of {fit.nominal.name}"
-    far = fit.extrapolation(sc.cluster.nodes)
+    far = fit.extrapolation(sc.cluster.nodes, sc.cluster.gpus_per_node)
     return f"{note}; {far}" if far else note
 
 

@@ -58,7 +58,8 @@ def test_run_says_whose_fit_prices_it_and_how_far_it_extrapolates(tmp_path, cal,
     assert run_cli(["run", str(scenario_file(tmp_path, cal, "{algorithm: nccl, nccl_algo: ring}"))]) == 0
     out = capsys.readouterr().out
     assert ("note: all-reduces: NCCL's choice within nccl_algo ring, priced by the calibration's physical fit of "
-            "dgx-h100; extrapolating: 16 nodes is 8x the largest calibrated (2)") in " ".join(out.split())
+            "dgx-h100; extrapolating: 16 nodes is 8x the largest calibrated (2); 8 GPUs per node across nodes, "
+            "where the logs crossed nodes with at most 1") in " ".join(out.split())
 
 
 def test_algorithms_compares_nccls_own_algorithms_under_the_fit(tmp_path, cal, capsys):
@@ -110,7 +111,8 @@ def test_collective_of_a_scenario_prices_nccl_with_a_physical_calibration(tmp_pa
     text = capsys.readouterr().out.splitlines()
     assert text[0].endswith(f"calibration {cal} (physical fit), algorithm nccl (runs: nccl:nvls_tree/Simple, "
                             "nccl:tree/LL128)")
-    assert text[1] == "# extrapolating: 16 nodes is 8x the largest calibrated (2)"
+    assert text[1] == ("# extrapolating: 16 nodes is 8x the largest calibrated (2); 8 GPUs per node across nodes, "
+                       "where the logs crossed nodes with at most 1")
     rows = json.loads(out.read_text())
     sizes = [r["size_bytes"] for r in rows]
     plan = load_scenario(sc_path).calibration.physical.plan("all_reduce", 16, 8)
