@@ -149,6 +149,10 @@ def physical_from_dict(doc: Any, source: str, where: str = "physical") -> Physic
         raise
     except InputError as exc:
         raise CalibrationError(exc.message, source, exc.path) from None
+    for name in System.FIT_NAMES:  # the limits of a fitted value hold for the nominal one it started from
+        why = _implausible(name, float(getattr(nominal, name)))
+        if why:
+            raise r.err(f"{where}.nominal_system.{name}", f"expected {why}, got {getattr(nominal, name)!r}")
 
     required = [n for n in System.FIT_NAMES if n not in ADDED_CONSTANTS]
     cdoc = r.mapping(top["constants"], f"{where}.constants", required, ADDED_CONSTANTS)

@@ -79,3 +79,17 @@ def test_a_variance_above_the_priors_is_refused(doc):
         physical_from_dict(d, "cal.yaml")
     d["covariance"] = (np.eye(k) * np.log(4.0) ** 2).tolist()  # the prior's own: the most a fit gives
     physical_from_dict(d, "cal.yaml")
+
+
+@pytest.mark.parametrize("name, value, expected", [
+    # nominal_system.nvls_efficiency 2.0 loaded (a prior twice the links' rate) while the same
+    # constant's fitted value of 5 was refused
+    ("nvls_efficiency", 2.0, "expected an efficiency from 1e-06 to 1"),
+    ("launch_us", 1e300, "expected a time of at most 1e+12 us (1e6 s)"),
+])
+def test_a_nominal_constant_past_the_limits_is_refused_too(doc, name, value, expected):
+    d = copy.deepcopy(doc)
+    d["nominal_system"][name] = value
+    with pytest.raises(CalibrationError,
+                       match=rf"cal.yaml: physical.nominal_system.{name}: {re.escape(expected)}.*, got {re.escape(repr(value))}$"):
+        physical_from_dict(d, "cal.yaml")
