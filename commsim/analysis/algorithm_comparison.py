@@ -25,6 +25,11 @@ def nccl_restricted(name: str) -> Optional[str]:
     return name[len(NCCL_PREFIX):] if name.startswith(NCCL_PREFIX) else None
 
 
+def registry_name(name: str) -> str:
+    """The kernel registry's name a comparison name runs as: ``nccl`` for ``nccl:ALGO``."""
+    return "nccl" if nccl_restricted(name) else name
+
+
 def with_algorithm(scenario: Scenario, algorithm: str, model: str) -> Scenario:
     """The same scenario with another all-reduce algorithm and cost model; ``nccl:ALGO`` is
     ``algorithm: nccl`` with ``collective.nccl_algo: ALGO``.
@@ -34,7 +39,7 @@ def with_algorithm(scenario: Scenario, algorithm: str, model: str) -> Scenario:
     in the scenario file.
     """
     held = nccl_restricted(algorithm)
-    name = "nccl" if held else algorithm
+    name = registry_name(algorithm)
     if name == "nccl" and not held:  # NCCL's choice as the scenario configures it, as `run` prices it
         held = scenario.collective.nccl_algo
     cal = scenario.calibration
@@ -51,7 +56,7 @@ def with_algorithm(scenario: Scenario, algorithm: str, model: str) -> Scenario:
 
 def runs_at_scale(scenario: Scenario) -> bool:
     """Whether NCCL can run the scenario's ``collective.nccl_algo`` at its scale (NVLS across
-    nodes needs SHARP, PAT one GPU per node): a comparison leaves out the rows it cannot."""
+    nodes needs SHARP; PAT runs no all-reduce): a comparison leaves out the rows it cannot."""
     from commsim.errors import InputError
     from commsim.scenario.schema import check_nccl_selection
 
@@ -109,7 +114,7 @@ def compare(scenario: Scenario, nodes: list, algorithms: list, models: list, ste
         for model in models:
             covered = algorithms_for(model)
             for name in algorithms:
-                if (nccl_restricted(name) and "nccl" not in covered) or (not nccl_restricted(name) and name not in covered):
+                if registry_name(name) not in covered:
                     continue
                 if nccl_restricted(name) and not runs_at_scale(with_algorithm(sc, name, model)):
                     continue

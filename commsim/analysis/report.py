@@ -135,8 +135,7 @@ def ring_latency_share(scenario: Scenario, bucket_sizes) -> Optional[float]:
     from commsim.collectives.kernels import collective_time
     from commsim.sim.links import scenario_fabric
 
-    fabric = scenario.without_stragglers()
-    fabric = scenario_fabric(fabric)
+    fabric = scenario_fabric(scenario.without_stragglers())
     sizes, counts = np.unique(np.asarray(bucket_sizes, dtype=float), return_counts=True)
     full = sum(k * collective_time("ring", fabric, s) for s, k in zip(sizes, counts))
     latency = len(bucket_sizes) * collective_time("ring", fabric, 0.0)

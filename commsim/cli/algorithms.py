@@ -10,7 +10,7 @@ import json
 
 import click
 
-from commsim.analysis.algorithm_comparison import NCCL_PREFIX, nccl_restricted, with_algorithm, with_nodes
+from commsim.analysis.algorithm_comparison import NCCL_PREFIX, registry_name, with_algorithm, with_nodes
 from commsim.cli.common import (FORCE_HELP, POSITIVE_INT, check_resized, command, fail, load_or_fail, node_counts,
                                 split_choices)
 from commsim.cli.outputs import check_not_named_calibration, check_outputs, echo_to, write_output
@@ -109,7 +109,7 @@ def algorithms(scenario, nodes_text, algorithm_text, model_text, steps, override
     if not priced:
         fail(refused)
     models = priced
-    pairs = [(a, m) for m in models for a in names if ("nccl" if nccl_restricted(a) else a) in algorithms_for(m)]
+    pairs = [(a, m) for m in models for a in names if registry_name(a) in algorithms_for(m)]
     if not pairs:
         covered = "; ".join(f"{m} covers {', '.join(algorithms_for(m))}" for m in models)
         fail(f"no (algorithm, model) pair to run among --algorithm {algorithm_text} and --model {model_text}: {covered}")
@@ -123,13 +123,14 @@ def algorithms(scenario, nodes_text, algorithm_text, model_text, steps, override
                                    with_algorithm(with_nodes(sc, count), a, m))
             except InputError as exc:
                 fail(str(exc))
-    rows = compare(sc, counts or [sc.cluster.nodes], names, models)
+    scales = counts or [sc.cluster.nodes]
+    rows = compare(sc, scales, names, models)
     if not rows:  # every pair asked for was an nccl:ALGO that NCCL cannot run at these node counts
         from commsim.scenario.schema import check_nccl_selection
 
         a, m = pairs[0]
         try:
-            check_nccl_selection(scenario, with_algorithm(sc, a, m).collective, with_nodes(sc, (counts or [sc.cluster.nodes])[0]).cluster,
+            check_nccl_selection(scenario, with_algorithm(sc, a, m).collective, with_nodes(sc, scales[0]).cluster,
                                  sc.calibration, sc.ddp.sharding)
         except InputError as exc:
             fail(f"--algorithm {algorithm_text}: nothing NCCL can run: {exc.message}")
