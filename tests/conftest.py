@@ -84,3 +84,21 @@ def scenario_factory():
 
 
 __all__ = ["make_scenario", "replace", "NO_DDP_COSTS"]
+
+
+def write_ring_scenario(tmp_path, gpus: int = 8, cap: str = "64 KiB", extra: str = "") -> Path:
+    """A one-node scenario file whose ring has every hop alike (5 us, 100 GB/s): the one-node closed
+    form of the ring's time, T(S) = 2(n-1) (alpha + S / (n beta)), holds for its buckets."""
+    path = Path(tmp_path) / "ring.yaml"
+    path.write_text(f"""name: ring
+steps: 2
+cluster:
+  nodes: 1
+  gpus_per_node: {gpus}
+  intra_node: {{bandwidth: 100 GB/s, latency: 5 us}}
+  inter_node: {{bandwidth: 10 GB/s, latency: 10 us}}
+model: {{parameters: 1e6, grad_dtype: fp32}}
+compute: {{forward: 1 ms, backward: 2 ms}}
+ddp: {{bucket_cap: {cap}, first_bucket: {cap}}}
+{extra}""")
+    return path

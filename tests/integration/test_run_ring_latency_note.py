@@ -3,22 +3,7 @@
 steps with nothing said of why, where a tree or NCCL's choice takes 0.4 s."""
 
 from commsim.cli.main import run_cli
-
-
-def scenario(tmp_path, gpus=8, cap="64 KiB"):
-    path = tmp_path / "ring.yaml"
-    path.write_text(f"""name: ring
-steps: 2
-cluster:
-  nodes: 1
-  gpus_per_node: {gpus}
-  intra_node: {{bandwidth: 100 GB/s, latency: 5 us}}
-  inter_node: {{bandwidth: 10 GB/s, latency: 10 us}}
-model: {{parameters: 1e6, grad_dtype: fp32}}
-compute: {{forward: 1 ms, backward: 2 ms}}
-ddp: {{bucket_cap: {cap}, first_bucket: {cap}}}
-""")
-    return path
+from tests.conftest import write_ring_scenario as scenario
 
 
 def test_run_notes_a_latency_bound_ring_and_not_a_bandwidth_bound_one(tmp_path, capsys):

@@ -6,22 +6,11 @@ import pytest
 from commsim.analysis.report import ring_latency_share
 from commsim.scenario.loader import load_scenario
 from commsim.sim.engine import simulate
+from tests.conftest import write_ring_scenario
 
 
 def scenario(tmp_path, extra="", gpus=8, cap="64 KiB"):
-    path = tmp_path / "ring.yaml"
-    path.write_text(f"""name: ring
-steps: 2
-cluster:
-  nodes: 1
-  gpus_per_node: {gpus}
-  intra_node: {{bandwidth: 100 GB/s, latency: 5 us}}
-  inter_node: {{bandwidth: 10 GB/s, latency: 10 us}}
-model: {{parameters: 1e6, grad_dtype: fp32}}
-compute: {{forward: 1 ms, backward: 2 ms}}
-ddp: {{bucket_cap: {cap}, first_bucket: {cap}}}
-{extra}""")
-    return path
+    return write_ring_scenario(tmp_path, gpus=gpus, cap=cap, extra=extra)
 
 
 @pytest.mark.parametrize("gpus, cap", [(8, "64 KiB"), (4, "1 MiB"), (2, "4 MB")])
